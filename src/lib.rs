@@ -8,6 +8,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
+pub mod engine;
 mod error;
 
 pub use error::{Error, ErrorKind, Result};

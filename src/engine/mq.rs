@@ -1,0 +1,72 @@
+//! Tag matching words and what an MQ request reports when it completes.
+
+use super::{OpBuffer, PeerAddr};
+use crate::ErrorKind;
+
+/// A 64-bit tag and the mask of bits that must match (PSM's `rtag` and
+/// `rtagsel`): an incoming tag `t` matches when `t & select == tag & select`.
+///
+/// ```
+/// use psmrail::engine::TagMatch;
+/// let m = TagMatch::new(0x1200, 0xff00); // low byte is a wildcard
+/// assert!(m.matches(0x12ab));
+/// assert!(!m.matches(0x13ab));
+/// assert!(TagMatch::exact(7).matches(7) && TagMatch::ANY.matches(u64::MAX));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct TagMatch {
+    /// The tag bits to match.
+    pub tag: u64,
+    /// Which bits of the tag must match.
+    pub select: u64,
+}
+
+impl TagMatch {
+    /// Matches every tag.
+    pub const ANY: TagMatch = TagMatch { tag: 0, select: 0 };
+
+    /// `tag` under the mask `select`.
+    pub const fn new(tag: u64, select: u64) -> Self {
+        TagMatch { tag, select }
+    }
+
+    /// Exactly `tag`.
+    pub const fn exact(tag: u64) -> Self {
+        TagMatch {
+            tag,
+            select: u64::MAX,
+        }
+    }
+
+    /// Whether an incoming tag matches.
+    pub const fn matches(&self, incoming: u64) -> bool {
+        (incoming ^ self.tag) & self.select == 0
+    }
+}
+
+/// How an MQ request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MqStatus {
+    /// The sender's tag (receives; sends report the tag they sent).
+    pub tag: u64,
+    /// The sender's message length (receives; sends report their length).
+    pub msg_len: u64,
+    /// Bytes actually placed in the receive buffer (sends: bytes sent).
+    pub nbytes: usize,
+    /// The sender, where the engine knows it: the soft engine always does;
+    /// PSM 1.x's MQ does not report it (the layer above encodes it in the
+    /// tag for untagged messages, as the C provider did).
+    pub source: Option<PeerAddr>,
+    /// `None` on success; `Trunc` when `msg_len > nbytes`; `Canceled` after
+    /// a successful cancel; `Io` / `TimedOut` when the peer failed.
+    pub error: Option<ErrorKind>,
+}
+
+/// A finished MQ request: its status and the memory it was given.
+#[derive(Debug)]
+pub struct MqCompletion {
+    /// How it ended.
+    pub status: MqStatus,
+    /// The buffer the request was posted with, handed back.
+    pub buffer: OpBuffer,
+}
