@@ -34,6 +34,7 @@ mod am;
 mod buffer;
 mod limits;
 mod mq;
+pub mod soft;
 
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};
 pub use am::{AmHandler, AmHandlerId, AmMessage, AmReply};

@@ -1,0 +1,1 @@
+//! The soft engine: PSM semantics in pure Rust, over the process itself and TCP.
