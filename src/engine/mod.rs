@@ -32,6 +32,7 @@
 mod addr;
 mod am;
 mod buffer;
+mod contract;
 mod limits;
 mod mq;
 pub mod soft;
@@ -39,5 +40,8 @@ pub mod soft;
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};
 pub use am::{AmHandler, AmHandlerId, AmMessage, AmReply};
 pub use buffer::{BufferOwner, OpBuffer, StableRegion};
+pub use contract::{
+    Engine, EngineEndpoint, EngineKind, EndpointOptions, PostError, SendMode,
+};
 pub use limits::EngineLimits;
 pub use mq::{MqCompletion, MqStatus, TagMatch};

@@ -1,0 +1,1309 @@
+//! [`SoftCore`]: one soft endpoint's protocol state machine, without I/O.
+//!
+//! The core is what quinn-proto's `Endpoint` + `Connection` are to quinn:
+//! it owns the tag matcher, the connections' protocol state and the credit
+//! pool, takes bytes and commands in, and gives frames and [`Event`]s out.
+//! It never touches a socket, a thread or a clock, and it never owns the
+//! operations' buffers: it tells the edge where received bytes go
+//! ([`Event::Place`]) and borrows send buffers only while encoding
+//! ([`SendPayloads`]).
+//!
+//! # Driving it (what the I/O edge does)
+//!
+//! * **Connections.** After a TCP connect call
+//!   [`open_connection`](SoftCore::open_connection)`(Role::Dialer { expect })`
+//!   (it queues the Hello); after an accept, `Role::Acceptor`. The process
+//!   reaches itself by opening one of each and piping their bytes.
+//! * **Input.** Append what the socket gave to that connection's input
+//!   `BytesMut` and call [`handle_input`](SoftCore::handle_input); whole
+//!   frames are consumed, a partial one stays. An `Err` means the core
+//!   closed the connection (the reason is also in the events).
+//! * **Output.** Whenever a connection
+//!   [`wants_transmit`](SoftCore::wants_transmit) and its socket can take
+//!   bytes, call [`poll_transmit`](SoftCore::poll_transmit) and write what
+//!   it appended. Call it after every other call that may create output:
+//!   `handle_input` (Cts, credit, AM replies), `send`, `recv` (a Cts),
+//!   `am_request`, `am_reply`, `am_done`, `close_peer`.
+//!   [`transmit_pending`](SoftCore::transmit_pending) lists the candidates.
+//! * **Events.** Drain [`poll_event`](SoftCore::poll_event) after every
+//!   call. `Place` means "copy these bytes into op's buffer at offset";
+//!   `Complete` hands the op's result back; `AmRequest` must be answered
+//!   with exactly one [`am_reply`](SoftCore::am_reply) or
+//!   [`am_done`](SoftCore::am_done) (the token is not `Clone`);
+//!   `ConnectionClosed` means: flush `poll_transmit` once more (a Refuse or
+//!   Bye may be left), close the socket, call
+//!   [`connection_lost`](SoftCore::connection_lost).
+//! * **Failures.** When a socket fails or reaches EOF, call
+//!   `connection_lost`: the connection's peer goes down and every pending
+//!   operation towards it completes with an error.
+//!
+//! # Credit and back-pressure
+//!
+//! A receiver never holds more unexpected data than its budget, whatever
+//! its peers do, and a sender is slowed down, never dropped:
+//!
+//! * **Eager bytes.** The budget ([`ProtocolConfig::unexpected_budget`]) is
+//!   a pool shared by all connections. Each connection is granted up to a
+//!   window ([`ProtocolConfig::peer_eager_window`]) out of it. An Eager
+//!   message costs its payload + [`ENTRY_OVERHEAD`]
+//!   of the sender's credit; the receiver returns the cost to the pool as
+//!   soon as the message matches a receive (at once or from the unexpected
+//!   queue), and re-grants from the pool to connections whose credit fell
+//!   below three quarters of their window. So unexpected bytes + credit
+//!   outstanding ≤ budget at all times.
+//! * **Rendezvous entries.** A sender without eager credit sends the
+//!   message as Rts instead (header only; the data waits at the sender until
+//!   the receive matches). Rts frames have their own per-connection credit
+//!   ([`ProtocolConfig::peer_rts_window`]), returned when they match.
+//! * **Held sends.** A sender with neither credit keeps the message queued,
+//!   in order, and sends it when Credit arrives. `send` answers `Again`
+//!   once [`ProtocolConfig::max_queued_sends`] are held.
+//! * **AM.** Requests spend AM credit ([`ProtocolConfig::peer_am_window`]);
+//!   the receiver returns it once the reply is on the wire (or the request
+//!   is done without reply), so unanswered replies cannot pile up.
+//!   `am_request` answers `Again` without credit.
+//! * A frame beyond the credit granted is a protocol violation: that
+//!   connection closes, nothing else is touched.
+//!
+//! Unexpected eager payloads are copied out of the input buffer into their
+//! own allocation, so the memory they pin is what they are charged.
+
+use super::config::ProtocolConfig;
+use super::conn::{
+    Conn, ConnPhase, Control, Credit, Incoming, MissingPayload, Outgoing, Role, SendOp,
+};
+use super::matcher::{Arrival, TagMatcher};
+use super::wire::{
+    check_hello, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, FrameLimits, HandshakeError,
+    Hello, JobUuid, Refusal, WireError, ENTRY_OVERHEAD,
+};
+use crate::engine::soft::epid::RESERVED_EPID_BITS;
+use crate::engine::{EngineLimits, Epid, MqStatus, PeerAddr, SendMode, TagMatch};
+use crate::{Error, ErrorKind, Result};
+use bytes::{Bytes, BytesMut};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Names a connection of a [`SoftCore`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// Names an operation; chosen by the edge, unique among live operations.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// The edge's send buffers, borrowed while frames are encoded.
+pub trait SendPayloads {
+    /// The whole buffer of send `op`, of the length given to
+    /// [`SoftCore::send`]; `None` if the edge has no such op.
+    fn payload(&self, op: OpId) -> Option<&[u8]>;
+}
+
+impl<V: AsRef<[u8]>> SendPayloads for HashMap<OpId, V> {
+    fn payload(&self, op: OpId) -> Option<&[u8]> {
+        self.get(&op).map(AsRef::as_ref)
+    }
+}
+
+impl<V: AsRef<[u8]>> SendPayloads for BTreeMap<OpId, V> {
+    fn payload(&self, op: OpId) -> Option<&[u8]> {
+        self.get(&op).map(AsRef::as_ref)
+    }
+}
+
+/// An AM request being handled: answer it once with
+/// [`SoftCore::am_reply`] or [`SoftCore::am_done`].
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "answer every AM request with am_reply or am_done, or its credit is lost"]
+pub struct AmToken {
+    conn: ConnId,
+    source: PeerAddr,
+}
+
+impl AmToken {
+    /// The requester.
+    pub fn source(&self) -> PeerAddr {
+        self.source
+    }
+}
+
+/// A protocol rule the peer broke.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// An Eager frame beyond the eager credit granted.
+    #[error("Eager message costing {charge} bytes with only {granted} bytes of credit")]
+    EagerCredit {
+        /// What the message costs.
+        charge: u64,
+        /// The credit the peer held.
+        granted: u64,
+    },
+    /// An Rts without rendezvous credit.
+    #[error("Rts without rendezvous credit")]
+    RtsCredit,
+    /// An AM request without AM credit.
+    #[error("AM request without AM credit")]
+    AmCredit,
+    /// Credit beyond any sane amount.
+    #[error("credit overflow")]
+    CreditOverflow,
+    /// A Cts for no Rts.
+    #[error("Cts for unknown message {0}")]
+    UnknownMsgId(u64),
+    /// A Cts accepting more than the message.
+    #[error("Cts accepts {accept} bytes of a {len}-byte message")]
+    CtsTooLong {
+        /// Bytes accepted.
+        accept: u64,
+        /// The message length.
+        len: u64,
+    },
+    /// Data for no transfer.
+    #[error("Data for unknown token {0}")]
+    UnknownToken(u64),
+    /// Data not continuing where the last chunk ended.
+    #[error("Data at offset {got}, expected {expected}")]
+    DataOutOfOrder {
+        /// The next offset expected.
+        expected: u64,
+        /// The offset received.
+        got: u64,
+    },
+    /// Data past the accepted length.
+    #[error("Data past the {accept} bytes accepted")]
+    DataOverrun {
+        /// Bytes accepted.
+        accept: u64,
+    },
+    /// A frame that has no place after the handshake.
+    #[error("unexpected {0:?} frame after the handshake")]
+    UnexpectedFrame(FrameKind),
+}
+
+/// Why a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnError {
+    /// The peer sent bytes that are not frames.
+    #[error("malformed frame: {0}")]
+    Wire(#[from] WireError),
+    /// The handshake failed (refusals included).
+    #[error("handshake failed: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// The peer broke a protocol rule.
+    #[error("protocol violation: {0}")]
+    Protocol(#[from] Violation),
+    /// The edge lost the transport (EOF, I/O error, timeout).
+    #[error("connection lost: {0}")]
+    Lost(String),
+    /// The peer closed gracefully (Bye).
+    #[error("the peer closed the connection")]
+    PeerClosed,
+    /// This side closed it.
+    #[error("closed locally")]
+    Closed,
+    /// The edge had no buffer (or one of another length) for a send.
+    #[error("the send buffer of {0:?} is missing or has changed length")]
+    MissingPayload(OpId),
+}
+
+impl ConnError {
+    /// The error class operations failed by it report: `ConnRefused` for
+    /// refusals, `Canceled` after a local close, `Io` otherwise.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ConnError::Handshake(h) if h.refusal().is_some() => ErrorKind::ConnRefused,
+            ConnError::Closed => ErrorKind::Canceled,
+            _ => ErrorKind::Io,
+        }
+    }
+}
+
+impl From<ConnError> for Error {
+    fn from(e: ConnError) -> Error {
+        Error::with_source(e.kind(), format!("soft engine: {e}"), e)
+    }
+}
+
+/// What the core tells the edge.
+#[derive(Debug)]
+pub enum Event {
+    /// The handshake completed; `peer` is usable.
+    Connected {
+        /// The connection.
+        conn: ConnId,
+        /// The peer it belongs to (several connections may share one).
+        peer: PeerAddr,
+        /// The peer's endpoint id.
+        epid: Epid,
+    },
+    /// A connection ended: flush `poll_transmit` once more, close the
+    /// socket, call `connection_lost`.
+    ConnectionClosed {
+        /// The connection.
+        conn: ConnId,
+        /// Why; `None` after a graceful close.
+        error: Option<ConnError>,
+    },
+    /// A peer went down; `Complete` events with errors follow for its
+    /// pending operations.
+    PeerDown {
+        /// The peer.
+        peer: PeerAddr,
+        /// Its endpoint id.
+        epid: Epid,
+        /// Why.
+        error: ConnError,
+    },
+    /// Copy `bytes` into the buffer of receive `op` at `offset`.
+    Place {
+        /// The receive.
+        op: OpId,
+        /// Where in its buffer.
+        offset: usize,
+        /// The bytes (within the buffer's length).
+        bytes: Bytes,
+    },
+    /// Operation `op` finished; its buffer goes back to its owner.
+    ///
+    /// Receives report the sender's tag and length, the bytes placed, the
+    /// source, and `Trunc` when the message was longer than the buffer.
+    /// Sends report their tag and length (`nbytes = msg_len` on success,
+    /// 0 on failure) and no source. Failures carry the kind of the
+    /// [`ConnError`] that ended the peer; cancelled receives `Canceled`.
+    Complete {
+        /// The operation.
+        op: OpId,
+        /// How it ended.
+        status: MqStatus,
+    },
+    /// An AM request: run handler `handler`, then answer through `token`.
+    AmRequest {
+        /// The answer channel.
+        token: AmToken,
+        /// The requester.
+        source: PeerAddr,
+        /// The handler index.
+        handler: u16,
+        /// The arguments.
+        args: AmArgs,
+        /// The payload.
+        payload: Bytes,
+    },
+    /// An AM reply: run handler `handler`'s reply side.
+    AmReply {
+        /// The replier.
+        source: PeerAddr,
+        /// The handler index.
+        handler: u16,
+        /// The arguments.
+        args: AmArgs,
+        /// The payload.
+        payload: Bytes,
+    },
+}
+
+/// Counters for observability and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CoreStats {
+    /// Messages in the unexpected queue.
+    pub unexpected_msgs: usize,
+    /// Bytes they are charged.
+    pub unexpected_bytes: u64,
+    /// Eager credit granted to peers and not used yet.
+    pub granted_eager: u64,
+    /// Receives posted and not matched.
+    pub posted_recvs: usize,
+    /// Sends held for lack of credit or transmission.
+    pub queued_sends: usize,
+    /// Open connections.
+    pub connections: usize,
+}
+
+/// A message waiting in the unexpected queue.
+#[derive(Debug)]
+enum Pending {
+    Eager {
+        source: PeerAddr,
+        payload: Bytes,
+    },
+    Rts {
+        source: PeerAddr,
+        conn: ConnId,
+        msg_id: u64,
+        len: u64,
+    },
+}
+
+impl Pending {
+    fn source(&self) -> PeerAddr {
+        match self {
+            Pending::Eager { source, .. } | Pending::Rts { source, .. } => *source,
+        }
+    }
+    fn len(&self) -> u64 {
+        match self {
+            Pending::Eager { payload, .. } => payload.len() as u64,
+            Pending::Rts { len, .. } => *len,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum OpState {
+    Send,
+    Posted { cap: usize, tags: TagMatch },
+    Receiving,
+}
+
+#[derive(Debug)]
+struct Peer {
+    epid: Epid,
+    /// The connection new messages go on, while the peer is up.
+    send_conn: Option<ConnId>,
+    conns: Vec<ConnId>,
+    closing: bool,
+}
+
+/// One soft endpoint's protocol core (see the module docs).
+#[derive(Debug)]
+pub struct SoftCore {
+    config: ProtocolConfig,
+    hello: Hello,
+    decoder: FrameDecoder,
+    matcher: TagMatcher<OpId, Pending>,
+    conns: BTreeMap<ConnId, Conn>,
+    peers: HashMap<PeerAddr, Peer>,
+    by_epid: HashMap<Epid, PeerAddr>,
+    ops: HashMap<OpId, OpState>,
+    events: VecDeque<Event>,
+    next_conn: u64,
+    next_peer: u64,
+    /// Eager credit held by connections (granted, not yet spent).
+    granted: u64,
+    pool_dirty: bool,
+    grant_cursor: u64,
+}
+
+fn inval(msg: String) -> Error {
+    Error::new(ErrorKind::Inval, msg)
+}
+
+impl SoftCore {
+    /// A core for endpoint `epid` of job `uuid`. Errors for an invalid
+    /// configuration or an epid with bit 62 or 63 set.
+    pub fn new(config: ProtocolConfig, epid: Epid, uuid: JobUuid) -> Result<SoftCore> {
+        config.validate()?;
+        if epid.0 & RESERVED_EPID_BITS != 0 {
+            return Err(inval(format!("{epid} has bit 62 or 63 set")));
+        }
+        let limits = config.frame_limits();
+        Ok(SoftCore {
+            hello: Hello::ours(uuid, epid, limits),
+            decoder: FrameDecoder::new(limits),
+            matcher: TagMatcher::new(config.unexpected_budget),
+            config,
+            conns: BTreeMap::new(),
+            peers: HashMap::new(),
+            by_epid: HashMap::new(),
+            ops: HashMap::new(),
+            events: VecDeque::new(),
+            next_conn: 0,
+            next_peer: 1,
+            granted: 0,
+            pool_dirty: false,
+            grant_cursor: 0,
+        })
+    }
+
+    /// This endpoint's id.
+    pub fn epid(&self) -> Epid {
+        self.hello.epid
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProtocolConfig {
+        &self.config
+    }
+
+    /// The limits to report to the layers above.
+    pub fn limits(&self) -> EngineLimits {
+        self.config.engine_limits()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CoreStats {
+        CoreStats {
+            unexpected_msgs: self.matcher.unexpected_len(),
+            unexpected_bytes: self.matcher.unexpected_bytes(),
+            granted_eager: self.granted,
+            posted_recvs: self.matcher.posted_len(),
+            queued_sends: self.conns.values().map(|c| c.queued.len()).sum(),
+            connections: self.conns.len(),
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ----- connections -------------------------------------------------
+
+    /// Starts the protocol on a new transport connection. A dialer's Hello
+    /// is queued at once.
+    pub fn open_connection(&mut self, role: Role) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let mut conn = Conn::new(role, self.config.frame_limits());
+        if let Role::Dialer { .. } = role {
+            conn.control.push_back(Control {
+                frame: Frame::Hello(self.hello.clone()),
+                returns_am_credit: false,
+            });
+        }
+        self.conns.insert(id, conn);
+        id
+    }
+
+    /// The phase of a connection (`None` once forgotten).
+    pub fn connection_phase(&self, conn: ConnId) -> Option<ConnPhase> {
+        self.conns.get(&conn).map(|c| c.phase)
+    }
+
+    /// The peer a connection belongs to, after its handshake.
+    pub fn connection_peer(&self, conn: ConnId) -> Option<PeerAddr> {
+        self.conns.get(&conn).and_then(|c| c.peer)
+    }
+
+    /// The peer known for an epid (connected now or before).
+    pub fn peer_of(&self, epid: Epid) -> Option<PeerAddr> {
+        self.by_epid.get(&epid).copied()
+    }
+
+    /// A peer's epid.
+    pub fn peer_epid(&self, peer: PeerAddr) -> Option<Epid> {
+        self.peers.get(&peer).map(|p| p.epid)
+    }
+
+    /// Whether a peer is connected and not closing.
+    pub fn is_peer_up(&self, peer: PeerAddr) -> bool {
+        self.peers
+            .get(&peer)
+            .is_some_and(|p| p.send_conn.is_some() && !p.closing)
+    }
+
+    /// Consumes the whole frames at the front of `input`.
+    ///
+    /// `Err` means the connection is now closed (a `ConnectionClosed`
+    /// event says so too); input on a closed connection is discarded.
+    pub fn handle_input(&mut self, conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
+        let result = self.input_frames(conn, input);
+        self.regrant();
+        result
+    }
+
+    fn input_frames(&mut self, conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
+        loop {
+            match self.conns.get(&conn).map(|c| c.phase) {
+                None => return Err(ConnError::Lost(format!("unknown connection {conn:?}"))),
+                Some(ConnPhase::Closed) => {
+                    input.clear();
+                    return Ok(());
+                }
+                Some(_) => {}
+            }
+            let frame = match self.decoder.decode(input) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    let e = ConnError::Wire(e);
+                    self.close_conn(conn, e.clone());
+                    return Err(e);
+                }
+            };
+            if let Err(e) = self.on_frame(conn, frame) {
+                self.close_conn(conn, e.clone());
+                return Err(e);
+            }
+        }
+    }
+
+    /// Whether [`poll_transmit`](Self::poll_transmit) has something to
+    /// write on `conn`.
+    pub fn wants_transmit(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(Conn::wants_transmit)
+    }
+
+    /// The connections that want to transmit.
+    pub fn transmit_pending(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.wants_transmit())
+            .map(|(id, _)| *id)
+    }
+
+    /// Appends frames for `conn` to `out` until it holds at least `limit`
+    /// bytes or nothing is left to send; returns the bytes appended.
+    /// Sends whose bytes are now in `out` complete (`Complete` events).
+    ///
+    /// A graceful close ends here: once drained, Bye is appended and the
+    /// connection closes.
+    pub fn poll_transmit(
+        &mut self,
+        conn: ConnId,
+        out: &mut BytesMut,
+        limit: usize,
+        payloads: &dyn SendPayloads,
+    ) -> usize {
+        let start = out.len();
+        let mut done = Vec::new();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return 0;
+        };
+        let result = c.transmit(out, limit, payloads, &mut done);
+        let bye = c.phase == ConnPhase::Closing && c.drained();
+        for (op, status) in done {
+            self.complete(op, status);
+        }
+        if let Err(MissingPayload(op)) = result {
+            self.close_conn(conn, ConnError::MissingPayload(op));
+        } else if bye {
+            super::wire::encode(&Frame::Bye, out);
+            self.finish_graceful(conn);
+        }
+        self.regrant();
+        out.len() - start
+    }
+
+    /// The transport of `conn` is gone (EOF, error, timeout, or closed by
+    /// the edge after a `ConnectionClosed`): its peer goes down and every
+    /// operation pending towards it fails. The connection is forgotten.
+    pub fn connection_lost(&mut self, conn: ConnId, why: impl Into<String>) {
+        self.close_conn(conn, ConnError::Lost(why.into()));
+        self.conns.remove(&conn);
+        self.regrant();
+    }
+
+    /// Closes a peer gracefully: no new sends; each of its connections
+    /// says Bye once everything in flight on it is done (drive
+    /// `poll_transmit`). A timeout, if wanted, is the edge's:
+    /// `connection_lost` forces the close.
+    pub fn close_peer(&mut self, peer: PeerAddr) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        p.closing = true;
+        for c in p.conns.clone() {
+            if let Some(conn) = self.conns.get_mut(&c) {
+                if conn.phase == ConnPhase::Established {
+                    conn.phase = ConnPhase::Closing;
+                }
+            }
+        }
+    }
+
+    /// Closes everything: every peer gracefully, connections still in
+    /// their handshake at once.
+    pub fn shutdown(&mut self) {
+        let peers: Vec<PeerAddr> = self.peers.keys().copied().collect();
+        for p in peers {
+            self.close_peer(p);
+        }
+        let handshaking: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.phase == ConnPhase::Handshaking)
+            .map(|(id, _)| *id)
+            .collect();
+        for c in handshaking {
+            self.close_conn(c, ConnError::Closed);
+        }
+    }
+
+    // ----- MQ ------------------------------------------------------------
+
+    /// Posts a send of `len` bytes with `tag` to `peer`; its bytes are read
+    /// through [`SendPayloads`] when it goes out. `Standard` sends complete
+    /// once their bytes are in the transmit buffer; `Synchronous` ones
+    /// always use rendezvous and so complete only after the receiver
+    /// matched them.
+    ///
+    /// Errors: `Inval` for an unknown peer or an op id in use, `MsgSize`
+    /// above the largest message, `Io` when the peer is down or closing,
+    /// `Again` when `max_queued_sends` sends are held on its connection.
+    pub fn send(
+        &mut self,
+        peer: PeerAddr,
+        tag: u64,
+        len: u64,
+        mode: SendMode,
+        op: OpId,
+    ) -> Result<()> {
+        if self.ops.contains_key(&op) {
+            return Err(inval(format!("operation id {op:?} is already in use")));
+        }
+        let conn_id = self.send_conn(peer)?;
+        let conn = self
+            .conns
+            .get_mut(&conn_id)
+            .expect("a peer's send connection exists");
+        if len > conn.send_limits.max_message {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "a {len}-byte message exceeds the largest message ({} bytes)",
+                    conn.send_limits.max_message
+                ),
+            ));
+        }
+        if conn.queued.len() >= self.config.max_queued_sends {
+            return Err(Error::new(
+                ErrorKind::Again,
+                format!(
+                    "{} sends are already queued to this peer",
+                    conn.queued.len()
+                ),
+            ));
+        }
+        conn.queued.push_back(SendOp { op, tag, len, mode });
+        self.ops.insert(op, OpState::Send);
+        Ok(())
+    }
+
+    fn send_conn(&self, peer: PeerAddr) -> Result<ConnId> {
+        let p = self
+            .peers
+            .get(&peer)
+            .ok_or_else(|| inval(format!("{peer:?} is not a connected peer")))?;
+        match p.send_conn {
+            Some(c) if !p.closing => Ok(c),
+            _ => Err(Error::new(
+                ErrorKind::Io,
+                format!("peer {} is down or closing", p.epid),
+            )),
+        }
+    }
+
+    /// Posts a receive of up to `cap` bytes for the oldest message matching
+    /// `tags`. It may complete at once (events), or wait.
+    pub fn recv(&mut self, tags: TagMatch, cap: usize, op: OpId) -> Result<()> {
+        if self.ops.contains_key(&op) {
+            return Err(inval(format!("operation id {op:?} is already in use")));
+        }
+        self.ops.insert(op, OpState::Posted { cap, tags });
+        match self.matcher.post_recv(tags, op) {
+            Ok(None) => {}
+            Ok(Some(u)) => {
+                self.deliver(op, u.tag, u.payload);
+                self.regrant();
+            }
+            Err(_) => {
+                self.ops.remove(&op);
+                return Err(inval(format!("operation id {op:?} is already posted")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels a receive that has not matched: it completes with
+    /// `Canceled` and `true` is returned. `false` when it is too late or
+    /// `op` is not a waiting receive (sends cannot be cancelled).
+    pub fn cancel(&mut self, op: OpId) -> bool {
+        let Some(OpState::Posted { tags, .. }) = self.ops.get(&op) else {
+            return false;
+        };
+        let tags = *tags;
+        if !self.matcher.cancel(&op) {
+            return false;
+        }
+        self.ops.remove(&op);
+        self.events.push_back(Event::Complete {
+            op,
+            status: MqStatus {
+                tag: tags.tag,
+                msg_len: 0,
+                nbytes: 0,
+                source: None,
+                error: Some(ErrorKind::Canceled),
+            },
+        });
+        true
+    }
+
+    /// The status of the oldest unexpected message matching `tags`, left
+    /// in the queue (PSM's `iprobe`).
+    pub fn probe(&self, tags: TagMatch) -> Option<MqStatus> {
+        self.matcher.probe(tags).map(|u| MqStatus {
+            tag: u.tag,
+            msg_len: u.payload.len(),
+            nbytes: usize::try_from(u.payload.len()).unwrap_or(usize::MAX),
+            source: Some(u.payload.source()),
+            error: None,
+        })
+    }
+
+    // ----- AM ------------------------------------------------------------
+
+    fn check_am(limits: &FrameLimits, handler: u16, args: &[u64], payload: &[u8]) -> Result<()> {
+        if handler >= limits.max_am_handlers {
+            return Err(inval(format!(
+                "AM handler {handler} is outside the {} slots",
+                limits.max_am_handlers
+            )));
+        }
+        if args.len() > usize::from(limits.max_am_args) {
+            return Err(inval(format!(
+                "{} AM arguments, at most {}",
+                args.len(),
+                limits.max_am_args
+            )));
+        }
+        if payload.len() > limits.max_am_payload as usize {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "{}-byte AM payload, at most {}",
+                    payload.len(),
+                    limits.max_am_payload
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn am_frame(handler: u16, args: &[u64], payload: &[u8]) -> AmFrame {
+        AmFrame {
+            handler,
+            args: AmArgs::new(args).expect("checked against max_am_args"),
+            payload: Bytes::copy_from_slice(payload),
+        }
+    }
+
+    /// Sends an AM request (arguments and payload are copied). `Again`
+    /// without AM credit; `Inval` / `MsgSize` beyond the limits (the
+    /// smaller of both sides'); `Io` when the peer is down.
+    pub fn am_request(
+        &mut self,
+        peer: PeerAddr,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        let conn_id = self.send_conn(peer)?;
+        let conn = self
+            .conns
+            .get_mut(&conn_id)
+            .expect("a peer's send connection exists");
+        Self::check_am(&conn.send_limits, handler, args, payload)?;
+        if conn.tx.am == 0 {
+            return Err(Error::new(
+                ErrorKind::Again,
+                "no AM credit: too many requests in flight to this peer",
+            ));
+        }
+        conn.tx.am -= 1;
+        conn.control.push_back(Control {
+            frame: Frame::AmRequest(Self::am_frame(handler, args, payload)),
+            returns_am_credit: false,
+        });
+        Ok(())
+    }
+
+    /// Answers an AM request with a reply to the requester's `handler`.
+    /// Beyond the limits the token comes back with the error (answer it
+    /// again, or with `am_done`). A reply to a peer that is gone is
+    /// dropped.
+    pub fn am_reply(
+        &mut self,
+        token: AmToken,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+    ) -> std::result::Result<(), (AmToken, Error)> {
+        let Some(conn) = self.conns.get_mut(&token.conn).filter(|c| c.is_open()) else {
+            return Ok(());
+        };
+        if let Err(e) = Self::check_am(&conn.send_limits, handler, args, payload) {
+            return Err((token, e));
+        }
+        conn.control.push_back(Control {
+            frame: Frame::AmReply(Self::am_frame(handler, args, payload)),
+            returns_am_credit: true,
+        });
+        Ok(())
+    }
+
+    /// Finishes an AM request without a reply.
+    pub fn am_done(&mut self, token: AmToken) {
+        if let Some(conn) = self.conns.get_mut(&token.conn).filter(|c| c.is_open()) {
+            conn.grant(Credit {
+                am: 1,
+                ..Credit::default()
+            });
+        }
+    }
+
+    // ----- frames --------------------------------------------------------
+
+    fn on_frame(&mut self, id: ConnId, frame: Frame) -> Result<(), ConnError> {
+        let conn = self.conns.get_mut(&id).expect("checked by the caller");
+        if conn.phase == ConnPhase::Handshaking {
+            return self.on_handshake(id, frame);
+        }
+        let source = conn.peer.expect("an open connection has a peer");
+        match frame {
+            Frame::Credit {
+                eager_bytes,
+                rts,
+                am,
+            } => {
+                let add = |a: u64, b: u64| a.checked_add(b).ok_or(Violation::CreditOverflow);
+                conn.tx.eager = add(conn.tx.eager, eager_bytes)?;
+                conn.tx.rts = add(conn.tx.rts, rts.into())?;
+                conn.tx.am = add(conn.tx.am, am.into())?;
+            }
+            Frame::Eager { tag, payload } => {
+                let charge = payload.len() as u64 + ENTRY_OVERHEAD;
+                if charge > conn.rx.eager {
+                    return Err(Violation::EagerCredit {
+                        charge,
+                        granted: conn.rx.eager,
+                    }
+                    .into());
+                }
+                conn.rx.eager -= charge;
+                self.granted -= charge;
+                let pending = Pending::Eager { source, payload };
+                // Unexpected payloads get their own memory (module docs).
+                let arrival = self.matcher.arrive_with(tag, charge, pending, |p| match p {
+                    Pending::Eager { source, payload } => Pending::Eager {
+                        source,
+                        payload: Bytes::copy_from_slice(&payload),
+                    },
+                    other => other,
+                });
+                if let Arrival::Matched { recv, payload } = arrival {
+                    self.deliver(recv, tag, payload);
+                }
+                self.pool_dirty = true;
+            }
+            Frame::Rts { msg_id, tag, len } => {
+                if conn.rx.rts == 0 {
+                    return Err(Violation::RtsCredit.into());
+                }
+                conn.rx.rts -= 1;
+                let pending = Pending::Rts {
+                    source,
+                    conn: id,
+                    msg_id,
+                    len,
+                };
+                if let Arrival::Matched { recv, payload } = self.matcher.arrive(tag, 0, pending) {
+                    self.deliver(recv, tag, payload);
+                }
+            }
+            Frame::Cts { msg_id, token, len } => {
+                let send = conn
+                    .awaiting_cts
+                    .remove(&msg_id)
+                    .ok_or(Violation::UnknownMsgId(msg_id))?;
+                if len > send.len {
+                    return Err(Violation::CtsTooLong {
+                        accept: len,
+                        len: send.len,
+                    }
+                    .into());
+                }
+                if len == 0 {
+                    self.complete(send.op, send.status(None));
+                } else {
+                    conn.streaming.push_back(Outgoing {
+                        send,
+                        token,
+                        accept: len,
+                        sent: 0,
+                    });
+                }
+            }
+            Frame::Data {
+                token,
+                offset,
+                payload,
+            } => {
+                let inc = conn
+                    .incoming
+                    .get_mut(&token)
+                    .ok_or(Violation::UnknownToken(token))?;
+                if offset != inc.received {
+                    return Err(Violation::DataOutOfOrder {
+                        expected: inc.received,
+                        got: offset,
+                    }
+                    .into());
+                }
+                let n = payload.len() as u64;
+                if inc.accept - inc.received < n {
+                    return Err(Violation::DataOverrun { accept: inc.accept }.into());
+                }
+                inc.received += n;
+                let op = inc.op;
+                let finished = (inc.received == inc.accept).then(|| inc.status(trunc(inc)));
+                if finished.is_some() {
+                    conn.incoming.remove(&token);
+                }
+                self.events.push_back(Event::Place {
+                    op,
+                    offset: offset as usize,
+                    bytes: payload,
+                });
+                if let Some(status) = finished {
+                    self.complete(op, status);
+                }
+            }
+            Frame::AmRequest(am) => {
+                if conn.rx.am == 0 {
+                    return Err(Violation::AmCredit.into());
+                }
+                conn.rx.am -= 1;
+                self.events.push_back(Event::AmRequest {
+                    token: AmToken { conn: id, source },
+                    source,
+                    handler: am.handler,
+                    args: am.args,
+                    payload: am.payload,
+                });
+            }
+            Frame::AmReply(am) => self.events.push_back(Event::AmReply {
+                source,
+                handler: am.handler,
+                args: am.args,
+                payload: am.payload,
+            }),
+            Frame::Bye => return Err(ConnError::PeerClosed),
+            Frame::Hello(_) | Frame::HelloAck(_) | Frame::Refuse(_) => {
+                return Err(Violation::UnexpectedFrame(frame.kind()).into())
+            }
+        }
+        Ok(())
+    }
+
+    fn on_handshake(&mut self, id: ConnId, frame: Frame) -> Result<(), ConnError> {
+        let role = self.conns[&id].role;
+        let (theirs, reply) = match (role, frame) {
+            (Role::Acceptor, Frame::Hello(h)) => (h, true),
+            (Role::Dialer { .. }, Frame::HelloAck(h)) => (h, false),
+            (Role::Dialer { .. }, Frame::Refuse(r)) => {
+                let refusal = Refusal::from_frame(&r, &self.hello);
+                return Err(HandshakeError::RefusedByPeer(refusal).into());
+            }
+            (_, other) => {
+                self.push_refuse(id, &Refusal::Protocol);
+                return Err(HandshakeError::UnexpectedFrame { got: other.kind() }.into());
+            }
+        };
+        if let Err(refusal) = check_hello(&self.hello, &theirs) {
+            self.push_refuse(id, &refusal);
+            return Err(HandshakeError::Refused(refusal).into());
+        }
+        if let Role::Dialer { expect } = role {
+            if theirs.epid != expect {
+                return Err(HandshakeError::WrongEpid {
+                    expected: expect,
+                    got: theirs.epid,
+                }
+                .into());
+            }
+        }
+        // Link to the peer of that epid (reviving it if it was down).
+        let peer = match self.by_epid.get(&theirs.epid) {
+            Some(p) => *p,
+            None => {
+                let p = PeerAddr(self.next_peer);
+                self.next_peer += 1;
+                self.by_epid.insert(theirs.epid, p);
+                self.peers.insert(
+                    p,
+                    Peer {
+                        epid: theirs.epid,
+                        send_conn: None,
+                        conns: Vec::new(),
+                        closing: false,
+                    },
+                );
+                p
+            }
+        };
+        let p = self.peers.get_mut(&peer).expect("just linked");
+        p.conns.push(id);
+        let closing = p.closing && p.send_conn.is_some();
+        if p.send_conn.is_none() {
+            p.send_conn = Some(id);
+            p.closing = false;
+        }
+        let conn = self.conns.get_mut(&id).expect("checked by the caller");
+        conn.peer = Some(peer);
+        conn.send_limits = self.hello.limits.min(&theirs.limits);
+        conn.phase = if closing {
+            ConnPhase::Closing
+        } else {
+            ConnPhase::Established
+        };
+        if reply {
+            conn.control.push_back(Control {
+                frame: Frame::HelloAck(self.hello.clone()),
+                returns_am_credit: false,
+            });
+        }
+        conn.grant(Credit {
+            eager: 0,
+            rts: self.config.peer_rts_window.into(),
+            am: self.config.peer_am_window.into(),
+        });
+        self.pool_dirty = true;
+        self.events.push_back(Event::Connected {
+            conn: id,
+            peer,
+            epid: theirs.epid,
+        });
+        Ok(())
+    }
+
+    fn push_refuse(&mut self, id: ConnId, refusal: &Refusal) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.control.push_back(Control {
+                frame: Frame::Refuse(refusal.to_frame(&self.hello)),
+                returns_am_credit: false,
+            });
+        }
+    }
+
+    // ----- matching results ---------------------------------------------
+
+    /// A posted receive `op` took message `pending`.
+    fn deliver(&mut self, op: OpId, tag: u64, pending: Pending) {
+        let Some(OpState::Posted { cap, .. }) = self.ops.get(&op) else {
+            return;
+        };
+        let cap = *cap;
+        match pending {
+            Pending::Eager { source, payload } => {
+                let n = cap.min(payload.len());
+                if n > 0 {
+                    self.events.push_back(Event::Place {
+                        op,
+                        offset: 0,
+                        bytes: payload.slice(..n),
+                    });
+                }
+                let msg_len = payload.len() as u64;
+                self.complete(
+                    op,
+                    MqStatus {
+                        tag,
+                        msg_len,
+                        nbytes: n,
+                        source: Some(source),
+                        error: (msg_len > n as u64).then_some(ErrorKind::Trunc),
+                    },
+                );
+                self.pool_dirty = true;
+            }
+            Pending::Rts {
+                source,
+                conn,
+                msg_id,
+                len,
+            } => {
+                let Some(c) = self.conns.get_mut(&conn).filter(|c| c.is_open()) else {
+                    // Entries of closed connections are removed when they
+                    // close; keep the receive failing cleanly regardless.
+                    self.complete(
+                        op,
+                        MqStatus {
+                            tag,
+                            msg_len: len,
+                            nbytes: 0,
+                            source: Some(source),
+                            error: Some(ErrorKind::Io),
+                        },
+                    );
+                    return;
+                };
+                let accept = len.min(cap as u64);
+                let token = c.next_token;
+                c.next_token += 1;
+                c.control.push_back(Control {
+                    frame: Frame::Cts {
+                        msg_id,
+                        token,
+                        len: accept,
+                    },
+                    returns_am_credit: false,
+                });
+                c.grant(Credit {
+                    rts: 1,
+                    ..Credit::default()
+                });
+                let inc = Incoming {
+                    op,
+                    tag,
+                    msg_len: len,
+                    accept,
+                    received: 0,
+                    source,
+                };
+                if accept == 0 {
+                    let status = inc.status(trunc(&inc));
+                    self.complete(op, status);
+                } else {
+                    c.incoming.insert(token, inc);
+                    self.ops.insert(op, OpState::Receiving);
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, op: OpId, status: MqStatus) {
+        self.ops.remove(&op);
+        self.events.push_back(Event::Complete { op, status });
+    }
+
+    // ----- closing -------------------------------------------------------
+
+    /// Closes one connection with `error`, failing its operations; when it
+    /// carried a peer, the whole peer goes down.
+    fn close_conn(&mut self, id: ConnId, error: ConnError) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.phase == ConnPhase::Closed {
+            return;
+        }
+        conn.phase = ConnPhase::Closed;
+        // Only a Refuse is worth flushing from a failed connection.
+        conn.control.retain(|c| matches!(c.frame, Frame::Refuse(_)));
+        self.granted -= conn.rx.eager;
+        conn.rx = Credit::default();
+        conn.give = Credit::default();
+        let failed = conn.take_ops(error.kind());
+        let peer = conn.peer;
+        self.pool_dirty = true;
+        self.events.push_back(Event::ConnectionClosed {
+            conn: id,
+            error: Some(error.clone()),
+        });
+        for (op, status) in failed {
+            self.complete(op, status);
+        }
+        if let Some(peer) = peer {
+            self.peer_down(peer, id, Some(error));
+        }
+    }
+
+    /// After a graceful Bye on `id`.
+    fn finish_graceful(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        conn.phase = ConnPhase::Closed;
+        self.granted -= conn.rx.eager;
+        conn.rx = Credit::default();
+        conn.give = Credit::default();
+        let peer = conn.peer;
+        self.pool_dirty = true;
+        self.events.push_back(Event::ConnectionClosed {
+            conn: id,
+            error: None,
+        });
+        if let Some(peer) = peer {
+            self.peer_down(peer, id, None);
+        }
+    }
+
+    /// Connection `gone` of `peer` closed. A failure takes the whole peer
+    /// down (its other connections close with the same error); a graceful
+    /// close does when it was the last connection.
+    fn peer_down(&mut self, peer: PeerAddr, gone: ConnId, error: Option<ConnError>) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        p.conns.retain(|c| *c != gone);
+        if error.is_none() && !p.conns.is_empty() {
+            if p.send_conn == Some(gone) {
+                p.send_conn = p.conns.first().copied();
+            }
+            return;
+        }
+        let was_up = p.send_conn.take().is_some();
+        let siblings = std::mem::take(&mut p.conns);
+        let epid = p.epid;
+        let error = error.unwrap_or(ConnError::Closed);
+        if was_up {
+            self.events.push_back(Event::PeerDown {
+                peer,
+                epid,
+                error: error.clone(),
+            });
+        }
+        for c in siblings {
+            self.close_conn(c, error.clone());
+        }
+        // Rendezvous requests from the peer can no longer be served.
+        let stale = self.matcher.remove_unexpected_if(
+            |u| matches!(u.payload, Pending::Rts { source, .. } if source == peer),
+        );
+        drop(stale);
+    }
+
+    // ----- credit --------------------------------------------------------
+
+    /// Hands the free part of the budget to connections whose eager credit
+    /// fell below three quarters of their window, round-robin.
+    fn regrant(&mut self) {
+        if !self.pool_dirty {
+            return;
+        }
+        self.pool_dirty = false;
+        let window = self.config.peer_eager_window;
+        let mut free = self
+            .config
+            .unexpected_budget
+            .saturating_sub(self.matcher.unexpected_bytes())
+            .saturating_sub(self.granted);
+        if free == 0 || window == 0 {
+            return;
+        }
+        let threshold = (window / 4).max(1);
+        let cursor = ConnId(self.grant_cursor);
+        let order: Vec<ConnId> = self
+            .conns
+            .range(cursor..)
+            .chain(self.conns.range(..cursor))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in order {
+            let conn = self.conns.get_mut(&id).expect("listed above");
+            if !conn.is_open() {
+                continue;
+            }
+            let deficit = window.saturating_sub(conn.rx.eager);
+            if deficit < threshold {
+                continue;
+            }
+            let x = deficit.min(free);
+            conn.grant(Credit {
+                eager: x,
+                ..Credit::default()
+            });
+            self.granted += x;
+            free -= x;
+            self.grant_cursor = id.0 + 1;
+            if free == 0 {
+                break;
+            }
+        }
+    }
+}
+
+fn trunc(inc: &Incoming) -> Option<ErrorKind> {
+    (inc.msg_len > inc.accept).then_some(ErrorKind::Trunc)
+}

@@ -1,0 +1,132 @@
+//! Running one side of a test in a child process.
+//!
+//! The test binary re-executes itself, filtered to the same test, with
+//! `PSMRAIL_TEST_ROLE` set; the test function checks [`role`] first and
+//! plays the child's part when it is set. The two sides talk over the
+//! child's stdin/stdout, one line at a time ([`Peer::send_line`],
+//! [`Peer::recv_line`] in the parent; [`ChildIo`] in the child), which is
+//! enough to exchange endpoint ids and verdicts.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const ROLE_VAR: &str = "PSMRAIL_TEST_ROLE";
+
+/// The role this process plays, if it is a child started by [`Peer::spawn`].
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_VAR).ok()
+}
+
+/// A child process running `test` in `role`.
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Peer {
+    /// Starts the current test binary filtered to exactly `test`, with the
+    /// role and extra environment set.
+    pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut cmd = Command::new(exe);
+        cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_VAR, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn peer");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // The test harness prints its own lines; ours carry a prefix.
+                if let Some(msg) = line.strip_prefix("@@ ") {
+                    if tx.send(msg.to_owned()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Sends one line to the child.
+    pub fn send_line(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").expect("write to peer");
+        self.stdin.flush().expect("flush to peer");
+    }
+
+    /// The child's next line, or a panic naming what was awaited after
+    /// `timeout`.
+    pub fn recv_line(&mut self, timeout: Duration) -> String {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = self.child.kill();
+                panic!("peer sent no line within {timeout:?}");
+            }
+        }
+    }
+
+    /// Waits for the child to exit, killing it after `timeout`.
+    pub fn wait(mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("peer did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kills the child now (to test a dead peer).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child's side of the line channel.
+pub struct ChildIo {
+    stdin: std::io::StdinLock<'static>,
+}
+
+impl ChildIo {
+    /// The channel to the parent.
+    pub fn new() -> ChildIo {
+        ChildIo {
+            stdin: std::io::stdin().lock(),
+        }
+    }
+
+    /// Sends one line to the parent.
+    pub fn send_line(&mut self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "@@ {line}").expect("stdout");
+        out.flush().expect("flush");
+    }
+
+    /// The parent's next line (blocks; the parent's timeouts bound it).
+    pub fn recv_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdin.read_line(&mut line).expect("stdin");
+        line.trim_end().to_owned()
+    }
+}
