@@ -16,7 +16,7 @@
 //! * one non-blocking progress step (the reactor's `ProgressSource`), which
 //!   harvests MQ completions and runs AM handlers.
 //!
-//! **Routing completions.** Every posted request carries an [`OpKey`] taken
+//! **Routing completions.** Every posted request carries an [`OpKey`](crate::reactor::OpKey) taken
 //! from the endpoint's completion table ([`EngineEndpoint::completions`]).
 //! When the request finishes, the engine stores an [`MqCompletion`] — the
 //! status and the [`OpBuffer`] it was given — in that slot and wakes the
@@ -40,8 +40,6 @@ pub mod soft;
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};
 pub use am::{AmHandler, AmHandlerId, AmMessage, AmReply};
 pub use buffer::{BufferOwner, OpBuffer, StableRegion};
-pub use contract::{
-    Engine, EngineEndpoint, EngineKind, EndpointOptions, PostError, SendMode,
-};
+pub use contract::{EndpointOptions, Engine, EngineEndpoint, EngineKind, PostError, SendMode};
 pub use limits::EngineLimits;
 pub use mq::{MqCompletion, MqStatus, TagMatch};

@@ -477,7 +477,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn seed_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/engine/soft/fuzz_seeds")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus")
     }
 
     #[test]
@@ -604,13 +604,13 @@ mod tests {
         }
     }
 
-    /// Writes the corpus to `src/engine/soft/fuzz_seeds/{frame,handshake}/`:
+    /// Writes the corpus to `fuzz/corpus/{soft_frame,soft_handshake}/`:
     /// `cargo test -p psmrail --lib write_fuzz_seeds -- --ignored`.
     #[test]
     #[ignore]
     fn write_fuzz_seeds() {
         let (fs, hs) = seeds();
-        for (dir, set) in [("frame", fs), ("handshake", hs)] {
+        for (dir, set) in [("soft_frame", fs), ("soft_handshake", hs)] {
             let d = seed_dir().join(dir);
             std::fs::create_dir_all(&d).unwrap();
             for (i, (name, bytes)) in set.iter().enumerate() {
@@ -622,11 +622,9 @@ mod tests {
     #[test]
     fn checked_in_seeds_match_the_generator() {
         let (fs, hs) = seeds();
-        for (dir, set) in [("frame", fs), ("handshake", hs)] {
+        for (dir, set) in [("soft_frame", fs), ("soft_handshake", hs)] {
             let d = seed_dir().join(dir);
-            if !d.exists() {
-                continue; // moved to fuzz/corpus
-            }
+            assert!(d.is_dir(), "seed corpus {} is missing", d.display());
             for (i, (name, bytes)) in set.iter().enumerate() {
                 let on_disk = std::fs::read(d.join(format!("{i:02}-{name}"))).unwrap();
                 assert_eq!(&on_disk, bytes, "{dir}/{name}");

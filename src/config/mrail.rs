@@ -1,0 +1,304 @@
+//! [`MrailConfig`]: the `FI_OFI_MRAIL_*` settings of the mrail provider
+//! (fi_mrail(7)).
+
+use std::fmt;
+
+use super::env::{is_set, read_var, ProcessEnv, VarSource};
+use super::error::ConfigError;
+use super::psm::write_rows;
+use super::rail_addr::{self, parse_list_var, RailAddr};
+use super::rail_policy::{self, RailPolicy, RailPolicyTable};
+use super::source::Source;
+use super::warning::ConfigWarning;
+
+/// `FI_OFI_MRAIL_ADDR`: the rails' addresses.
+pub const ADDR_VAR: &str = rail_addr::VAR;
+/// `FI_OFI_MRAIL_ADDR_STRC`: deprecated spelling of [`ADDR_VAR`], read
+/// only when `FI_OFI_MRAIL_ADDR` is unset.
+pub const ADDR_STRC_VAR: &str = "FI_OFI_MRAIL_ADDR_STRC";
+/// `FI_OFI_MRAIL_CONFIG`: the size-to-policy table.
+pub const CONFIG_VAR: &str = rail_policy::VAR;
+
+/// One `FI_OFI_MRAIL_*` parameter, for [`MrailConfig::source`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MrailParam {
+    /// The rail addresses (`FI_OFI_MRAIL_ADDR`, or the deprecated
+    /// `FI_OFI_MRAIL_ADDR_STRC`).
+    Addr,
+    /// The policy table (`FI_OFI_MRAIL_CONFIG`).
+    Config,
+}
+
+impl MrailParam {
+    /// The environment variable that sets this parameter.
+    pub const fn env_name(self) -> &'static str {
+        match self {
+            MrailParam::Addr => ADDR_VAR,
+            MrailParam::Config => CONFIG_VAR,
+        }
+    }
+}
+
+/// The mrail provider's configuration (fi_mrail(7), "Runtime Parameters").
+///
+/// | Variable | Meaning | Default |
+/// |---|---|---|
+/// | `FI_OFI_MRAIL_ADDR` | comma list of rail addresses ([`RailAddr`]) | unset: no rails |
+/// | `FI_OFI_MRAIL_ADDR_STRC` | deprecated; used only when `FI_OFI_MRAIL_ADDR` is unset, with a warning | unset |
+/// | `FI_OFI_MRAIL_CONFIG` | `<max_size>:<policy>` table ([`RailPolicyTable`]) | `16384:fixed,ULONG_MAX:striping` |
+///
+/// With neither address variable set the configuration still reads fine
+/// and has no rails; opening the mrail provider then reports `FI_ENODATA`
+/// (as C's `fi_getinfo` does). A variable that is set but empty is an
+/// "empty item" error. Warnings (deprecated or ignored variables, a bounded
+/// last policy entry) are kept in [`warnings`](Self::warnings) and emitted
+/// with `tracing::warn!`. The environment is never modified.
+///
+/// ```
+/// use psmrail::config::{MrailConfig, MrailParam, RailPolicy, Source};
+///
+/// let cfg = MrailConfig::from_vars(&[
+///     ("FI_OFI_MRAIL_ADDR_STRC", "ib0,ib1"),
+///     ("FI_OFI_MRAIL_CONFIG", "4096:fixed,65536:round-robin,-1:striping"),
+/// ])
+/// .unwrap();
+/// assert_eq!(cfg.rails().len(), 2);
+/// assert_eq!(cfg.source(MrailParam::Addr), Source::Env("FI_OFI_MRAIL_ADDR_STRC"));
+/// assert_eq!(cfg.warnings()[0].var(), "FI_OFI_MRAIL_ADDR_STRC");
+/// assert_eq!(cfg.policy_for(10_000), RailPolicy::RoundRobin);
+///
+/// // Defaults.
+/// let cfg = MrailConfig::from_vars(&[] as &[(&str, &str)]).unwrap();
+/// assert!(cfg.rails().is_empty());
+/// assert_eq!(cfg.policy_table().to_string(), "16384:fixed,ULONG_MAX:striping");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MrailConfig {
+    rails: Vec<RailAddr>,
+    rails_source: Source,
+    policy: RailPolicyTable,
+    policy_source: Source,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Default for MrailConfig {
+    /// No rails and the default policy table.
+    fn default() -> Self {
+        MrailConfigBuilder::default().build()
+    }
+}
+
+impl MrailConfig {
+    /// A builder starting from the defaults, without the environment.
+    pub fn builder() -> MrailConfigBuilder {
+        MrailConfigBuilder::default()
+    }
+
+    /// A builder pre-filled from `vars` (see [`MrailConfigBuilder::from_vars`]).
+    pub fn builder_from_vars<V: VarSource + ?Sized>(
+        vars: &V,
+    ) -> Result<MrailConfigBuilder, ConfigError> {
+        MrailConfigBuilder::from_vars(vars)
+    }
+
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        MrailConfig::from_vars(&ProcessEnv)
+    }
+
+    /// Reads the configuration from `vars`.
+    pub fn from_vars<V: VarSource + ?Sized>(vars: &V) -> Result<Self, ConfigError> {
+        Ok(MrailConfigBuilder::from_vars(vars)?.build())
+    }
+
+    /// The rail addresses, in rail order (empty when none were given).
+    pub fn rails(&self) -> &[RailAddr] {
+        &self.rails
+    }
+
+    /// The size-to-policy table.
+    pub fn policy_table(&self) -> &RailPolicyTable {
+        &self.policy
+    }
+
+    /// The policy for a message of `size` bytes
+    /// ([`RailPolicyTable::policy_for`]).
+    pub fn policy_for(&self, size: u64) -> RailPolicy {
+        self.policy.policy_for(size)
+    }
+
+    /// Where `param`'s value came from. For [`MrailParam::Addr`] read from
+    /// the deprecated variable this is `Source::Env("FI_OFI_MRAIL_ADDR_STRC")`.
+    pub fn source(&self, param: MrailParam) -> Source {
+        match param {
+            MrailParam::Addr => self.rails_source,
+            MrailParam::Config => self.policy_source,
+        }
+    }
+
+    /// Warnings raised while reading and building the configuration.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+}
+
+impl fmt::Display for MrailConfig {
+    /// A multi-line summary: every effective value and its [`Source`], one
+    /// line per rail, then any warnings.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "mrail configuration:")?;
+        let rails = if self.rails.is_empty() {
+            "unset (no rails)".to_owned()
+        } else {
+            self.rails
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        write_rows(
+            f,
+            &[
+                (ADDR_VAR, rails, self.rails_source.to_string()),
+                (
+                    CONFIG_VAR,
+                    self.policy.to_string(),
+                    self.policy_source.to_string(),
+                ),
+            ],
+        )?;
+        for (i, rail) in self.rails.iter().enumerate() {
+            let kind = match rail {
+                RailAddr::AddrStr(a) => format!("{} address", a.format_name()),
+                RailAddr::Ip(_) => "IP address".to_owned(),
+                RailAddr::Interface(_) => "interface name".to_owned(),
+                RailAddr::Host(_) => "host name".to_owned(),
+                RailAddr::InterfaceOrHost(_) => "interface name, else host name".to_owned(),
+            };
+            writeln!(f, "  rail {i}: {rail} ({kind})")?;
+        }
+        let mut lower = 0u64;
+        for (max, policy) in self.policy.entries() {
+            match max.bytes() {
+                Some(b) => writeln!(f, "  messages {lower}..={b} bytes: {policy}")?,
+                None => writeln!(f, "  messages {lower} bytes and up: {policy}")?,
+            }
+            lower = max.bytes().map_or(u64::MAX, |b| b.saturating_add(1));
+        }
+        if !self.policy.is_last_unbounded() {
+            if let Some((_, policy)) = self.policy.entries().last() {
+                writeln!(f, "  messages {lower} bytes and up: {policy} (last entry)")?;
+            }
+        }
+        for w in &self.warnings {
+            writeln!(f, "  warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`MrailConfig`] from the defaults ([`MrailConfig::builder`])
+/// or from variables ([`MrailConfigBuilder::from_vars`]), with overrides in
+/// code. Setters mark the parameter [`Source::Explicit`].
+#[derive(Clone, Debug)]
+pub struct MrailConfigBuilder {
+    rails: Vec<RailAddr>,
+    rails_source: Source,
+    policy: RailPolicyTable,
+    policy_source: Source,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Default for MrailConfigBuilder {
+    fn default() -> Self {
+        MrailConfigBuilder {
+            rails: Vec::new(),
+            rails_source: Source::Default,
+            policy: RailPolicyTable::default(),
+            policy_source: Source::Default,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl MrailConfigBuilder {
+    /// A builder filled from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        MrailConfigBuilder::from_vars(&ProcessEnv)
+    }
+
+    /// A builder filled from `vars`.
+    ///
+    /// `FI_OFI_MRAIL_ADDR` is used when set (even if empty, which is then an
+    /// error), and a set `FI_OFI_MRAIL_ADDR_STRC` is ignored with a warning.
+    /// Otherwise `FI_OFI_MRAIL_ADDR_STRC` is used, with a deprecation
+    /// warning; errors in it name `FI_OFI_MRAIL_ADDR_STRC`.
+    pub fn from_vars<V: VarSource + ?Sized>(vars: &V) -> Result<Self, ConfigError> {
+        let mut b = MrailConfigBuilder::default();
+        if let Some(value) = read_var(vars, ADDR_VAR)? {
+            b.rails = parse_list_var(ADDR_VAR, &value)?;
+            b.rails_source = Source::Env(ADDR_VAR);
+            if is_set(vars, ADDR_STRC_VAR) {
+                b.warnings.push(ConfigWarning::new(
+                    ADDR_STRC_VAR,
+                    "is ignored because FI_OFI_MRAIL_ADDR is set (FI_OFI_MRAIL_ADDR_STRC is deprecated)",
+                ));
+            }
+        } else if let Some(value) = read_var(vars, ADDR_STRC_VAR)? {
+            b.rails = parse_list_var(ADDR_STRC_VAR, &value)?;
+            b.rails_source = Source::Env(ADDR_STRC_VAR);
+            b.warnings.push(ConfigWarning::new(
+                ADDR_STRC_VAR,
+                "is deprecated; use FI_OFI_MRAIL_ADDR instead",
+            ));
+        }
+        if let Some(value) = read_var(vars, CONFIG_VAR)? {
+            b.policy = RailPolicyTable::parse_var(CONFIG_VAR, &value)?;
+            b.policy_source = Source::Env(CONFIG_VAR);
+        }
+        Ok(b)
+    }
+
+    /// Sets the rail addresses (dropping any warning about the address
+    /// variables, which no longer matter).
+    pub fn rails(mut self, rails: impl IntoIterator<Item = RailAddr>) -> Self {
+        self.rails = rails.into_iter().collect();
+        self.rails_source = Source::Explicit;
+        // The address variables no longer matter.
+        self.warnings.retain(|w| w.var() != ADDR_STRC_VAR);
+        self
+    }
+
+    /// Sets the policy table.
+    pub fn policy_table(mut self, table: RailPolicyTable) -> Self {
+        self.policy = table;
+        self.policy_source = Source::Explicit;
+        self
+    }
+
+    /// The configuration; warnings are stored in it and emitted with
+    /// `tracing::warn!`.
+    pub fn build(self) -> MrailConfig {
+        let mut warnings = self.warnings;
+        if !self.policy.is_last_unbounded() {
+            if let Some((max, policy)) = self.policy.entries().last() {
+                warnings.push(ConfigWarning::new(
+                    CONFIG_VAR,
+                    format!(
+                        "the last entry {max}:{policy} is bounded; messages larger than {max} bytes also use {policy} (write ULONG_MAX to make it explicit)"
+                    ),
+                ));
+            }
+        }
+        for w in &warnings {
+            w.emit();
+        }
+        MrailConfig {
+            rails: self.rails,
+            rails_source: self.rails_source,
+            policy: self.policy,
+            policy_source: self.policy_source,
+            warnings,
+        }
+    }
+}
