@@ -182,7 +182,8 @@ pub fn current_thread_affinity() -> std::io::Result<CpuSet> {
     // SAFETY: cpu_set_t is plain data; an all-zero value is a valid empty set.
     let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: we pass the size of the set we own and a valid pointer to it.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -1,0 +1,336 @@
+//! The auto progress thread (design.md principle 4; libfabric study §2).
+//!
+//! One thread per auto-mode reactor. It pins itself to the configured CPU
+//! set (`FI_PSM_PROG_AFFINITY`) and then loops: run a round over every
+//! source; if the round made progress, run another at once; otherwise wait
+//! `interval` (`FI_PSM_PROG_INTERVAL`) and go again. The C provider always
+//! sleeps after a round; going again at once after a productive round is
+//! psmrail's improvement (a burst of completions drains without sleeps).
+//!
+//! How it waits depends on the interval: see [`SleepStrategy`].
+//!
+//! Stopping: dropping the last `Reactor` handle sets the stop flag, wakes
+//! the thread unconditionally and joins it. Source panics are caught per
+//! call (the source is poisoned and counted), so the thread never dies
+//! silently.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
+use std::sync::{mpsc, Arc};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use mio::{Events, Poll, Token};
+
+use crate::cpu_set::{current_thread_affinity, pin_current_thread, CpuSet};
+use crate::gate::SleepGate;
+use crate::source_list::SourceList;
+use crate::stats::{bump, Counters};
+
+/// Token of the thread's mio `Waker`; sources get `Token(id)` (ids start at
+/// 0 and never reach this).
+pub(crate) const WAKER_TOKEN: Token = Token(usize::MAX);
+
+/// Below this an idle thread naps without the sleep gate.
+pub(crate) const NAP_LIMIT: Duration = Duration::from_micros(50);
+/// From this up an idle thread sleeps in `mio::Poll::poll`.
+pub(crate) const POLL_MIN: Duration = Duration::from_millis(1);
+
+/// How the auto thread waits between idle rounds.
+///
+/// Chosen from the interval:
+///
+/// | interval        | strategy | ended early by                          |
+/// |-----------------|----------|-----------------------------------------|
+/// | 0               | `Spin`   | (never waits; `yield_now` between idle rounds) |
+/// | below 50 µs     | `Nap`    | nothing: `nanosleep`; a notify is seen after the nap, at most `interval` late |
+/// | 50 µs to 1 ms   | `Park`   | `notify` (`unpark`; futex timeout)      |
+/// | 1 ms and more   | `Poll`   | `notify` (mio `Waker`) and readiness of sockets that sources registered |
+///
+/// epoll timeouts are whole milliseconds, hence `Park` below 1 ms; `Nap` and
+/// `Park` lower the thread's timer slack to 1 ns (`PR_SET_TIMERSLACK`) so
+/// short sleeps are not stretched by the default 50 µs slack. `Nap` does not
+/// take part in the sleep gate at all, so `notify` costs nothing there: the
+/// thread is back within the interval anyway.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SleepStrategy {
+    /// Interval 0: `yield_now` between idle rounds.
+    Spin,
+    /// Interval below 50 µs: `nanosleep` with 1 ns timer slack.
+    Nap,
+    /// 50 µs up to 1 ms: `park_timeout`, ended early by `notify`.
+    Park,
+    /// 1 ms and more: `mio::Poll::poll(interval)`, ended early by `notify`
+    /// and by socket readiness.
+    Poll,
+}
+
+impl SleepStrategy {
+    /// The strategy the auto thread uses for `interval`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail_reactor::SleepStrategy;
+    /// assert_eq!(SleepStrategy::for_interval(Duration::ZERO), SleepStrategy::Spin);
+    /// assert_eq!(SleepStrategy::for_interval(Duration::from_micros(1)), SleepStrategy::Nap);
+    /// assert_eq!(SleepStrategy::for_interval(Duration::from_micros(200)), SleepStrategy::Park);
+    /// assert_eq!(SleepStrategy::for_interval(Duration::from_millis(1)), SleepStrategy::Poll);
+    /// ```
+    pub fn for_interval(interval: Duration) -> SleepStrategy {
+        if interval.is_zero() {
+            SleepStrategy::Spin
+        } else if interval < NAP_LIMIT {
+            SleepStrategy::Nap
+        } else if interval < POLL_MIN {
+            SleepStrategy::Park
+        } else {
+            SleepStrategy::Poll
+        }
+    }
+
+    /// Whether the thread sleeps through the gate (so `notify` may wake it).
+    pub(crate) fn uses_gate(self) -> bool {
+        matches!(self, SleepStrategy::Park | SleepStrategy::Poll)
+    }
+}
+
+/// What the auto thread found about itself once started.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AutoThreadInfo {
+    /// Kernel thread id (`gettid`): `/proc/self/task/<tid>`.
+    pub tid: i32,
+    /// The thread's affinity read back with `sched_getaffinity` from inside
+    /// the thread after pinning (the inherited set when none was asked for).
+    pub affinity: CpuSet,
+    /// How it waits between idle rounds.
+    pub strategy: SleepStrategy,
+    /// The configured interval.
+    pub interval: Duration,
+}
+
+/// State shared by the reactor handles and the auto thread.
+pub(crate) struct Shared {
+    pub(crate) sources: SourceList,
+    pub(crate) counters: Counters,
+    pub(crate) gate: SleepGate,
+    pub(crate) stop: AtomicBool,
+    /// Registry of the thread's `Poll` (strategy `Poll` only).
+    pub(crate) registry: Option<mio::Registry>,
+}
+
+/// How to end the thread's sleep from outside.
+enum Alarm {
+    Waker(mio::Waker),
+    Unpark,
+    None,
+}
+
+/// The running thread, owned by the reactor's inner state.
+pub(crate) struct AutoThread {
+    handle: Option<JoinHandle<()>>,
+    thread: thread::Thread,
+    alarm: Alarm,
+    strategy: SleepStrategy,
+    pub(crate) info: AutoThreadInfo,
+}
+
+/// Sets this thread's timer slack (`PR_SET_TIMERSLACK`).
+fn set_timer_slack(nanos: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no
+    // memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos, 0, 0, 0) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Makes the registry and waker for strategy `Poll`.
+pub(crate) fn make_poll(strategy: SleepStrategy) -> io::Result<Option<(Poll, mio::Registry)>> {
+    if strategy != SleepStrategy::Poll {
+        return Ok(None);
+    }
+    let poll = Poll::new()?;
+    let registry = poll.registry().try_clone()?;
+    Ok(Some((poll, registry)))
+}
+
+impl AutoThread {
+    /// Starts the thread and waits until it has pinned itself. Pinning (or
+    /// any other set-up) failure is returned, and the thread is gone.
+    pub(crate) fn spawn(
+        shared: Arc<Shared>,
+        poll: Option<Poll>,
+        affinity: Option<CpuSet>,
+        interval: Duration,
+        name: String,
+    ) -> io::Result<AutoThread> {
+        let strategy = SleepStrategy::for_interval(interval);
+        let alarm = match (&poll, strategy) {
+            (Some(poll), SleepStrategy::Poll) => {
+                Alarm::Waker(mio::Waker::new(poll.registry(), WAKER_TOKEN)?)
+            }
+            (_, SleepStrategy::Park) => Alarm::Unpark,
+            _ => Alarm::None,
+        };
+        let (tx, rx) = mpsc::sync_channel(1);
+        let handle = thread::Builder::new().name(name).spawn(move || {
+            let setup = set_up(affinity, strategy, interval);
+            let ok = setup.is_ok();
+            // The receiver waits for this message; if it is gone we stop.
+            if tx.send(setup).is_err() || !ok {
+                return;
+            }
+            run(&shared, poll, strategy, interval);
+        })?;
+        let info = match rx.recv() {
+            Ok(Ok(info)) => info,
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = handle.join();
+                return Err(io::Error::other("auto progress thread died during set-up"));
+            }
+        };
+        Ok(AutoThread {
+            thread: handle.thread().clone(),
+            handle: Some(handle),
+            alarm,
+            strategy,
+            info,
+        })
+    }
+
+    /// `Reactor::notify`: cheap unless the thread is asleep.
+    #[inline]
+    pub(crate) fn notify(&self, shared: &Shared) {
+        if self.strategy.uses_gate() && shared.gate.notify() {
+            bump(&shared.counters.os_wakes);
+            self.alarm();
+        }
+    }
+
+    fn alarm(&self) {
+        match &self.alarm {
+            // A failed eventfd write means the counter is saturated, i.e. a
+            // wake-up is already pending.
+            Alarm::Waker(w) => {
+                let _ = w.wake();
+            }
+            Alarm::Unpark => self.thread.unpark(),
+            Alarm::None => {}
+        }
+    }
+
+    /// CPU time used by the thread so far.
+    pub(crate) fn cpu_time(&self) -> Option<Duration> {
+        use std::os::unix::thread::JoinHandleExt;
+        let handle = self.handle.as_ref()?;
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the pthread_t is valid: the thread has not been joined
+        // (we still hold its JoinHandle); `clock` is a valid out pointer.
+        let rc = unsafe { libc::pthread_getcpuclockid(handle.as_pthread_t(), &mut clock) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: all-zero is a valid timespec.
+        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+        // SAFETY: `clock` names a CPU-time clock; `ts` is a valid out pointer.
+        if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+            return None;
+        }
+        Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    /// Stops and joins the thread. From the thread itself (the last handle
+    /// dropped inside a source), it only asks it to stop and detaches.
+    pub(crate) fn stop(mut self, shared: &Shared) {
+        shared.stop.store(true, Release);
+        self.alarm();
+        if let Some(handle) = self.handle.take() {
+            if thread::current().id() != handle.thread().id() {
+                // A panic outside the per-source catch would be a bug in this
+                // module; there is nobody to report it to in a drop.
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+fn set_up(
+    affinity: Option<CpuSet>,
+    strategy: SleepStrategy,
+    interval: Duration,
+) -> io::Result<AutoThreadInfo> {
+    if let Some(set) = &affinity {
+        pin_current_thread(set).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot pin the auto progress thread to CPUs {set}: {e}"),
+            )
+        })?;
+    }
+    if matches!(strategy, SleepStrategy::Nap | SleepStrategy::Park) {
+        set_timer_slack(1)?;
+    }
+    Ok(AutoThreadInfo {
+        tid: gettid(),
+        affinity: current_thread_affinity()?,
+        strategy,
+        interval,
+    })
+}
+
+/// The thread's loop (see the module docs).
+fn run(shared: &Shared, mut poll: Option<Poll>, strategy: SleepStrategy, interval: Duration) {
+    let mut events = Events::with_capacity(64);
+    while !shared.stop.load(Acquire) {
+        if shared.sources.round(&shared.counters, true).made() {
+            continue;
+        }
+        match strategy {
+            SleepStrategy::Spin => thread::yield_now(),
+            SleepStrategy::Nap => thread::sleep(interval),
+            SleepStrategy::Park => {
+                if shared.gate.prepare_sleep() {
+                    bump(&shared.counters.sleeps);
+                    thread::park_timeout(interval);
+                    if shared.gate.wake_up() {
+                        bump(&shared.counters.notify_wakeups);
+                    } else {
+                        bump(&shared.counters.timeouts);
+                    }
+                }
+            }
+            SleepStrategy::Poll => {
+                if !shared.gate.prepare_sleep() {
+                    continue;
+                }
+                bump(&shared.counters.sleeps);
+                let mut io = false;
+                match poll.as_mut().map(|p| p.poll(&mut events, Some(interval))) {
+                    Some(Ok(())) => io = events.iter().any(|e| e.token() != WAKER_TOKEN),
+                    Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Some(Err(_)) | None => {
+                        bump(&shared.counters.poll_errors);
+                        thread::sleep(interval);
+                    }
+                }
+                if shared.gate.wake_up() {
+                    bump(&shared.counters.notify_wakeups);
+                } else if io {
+                    bump(&shared.counters.io_wakeups);
+                } else {
+                    bump(&shared.counters.timeouts);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The reactor handle: its mode, its sources, progress rounds, `notify`,
+//! and the helper futures use to wait for a completion slot.
+//!
+//! The modes and their costs are documented on [`Reactor`].
+//!
+//! Dropping the last handle of an auto reactor stops and joins its thread.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::auto_thread::{make_poll, AutoThread, AutoThreadInfo, Shared};
+use crate::completion::{CompletionTable, OpKey};
+use crate::cpu_set::CpuSet;
+use crate::gate::SleepGate;
+use crate::source::{Progress, ProgressSource, SourceId};
+use crate::source_list::SourceList;
+use crate::stats::{Counters, ReactorStats};
+
+/// Settings of the auto progress thread.
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail_reactor::{AutoProgress, CpuSet};
+///
+/// let cfg = AutoProgress::new()
+///     .affinity([0].into_iter().collect::<CpuSet>())
+///     .interval(Duration::from_micros(500));
+/// assert_eq!(cfg.interval, Duration::from_micros(500));
+///
+/// // FI_PSM_PROG_INTERVAL unset: 1 µs with an affinity, 1000 µs without.
+/// assert_eq!(AutoProgress::with_c_defaults(None, None).interval, Duration::from_micros(1000));
+/// let pinned = AutoProgress::with_c_defaults(Some([0].into_iter().collect()), None);
+/// assert_eq!(pinned.interval, Duration::from_micros(1));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AutoProgress {
+    /// CPUs to pin the thread to (`FI_PSM_PROG_AFFINITY`); `None` leaves
+    /// the inherited affinity.
+    pub affinity: Option<CpuSet>,
+    /// Wait after an idle round (`FI_PSM_PROG_INTERVAL`); 0 spins.
+    pub interval: Duration,
+}
+
+impl Default for AutoProgress {
+    fn default() -> Self {
+        AutoProgress::new()
+    }
+}
+
+impl AutoProgress {
+    /// The C default interval without an affinity: 1000 µs.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_micros(1000);
+    /// The C default interval when an affinity was applied: 1 µs.
+    pub const PINNED_DEFAULT_INTERVAL: Duration = Duration::from_micros(1);
+
+    /// No affinity, [`DEFAULT_INTERVAL`](Self::DEFAULT_INTERVAL).
+    pub fn new() -> Self {
+        AutoProgress {
+            affinity: None,
+            interval: Self::DEFAULT_INTERVAL,
+        }
+    }
+
+    /// The C provider's defaults (decisions.md, "Kept as in C"): an unset
+    /// interval is 1 µs if an affinity is applied, else 1000 µs.
+    pub fn with_c_defaults(affinity: Option<CpuSet>, interval: Option<Duration>) -> Self {
+        let interval = interval.unwrap_or(if affinity.is_some() {
+            Self::PINNED_DEFAULT_INTERVAL
+        } else {
+            Self::DEFAULT_INTERVAL
+        });
+        AutoProgress { affinity, interval }
+    }
+
+    /// Sets the CPU set to pin to.
+    pub fn affinity(mut self, set: CpuSet) -> Self {
+        self.affinity = Some(set);
+        self
+    }
+
+    /// Sets the interval.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+}
+
+/// Who drives progress.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum ProgressMode {
+    /// The application, inside its futures' `poll` (see [`Reactor`] for
+    /// the CPU cost: a pending future busy-polls).
+    #[default]
+    Manual,
+    /// A dedicated progress thread.
+    Auto(AutoProgress),
+}
+
+/// Builds a [`Reactor`].
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail_reactor::{AutoProgress, Reactor};
+///
+/// let reactor = Reactor::builder()
+///     .auto(AutoProgress::new().interval(Duration::from_millis(5)))
+///     .thread_name("my-progress")
+///     .build()?;
+/// assert!(!reactor.is_manual());
+/// assert!(reactor.auto_thread().is_some());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ReactorBuilder {
+    mode: ProgressMode,
+    thread_name: String,
+}
+
+impl Default for ReactorBuilder {
+    fn default() -> Self {
+        ReactorBuilder {
+            mode: ProgressMode::Manual,
+            thread_name: "psmrail-prog".to_owned(),
+        }
+    }
+}
+
+impl ReactorBuilder {
+    /// Manual progress (the default).
+    pub fn manual(mut self) -> Self {
+        self.mode = ProgressMode::Manual;
+        self
+    }
+
+    /// Auto progress with these settings.
+    pub fn auto(mut self, auto: AutoProgress) -> Self {
+        self.mode = ProgressMode::Auto(auto);
+        self
+    }
+
+    /// Sets the mode.
+    pub fn mode(mut self, mode: ProgressMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Name of the auto thread (default `psmrail-prog`; Linux keeps the
+    /// first 15 bytes).
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = name.into();
+        self
+    }
+
+    /// Builds the reactor; in auto mode starts the thread and waits until it
+    /// has pinned itself.
+    ///
+    /// # Errors
+    /// Auto mode only: the thread cannot be spawned, cannot be pinned to
+    /// the requested CPUs (for example a CPU outside the machine or outside
+    /// the process's allowed set), or the mio `Poll` cannot be created.
+    /// Nothing is left running on error.
+    pub fn build(self) -> io::Result<Reactor> {
+        let (poll, registry, auto) = match &self.mode {
+            ProgressMode::Manual => (None, None, None),
+            ProgressMode::Auto(auto) => {
+                let strategy = crate::SleepStrategy::for_interval(auto.interval);
+                match make_poll(strategy)? {
+                    Some((poll, registry)) => (Some(poll), Some(registry), Some(auto.clone())),
+                    None => (None, None, Some(auto.clone())),
+                }
+            }
+        };
+        let shared = Arc::new(Shared {
+            sources: SourceList::new(),
+            counters: Counters::default(),
+            gate: SleepGate::new(),
+            stop: AtomicBool::new(false),
+            registry,
+        });
+        let thread = match auto {
+            None => None,
+            Some(auto) => Some(AutoThread::spawn(
+                shared.clone(),
+                poll,
+                auto.affinity,
+                auto.interval,
+                self.thread_name,
+            )?),
+        };
+        Ok(Reactor {
+            inner: Arc::new(Inner {
+                manual: thread.is_none(),
+                shared,
+                mode: self.mode,
+                thread,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    mode: ProgressMode,
+    manual: bool,
+    thread: Option<AutoThread>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            thread.stop(&self.shared);
+        }
+        let entries = self.shared.sources.drain();
+        if let Some(registry) = &self.shared.registry {
+            for entry in entries {
+                // Teardown: nobody to report to, and the epoll set goes away
+                // with the thread's Poll anyway.
+                let _ = entry.source.deregister(registry);
+            }
+        }
+    }
+}
+
+/// Drives progress sources and wakes the tasks whose operations completed.
+///
+/// A cheap `Clone` handle (an `Arc` inside): clones share one reactor.
+/// It runs in one of two modes (design.md principle 4):
+///
+/// * **Manual** ([`ProgressMode::Manual`]): progress happens only when the
+///   application drives it: inside an operation future's `poll` (through
+///   [`Reactor::poll_completion`], as `fi_cq_read` does in C), through
+///   [`Reactor::progress`], and in [`Reactor::block_on`].
+///
+///   **CPU cost:** a pending future in manual mode keeps its task
+///   busy-polling. Each `poll` runs a progress round and, if the value is
+///   not there yet, wakes its own task again, so the executor re-polls it
+///   at once; a waiting task therefore holds a core (an executor worker) at
+///   100 % until its operation completes. This is the price of having no
+///   thread: nobody else would make progress to wake it.
+/// * **Auto** ([`ProgressMode::Auto`]): one progress thread per reactor
+///   (see [`SleepStrategy`](crate::SleepStrategy) for how it waits); futures
+///   only register their waker and sleep until the thread completes their
+///   operation. Posting new work calls [`Reactor::notify`]. Dropping the
+///   last handle stops and joins the thread.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::future::poll_fn;
+/// use psmrail_reactor::{progress_fn, CompletionTable, Progress, Reactor};
+///
+/// let reactor = Reactor::manual();
+/// let table = Arc::new(CompletionTable::<u32>::new());
+/// let key = table.insert();
+///
+/// // An "engine" that completes the op on its first progress step.
+/// let engine_table = table.clone();
+/// reactor.add_source(Arc::new(progress_fn(move || {
+///     Progress::from(engine_table.complete(key, 42).is_ok())
+/// })))?;
+///
+/// // An "operation future" waiting for it.
+/// let r = reactor.clone();
+/// let value = reactor.block_on(poll_fn(|cx| r.poll_completion(&table, key, cx)));
+/// assert_eq!(value, 42);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Reactor {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Reactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reactor")
+            .field("mode", &self.inner.mode)
+            .field("sources", &self.inner.shared.sources.len())
+            .finish()
+    }
+}
+
+impl Reactor {
+    /// A builder (manual mode unless told otherwise).
+    pub fn builder() -> ReactorBuilder {
+        ReactorBuilder::default()
+    }
+
+    /// A manual-mode reactor (infallible: no thread).
+    pub fn manual() -> Reactor {
+        Reactor::builder()
+            .manual()
+            .build()
+            .expect("building a manual reactor does no I/O")
+    }
+
+    /// An auto-mode reactor with default builder settings.
+    ///
+    /// # Errors
+    /// As [`ReactorBuilder::build`].
+    pub fn auto(auto: AutoProgress) -> io::Result<Reactor> {
+        Reactor::builder().auto(auto).build()
+    }
+
+    /// The mode this reactor was built with.
+    pub fn mode(&self) -> &ProgressMode {
+        &self.inner.mode
+    }
+
+    /// Whether this reactor is in manual mode.
+    #[inline]
+    pub fn is_manual(&self) -> bool {
+        self.inner.manual
+    }
+
+    /// Facts about the auto thread, read by the thread itself after
+    /// start-up (its effective affinity, kernel tid); `None` in manual mode.
+    ///
+    /// ```
+    /// use psmrail_reactor::{AutoProgress, CpuSet, CpuTopology, Reactor};
+    /// let cpu = CpuTopology::read_now().allowed.iter().next().unwrap();
+    /// let only: CpuSet = [cpu].into_iter().collect();
+    /// let reactor = Reactor::auto(AutoProgress::new().affinity(only))?;
+    /// assert_eq!(reactor.auto_thread().unwrap().affinity, only);
+    /// assert!(Reactor::manual().auto_thread().is_none());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn auto_thread(&self) -> Option<AutoThreadInfo> {
+        self.inner.thread.as_ref().map(|t| t.info)
+    }
+
+    /// Adds a source. In auto mode with a [`Poll`-strategy
+    /// interval](crate::SleepStrategy::Poll) the source's
+    /// [`register`](ProgressSource::register) is called first with the
+    /// thread's registry and `Token(id)`. The thread is notified, so a new
+    /// source gets a round promptly.
+    ///
+    /// # Errors
+    /// The source's `register` failed; the source is not added.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use psmrail_reactor::{progress_fn, Progress, Reactor};
+    /// let reactor = Reactor::manual();
+    /// let id = reactor.add_source(Arc::new(progress_fn(|| Progress::Made)))?;
+    /// assert_eq!(reactor.stats().sources, 1);
+    /// assert_eq!(reactor.progress(), Progress::Made);
+    /// assert!(reactor.remove_source(id).is_some());
+    /// assert_eq!(reactor.progress(), Progress::Idle);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn add_source(&self, source: Arc<dyn ProgressSource>) -> io::Result<SourceId> {
+        let shared = &self.inner.shared;
+        let id = shared.sources.next_id();
+        if let Some(registry) = &shared.registry {
+            source.register(registry, mio::Token(id.0 as usize))?;
+        }
+        shared.sources.insert(id, source);
+        self.notify();
+        Ok(id)
+    }
+
+    /// Removes a source and hands it back (`None` if unknown). When this
+    /// returns, no call to the source's `progress` is running (except one
+    /// further up this thread's own stack, if a source removes itself) and
+    /// none will start. In auto mode the source's `deregister` is called;
+    /// an error from it is ignored, because the source is out of the
+    /// reactor either way (its sockets can at worst end one sleep early).
+    pub fn remove_source(&self, id: SourceId) -> Option<Arc<dyn ProgressSource>> {
+        let shared = &self.inner.shared;
+        let source = shared.sources.remove(id)?;
+        if let Some(registry) = &shared.registry {
+            let _ = source.deregister(registry);
+        }
+        Some(source)
+    }
+
+    /// One progress round: one step of every source. Works in both modes
+    /// and from any number of threads at once (a source already running on
+    /// another thread is skipped this round).
+    ///
+    /// # Panics
+    /// If a source panics, the panic propagates (after the source is
+    /// poisoned: it will not be called again).
+    #[inline]
+    pub fn progress(&self) -> Progress {
+        self.inner
+            .shared
+            .sources
+            .round(&self.inner.shared.counters, false)
+    }
+
+    /// New work was posted: make the auto thread run a round soon.
+    ///
+    /// Cheap: one atomic swap when the thread is awake; a system call (mio
+    /// `Waker` or `unpark`) only if the thread is asleep. No-op in manual
+    /// mode and for `Spin`/`Nap` intervals (the thread is never away longer
+    /// than the interval there).
+    ///
+    /// Engines call it after posting work that the thread must progress
+    /// (and device-side code when something arrives that no registered
+    /// socket signals).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::{Duration, Instant};
+    /// use psmrail_reactor::{progress_fn, AutoProgress, Progress, Reactor};
+    ///
+    /// // A 10 s interval: only notify gets the new work done quickly.
+    /// let reactor = Reactor::auto(AutoProgress::new().interval(Duration::from_secs(10)))?;
+    /// let work = Arc::new(AtomicBool::new(false));
+    /// let w = work.clone();
+    /// reactor.add_source(Arc::new(progress_fn(move || {
+    ///     Progress::from(w.swap(false, Ordering::AcqRel))
+    /// })))?;
+    /// let start = Instant::now();
+    /// work.store(true, Ordering::Release);
+    /// reactor.notify();
+    /// while work.load(Ordering::Acquire) {
+    ///     std::thread::yield_now();
+    /// }
+    /// assert!(start.elapsed() < Duration::from_secs(5));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[inline]
+    pub fn notify(&self) {
+        if let Some(thread) = &self.inner.thread {
+            thread.notify(&self.inner.shared);
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> ReactorStats {
+        let shared = &self.inner.shared;
+        let mut stats = shared.counters.snapshot();
+        stats.sources = shared.sources.len();
+        stats.sleeping = shared.gate.is_sleeping();
+        stats.auto_thread_cpu = self.inner.thread.as_ref().and_then(|t| t.cpu_time());
+        stats
+    }
+
+    /// Polls the completion of `key` in `table`: the building block of
+    /// every operation future.
+    ///
+    /// * Auto mode: [`CompletionTable::poll_take`] (register the waker; the
+    ///   thread's completion wakes the task).
+    /// * Manual mode: take the value if it is already there; otherwise run
+    ///   one progress round, look again, and if still pending wake the task
+    ///   at once so the executor polls it again (busy-polling: see
+    ///   [`Reactor`] for the CPU cost). No waker is stored.
+    ///
+    /// # Panics
+    /// If `key` is not live (as [`CompletionTable::poll_take`]), or if a
+    /// source panics in manual mode.
+    pub fn poll_completion<T: Send>(
+        &self,
+        table: &CompletionTable<T>,
+        key: OpKey,
+        cx: &mut Context<'_>,
+    ) -> Poll<T> {
+        if !self.is_manual() {
+            return table.poll_take(key, cx);
+        }
+        if let Some(value) = table.try_take_live(key) {
+            return Poll::Ready(value);
+        }
+        self.progress();
+        if let Some(value) = table.try_take_live(key) {
+            return Poll::Ready(value);
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Runs `future` to completion on the calling thread.
+    ///
+    /// * Manual mode: polls the future whenever it was woken and runs a
+    ///   progress round between polls: a busy loop (it yields the CPU to
+    ///   other threads after 64 idle rounds in a row, but never sleeps).
+    /// * Auto mode: parks the thread until the future's waker is called.
+    ///
+    /// ```
+    /// let reactor = psmrail_reactor::Reactor::manual();
+    /// assert_eq!(reactor.block_on(async { 7 }), 7);
+    /// ```
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        crate::block_on::run(self, future)
+    }
+}
