@@ -295,6 +295,24 @@ impl PsmConfig {
         self.prog_affinity.value.as_ref().map(|(spec, _)| spec)
     }
 
+    /// The auto-progress settings these values give the reactor: the
+    /// resolved `FI_PSM_PROG_AFFINITY` set and the effective
+    /// `FI_PSM_PROG_INTERVAL`.
+    ///
+    /// ```
+    /// use psmrail::config::PsmConfig;
+    /// use std::time::Duration;
+    /// let auto = PsmConfig::default().auto_progress();
+    /// assert_eq!(auto.affinity, None);
+    /// assert_eq!(auto.interval, Duration::from_micros(1000));
+    /// ```
+    pub fn auto_progress(&self) -> crate::reactor::AutoProgress {
+        crate::reactor::AutoProgress {
+            affinity: self.prog_affinity().copied(),
+            interval: self.prog_interval(),
+        }
+    }
+
     /// Where the effective value of `param` came from.
     pub fn source(&self, param: PsmParam) -> Source {
         match param {
