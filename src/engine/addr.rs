@@ -57,7 +57,9 @@ impl FromStr for Epid {
         {
             &s[EPID_SCHEME.len()..]
         } else {
-            s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s)
+            s.strip_prefix("0x")
+                .or_else(|| s.strip_prefix("0X"))
+                .unwrap_or(s)
         };
         if hex.is_empty() || hex.len() > 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(err());
@@ -83,7 +85,15 @@ mod tests {
         assert_eq!("0x10".parse::<Epid>().unwrap(), Epid(16));
         assert_eq!("ffffffffffffffff".parse::<Epid>().unwrap(), Epid(u64::MAX));
         assert_eq!("FI_ADDR_PSMX://A".parse::<Epid>().unwrap(), Epid(10));
-        for bad in ["", "0x", "fi_addr_psmx://", "1ffffffffffffffff", "-1", "+1", "1 "] {
+        for bad in [
+            "",
+            "0x",
+            "fi_addr_psmx://",
+            "1ffffffffffffffff",
+            "-1",
+            "+1",
+            "1 ",
+        ] {
             let e = bad.parse::<Epid>().unwrap_err();
             assert!(e.to_string().contains("not an endpoint id"), "{bad}: {e}");
         }
