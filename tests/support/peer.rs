@@ -27,16 +27,23 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Starts the current test binary filtered to exactly `test`, with the
-    /// role and extra environment set.
+    /// Starts the current test binary filtered to exactly `test` (ignored
+    /// tests included, so `#[ignore]`d benchmarks work too), with the role
+    /// and extra environment set.
     pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
-        cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE_VAR, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            test,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_VAR, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -47,9 +54,11 @@ impl Peer {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                // The test harness prints its own lines; ours carry a prefix.
-                if let Some(msg) = line.strip_prefix("@@ ") {
-                    if tx.send(msg.to_owned()).is_err() {
+                // The test harness prints its own lines; ours carry a
+                // prefix. It may follow the harness's unterminated
+                // "test <name> ... " on the same line.
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_owned()).is_err() {
                         break;
                     }
                 }
@@ -78,6 +87,33 @@ impl Peer {
                 panic!("peer sent no line within {timeout:?}");
             }
         }
+    }
+
+    /// The child's next line, calling `idle` between looks (to keep an
+    /// endpoint progressing while the child connects to it); a panic naming
+    /// what was awaited after `timeout`.
+    pub fn recv_line_with(&mut self, timeout: Duration, mut idle: impl FnMut()) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.lines.try_recv() {
+                Ok(l) => return l,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    let _ = self.child.kill();
+                    panic!("peer closed its output before sending a line");
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("peer sent no line within {timeout:?}");
+            }
+            idle();
+        }
+    }
+
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for the child to exit, killing it after `timeout`.

@@ -15,8 +15,11 @@
 //! The connection never owns payload bytes of sends: it borrows them from
 //! the edge ([`SendPayloads`]) while encoding a frame.
 
-use super::protocol::{OpId, SendPayloads};
-use super::wire::{encode, put_data, put_eager, Frame, FrameLimits, ENTRY_OVERHEAD};
+use super::protocol::{OpId, PayloadRef, SendPayloads};
+use super::wire::{
+    encode, put_data, put_data_header, put_eager, put_eager_header, Frame, FrameLimits,
+    ENTRY_OVERHEAD,
+};
 use crate::engine::{MqStatus, PeerAddr, SendMode};
 use bytes::BytesMut;
 use std::collections::{BTreeMap, VecDeque};
@@ -143,10 +146,68 @@ pub(crate) struct Conn {
     pub streaming: VecDeque<Outgoing>,
     pub next_token: u64,
     pub incoming: BTreeMap<u64, Incoming>,
+    /// A Data frame whose payload the edge is placing itself
+    /// (`SoftCore::take_direct`): its token and the bytes still to come.
+    pub direct: Option<(u64, usize)>,
 }
 
 /// Why transmitting stopped early.
 pub(crate) struct MissingPayload(pub OpId);
+
+/// Payloads at least this long are referred to, not copied, by a
+/// vectored transmit.
+pub(crate) const MIN_REFERENCED: usize = 4096;
+
+/// Where `transmit` puts frames: the output buffer and, for a vectored
+/// transmit, the list of send payloads that belong between its bytes.
+pub(crate) struct Sink<'a> {
+    pub out: &'a mut BytesMut,
+    pub refs: Option<&'a mut Vec<PayloadRef>>,
+    /// Payload bytes referred to by `refs` entries pushed so far.
+    pub referenced: usize,
+}
+
+impl Sink<'_> {
+    /// Bytes of the batch: encoded plus referred to.
+    pub fn len(&self) -> usize {
+        self.out.len() + self.referenced
+    }
+
+    /// Whether a payload this long goes by reference.
+    fn refers(&self, len: usize) -> bool {
+        self.refs.is_some() && len >= MIN_REFERENCED
+    }
+
+    /// Records that `range` of send `op`'s buffer goes here on the wire.
+    fn refer(&mut self, op: OpId, range: std::ops::Range<usize>) {
+        if let Some(refs) = self.refs.as_deref_mut() {
+            self.referenced += range.len();
+            refs.push(PayloadRef {
+                at: self.out.len(),
+                op,
+                range,
+            });
+        }
+    }
+
+    fn eager(&mut self, op: OpId, tag: u64, payload: &[u8]) {
+        if self.refers(payload.len()) {
+            put_eager_header(self.out, tag, payload.len());
+            self.refer(op, 0..payload.len());
+        } else {
+            put_eager(self.out, tag, payload);
+        }
+    }
+
+    fn data(&mut self, op: OpId, token: u64, offset: u64, payload: &[u8], start: usize) {
+        if self.refers(payload.len()) {
+            put_data_header(self.out, token, offset, payload.len());
+            self.refer(op, start..start + payload.len());
+        } else {
+            put_data(self.out, token, offset, payload);
+        }
+    }
+}
 
 impl Conn {
     pub fn new(role: Role, send_limits: FrameLimits) -> Conn {
@@ -165,6 +226,7 @@ impl Conn {
             streaming: VecDeque::new(),
             next_token: 0,
             incoming: BTreeMap::new(),
+            direct: None,
         }
     }
 
@@ -216,19 +278,19 @@ impl Conn {
         self.give.am += c.am;
     }
 
-    /// Appends frames to `out` while it holds less than `limit` bytes:
+    /// Appends frames to the sink while it holds less than `limit` bytes:
     /// control frames (always, they are few), pending credit, then new
     /// messages and Data chunks in turn. Finished sends are pushed to
     /// `done`.
     pub fn transmit(
         &mut self,
-        out: &mut BytesMut,
+        out: &mut Sink<'_>,
         limit: usize,
         payloads: &dyn SendPayloads,
         done: &mut Vec<(OpId, MqStatus)>,
     ) -> Result<(), MissingPayload> {
         while let Some(c) = self.control.pop_front() {
-            encode(&c.frame, out);
+            encode(&c.frame, out.out);
             if c.returns_am_credit && self.is_open() {
                 self.grant(Credit {
                     am: 1,
@@ -248,7 +310,7 @@ impl Conn {
                     rts: rts as u32,
                     am: am as u32,
                 },
-                out,
+                out.out,
             );
             self.give = Credit {
                 eager: 0,
@@ -284,7 +346,7 @@ impl Conn {
 
     fn initiate(
         &mut self,
-        out: &mut BytesMut,
+        out: &mut Sink<'_>,
         payloads: &dyn SendPayloads,
         done: &mut Vec<(OpId, MqStatus)>,
     ) -> Result<(), MissingPayload> {
@@ -295,7 +357,7 @@ impl Conn {
         self.queued.pop_front();
         if let Some(charge) = self.eager_charge(&s) {
             self.tx.eager -= charge;
-            put_eager(out, s.tag, p);
+            out.eager(s.op, s.tag, p);
             done.push((s.op, s.status(None)));
         } else {
             self.tx.rts -= 1;
@@ -307,7 +369,7 @@ impl Conn {
                     tag: s.tag,
                     len: s.len,
                 },
-                out,
+                out.out,
             );
             self.awaiting_cts.insert(msg_id, s);
         }
@@ -317,7 +379,7 @@ impl Conn {
     fn chunk(
         &mut self,
         mut o: Outgoing,
-        out: &mut BytesMut,
+        out: &mut Sink<'_>,
         payloads: &dyn SendPayloads,
         done: &mut Vec<(OpId, MqStatus)>,
     ) -> Result<(), MissingPayload> {
@@ -330,7 +392,13 @@ impl Conn {
         };
         let n = (o.accept - o.sent).min(u64::from(self.send_limits.max_chunk));
         let start = o.sent as usize;
-        put_data(out, o.token, o.sent, &p[start..start + n as usize]);
+        out.data(
+            o.send.op,
+            o.token,
+            o.sent,
+            &p[start..start + n as usize],
+            start,
+        );
         o.sent += n;
         if o.sent == o.accept {
             done.push((o.send.op, o.send.status(None)));

@@ -104,8 +104,9 @@ impl SendPayloads for NoPayloads {
 ///
 /// Asserts: no panic; a connection is only established by a Hello (or
 /// HelloAck) of this job, version and magic at the start of `data`;
-/// placements stay inside the posted receive; the unexpected queue and
-/// credit stay within the budget; everything the core transmits decodes.
+/// placements (events and payloads taken over with `take_direct`) stay
+/// inside the posted receive; the unexpected queue and credit stay within
+/// the budget; everything the core transmits decodes.
 pub fn fuzz_handshake(data: &[u8]) {
     let config = ProtocolConfig {
         eager_threshold: SMALL.max_eager,
@@ -134,9 +135,29 @@ pub fn fuzz_handshake(data: &[u8]) {
         core.poll_transmit(conn, &mut out, 1 << 16, &NoPayloads);
         let mut input = BytesMut::new();
         let mut connected = false;
-        for part in [&data[..split], &data[split..]] {
+        // A Data payload the core handed over (`take_direct`), as the edge
+        // reads it: straight into the receive buffer.
+        let mut direct: Option<super::DirectData> = None;
+        for mut part in [&data[..split], &data[split..]] {
+            if let Some(d) = direct.as_mut() {
+                let n = d.len.min(part.len());
+                assert!(
+                    d.op == OpId(1) && d.offset + d.len <= recv_cap,
+                    "direct outside the receive"
+                );
+                core.direct_data(conn, n);
+                d.offset += n;
+                d.len -= n;
+                part = &part[n..];
+                if d.len == 0 {
+                    direct = None;
+                }
+            }
             input.extend_from_slice(part);
-            let _ = core.handle_input(conn, &mut input);
+            if direct.is_none() && core.handle_input(conn, &mut input).is_ok() && !input.is_empty()
+            {
+                direct = core.take_direct(conn, &mut input).ok().flatten();
+            }
             while let Some(ev) = core.poll_event() {
                 match ev {
                     Event::Connected { epid, .. } => {

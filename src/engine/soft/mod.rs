@@ -1,4 +1,9 @@
-//! The soft engine: PSM semantics in pure Rust, over the process itself and TCP.
+//! The soft engine: PSM semantics in pure Rust, over the process itself,
+//! Unix-domain sockets (same host) and TCP.
+//!
+//! Use it through [`SoftEngine`] (an [`Engine`](crate::engine::Engine))
+//! and its [`SoftEndpoint`]s; the rest of this module is the machinery
+//! underneath.
 //!
 //! # Core and edge
 //!
@@ -13,13 +18,17 @@
 //!   bytes and commands in and gives frames and [`Event`]s out; it never
 //!   owns an operation's buffer ([`Event::Place`] says where received bytes
 //!   go, [`SendPayloads`] lends send buffers while frames are encoded).
-//! * **The edge** (the engine's I/O layer, elsewhere) owns the sockets
-//!   (mio), the operations' [`OpBuffer`](crate::engine::OpBuffer)s and the
-//!   reactor registration. It opens a connection in the core for every TCP
-//!   connection (and a pair of them, piped together, for the process to
-//!   reach itself), feeds input, writes output, applies events, and tells
-//!   the core when a transport dies. The steps are listed in
-//!   [`protocol`]'s docs.
+//! * **The edge** ([`SoftEngine`], [`SoftEndpoint`] and the private
+//!   modules `endpoint`, `transport`, `loopback`, `optable`) owns the
+//!   sockets (mio), the operations' [`OpBuffer`](crate::engine::OpBuffer)s
+//!   and the reactor registration. It opens a connection in the core for
+//!   every socket connection (and a pair of them, piped together, for the
+//!   endpoint to reach itself), feeds input, writes output, applies events,
+//!   and tells the core when a transport dies. The steps are listed in
+//!   [`protocol`]'s docs; the edge also uses the core's zero-copy hooks
+//!   ([`SoftCore::poll_transmit_vectored`], [`SoftCore::take_direct`]) so
+//!   bulk data goes from the send buffer to the socket and from the socket
+//!   to the receive buffer without an extra copy.
 //!
 //! # Pieces
 //!
@@ -30,6 +39,11 @@
 //! | [`wire`] | frames ([`wire::Frame`], [`wire::encode`], [`wire::FrameDecoder`]), the handshake and its refusals |
 //! | [`config`] | [`ProtocolConfig`]: thresholds, chunk size, AM limits, budget and credit windows |
 //! | [`protocol`] | [`SoftCore`]: the state machine, its commands, events and credit scheme |
+//! | `engine` (edge) | [`SoftEngine`], [`SoftConfig`]: bind address, port, timeouts, buffer sizes |
+//! | `endpoint` (edge) | [`SoftEndpoint`]: the contract, locking, progress, connect and close |
+//! | `transport` (edge) | listeners, streams (TCP, Unix), non-blocking reads and vectored writes |
+//! | `loopback` (edge) | the endpoint reaching itself without a socket |
+//! | `optable` (edge) | live operations' buffers by id, completion routing |
 //!
 //! # Guarantees
 //!
@@ -47,20 +61,30 @@
 
 pub mod config;
 mod conn;
+mod endpoint;
+mod engine;
 pub mod epid;
 #[doc(hidden)]
 pub mod fuzzing;
+mod loopback;
 pub mod matcher;
+mod optable;
 pub mod protocol;
+mod transport;
 pub mod wire;
 
+#[cfg(test)]
+mod direct_tests;
 #[cfg(test)]
 mod tests;
 
 pub use config::ProtocolConfig;
 pub use conn::{ConnPhase, Role};
+pub use endpoint::{SoftEndpoint, SoftStats};
+pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
 pub use matcher::TagMatcher;
 pub use protocol::{
-    AmToken, ConnError, ConnId, CoreStats, Event, OpId, SendPayloads, SoftCore, Violation,
+    AmToken, ConnError, ConnId, CoreStats, DirectData, Event, OpId, PayloadRef, SendPayloads,
+    SoftCore, Violation,
 };

@@ -70,7 +70,7 @@
 
 use super::config::ProtocolConfig;
 use super::conn::{
-    Conn, ConnPhase, Control, Credit, Incoming, MissingPayload, Outgoing, Role, SendOp,
+    Conn, ConnPhase, Control, Credit, Incoming, MissingPayload, Outgoing, Role, SendOp, Sink,
 };
 use super::matcher::{Arrival, TagMatcher};
 use super::wire::{
@@ -90,6 +90,34 @@ pub struct ConnId(pub u64);
 /// Names an operation; chosen by the edge, unique among live operations.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct OpId(pub u64);
+
+/// A send payload that belongs in a vectored transmit batch
+/// ([`SoftCore::poll_transmit_vectored`]) but was not copied into it.
+///
+/// The batch on the wire is: the output buffer's bytes before `at`, then
+/// `range` of send `op`'s buffer, then the output's bytes from `at` on (up
+/// to the next reference), and so on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayloadRef {
+    /// Position in the output buffer where the payload goes.
+    pub at: usize,
+    /// The send whose buffer holds the payload.
+    pub op: OpId,
+    /// The bytes of that buffer.
+    pub range: std::ops::Range<usize>,
+}
+
+/// The rest of a Data frame's payload, which the edge reads straight into
+/// a receive buffer ([`SoftCore::take_direct`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectData {
+    /// The receive.
+    pub op: OpId,
+    /// Where in its buffer the next byte goes.
+    pub offset: usize,
+    /// Bytes still to come for this frame.
+    pub len: usize,
+}
 
 /// The edge's send buffers, borrowed while frames are encoded.
 pub trait SendPayloads {
@@ -381,6 +409,10 @@ pub struct SoftCore {
     granted: u64,
     pool_dirty: bool,
     grant_cursor: u64,
+    /// Sends finished by a transmit (scratch, kept for its capacity).
+    done_scratch: Vec<(OpId, MqStatus)>,
+    /// Connection order of a regrant (scratch, kept for its capacity).
+    regrant_scratch: Vec<ConnId>,
 }
 
 fn inval(msg: String) -> Error {
@@ -411,6 +443,8 @@ impl SoftCore {
             granted: 0,
             pool_dirty: false,
             grant_cursor: 0,
+            done_scratch: Vec::new(),
+            regrant_scratch: Vec::new(),
         })
     }
 
@@ -503,12 +537,15 @@ impl SoftCore {
 
     fn input_frames(&mut self, conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
         loop {
-            match self.conns.get(&conn).map(|c| c.phase) {
+            match self.conns.get(&conn).map(|c| (c.phase, c.direct.is_some())) {
                 None => return Err(ConnError::Lost(format!("unknown connection {conn:?}"))),
-                Some(ConnPhase::Closed) => {
+                Some((ConnPhase::Closed, _)) => {
                     input.clear();
                     return Ok(());
                 }
+                // The stream continues with a payload the edge places
+                // itself (`take_direct`); nothing to decode until it has.
+                Some((_, true)) => return Ok(()),
                 Some(_) => {}
             }
             let frame = match self.decoder.decode(input) {
@@ -554,24 +591,158 @@ impl SoftCore {
         limit: usize,
         payloads: &dyn SendPayloads,
     ) -> usize {
+        let mut sink = Sink {
+            out,
+            refs: None,
+            referenced: 0,
+        };
+        self.transmit_into(conn, &mut sink, limit, payloads)
+    }
+
+    /// As [`poll_transmit`](Self::poll_transmit), but large send payloads
+    /// (Data chunks and Eager messages of 4 KiB and more) are not copied
+    /// into `out`: each is pushed to `refs` ([`PayloadRef`]) and belongs on
+    /// the wire between the bytes of `out` (`writev`). `limit` and the
+    /// result count referred bytes too.
+    ///
+    /// Sends complete as with `poll_transmit`, once their last bytes are
+    /// in the batch: the edge must keep a referred buffer until the batch
+    /// is written.
+    pub fn poll_transmit_vectored(
+        &mut self,
+        conn: ConnId,
+        out: &mut BytesMut,
+        refs: &mut Vec<PayloadRef>,
+        limit: usize,
+        payloads: &dyn SendPayloads,
+    ) -> usize {
+        let mut sink = Sink {
+            out,
+            refs: Some(refs),
+            referenced: 0,
+        };
+        self.transmit_into(conn, &mut sink, limit, payloads)
+    }
+
+    fn transmit_into(
+        &mut self,
+        conn: ConnId,
+        out: &mut Sink<'_>,
+        limit: usize,
+        payloads: &dyn SendPayloads,
+    ) -> usize {
         let start = out.len();
-        let mut done = Vec::new();
         let Some(c) = self.conns.get_mut(&conn) else {
             return 0;
         };
+        // Reused across calls: no allocation per transmit.
+        let mut done = std::mem::take(&mut self.done_scratch);
         let result = c.transmit(out, limit, payloads, &mut done);
         let bye = c.phase == ConnPhase::Closing && c.drained();
-        for (op, status) in done {
+        for (op, status) in done.drain(..) {
             self.complete(op, status);
         }
+        self.done_scratch = done;
         if let Err(MissingPayload(op)) = result {
             self.close_conn(conn, ConnError::MissingPayload(op));
         } else if bye {
-            super::wire::encode(&Frame::Bye, out);
+            super::wire::encode(&Frame::Bye, out.out);
             self.finish_graceful(conn);
         }
         self.regrant();
         out.len() - start
+    }
+
+    /// After [`handle_input`](Self::handle_input): when what is left in
+    /// `input` is the start of a Data frame (at least its first 24 bytes)
+    /// continuing a transfer of this connection, the core hands the rest
+    /// of its payload to the edge to read straight into the receive
+    /// buffer. The frame's bytes are taken out of `input` (a `Place` event
+    /// carries the payload bytes already there) and the rest is described
+    /// by the result: the edge writes exactly `len` bytes into op's buffer
+    /// from `offset`, reporting them with
+    /// [`direct_data`](Self::direct_data), before it feeds this
+    /// connection's input again (`handle_input` decodes nothing on it
+    /// meanwhile).
+    ///
+    /// `Ok(None)` when nothing qualifies (the frame then arrives whole
+    /// through `handle_input`, which also reports any fault in it). `Err`
+    /// only for a malformed header; the connection is then closed.
+    pub fn take_direct(
+        &mut self,
+        conn: ConnId,
+        input: &mut BytesMut,
+    ) -> Result<Option<DirectData>, ConnError> {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return Ok(None);
+        };
+        if !c.is_open() || c.direct.is_some() {
+            return Ok(None);
+        }
+        let (token, offset, n) = match self.decoder.peek_data(input) {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                let e = ConnError::Wire(e);
+                self.close_conn(conn, e.clone());
+                return Err(e);
+            }
+        };
+        let prefix = super::wire::DATA_PREFIX;
+        let present = input.len() - prefix;
+        if present >= n {
+            return Ok(None);
+        }
+        let Some(inc) = c.incoming.get_mut(&token) else {
+            return Ok(None);
+        };
+        if offset != inc.received || (inc.accept - inc.received) < n as u64 {
+            return Ok(None);
+        }
+        let mut frame = input.split_to(input.len());
+        let payload = frame.split_off(prefix).freeze();
+        inc.received += present as u64;
+        let op = inc.op;
+        c.direct = Some((token, n - present));
+        if present > 0 {
+            self.events.push_back(Event::Place {
+                op,
+                offset: offset as usize,
+                bytes: payload,
+            });
+        }
+        Ok(Some(DirectData {
+            op,
+            offset: offset as usize + present,
+            len: n - present,
+        }))
+    }
+
+    /// The edge wrote `n` more bytes of the payload announced by
+    /// [`take_direct`](Self::take_direct) into the receive buffer. The
+    /// receive completes when its last byte is in.
+    ///
+    /// # Panics
+    /// If no direct payload is pending on `conn` or `n` exceeds what is
+    /// left of it (a bug in the edge).
+    pub fn direct_data(&mut self, conn: ConnId, n: usize) {
+        let Some(c) = self.conns.get_mut(&conn).filter(|c| c.is_open()) else {
+            return;
+        };
+        let (token, left) = c.direct.expect("direct_data without take_direct");
+        assert!(n <= left, "direct_data: {n} bytes, only {left} announced");
+        c.direct = (left > n).then_some((token, left - n));
+        let inc = c
+            .incoming
+            .get_mut(&token)
+            .expect("a direct payload belongs to a live transfer");
+        inc.received += n as u64;
+        if inc.received == inc.accept {
+            let status = inc.status(trunc(inc));
+            let op = inc.op;
+            c.incoming.remove(&token);
+            self.complete(op, status);
+        }
     }
 
     /// The transport of `conn` is gone (EOF, error, timeout, or closed by
@@ -1179,6 +1350,7 @@ impl SoftCore {
             return;
         }
         conn.phase = ConnPhase::Closed;
+        conn.direct = None;
         // Only a Refuse is worth flushing from a failed connection.
         conn.control.retain(|c| matches!(c.frame, Frame::Refuse(_)));
         self.granted -= conn.rx.eager;
@@ -1274,13 +1446,16 @@ impl SoftCore {
         }
         let threshold = (window / 4).max(1);
         let cursor = ConnId(self.grant_cursor);
-        let order: Vec<ConnId> = self
-            .conns
-            .range(cursor..)
-            .chain(self.conns.range(..cursor))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in order {
+        // Reused across calls: no allocation per regrant.
+        let mut order = std::mem::take(&mut self.regrant_scratch);
+        order.clear();
+        order.extend(
+            self.conns
+                .range(cursor..)
+                .chain(self.conns.range(..cursor))
+                .map(|(id, _)| *id),
+        );
+        for &id in &order {
             let conn = self.conns.get_mut(&id).expect("listed above");
             if !conn.is_open() {
                 continue;
@@ -1301,6 +1476,7 @@ impl SoftCore {
                 break;
             }
         }
+        self.regrant_scratch = order;
     }
 }
 

@@ -267,13 +267,40 @@ pub(crate) fn put_eager(out: &mut BytesMut, tag: u64, payload: &[u8]) {
     out.put_slice(payload);
 }
 
+/// Appends the header and tag of an Eager frame carrying `len` payload
+/// bytes; the payload itself must follow on the wire (vectored transmit).
+pub(crate) fn put_eager_header(out: &mut BytesMut, tag: u64, len: usize) {
+    let body = u32::try_from(8 + len).expect("frame bodies are far below 4 GiB");
+    out.reserve(HEADER_LEN + 8);
+    out.put_u8(FrameKind::Eager as u8);
+    out.put_u8(0);
+    out.put_u16_le(0);
+    out.put_u32_le(body);
+    out.put_u64_le(tag);
+}
+
 /// Appends a Data frame whose payload is borrowed.
 pub(crate) fn put_data(out: &mut BytesMut, token: u64, offset: u64, payload: &[u8]) {
-    put_header(out, FrameKind::Data, 16 + payload.len());
-    out.put_u64_le(token);
-    out.put_u64_le(offset);
+    put_data_header(out, token, offset, payload.len());
     out.put_slice(payload);
 }
+
+/// Appends the first [`DATA_PREFIX`] bytes of a Data frame carrying `len`
+/// payload bytes; the payload itself must follow on the wire (vectored
+/// transmit, [`SoftCore::poll_transmit_vectored`](crate::engine::soft::SoftCore::poll_transmit_vectored)).
+pub(crate) fn put_data_header(out: &mut BytesMut, token: u64, offset: u64, len: usize) {
+    let body = u32::try_from(16 + len).expect("frame bodies are far below 4 GiB");
+    out.reserve(DATA_PREFIX);
+    out.put_u8(FrameKind::Data as u8);
+    out.put_u8(0);
+    out.put_u16_le(0);
+    out.put_u32_le(body);
+    out.put_u64_le(token);
+    out.put_u64_le(offset);
+}
+
+/// Bytes of a Data frame before its payload: header, token, offset.
+pub(crate) const DATA_PREFIX: usize = HEADER_LEN + 16;
 
 fn put_am(out: &mut BytesMut, kind: FrameKind, am: &AmFrame) {
     let args = am.args.as_slice();
@@ -418,6 +445,33 @@ impl FrameDecoder {
             return Err(WireError::TooShort { kind, len, min });
         }
         Ok(Some((kind, len)))
+    }
+
+    /// If `buf` starts with a Data frame whose header, token and offset
+    /// are there (the first [`DATA_PREFIX`] bytes), checked as
+    /// [`decode`](Self::decode) would check them: its token, offset and
+    /// payload length. `Ok(None)` for another kind or too few bytes.
+    pub(crate) fn peek_data(&self, buf: &[u8]) -> Result<Option<(u64, u64, usize)>, WireError> {
+        let Some((kind, len)) = self.header(buf)? else {
+            return Ok(None);
+        };
+        if kind != FrameKind::Data || buf.len() < DATA_PREFIX {
+            return Ok(None);
+        }
+        let b = Body(&buf[HEADER_LEN..DATA_PREFIX]);
+        let (token, offset) = (b.u64(0), b.u64(8));
+        let n = (len - 16) as u64;
+        match offset.checked_add(n) {
+            Some(end) if end <= self.limits.max_message => {}
+            _ => {
+                return Err(WireError::MessageTooLong {
+                    field: "Data end offset",
+                    value: offset.saturating_add(n),
+                    max: self.limits.max_message,
+                })
+            }
+        }
+        Ok(Some((token, offset, n as usize)))
     }
 
     /// Takes the next complete frame off the front of `buf`.

@@ -55,7 +55,7 @@ mod frame;
 mod handshake;
 
 pub use frame::{encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind};
-pub(crate) use frame::{put_data, put_eager};
+pub(crate) use frame::{put_data, put_data_header, put_eager, put_eager_header, DATA_PREFIX};
 pub use handshake::{check_hello, HandshakeError, Hello, JobUuid, Refusal, Refuse, RefuseCode};
 
 /// Bytes of the fixed frame header.

@@ -1,0 +1,1683 @@
+//! [`SoftEndpoint`]: one soft endpoint, the edge around one
+//! [`SoftCore`].
+//!
+//! The core is the protocol (matching, frames, credit); this module is
+//! everything else an endpoint needs: it owns the sockets
+//! (`transport.rs`), the operations' buffers (`optable.rs`), the AM handler
+//! table and the reactor registration, and drives the core the way its
+//! docs prescribe ([`protocol`](super::protocol)):
+//!
+//! * a TCP or Unix-socket connect opens a dialer connection in the core, an
+//!   accepted one an acceptor connection, and reaching the endpoint's own
+//!   epid opens a piped pair (`loopback.rs`);
+//! * socket bytes go to `handle_input`; a Data frame whose payload is still
+//!   on its way is handed to the edge (`take_direct`) and read straight
+//!   into the receive buffer;
+//! * output comes from `poll_transmit_vectored` and leaves in one `writev`,
+//!   large send payloads straight from their buffers;
+//! * events are applied at once: `Place` copies into the receive buffer,
+//!   `Complete` hands the buffer back through the completion table (a send
+//!   whose payload is still referred to by unwritten output completes once
+//!   it is written), `AmRequest` runs the handler and answers exactly once,
+//!   `ConnectionClosed` flushes the last frames and lets the socket drain;
+//! * EOF or a socket error is `connection_lost`: every operation pending
+//!   towards that peer fails, the other peers are untouched.
+//!
+//! # Locking
+//!
+//! All state is behind one mutex per endpoint. [`progress`] only
+//! `try_lock`s (a caller that finds the endpoint busy reports `Made` and
+//! moves on, so the auto thread comes back at once instead of sleeping on
+//! bytes it has not read); posting locks. `connect` and `close` lock for
+//! one progress step at a time, so the auto thread and other callers
+//! interleave with them. AM handlers run inside progress with the lock held;
+//! calls back into the same endpoint from a handler are refused with
+//! `Inval` instead of deadlocking (PSM is not re-entrant either).
+//!
+//! # Progress
+//!
+//! One [`progress`] call runs one step, and up to three more while a step
+//! leaves work behind (a read or write budget ran out, loopback bytes
+//! wait); after an ordinary step the sockets are known drained, and one
+//! more `read` would only delay a caller waiting to answer what arrived.
+//! A step looks for new connections (one `poll(2)` on the listeners: every
+//! step when the auto thread sleeps on socket readiness, every sixteenth
+//! otherwise), then for every link reads until the socket is empty or the
+//! link's read budget is spent, feeding the core, applying events and
+//! writing back after each read, and writes while the core has output and
+//! the socket takes it (within the write budget); then it enforces
+//! deadlines and drops finished links. With two or more sockets, one
+//! `poll(2)` over all of them (listeners included) says which to read, so
+//! an idle step costs one system call however many peers there are; with
+//! one socket it costs its `read`.
+//!
+//! # Timeouts
+//!
+//! `connect` gives each dial its timeout as a deadline (TCP connect plus
+//! handshake); accepted connections get
+//! [`SoftConfig::handshake_timeout`]; closed connections get
+//! [`SoftConfig::linger`] to flush; `close` waits at most its timeout for
+//! every peer's graceful close and forces the rest (dropping an endpoint
+//! that was not closed does the same within the options' `close_timeout`).
+//! Dead peers are found by EOF or reset at once, and by `TCP_USER_TIMEOUT`
+//! ([`SoftConfig::peer_timeout`]) when the host vanished.
+//!
+//! [`progress`]: crate::reactor::ProgressSource::progress
+
+use super::optable::{OpKind, OpTable};
+use super::protocol::{AmToken, ConnError, ConnId, CoreStats, Event, OpId};
+use super::transport::{
+    dial_tcp, dial_unix, poll_now, pollfd, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe,
+    Remote, Stream, MIN_READ,
+};
+use super::wire::{HandshakeError, JobUuid};
+use super::{Role, SoftConfig, SoftCore, SoftEpid};
+use crate::engine::{
+    AmHandler, AmHandlerId, AmMessage, AmReply, EndpointOptions, EngineEndpoint, EngineKind,
+    EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
+};
+use crate::reactor::{CompletionTable, OpKey, OpStatus, Progress, ProgressSource};
+use crate::{Error, ErrorKind, Result};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, TryLockError};
+use std::time::{Duration, Instant};
+
+/// Steps one `progress` call runs at most.
+const STEPS_PER_PROGRESS: usize = 4;
+/// Without a reactor poll to say so, look for new connections every this
+/// many steps.
+const ACCEPT_EVERY: u32 = 16;
+/// Most slices one `writev` gathers.
+const MAX_IOV: usize = 64;
+/// How long `connect` and `close` sleep after a step that did nothing.
+const IDLE_WAIT: Duration = Duration::from_micros(50);
+
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The endpoint whose AM handler runs on this thread (0: none).
+    static IN_HANDLER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Marks the thread as inside an AM handler of one endpoint.
+struct HandlerScope(u64);
+
+impl HandlerScope {
+    fn enter(endpoint: u64) -> HandlerScope {
+        HandlerScope(IN_HANDLER.with(|c| c.replace(endpoint)))
+    }
+}
+
+impl Drop for HandlerScope {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|c| c.set(self.0));
+    }
+}
+
+/// Counters and buffer sizes of an endpoint, for observability and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftStats {
+    /// The core's counters (unexpected queue, credit, connections).
+    pub core: CoreStats,
+    /// Transport connections, loopback halves and closing ones included.
+    pub links: usize,
+    /// Bytes of memory held by the links' input buffers.
+    pub input_buffers: usize,
+    /// Bytes of memory held by the links' output buffers.
+    pub output_buffers: usize,
+    /// Bytes read from sockets.
+    pub bytes_read: u64,
+    /// Bytes written to sockets.
+    pub bytes_written: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Incoming connections closed at once (too many connections).
+    pub rejected: u64,
+    /// Operations posted and not yet handed back.
+    pub live_ops: usize,
+}
+
+/// The edge's state; all of it is behind the endpoint's mutex.
+pub(crate) struct Inner {
+    /// The endpoint's id for the AM re-entrancy check.
+    pub id: u64,
+    pub cfg: Arc<SoftConfig>,
+    pub core: SoftCore,
+    pub ops: OpTable,
+    pub links: Vec<Link>,
+    pub listeners: Option<Listeners>,
+    pub handlers: Vec<Arc<dyn AmHandler>>,
+    pub completions: Arc<CompletionTable<MqCompletion>>,
+    pub registry: Option<(mio::Registry, mio::Token)>,
+    pub next_link: u64,
+    pub steps: u32,
+    pub closed: bool,
+    /// Outcomes of failed dials a `connect` call waits for.
+    pub dial_errors: Vec<(LinkId, Error)>,
+    /// The endpoint's own loopback pair, once made.
+    pub loopback: Option<(LinkId, LinkId)>,
+    /// Ops whose last transmit reference was just written (scratch).
+    pub released: Vec<OpId>,
+    /// How long closing on drop may take (`EndpointOptions::close_timeout`).
+    pub close_timeout: Duration,
+    /// Every peer ever connected and its epid (shared with the endpoint,
+    /// which answers `peer_epid` from it without taking this state's
+    /// lock).
+    pub peer_epids: Arc<RwLock<HashMap<PeerAddr, Epid>>>,
+    /// The current step left work for the next (a budget ran out).
+    pub more: bool,
+    /// `poll(2)` set of a step (scratch, kept for its capacity).
+    pub pollfds: Vec<libc::pollfd>,
+    /// The link index of each entry of `pollfds` (`usize::MAX`: a
+    /// listener).
+    pub poll_owners: Vec<usize>,
+    pub stats: SoftStats,
+}
+
+/// One soft endpoint (see the module docs): an [`EngineEndpoint`] and a
+/// [`ProgressSource`].
+pub struct SoftEndpoint {
+    id: u64,
+    epid: Epid,
+    limits: EngineLimits,
+    completions: Arc<CompletionTable<MqCompletion>>,
+    peer_epids: Arc<RwLock<HashMap<PeerAddr, Epid>>>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for SoftEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftEndpoint")
+            .field("epid", &self.epid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(kind: ErrorKind, what: String, e: io::Error) -> Error {
+    Error::with_source(kind, format!("{what}: {e}"), e)
+}
+
+fn closed_error() -> Error {
+    Error::new(ErrorKind::Inval, "soft engine: the endpoint is closed")
+}
+
+fn reentry_error() -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        "soft engine: an AM handler called back into its own endpoint; \
+         handlers may only reply (queue other work for later)",
+    )
+}
+
+fn poisoned_error() -> Error {
+    Error::new(
+        ErrorKind::Other,
+        "soft engine: the endpoint's state was poisoned by a panic",
+    )
+}
+
+impl SoftEndpoint {
+    /// Opens an endpoint: binds the listener(s) and makes the core.
+    pub(crate) fn open(cfg: &Arc<SoftConfig>, options: &EndpointOptions) -> Result<SoftEndpoint> {
+        cfg.validate()?;
+        let want = SocketAddrV4::new(cfg.bind, cfg.port);
+        let (mut listeners, local) = Listeners::bind(want).map_err(|e| {
+            let kind = match e.kind() {
+                io::ErrorKind::AddrInUse => ErrorKind::Busy,
+                io::ErrorKind::AddrNotAvailable => ErrorKind::Inval,
+                _ => ErrorKind::Io,
+            };
+            io_error(kind, format!("soft engine: cannot listen on {want}"), e)
+        })?;
+        let epid = SoftEpid::new(*local.ip(), local.port(), 0)
+            .map_err(|e| Error::new(ErrorKind::Inval, format!("soft engine: {e}")))?
+            .to_epid();
+        if cfg.unix_sockets {
+            if let Err(e) = listeners.bind_unix(epid) {
+                tracing::warn!(%epid, error = %e, "soft engine: no unix-socket listener; same-host peers use TCP");
+            }
+        }
+        let core = SoftCore::new(cfg.protocol.clone(), epid, JobUuid(options.uuid))?;
+        let limits = core.limits();
+        let completions = Arc::new(CompletionTable::new());
+        let id = NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed);
+        let peer_epids = Arc::new(RwLock::new(HashMap::new()));
+        Ok(SoftEndpoint {
+            id,
+            epid,
+            limits,
+            peer_epids: peer_epids.clone(),
+            completions: completions.clone(),
+            inner: Mutex::new(Inner {
+                id,
+                cfg: cfg.clone(),
+                core,
+                ops: OpTable::default(),
+                links: Vec::new(),
+                listeners: Some(listeners),
+                handlers: Vec::new(),
+                completions,
+                registry: None,
+                next_link: 1,
+                steps: 0,
+                closed: false,
+                dial_errors: Vec::new(),
+                loopback: None,
+                released: Vec::new(),
+                close_timeout: options.close_timeout,
+                peer_epids: peer_epids.clone(),
+                more: false,
+                pollfds: Vec::new(),
+                poll_owners: Vec::new(),
+                stats: SoftStats::default(),
+            }),
+        })
+    }
+
+    /// Locks the state of an open endpoint.
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        let g = self.lock_any()?;
+        if g.closed {
+            return Err(closed_error());
+        }
+        Ok(g)
+    }
+
+    /// Counters and buffer sizes (see [`SoftStats`]).
+    ///
+    /// From inside one of this endpoint's AM handlers (where the endpoint
+    /// is busy) the counters are not available: all zero.
+    pub fn stats(&self) -> SoftStats {
+        if self.in_own_handler() {
+            return SoftStats::default();
+        }
+        match self.inner.lock() {
+            Ok(g) => g.snapshot(),
+            Err(p) => p.into_inner().snapshot(),
+        }
+    }
+
+    /// Whether the endpoint listens on a Unix-domain socket for same-host
+    /// peers as well as on TCP.
+    pub fn has_unix_listener(&self) -> bool {
+        !self.in_own_handler()
+            && match self.inner.lock() {
+                Ok(g) => g.listeners.as_ref().is_some_and(Listeners::has_unix),
+                Err(_) => false,
+            }
+    }
+
+    fn in_own_handler(&self) -> bool {
+        IN_HANDLER.with(|c| c.get()) == self.id
+    }
+
+    /// Locks the state, open or closed (not from inside a handler).
+    fn lock_any(&self) -> Result<MutexGuard<'_, Inner>> {
+        if self.in_own_handler() {
+            return Err(reentry_error());
+        }
+        self.inner.lock().map_err(|_| poisoned_error())
+    }
+
+    fn check_key(&self, key: OpKey, inner: &Inner) -> Result<()> {
+        if self.completions.status(key) != OpStatus::Pending {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "soft engine: {key:?} is not a pending key of this endpoint's completion table"
+                ),
+            ));
+        }
+        if inner.ops.contains(key) {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!("soft engine: {key:?} is already posted"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> SoftStats {
+        let mut s = self.stats;
+        s.core = self.core.stats();
+        s.links = self.links.len();
+        s.input_buffers = self.links.iter().map(|l| l.buffer_capacity().0).sum();
+        s.output_buffers = self.links.iter().map(|l| l.buffer_capacity().1).sum();
+        s.live_ops = self.ops.len();
+        s
+    }
+
+    pub(crate) fn new_link_id(&mut self) -> LinkId {
+        let id = LinkId(self.next_link);
+        self.next_link += 1;
+        id
+    }
+
+    pub(crate) fn link_index(&self, id: LinkId) -> Option<usize> {
+        self.links.iter().position(|l| l.id == id)
+    }
+
+    fn conn_index(&self, conn: ConnId) -> Option<usize> {
+        self.links.iter().position(|l| l.conn == Some(conn))
+    }
+
+    /// The peer of `epid` if it is connected and not closing.
+    fn up_peer(&self, epid: Epid) -> Option<PeerAddr> {
+        self.core.peer_of(epid).filter(|p| self.core.is_peer_up(*p))
+    }
+
+    fn register_link(&mut self, i: usize) {
+        let Some((registry, token)) = &self.registry else {
+            return;
+        };
+        let link = &mut self.links[i];
+        if let Pipe::Stream(s) = &mut link.pipe {
+            match s.register(registry, *token) {
+                Ok(()) => link.registered = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "soft engine: cannot register a socket with the reactor")
+                }
+            }
+        }
+    }
+
+    // ----- progress ------------------------------------------------------
+
+    /// One step (see the module docs); whether anything moved.
+    pub(crate) fn step(&mut self, accept: bool) -> bool {
+        let mut made = false;
+        self.begin_round();
+        self.more = false;
+        self.steps = self.steps.wrapping_add(1);
+        let look = accept || self.registry.is_some() || self.steps % ACCEPT_EVERY == 0;
+        if self.readiness(look) {
+            made |= self.accept_all();
+        }
+        let mut i = 0;
+        while i < self.links.len() {
+            made |= self.service(i);
+            i += 1;
+        }
+        made |= self.transmit_all();
+        self.check_deadlines();
+        made |= self.reap();
+        if self.loopback.is_some()
+            && self
+                .links
+                .iter()
+                .any(|l| matches!(l.pipe, Pipe::Loopback { .. }) && !l.input.is_empty())
+        {
+            self.more = true;
+        }
+        made
+    }
+
+    /// Finds which sockets have something to read, and whether a
+    /// connection waits on the listeners (only asked when `listeners`).
+    ///
+    /// With two or more sockets this is one `poll(2)` over all of them
+    /// (and the listeners, at no extra cost), so idle connections cost no
+    /// `read` each; with fewer, reading directly is cheaper, and the
+    /// listeners get a `poll(2)` of their own when asked.
+    fn readiness(&mut self, listeners: bool) -> bool {
+        let streams = self
+            .links
+            .iter()
+            .filter(|l| l.stream().is_some() && l.phase != LinkPhase::Connecting)
+            .count();
+        if streams < 2 {
+            for l in &mut self.links {
+                l.readable = true;
+            }
+            return listeners && self.listeners.as_ref().is_some_and(Listeners::pending);
+        }
+        let mut fds = std::mem::take(&mut self.pollfds);
+        let mut owners = std::mem::take(&mut self.poll_owners);
+        fds.clear();
+        owners.clear();
+        if let Some(l) = &self.listeners {
+            l.fds(|_, fd| {
+                fds.push(pollfd(fd));
+                owners.push(usize::MAX);
+            });
+        }
+        for (i, l) in self.links.iter_mut().enumerate() {
+            l.readable = false;
+            match l.stream() {
+                Some(s) if l.phase != LinkPhase::Connecting => {
+                    fds.push(pollfd(s.fd()));
+                    owners.push(i);
+                }
+                // Loopback halves and connecting sockets are looked at
+                // directly.
+                _ => l.readable = true,
+            }
+        }
+        let mut listener = false;
+        match poll_now(&mut fds) {
+            Ok(_) => {
+                for (fd, &i) in fds.iter().zip(&owners) {
+                    if fd.revents == 0 {
+                        continue;
+                    }
+                    match self.links.get_mut(i) {
+                        Some(l) => l.readable = true,
+                        None => listener = true,
+                    }
+                }
+            }
+            Err(_) => {
+                for l in &mut self.links {
+                    l.readable = true;
+                }
+                listener = true;
+            }
+        }
+        self.pollfds = fds;
+        self.poll_owners = owners;
+        listener
+    }
+
+    /// Accepts every waiting connection (the caller saw one waiting).
+    fn accept_all(&mut self) -> bool {
+        let mut made = false;
+        loop {
+            let Some(listeners) = &self.listeners else {
+                return made;
+            };
+            let (stream, remote) = match listeners.accept() {
+                Ok(Some(s)) => s,
+                Ok(None) => return made,
+                Err(e) => {
+                    // Out of descriptors and the like: try again next step.
+                    tracing::debug!(error = %e, "soft engine: accept failed");
+                    return made;
+                }
+            };
+            made = true;
+            if self.links.len() >= self.cfg.max_connections {
+                self.stats.rejected += 1;
+                continue;
+            }
+            if let Err(e) = stream.tune(&self.cfg) {
+                tracing::debug!(error = %e, "soft engine: cannot set socket options");
+            }
+            self.stats.accepted += 1;
+            let id = self.new_link_id();
+            let mut link = Link::new(id, Pipe::Stream(stream), remote, LinkPhase::Handshaking);
+            link.conn = Some(self.core.open_connection(Role::Acceptor));
+            link.timeout = self.cfg.handshake_timeout;
+            link.deadline = Instant::now().checked_add(link.timeout);
+            self.links.push(link);
+            self.register_link(self.links.len() - 1);
+        }
+    }
+
+    /// Services link `i`: connect, read, write, drain.
+    fn service(&mut self, i: usize) -> bool {
+        let loopback = matches!(self.links[i].pipe, Pipe::Loopback { .. });
+        match self.links[i].phase {
+            LinkPhase::Dead => false,
+            LinkPhase::Connecting => self.check_connect(i),
+            LinkPhase::Draining => self.drain_link(i),
+            LinkPhase::Handshaking | LinkPhase::Open if loopback => {
+                self.loopback_input(i) | self.loopback_transmit(i)
+            }
+            LinkPhase::Handshaking | LinkPhase::Open => {
+                let read = self.links[i].readable && self.read_link(i);
+                read | self.transmit(i)
+            }
+        }
+    }
+
+    fn check_connect(&mut self, i: usize) -> bool {
+        let Some(stream) = self.links[i].stream() else {
+            return false;
+        };
+        match stream.connect_state() {
+            ConnectState::Pending => false,
+            ConnectState::Failed(e) => {
+                let kind = if e.kind() == io::ErrorKind::ConnectionRefused {
+                    ErrorKind::ConnRefused
+                } else {
+                    ErrorKind::Io
+                };
+                let why = if kind == ErrorKind::ConnRefused {
+                    format!("nothing listens there ({e})")
+                } else {
+                    format!("TCP connect failed: {e}")
+                };
+                self.lose(i, kind, why);
+                true
+            }
+            ConnectState::Ready => {
+                let link = &mut self.links[i];
+                if let Some(s) = link.stream() {
+                    if let Err(e) = s.tune(&self.cfg) {
+                        tracing::debug!(error = %e, "soft engine: cannot set socket options");
+                    }
+                }
+                let expect = link.expect.expect("dialed links know their epid");
+                link.conn = Some(self.core.open_connection(Role::Dialer { expect }));
+                link.phase = LinkPhase::Handshaking;
+                self.transmit(i);
+                true
+            }
+        }
+    }
+
+    /// Reads what link `i`'s socket has (within the read budget).
+    fn read_link(&mut self, i: usize) -> bool {
+        let mut made = false;
+        let mut budget = self.cfg.read_budget;
+        loop {
+            let link = &mut self.links[i];
+            let Some(conn) = link.conn.filter(|_| link.is_live()) else {
+                return made;
+            };
+            let Pipe::Stream(stream) = &link.pipe else {
+                return made;
+            };
+            if let Some(d) = link.direct {
+                // The rest of a Data payload: straight into the receive
+                // buffer.
+                let dst = self
+                    .ops
+                    .get_mut(d.op)
+                    .and_then(|e| e.buffer.as_mut_slice())
+                    .and_then(|b| b.get_mut(d.offset..d.offset + d.len));
+                let Some(dst) = dst else {
+                    self.lose(
+                        i,
+                        ErrorKind::Io,
+                        format!("the receive buffer of {:?} is gone", d.op),
+                    );
+                    return true;
+                };
+                match stream.read_slice(dst) {
+                    Ok(0) => {
+                        self.lose_eof(i);
+                        return true;
+                    }
+                    Ok(n) => {
+                        made = true;
+                        self.stats.bytes_read += n as u64;
+                        link.direct = (n < d.len).then(|| super::DirectData {
+                            offset: d.offset + n,
+                            len: d.len - n,
+                            ..d
+                        });
+                        self.core.direct_data(conn, n);
+                        self.drain_events();
+                        self.interleave(i);
+                        budget = budget.saturating_sub(n);
+                        if budget == 0 {
+                            self.more = true;
+                            return made;
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
+                    Err(e) => {
+                        self.lose(i, ErrorKind::Io, format!("read failed: {e}"));
+                        return true;
+                    }
+                }
+            }
+            let want = link.read_size.min(self.cfg.max_read).max(MIN_READ);
+            match stream.read_buf(&mut link.input, want) {
+                Ok(0) => {
+                    self.lose_eof(i);
+                    return true;
+                }
+                Ok(n) => {
+                    made = true;
+                    self.stats.bytes_read += n as u64;
+                    if n == want {
+                        link.read_size = (want * 2).min(self.cfg.max_read);
+                    }
+                    let ok = self.core.handle_input(conn, &mut link.input).is_ok();
+                    if ok && !link.input.is_empty() {
+                        if let Ok(Some(d)) = self.core.take_direct(conn, &mut link.input) {
+                            link.direct = Some(d);
+                            // Bulk data flows directly: keep the reads
+                            // into the input buffer (which copy) small.
+                            link.read_size = MIN_READ;
+                        }
+                    }
+                    self.drain_events();
+                    self.interleave(i);
+                    budget = budget.saturating_sub(n);
+                    if budget == 0 {
+                        self.more = true;
+                    }
+                    if !ok || budget == 0 || (n < want && self.links[i].direct.is_none()) {
+                        return made;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
+                Err(e) => {
+                    self.lose(i, ErrorKind::Io, format!("read failed: {e}"));
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Between two reads of link `i`: write what it has, so a connection
+    /// busy in both directions alternates instead of reading its whole
+    /// budget while its own output waits (and its peer, symmetrically,
+    /// writes while nobody reads).
+    fn interleave(&mut self, i: usize) {
+        let link = &self.links[i];
+        if link.is_live()
+            && (link.has_output() || link.conn.is_some_and(|c| self.core.wants_transmit(c)))
+        {
+            self.transmit(i);
+        }
+    }
+
+    /// Writes link `i`'s pending output; `Ok(true)` once all of it is out.
+    fn flush(&mut self, i: usize) -> io::Result<bool> {
+        loop {
+            let link = &self.links[i];
+            if !link.has_output() {
+                return Ok(true);
+            }
+            let Pipe::Stream(stream) = &link.pipe else {
+                return Ok(true);
+            };
+            // Output bytes and referred payloads in wire order, as many as
+            // one writev takes; the rest goes in the next round.
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut n_iov = 0;
+            let mut pos = 0;
+            let mut all_refs = true;
+            for r in &link.refs {
+                if n_iov + 2 > MAX_IOV {
+                    all_refs = false;
+                    break;
+                }
+                if r.at > pos {
+                    iov[n_iov] = IoSlice::new(&link.output[pos..r.at]);
+                    n_iov += 1;
+                    pos = r.at;
+                }
+                let Some(payload) = self
+                    .ops
+                    .get(r.op)
+                    .and_then(|e| e.buffer.as_slice().get(r.range.clone()))
+                else {
+                    return Err(io::Error::other(format!(
+                        "the send buffer of {:?} is gone",
+                        r.op
+                    )));
+                };
+                iov[n_iov] = IoSlice::new(payload);
+                n_iov += 1;
+            }
+            // The bytes after the last reference, unless references were
+            // left out (they come first).
+            if all_refs && n_iov < MAX_IOV && pos < link.output.len() {
+                iov[n_iov] = IoSlice::new(&link.output[pos..]);
+                n_iov += 1;
+            }
+            let total: usize = iov[..n_iov].iter().map(|s| s.len()).sum();
+            let n = match stream.write_vectored(&iov[..n_iov]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            self.stats.bytes_written += n as u64;
+            let mut released = std::mem::take(&mut self.released);
+            self.links[i].consume(n, &mut released);
+            for op in released.drain(..) {
+                self.release_ref(op, None);
+            }
+            self.released = released;
+            if n < total {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// One transmit reference to `op`'s buffer is gone; a parked
+    /// completion goes out with the last one. `failed` marks a reference
+    /// dropped unwritten: the send then fails.
+    fn release_ref(&mut self, op: OpId, failed: Option<ErrorKind>) {
+        let Some(e) = self.ops.get_mut(op) else {
+            return;
+        };
+        e.refs = e.refs.saturating_sub(1);
+        if let (Some(kind), Some(status)) = (failed, e.parked.as_mut()) {
+            status.error = Some(kind);
+            status.nbytes = 0;
+        }
+        if e.refs == 0 {
+            if let Some(status) = e.parked.take() {
+                self.finish(op, status);
+            }
+        }
+    }
+
+    /// Writes what the core has for link `i` while the socket takes it.
+    fn transmit(&mut self, i: usize) -> bool {
+        let mut made = false;
+        loop {
+            match self.flush(i) {
+                Ok(true) => {}
+                Ok(false) => return true,
+                Err(e) => {
+                    self.lose(i, ErrorKind::Io, format!("write failed: {e}"));
+                    return true;
+                }
+            }
+            let link = &mut self.links[i];
+            let Some(conn) = link.conn.filter(|_| link.is_live()) else {
+                return made;
+            };
+            if !self.core.wants_transmit(conn) {
+                return made;
+            }
+            if link.round_out >= self.cfg.write_budget {
+                // More to send, but this link had its share of the round.
+                self.more = true;
+                return true;
+            }
+            let before = link.refs.len();
+            let n = self.core.poll_transmit_vectored(
+                conn,
+                &mut link.output,
+                &mut link.refs,
+                self.cfg.transmit_batch,
+                &self.ops,
+            );
+            link.round_out += n;
+            for r in &link.refs[before..] {
+                if let Some(e) = self.ops.get_mut(r.op) {
+                    e.refs += 1;
+                }
+            }
+            self.drain_events();
+            if n == 0 {
+                return made;
+            }
+            made = true;
+        }
+    }
+
+    /// Starts a round (a progress step, or a post's flush): every link
+    /// may compose `write_budget` bytes again.
+    pub(crate) fn begin_round(&mut self) {
+        for l in &mut self.links {
+            l.round_out = 0;
+        }
+    }
+
+    /// Transmits on every link whose connection has output.
+    pub(crate) fn transmit_all(&mut self) -> bool {
+        let mut made = false;
+        for i in 0..self.links.len() {
+            let link = &self.links[i];
+            if !link.is_live() {
+                continue;
+            }
+            let wants = link.conn.is_some_and(|c| self.core.wants_transmit(c));
+            if wants || link.has_output() {
+                made |= match link.pipe {
+                    Pipe::Stream(_) => self.transmit(i),
+                    Pipe::Loopback { .. } => self.loopback_transmit(i),
+                };
+            }
+        }
+        made
+    }
+
+    /// A closed link: flush, shut down, wait for EOF (bounded).
+    fn drain_link(&mut self, i: usize) -> bool {
+        let mut made = false;
+        match self.flush(i) {
+            Ok(true) => {
+                let link = &mut self.links[i];
+                if !link.shut {
+                    if let Some(s) = link.stream() {
+                        s.shutdown_write();
+                    }
+                    link.shut = true;
+                    made = true;
+                }
+            }
+            Ok(false) => {}
+            Err(_) => {
+                self.links[i].phase = LinkPhase::Dead;
+                return true;
+            }
+        }
+        // Read and drop what the peer still sends, so closing does not
+        // reset the connection under our last frames.
+        let link = &mut self.links[i];
+        if let (true, Pipe::Stream(s)) = (link.readable, &link.pipe) {
+            for _ in 0..16 {
+                match s.read_buf(&mut link.input, 64 << 10) {
+                    Ok(0) => {
+                        link.peer_gone = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        link.input.clear();
+                        self.stats.bytes_read += n as u64;
+                        made = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        link.peer_gone = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if link.shut && link.peer_gone {
+            link.phase = LinkPhase::Dead;
+            made = true;
+        }
+        made
+    }
+
+    fn check_deadlines(&mut self) {
+        if !self.links.iter().any(|l| l.deadline.is_some()) {
+            return;
+        }
+        let now = Instant::now();
+        for i in 0..self.links.len() {
+            let link = &self.links[i];
+            if link.deadline.is_none_or(|d| d > now) {
+                continue;
+            }
+            let t = link.timeout;
+            match link.phase {
+                LinkPhase::Connecting => self.lose(
+                    i,
+                    ErrorKind::TimedOut,
+                    format!("no TCP connection within {t:?}"),
+                ),
+                LinkPhase::Handshaking => self.lose(
+                    i,
+                    ErrorKind::TimedOut,
+                    format!("no answer to the handshake within {t:?}"),
+                ),
+                LinkPhase::Draining => self.links[i].phase = LinkPhase::Dead,
+                LinkPhase::Open | LinkPhase::Dead => self.links[i].deadline = None,
+            }
+        }
+    }
+
+    /// Drops dead links; whether any went.
+    fn reap(&mut self) -> bool {
+        if !self.links.iter().any(|l| l.phase == LinkPhase::Dead) {
+            return false;
+        }
+        let mut i = 0;
+        while i < self.links.len() {
+            if self.links[i].phase != LinkPhase::Dead {
+                i += 1;
+                continue;
+            }
+            let mut link = self.links.remove(i);
+            for r in std::mem::take(&mut link.refs) {
+                self.release_ref(r.op, Some(ErrorKind::Io));
+            }
+            if let Some(conn) = link.conn.take() {
+                self.core.connection_lost(conn, "the transport was closed");
+                self.drain_events();
+            }
+            if let Pipe::Loopback { partner } = link.pipe {
+                if let Some(j) = self.link_index(partner) {
+                    self.links[j].peer_gone = true;
+                }
+                self.loopback = None;
+            }
+            if link.registered {
+                if let (Some((registry, _)), Pipe::Stream(s)) = (&self.registry, &mut link.pipe) {
+                    let _ = s.deregister(registry);
+                }
+            }
+        }
+        true
+    }
+
+    /// The peer closed link `i`.
+    fn lose_eof(&mut self, i: usize) {
+        let why = match self.links[i].phase {
+            LinkPhase::Handshaking => "the peer closed the connection during the handshake",
+            _ => "the peer closed the connection",
+        };
+        self.lose(i, ErrorKind::Io, why.to_owned());
+    }
+
+    /// Link `i`'s transport failed: the core fails everything pending
+    /// towards its peer; a dial a `connect` waits for records the error.
+    pub(crate) fn lose(&mut self, i: usize, kind: ErrorKind, why: String) {
+        let link = &mut self.links[i];
+        let dialing = matches!(link.phase, LinkPhase::Connecting | LinkPhase::Handshaking);
+        let record = dialing && link.awaited;
+        link.phase = LinkPhase::Dead;
+        link.direct = None;
+        let remote = link.remote;
+        let expect = link.expect;
+        let id = link.id;
+        let conn = link.conn.take();
+        if let Some(conn) = conn {
+            self.core.connection_lost(conn, format!("{remote}: {why}"));
+            self.drain_events();
+        }
+        if record {
+            let target = expect.map_or_else(|| "?".to_owned(), |e| e.to_string());
+            self.dial_errors.push((
+                id,
+                Error::new(
+                    kind,
+                    format!("soft engine: connecting to {target} at {remote}: {why}"),
+                ),
+            ));
+        }
+    }
+
+    // ----- events --------------------------------------------------------
+
+    /// Applies every event the core has queued.
+    pub(crate) fn drain_events(&mut self) {
+        while let Some(ev) = self.core.poll_event() {
+            match ev {
+                Event::Place { op, offset, bytes } => {
+                    let dst = self
+                        .ops
+                        .get_mut(op)
+                        .and_then(|e| e.buffer.as_mut_slice())
+                        .and_then(|b| b.get_mut(offset..offset + bytes.len()));
+                    match dst {
+                        Some(d) => d.copy_from_slice(&bytes),
+                        None => tracing::error!(
+                            ?op,
+                            offset,
+                            len = bytes.len(),
+                            "soft engine: Place outside its receive buffer"
+                        ),
+                    }
+                }
+                Event::Complete { op, status } => match self.ops.get_mut(op) {
+                    Some(e) if e.refs > 0 => e.parked = Some(status),
+                    _ => self.finish(op, status),
+                },
+                Event::Connected { conn, peer, epid } => {
+                    if let Ok(mut map) = self.peer_epids.write() {
+                        map.insert(peer, epid);
+                    }
+                    if let Some(i) = self.conn_index(conn) {
+                        let link = &mut self.links[i];
+                        link.phase = LinkPhase::Open;
+                        link.deadline = None;
+                    }
+                }
+                Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
+                Event::PeerDown { peer, epid, error } => {
+                    tracing::debug!(?peer, %epid, %error, "soft engine: peer down");
+                }
+                Event::AmRequest {
+                    token,
+                    source,
+                    handler,
+                    args,
+                    payload,
+                } => {
+                    let Some(h) = self.handlers.get(usize::from(handler)).cloned() else {
+                        tracing::warn!(
+                            handler,
+                            "soft engine: AM request for an unregistered handler"
+                        );
+                        self.core.am_done(token);
+                        continue;
+                    };
+                    let mut reply = Replier {
+                        core: &mut self.core,
+                        token: Some(token),
+                    };
+                    {
+                        let _scope = HandlerScope::enter(self.id);
+                        h.on_request(
+                            AmMessage {
+                                source,
+                                args: args.as_slice(),
+                                payload: &payload,
+                            },
+                            &mut reply,
+                        );
+                    }
+                    if let Some(token) = reply.token.take() {
+                        self.core.am_done(token);
+                    }
+                }
+                Event::AmReply {
+                    source,
+                    handler,
+                    args,
+                    payload,
+                } => {
+                    let Some(h) = self.handlers.get(usize::from(handler)).cloned() else {
+                        tracing::warn!(
+                            handler,
+                            "soft engine: AM reply for an unregistered handler"
+                        );
+                        continue;
+                    };
+                    let _scope = HandlerScope::enter(self.id);
+                    h.on_reply(AmMessage {
+                        source,
+                        args: args.as_slice(),
+                        payload: &payload,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Hands op's buffer back with its status.
+    pub(crate) fn finish(&mut self, op: OpId, status: MqStatus) {
+        if let Some(e) = self.ops.remove(op) {
+            // A refused key means the slot is gone (a bug above us); the
+            // buffer is dropped here either way.
+            let _ = self.completions.complete(
+                e.key,
+                MqCompletion {
+                    status,
+                    buffer: e.buffer,
+                },
+            );
+        }
+    }
+
+    /// The core closed `conn`: flush its last frames, forget it, let the
+    /// transport drain.
+    fn on_closed(&mut self, conn: ConnId, error: Option<ConnError>) {
+        let Some(i) = self.conn_index(conn) else {
+            self.core.connection_lost(conn, "no transport");
+            return;
+        };
+        match self.links[i].pipe {
+            Pipe::Stream(_) => {
+                let link = &mut self.links[i];
+                let before = link.refs.len();
+                self.core.poll_transmit_vectored(
+                    conn,
+                    &mut link.output,
+                    &mut link.refs,
+                    self.cfg.transmit_batch,
+                    &self.ops,
+                );
+                for r in &link.refs[before..] {
+                    if let Some(e) = self.ops.get_mut(r.op) {
+                        e.refs += 1;
+                    }
+                }
+            }
+            Pipe::Loopback { partner } => {
+                if let Some(j) = self.link_index(partner) {
+                    let mut input = std::mem::take(&mut self.links[j].input);
+                    let limit = input.len() + self.cfg.transmit_batch;
+                    self.core.poll_transmit(conn, &mut input, limit, &self.ops);
+                    self.links[j].input = input;
+                }
+            }
+        }
+        self.core.connection_lost(conn, "closed by the protocol");
+        let link = &mut self.links[i];
+        let dialing = link.phase == LinkPhase::Handshaking;
+        link.conn = None;
+        link.direct = None;
+        if dialing && link.awaited {
+            let target = link
+                .expect
+                .map_or_else(|| "?".to_owned(), |e| e.to_string());
+            let remote = link.remote;
+            let e = match error {
+                Some(ConnError::Handshake(HandshakeError::WrongEpid { expected, got })) => {
+                    Error::new(
+                        ErrorKind::ConnRefused,
+                        format!(
+                            "soft engine: connecting to {expected} at {remote}: another endpoint ({got}) \
+                             answers there now; {expected} is gone"
+                        ),
+                    )
+                }
+                Some(e) => Error::with_source(
+                    e.kind(),
+                    format!("soft engine: connecting to {target} at {remote}: {e}"),
+                    e,
+                ),
+                None => Error::new(
+                    ErrorKind::Io,
+                    format!("soft engine: connecting to {target} at {remote}: closed during the handshake"),
+                ),
+            };
+            self.dial_errors.push((link.id, e));
+        }
+        match link.pipe {
+            Pipe::Stream(_) => {
+                link.phase = LinkPhase::Draining;
+                link.timeout = self.cfg.linger;
+                link.deadline = Instant::now().checked_add(self.cfg.linger);
+            }
+            Pipe::Loopback { .. } => link.phase = LinkPhase::Dead,
+        }
+    }
+
+    // ----- connecting ------------------------------------------------------
+
+    /// Starts dialing `epid`; the link's deadline is `deadline`.
+    fn dial(&mut self, epid: Epid, deadline: Instant, timeout: Duration) -> Result<LinkId> {
+        let target = SoftEpid::try_from(epid).map_err(|e| {
+            Error::new(
+                ErrorKind::Inval,
+                format!("soft engine: cannot connect to {epid}: {e}"),
+            )
+        })?;
+        let addr = target.socket_addr();
+        let unix = if self.cfg.unix_sockets {
+            dial_unix(epid).ok()
+        } else {
+            None
+        };
+        let (stream, remote, phase) = match unix {
+            Some(s) => (s, Remote::Unix, LinkPhase::Handshaking),
+            None => {
+                let s = dial_tcp(addr).map_err(|e| {
+                    let kind = match e.kind() {
+                        io::ErrorKind::ConnectionRefused => ErrorKind::ConnRefused,
+                        _ => ErrorKind::Io,
+                    };
+                    io_error(
+                        kind,
+                        format!("soft engine: cannot connect to {epid} at tcp {addr}"),
+                        e,
+                    )
+                })?;
+                (s, Remote::Tcp(addr.into()), LinkPhase::Connecting)
+            }
+        };
+        if let (Stream::Unix(_), Err(e)) = (&stream, stream.tune(&self.cfg)) {
+            tracing::debug!(error = %e, "soft engine: cannot set socket options");
+        }
+        let id = self.new_link_id();
+        let mut link = Link::new(id, Pipe::Stream(stream), remote, phase);
+        link.expect = Some(epid);
+        link.awaited = true;
+        link.deadline = Some(deadline);
+        link.timeout = timeout;
+        if phase == LinkPhase::Handshaking {
+            link.conn = Some(self.core.open_connection(Role::Dialer { expect: epid }));
+        }
+        self.links.push(link);
+        let i = self.links.len() - 1;
+        self.register_link(i);
+        if phase == LinkPhase::Handshaking {
+            self.transmit(i);
+        }
+        Ok(id)
+    }
+
+    fn take_dial_error(&mut self, id: LinkId) -> Option<Error> {
+        let k = self.dial_errors.iter().position(|(l, _)| *l == id)?;
+        Some(self.dial_errors.swap_remove(k).1)
+    }
+
+    // ----- closing -------------------------------------------------------
+
+    /// Whether a graceful close has nothing left to wait for.
+    fn quiesced(&self) -> bool {
+        self.core.stats().connections == 0
+            && self.links.iter().all(|l| {
+                l.phase == LinkPhase::Dead || (l.phase == LinkPhase::Draining && !l.has_output())
+            })
+    }
+
+    /// Ends everything at once: transports closed, pending operations
+    /// failed (`Io` towards peers, `Canceled` for the rest), buffers handed
+    /// back.
+    pub(crate) fn force_close(&mut self) {
+        for i in 0..self.links.len() {
+            if self.links[i].conn.is_some() {
+                self.lose(i, ErrorKind::Io, "the endpoint closed".to_owned());
+            }
+            self.links[i].phase = LinkPhase::Dead;
+        }
+        self.reap();
+        for id in self.ops.ids() {
+            if self.core.cancel(id) {
+                continue;
+            }
+            self.finish(
+                id,
+                MqStatus {
+                    tag: 0,
+                    msg_len: 0,
+                    nbytes: 0,
+                    source: None,
+                    error: Some(ErrorKind::Canceled),
+                },
+            );
+        }
+        self.drain_events();
+        if let Some(mut l) = self.listeners.take() {
+            if let Some((registry, _)) = &self.registry {
+                l.deregister(registry);
+            }
+        }
+        self.dial_errors.clear();
+        self.closed = true;
+    }
+}
+
+/// The reply channel handed to an AM handler.
+struct Replier<'a> {
+    core: &'a mut SoftCore,
+    token: Option<AmToken>,
+}
+
+impl AmReply for Replier<'_> {
+    fn reply(&mut self, handler: AmHandlerId, args: &[u64], payload: &[u8]) -> Result<()> {
+        let Some(token) = self.token.take() else {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                "soft engine: an AM request is answered at most once",
+            ));
+        };
+        match self.core.am_reply(token, handler.0, args, payload) {
+            Ok(()) => Ok(()),
+            Err((token, e)) => {
+                self.token = Some(token);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl ProgressSource for SoftEndpoint {
+    fn progress(&self) -> Progress {
+        let mut g = match self.inner.try_lock() {
+            Ok(g) => g,
+            // Someone is posting or stepping: come back soon rather than
+            // sleep on bytes nobody read.
+            Err(TryLockError::WouldBlock) => return Progress::Made,
+            Err(TryLockError::Poisoned(_)) => return Progress::Idle,
+        };
+        if g.closed {
+            return Progress::Idle;
+        }
+        // Another step only while one left work behind (a budget ran
+        // out, loopback bytes wait): after an ordinary step the socket is
+        // known empty, and one more read would only delay the caller, who
+        // may be waiting to answer what just arrived.
+        let mut made = false;
+        for _ in 0..STEPS_PER_PROGRESS {
+            made |= g.step(false);
+            if !g.more {
+                break;
+            }
+        }
+        made.into()
+    }
+
+    fn register(&self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {
+        let mut g = self
+            .inner
+            .lock()
+            .map_err(|_| io::Error::other("endpoint poisoned"))?;
+        if g.registry.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a soft endpoint can be registered with one reactor only",
+            ));
+        }
+        let registry = registry.try_clone()?;
+        if let Some(l) = &mut g.listeners {
+            l.register(&registry, token)?;
+        }
+        g.registry = Some((registry, token));
+        for i in 0..g.links.len() {
+            g.register_link(i);
+        }
+        Ok(())
+    }
+
+    fn deregister(&self, registry: &mio::Registry) -> io::Result<()> {
+        let mut g = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(l) = &mut g.listeners {
+            l.deregister(registry);
+        }
+        for link in &mut g.links {
+            if let (true, Pipe::Stream(s)) = (link.registered, &mut link.pipe) {
+                let _ = s.deregister(registry);
+                link.registered = false;
+            }
+        }
+        g.registry = None;
+        Ok(())
+    }
+}
+
+impl EngineEndpoint for SoftEndpoint {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Soft
+    }
+
+    fn epid(&self) -> Epid {
+        self.epid
+    }
+
+    fn limits(&self) -> EngineLimits {
+        self.limits
+    }
+
+    fn completions(&self) -> &Arc<CompletionTable<MqCompletion>> {
+        &self.completions
+    }
+
+    fn connect(&self, epids: &[Epid], timeout: Duration) -> Vec<Result<PeerAddr>> {
+        let start = Instant::now();
+        let deadline = start
+            .checked_add(timeout)
+            .unwrap_or(start + Duration::from_secs(86_400 * 365));
+        let n = epids.len();
+        let mut results: Vec<Option<Result<PeerAddr>>> = (0..n).map(|_| None).collect();
+        let mut dials: Vec<Option<LinkId>> = vec![None; n];
+        let fail_all = |e: &Error| -> Vec<Result<PeerAddr>> {
+            (0..n)
+                .map(|_| Err(Error::new(e.kind(), e.message().to_owned())))
+                .collect()
+        };
+        {
+            let mut g = match self.lock() {
+                Ok(g) => g,
+                Err(e) => return fail_all(&e),
+            };
+            for (i, &epid) in epids.iter().enumerate() {
+                if let Some(p) = g.up_peer(epid) {
+                    results[i] = Some(Ok(p));
+                } else if let Some(j) = epids[..i].iter().position(|e| *e == epid) {
+                    dials[i] = dials[j];
+                } else if epid == self.epid {
+                    g.ensure_loopback();
+                } else {
+                    match g.dial(epid, deadline, timeout) {
+                        Ok(id) => dials[i] = Some(id),
+                        Err(e) => results[i] = Some(Err(e)),
+                    }
+                }
+            }
+        }
+        loop {
+            let mut g = match self.lock() {
+                Ok(g) => g,
+                Err(e) => {
+                    for r in results.iter_mut().filter(|r| r.is_none()) {
+                        *r = Some(Err(Error::new(e.kind(), e.message().to_owned())));
+                    }
+                    break;
+                }
+            };
+            let made = g.step(true);
+            let mut pending = false;
+            for i in 0..n {
+                if results[i].is_some() {
+                    continue;
+                }
+                if let Some(p) = g.up_peer(epids[i]) {
+                    results[i] = Some(Ok(p));
+                } else if let Some(e) = dials[i].and_then(|d| g.take_dial_error(d)) {
+                    results[i] = Some(Err(e));
+                } else if let Some(j) =
+                    (0..i).find(|&j| epids[j] == epids[i] && results[j].is_some())
+                {
+                    results[i] = match &results[j] {
+                        Some(Ok(p)) => Some(Ok(*p)),
+                        Some(Err(e)) => Some(Err(Error::new(e.kind(), e.message().to_owned()))),
+                        None => None,
+                    };
+                } else {
+                    pending = true;
+                }
+            }
+            if pending && Instant::now() >= deadline {
+                for i in 0..n {
+                    if results[i].is_some() {
+                        continue;
+                    }
+                    let epid = epids[i];
+                    if let Some(k) = dials[i].and_then(|d| g.link_index(d)) {
+                        let remote = g.links[k].remote;
+                        g.links[k].awaited = false;
+                        g.lose(k, ErrorKind::TimedOut, "timed out".to_owned());
+                        results[i] = Some(Err(Error::new(
+                            ErrorKind::TimedOut,
+                            format!(
+                                "soft engine: connecting to {epid} at {remote}: no answer within {timeout:?}"
+                            ),
+                        )));
+                    } else {
+                        results[i] = Some(Err(Error::new(
+                            ErrorKind::TimedOut,
+                            format!("soft engine: connecting to {epid}: not connected within {timeout:?}"),
+                        )));
+                    }
+                }
+                g.reap();
+                pending = false;
+            }
+            if !pending {
+                for d in dials.iter().flatten() {
+                    if let Some(k) = g.link_index(*d) {
+                        g.links[k].awaited = false;
+                    }
+                    g.take_dial_error(*d);
+                }
+                break;
+            }
+            drop(g);
+            if !made {
+                std::thread::sleep(IDLE_WAIT);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every epid has a result"))
+            .collect()
+    }
+
+    /// Lock-free with respect to the endpoint's state, so AM handlers may
+    /// ask who sent what they handle.
+    fn peer_epid(&self, peer: PeerAddr) -> Option<Epid> {
+        self.peer_epids.read().ok()?.get(&peer).copied()
+    }
+
+    fn isend(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        let mut g = match self.lock() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        if let Err(error) = self.check_key(op, &g) {
+            return Err(PostError { error, buffer });
+        }
+        let id = OpTable::id(op);
+        if let Err(error) = g.core.send(peer, tag, buffer.len() as u64, mode, id) {
+            return Err(PostError { error, buffer });
+        }
+        g.ops.insert(op, buffer, OpKind::Send);
+        g.drain_events();
+        g.begin_round();
+        g.transmit_all();
+        Ok(())
+    }
+
+    fn irecv(
+        &self,
+        tags: TagMatch,
+        mut buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        let mut g = match self.lock() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        if let Err(error) = self.check_key(op, &g) {
+            return Err(PostError { error, buffer });
+        }
+        if !buffer.is_empty() && buffer.as_mut_ptr().is_none() {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::Inval,
+                    "soft engine: a receive buffer must be writable (shared Bytes are read-only)",
+                ),
+                buffer,
+            });
+        }
+        let id = OpTable::id(op);
+        let cap = buffer.len();
+        g.ops.insert(op, buffer, OpKind::Recv);
+        if let Err(error) = g.core.recv(tags, cap, id) {
+            let buffer = g.ops.remove(id).expect("just inserted").buffer;
+            return Err(PostError { error, buffer });
+        }
+        g.drain_events();
+        g.begin_round();
+        g.transmit_all();
+        Ok(())
+    }
+
+    fn cancel(&self, op: OpKey) -> Result<bool> {
+        let mut g = self.lock()?;
+        let done = g.core.cancel(OpTable::id(op));
+        g.drain_events();
+        Ok(done)
+    }
+
+    fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>> {
+        let g = self.lock()?;
+        Ok(g.core.probe(tags))
+    }
+
+    fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId> {
+        let mut g = self.lock()?;
+        if g.handlers.len() >= self.limits.max_am_handlers {
+            return Err(Error::new(
+                ErrorKind::NoMem,
+                format!(
+                    "soft engine: all {} AM handler slots are taken",
+                    self.limits.max_am_handlers
+                ),
+            ));
+        }
+        g.handlers.push(handler);
+        Ok(AmHandlerId((g.handlers.len() - 1) as u16))
+    }
+
+    fn am_request(
+        &self,
+        peer: PeerAddr,
+        handler: AmHandlerId,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        let mut g = self.lock()?;
+        g.core.am_request(peer, handler.0, args, payload)?;
+        g.begin_round();
+        g.transmit_all();
+        Ok(())
+    }
+
+    fn close(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        {
+            let mut g = self.lock_any()?;
+            if g.closed {
+                return Ok(());
+            }
+            g.begin_close();
+        }
+        loop {
+            let mut g = self.inner.lock().map_err(|_| poisoned_error())?;
+            if g.closed {
+                return Ok(());
+            }
+            if !g.close_step(start, timeout) {
+                drop(g);
+                std::thread::sleep(IDLE_WAIT);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Starts a graceful close: every peer says Bye once its traffic is
+    /// done, connections still in their handshake end, receives that
+    /// matched nothing complete `Canceled`.
+    fn begin_close(&mut self) {
+        self.core.shutdown();
+        for id in self.ops.ids() {
+            if self.ops.get(id).is_some_and(|e| e.kind == OpKind::Recv) {
+                self.core.cancel(id);
+            }
+        }
+        self.drain_events();
+        self.begin_round();
+        self.transmit_all();
+    }
+
+    /// One step of a graceful close begun at `start`; forces the rest once
+    /// everything is said or `timeout` passed. Whether the step did
+    /// anything (or finished).
+    fn close_step(&mut self, start: Instant, timeout: Duration) -> bool {
+        let made = self.step(false);
+        if self.quiesced() || start.elapsed() >= timeout {
+            self.force_close();
+            return true;
+        }
+        made
+    }
+}
+
+/// Dropping an endpoint that was not closed closes it gracefully within
+/// the `close_timeout` it was opened with (driving its own progress, as
+/// `close` does), then forces what is left.
+impl Drop for SoftEndpoint {
+    fn drop(&mut self) {
+        let g = match self.inner.get_mut() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.closed {
+            return;
+        }
+        let start = Instant::now();
+        g.begin_close();
+        while !g.closed {
+            if !g.close_step(start, g.close_timeout) {
+                std::thread::sleep(IDLE_WAIT);
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! [`SoftEngine`] and its [`SoftConfig`]: the soft engine as the rest of
+//! the crate sees it, an [`Engine`] that opens [`SoftEndpoint`]s.
+//!
+//! The engine itself holds nothing but the configuration; each endpoint
+//! owns its listener, its connections and its [`SoftCore`](super::SoftCore)
+//! (the sans-IO protocol). See `endpoint.rs` for how the edge drives the
+//! core, and `transport.rs` for the sockets.
+
+use super::endpoint::SoftEndpoint;
+use super::ProtocolConfig;
+use crate::engine::{EndpointOptions, Engine, EngineKind};
+use crate::{Error, ErrorKind, Result};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How soft endpoints are opened: where they listen, the protocol's sizes,
+/// and the edge's timeouts and buffer sizes.
+///
+/// ```
+/// use psmrail::engine::soft::SoftConfig;
+/// let mut cfg = SoftConfig::default();
+/// cfg.protocol.eager_threshold = 16 << 10;
+/// cfg.validate().unwrap();
+/// assert_eq!(cfg.bind, std::net::Ipv4Addr::LOCALHOST);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SoftConfig {
+    /// The IPv4 address to listen on; it is part of the epid, so it must
+    /// be an address peers can reach (not `0.0.0.0`). Default `127.0.0.1`.
+    pub bind: Ipv4Addr,
+    /// The TCP port; 0 picks a free one per endpoint (the default). A fixed
+    /// port allows one open endpoint per address.
+    pub port: u16,
+    /// The protocol's sizes: eager threshold, chunk size, AM limits,
+    /// unexpected-message budget and credit windows.
+    pub protocol: ProtocolConfig,
+    /// Same-host peers connect over Unix-domain sockets (abstract names
+    /// derived from the epid) instead of loopback TCP. Default on.
+    pub unix_sockets: bool,
+    /// An accepted connection whose handshake has not completed after this
+    /// long is dropped. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// How long a connection the protocol closed may take to flush its
+    /// last frames and see the peer's EOF. Default 1 s.
+    pub linger: Duration,
+    /// `TCP_USER_TIMEOUT`: a peer that acknowledges nothing for this long
+    /// is declared dead (its pending operations fail). `None` keeps the
+    /// kernel's default (minutes). Default 30 s.
+    pub peer_timeout: Option<Duration>,
+    /// `SO_SNDBUF` / `SO_RCVBUF` for every socket; `None` (the default)
+    /// keeps the kernel's autotuning, which grows further than a fixed size
+    /// may without privileges.
+    pub socket_buffer: Option<usize>,
+    /// Most bytes one transmit batch (one `writev`) gathers. Default 1 MiB.
+    pub transmit_batch: usize,
+    /// Largest read into a connection's input buffer. Default 1 MiB.
+    pub max_read: usize,
+    /// Most bytes read from one connection in one progress step, so one
+    /// busy peer cannot starve the others. Default 1 MiB.
+    pub read_budget: usize,
+    /// Most bytes composed for one connection in one progress step (or one
+    /// post), so one busy peer cannot starve the others and every step
+    /// stays bounded. Default 2 MiB.
+    pub write_budget: usize,
+    /// Most connections an endpoint keeps (accepted and dialed); further
+    /// incoming ones are closed at once. Default 4096.
+    pub max_connections: usize,
+}
+
+impl SoftConfig {
+    /// The defaults (see each field).
+    pub const DEFAULT: SoftConfig = SoftConfig {
+        bind: Ipv4Addr::LOCALHOST,
+        port: 0,
+        protocol: ProtocolConfig::DEFAULT,
+        unix_sockets: true,
+        handshake_timeout: Duration::from_secs(10),
+        linger: Duration::from_secs(1),
+        peer_timeout: Some(Duration::from_secs(30)),
+        socket_buffer: None,
+        transmit_batch: 1 << 20,
+        max_read: 1 << 20,
+        read_budget: 1 << 20,
+        write_budget: 2 << 20,
+        max_connections: 4096,
+    };
+
+    /// Checks every field; the error names the one at fault.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::new(ErrorKind::Inval, what));
+        self.protocol.validate()?;
+        if self.bind.is_unspecified() || self.bind.is_broadcast() || self.bind.is_multicast() {
+            return bad(format!(
+                "soft engine configuration: bind address {} cannot be reached by peers; \
+                 give the address of one interface (the epid carries it)",
+                self.bind
+            ));
+        }
+        for (name, v) in [
+            ("transmit_batch", self.transmit_batch),
+            ("max_read", self.max_read),
+            ("read_budget", self.read_budget),
+            ("write_budget", self.write_budget),
+            ("max_connections", self.max_connections),
+        ] {
+            if v == 0 {
+                return bad(format!(
+                    "soft engine configuration: {name} must be at least 1"
+                ));
+            }
+        }
+        if self.socket_buffer == Some(0) {
+            return bad("soft engine configuration: socket_buffer must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl Default for SoftConfig {
+    fn default() -> Self {
+        SoftConfig::DEFAULT
+    }
+}
+
+/// The soft engine: PSM's queues in pure Rust, over the process itself,
+/// Unix-domain sockets and TCP.
+///
+/// Open endpoints with [`Engine::open`], add them to a
+/// [`Reactor`](crate::reactor::Reactor) (they are progress sources), and
+/// connect them by epid:
+///
+/// ```
+/// use psmrail::engine::soft::SoftEngine;
+/// use psmrail::engine::{Engine, EngineEndpoint, EndpointOptions, OpBuffer, SendMode, TagMatch};
+/// use psmrail::reactor::Reactor;
+/// use std::future::poll_fn;
+/// use std::time::Duration;
+///
+/// let engine = SoftEngine::default();
+/// let options = EndpointOptions {
+///     uuid: *b"doc-example-job!",
+///     unit: None,
+///     port: None,
+///     close_timeout: Duration::from_secs(1),
+/// };
+/// let a = engine.open(&options)?;
+/// let b = engine.open(&options)?;
+/// let reactor = Reactor::manual();
+/// reactor.add_source(a.clone())?;
+/// reactor.add_source(b.clone())?;
+///
+/// // `connect` drives its own endpoint's progress while it waits; the
+/// // other side must progress too, so each connects from its own thread
+/// // (as two processes would).
+/// let (peer_b, peer_a) = std::thread::scope(|s| {
+///     let other = s.spawn(|| b.connect(&[a.epid()], Duration::from_secs(5)).remove(0));
+///     let mine = a.connect(&[b.epid()], Duration::from_secs(5)).remove(0);
+///     (mine, other.join().unwrap())
+/// });
+/// let (peer_b, _peer_a) = (peer_b?, peer_a?);
+///
+/// let (rt, st) = (b.completions().clone(), a.completions().clone());
+/// let (rk, sk) = (rt.insert(), st.insert());
+/// b.irecv(TagMatch::exact(42), OpBuffer::from(vec![0u8; 5]), rk).unwrap();
+/// a.isend(peer_b, 42, SendMode::Standard, OpBuffer::from(b"hello".to_vec()), sk).unwrap();
+///
+/// let sent = reactor.block_on(poll_fn(|cx| reactor.poll_completion(&st, sk, cx)));
+/// let got = reactor.block_on(poll_fn(|cx| reactor.poll_completion(&rt, rk, cx)));
+/// assert_eq!(sent.status.error, None);
+/// assert_eq!((got.status.tag, got.status.nbytes), (42, 5));
+/// assert_eq!(got.buffer.as_slice(), b"hello");
+/// assert_eq!(got.status.source.and_then(|p| b.peer_epid(p)), Some(a.epid()));
+///
+/// a.close(Duration::from_secs(1))?;
+/// b.close(Duration::from_secs(1))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct SoftEngine {
+    config: Arc<SoftConfig>,
+}
+
+impl SoftEngine {
+    /// An engine opening endpoints with `config` (checked here).
+    pub fn new(config: SoftConfig) -> Result<SoftEngine> {
+        config.validate()?;
+        Ok(SoftEngine {
+            config: Arc::new(config),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SoftConfig {
+        &self.config
+    }
+}
+
+impl Engine for SoftEngine {
+    type Endpoint = SoftEndpoint;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Soft
+    }
+
+    /// Opens an endpoint listening on the configured address. The soft
+    /// engine has no devices: `unit` and `port` of the options are ignored.
+    fn open(&self, options: &EndpointOptions) -> Result<Arc<SoftEndpoint>> {
+        SoftEndpoint::open(&self.config, options).map(Arc::new)
+    }
+}

@@ -1,0 +1,602 @@
+//! The edge's byte pipes: listeners, streams and the per-connection state
+//! ([`Link`]) that sits between a socket and the core.
+//!
+//! This is the I/O half of the soft engine (the core, [`SoftCore`], never
+//! sees a socket). Every socket is non-blocking (mio); nothing here waits.
+//!
+//! # Transports
+//!
+//! * **TCP** through mio: the listener bound to the endpoint's address (the
+//!   address and port its epid carries), streams with `TCP_NODELAY` and,
+//!   when configured, larger socket buffers and `TCP_USER_TIMEOUT`.
+//! * **Unix-domain sockets** for peers on the same host, when enabled
+//!   ([`SoftConfig::unix_sockets`]): each endpoint also listens on the
+//!   abstract name `psmrail-soft/<epid in hex>`, and a dialer tries that
+//!   name first, falling back to TCP when nothing answers there. Abstract
+//!   names belong to the network namespace, so the fast path is taken
+//!   exactly when both ends share one (the same host, as far as the epid's
+//!   address can tell); the handshake checks the epid and the job either
+//!   way. Unix sockets move bulk data at about twice the rate of loopback
+//!   TCP and with lower latency.
+//! * **Loopback** (the endpoint reaching itself) has no socket at all: two
+//!   core connections whose output is appended to each other's input (see
+//!   `loopback.rs`).
+//!
+//! # Reading and writing
+//!
+//! A [`Link`] keeps an input buffer (socket bytes the core has not
+//! consumed: at most one partial frame, so bounded by the largest frame)
+//! and an output buffer plus a list of [`PayloadRef`]s (send payloads that
+//! go on the wire straight from the operation's buffer). Reads go into the
+//! input buffer's spare capacity, or, for the payload of a Data frame the
+//! core handed over ([`DirectData`]), straight into the receive buffer.
+//! Writes are one `writev` of the output bytes interleaved with the
+//! referred payloads. Buffers are reused; in steady state nothing is
+//! allocated per message.
+
+use super::protocol::{ConnId, DirectData, PayloadRef};
+use super::SoftConfig;
+use crate::engine::Epid;
+use bytes::BytesMut;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+use std::fmt;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Names a link of one endpoint (never reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct LinkId(pub u64);
+
+/// A connected, non-blocking stream socket.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    /// TCP.
+    Tcp(TcpStream),
+    /// A Unix-domain socket (same-host fast path).
+    Unix(UnixStream),
+}
+
+/// Where a TCP connect stands.
+pub(crate) enum ConnectState {
+    /// Still in progress.
+    Pending,
+    /// Connected.
+    Ready,
+    /// Failed.
+    Failed(io::Error),
+}
+
+impl Stream {
+    /// The socket's descriptor (for `poll(2)`).
+    pub fn fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Reads into the spare capacity of `buf` (reserving `want` bytes
+    /// first), at most `want` bytes. `Ok(0)` is end of stream.
+    pub fn read_buf(&self, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
+        read_spare(self.fd(), buf, want)
+    }
+
+    /// Reads into `dst` (a receive buffer: direct placement).
+    pub fn read_slice(&self, dst: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let r = match self {
+                Stream::Tcp(s) => (&*s).read(dst),
+                Stream::Unix(s) => (&*s).read(dst),
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// One `writev`.
+    pub fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            let r = match self {
+                Stream::Tcp(s) => (&*s).write_vectored(bufs),
+                Stream::Unix(s) => (&*s).write_vectored(bufs),
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// Ends the write half (the peer reads EOF after our last bytes).
+    pub fn shutdown_write(&self) {
+        // A socket that is already reset cannot be shut down; nothing to do.
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+        };
+    }
+
+    /// How a non-blocking connect is doing (Unix sockets connect at once).
+    pub fn connect_state(&self) -> ConnectState {
+        let Stream::Tcp(s) = self else {
+            return ConnectState::Ready;
+        };
+        match s.take_error() {
+            Ok(Some(e)) | Err(e) => return ConnectState::Failed(e),
+            Ok(None) => {}
+        }
+        match s.peer_addr() {
+            Ok(_) => ConnectState::Ready,
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => ConnectState::Pending,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => ConnectState::Pending,
+            Err(e) => ConnectState::Failed(e),
+        }
+    }
+
+    /// Applies the configured socket options.
+    pub fn tune(&self, cfg: &SoftConfig) -> io::Result<()> {
+        if let Stream::Tcp(s) = self {
+            s.set_nodelay(true)?;
+            if let Some(t) = cfg.peer_timeout {
+                let ms = libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX);
+                set_int_opt(self.fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+            }
+        }
+        if let Some(size) = cfg.socket_buffer {
+            let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+            set_int_opt(self.fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
+            set_int_opt(self.fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
+        }
+        Ok(())
+    }
+
+    /// Registers with the auto thread's poll (readable and writable).
+    pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        match self {
+            Stream::Tcp(s) => registry.register(s, token, interest),
+            Stream::Unix(s) => registry.register(s, token, interest),
+        }
+    }
+
+    /// Undoes [`register`](Self::register).
+    pub fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => registry.deregister(s),
+            Stream::Unix(s) => registry.deregister(s),
+        }
+    }
+}
+
+/// Reads from `fd` into the spare capacity of `buf`.
+fn read_spare(fd: RawFd, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
+    buf.reserve(want);
+    let spare = buf.spare_capacity_mut();
+    let n = spare.len().min(want);
+    let ptr = spare.as_mut_ptr();
+    loop {
+        // SAFETY: `ptr` points at `buf`'s spare capacity, valid for writes
+        // of at least `n` bytes (`n <= spare.len()`); read(2) writes at most
+        // `n` bytes there and never reads it, so uninitialised memory is
+        // fine. `buf` is not touched until the call returns.
+        let r = unsafe { libc::read(fd, ptr.cast(), n) };
+        if r >= 0 {
+            let r = r as usize;
+            // SAFETY: read(2) initialised the first `r <= n` bytes after
+            // the current length, all within the capacity.
+            unsafe { buf.set_len(buf.len() + r) };
+            return Ok(r);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// A `pollfd` asking whether `fd` is readable.
+pub(crate) fn pollfd(fd: RawFd) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// `poll(2)` without waiting: how many descriptors have events (their
+/// `revents` say which).
+pub(crate) fn poll_now(fds: &mut [libc::pollfd]) -> io::Result<usize> {
+    if fds.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: `fds` is a live, initialised slice of pollfd structs and its
+    // exact length is passed with it; poll(2) only writes their `revents`.
+    // Negative descriptors are ignored by the kernel.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `setsockopt` with an `int` value.
+fn set_int_opt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live `c_int` and its exact size is passed with
+    // it; setsockopt only reads that many bytes. `fd` is an open socket
+    // owned by the caller for the duration of the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The abstract Unix-socket name an endpoint listens on.
+pub(crate) fn unix_name(epid: Epid) -> io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("psmrail-soft/{:016x}", epid.0))
+}
+
+/// Starts a non-blocking TCP connect.
+pub(crate) fn dial_tcp(addr: SocketAddrV4) -> io::Result<Stream> {
+    TcpStream::connect(SocketAddr::V4(addr)).map(Stream::Tcp)
+}
+
+/// Connects to `epid`'s Unix-socket name; an error when nobody listens
+/// there in this network namespace.
+pub(crate) fn dial_unix(epid: Epid) -> io::Result<Stream> {
+    UnixStream::connect_addr(&unix_name(epid)?).map(Stream::Unix)
+}
+
+/// An endpoint's listening sockets.
+#[derive(Debug)]
+pub(crate) struct Listeners {
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+}
+
+impl Listeners {
+    /// Binds the TCP listener; the address it got (port 0 resolved).
+    pub fn bind(addr: SocketAddrV4) -> io::Result<(Listeners, SocketAddrV4)> {
+        let tcp = TcpListener::bind(SocketAddr::V4(addr))?;
+        let local = match tcp.local_addr()? {
+            SocketAddr::V4(a) => a,
+            SocketAddr::V6(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "an IPv4 bind gave an IPv6 address",
+                ))
+            }
+        };
+        Ok((Listeners { tcp, unix: None }, local))
+    }
+
+    /// Adds the Unix-socket listener for `epid`.
+    pub fn bind_unix(&mut self, epid: Epid) -> io::Result<()> {
+        let std = std::os::unix::net::UnixListener::bind_addr(&unix_name(epid)?)?;
+        std.set_nonblocking(true)?;
+        self.unix = Some(UnixListener::from_std(std));
+        Ok(())
+    }
+
+    /// Whether the Unix-socket listener is up.
+    pub fn has_unix(&self) -> bool {
+        self.unix.is_some()
+    }
+
+    /// Whether a connection waits on either listener: one `poll(2)` with
+    /// no timeout. An idle `accept(2)` is far dearer (the kernel builds and
+    /// tears down a socket file to find the queue empty), so `accept` runs
+    /// only after this (or a merged poll, [`poll_now`]) says yes.
+    pub fn pending(&self) -> bool {
+        let mut fds = [pollfd(-1), pollfd(-1)];
+        let n = self.fds(|k, fd| fds[k] = pollfd(fd));
+        // On error, say yes: accept reports (or clears) the condition.
+        !matches!(poll_now(&mut fds[..n]), Ok(0))
+    }
+
+    /// Calls `f` with each listening descriptor and its index; how many.
+    pub fn fds(&self, mut f: impl FnMut(usize, RawFd)) -> usize {
+        f(0, self.tcp.as_raw_fd());
+        match &self.unix {
+            Some(u) => {
+                f(1, u.as_raw_fd());
+                2
+            }
+            None => 1,
+        }
+    }
+
+    /// The next pending connection of either listener; `Ok(None)` when
+    /// none is waiting.
+    pub fn accept(&self) -> io::Result<Option<(Stream, Remote)>> {
+        match self.tcp.accept() {
+            Ok((s, a)) => return Ok(Some((Stream::Tcp(s), Remote::Tcp(a)))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if let Some(u) = &self.unix {
+            match u.accept() {
+                Ok((s, _)) => return Ok(Some((Stream::Unix(s), Remote::Unix))),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Registers both listeners (readable).
+    pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+        registry.register(&mut self.tcp, token, Interest::READABLE)?;
+        if let Some(u) = &mut self.unix {
+            registry.register(u, token, Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    /// Undoes [`register`](Self::register).
+    pub fn deregister(&mut self, registry: &Registry) {
+        // Errors only mean "not registered"; the sockets close soon anyway.
+        let _ = registry.deregister(&mut self.tcp);
+        if let Some(u) = &mut self.unix {
+            let _ = registry.deregister(u);
+        }
+    }
+}
+
+/// What is at the other end of a link, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Remote {
+    /// A TCP peer.
+    Tcp(SocketAddr),
+    /// A Unix-socket peer on this host.
+    Unix,
+    /// This endpoint itself.
+    Loopback,
+}
+
+impl fmt::Display for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Remote::Tcp(a) => write!(f, "tcp {a}"),
+            Remote::Unix => f.write_str("a unix socket on this host"),
+            Remote::Loopback => f.write_str("this endpoint (loopback)"),
+        }
+    }
+}
+
+/// How a link moves bytes.
+#[derive(Debug)]
+pub(crate) enum Pipe {
+    /// A socket.
+    Stream(Stream),
+    /// The other half of the endpoint's own loopback pair.
+    Loopback {
+        /// The partner link, whose input this link's output goes to.
+        partner: LinkId,
+    },
+}
+
+/// Where a link is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LinkPhase {
+    /// TCP connect in progress (dialer).
+    Connecting,
+    /// Connected; the core's handshake runs.
+    Handshaking,
+    /// The core's connection is established.
+    Open,
+    /// The core closed the connection: flushing its last bytes, then
+    /// shutting down and waiting (a little) for the peer's EOF.
+    Draining,
+    /// Gone; removed at the end of the progress step.
+    Dead,
+}
+
+/// One transport connection and its buffers (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub id: LinkId,
+    pub pipe: Pipe,
+    pub remote: Remote,
+    /// The core's connection, until it is forgotten.
+    pub conn: Option<ConnId>,
+    pub phase: LinkPhase,
+    /// Bytes read and not yet consumed by the core.
+    pub input: BytesMut,
+    /// Bytes to write, with `refs` interleaved.
+    pub output: BytesMut,
+    /// Send payloads that go between `output`'s bytes (`at` relative to
+    /// the current start of `output`).
+    pub refs: Vec<PayloadRef>,
+    /// A Data payload being read straight into a receive buffer.
+    pub direct: Option<DirectData>,
+    /// Connect / handshake / drain deadline.
+    pub deadline: Option<Instant>,
+    /// The timeout the deadline came from (for messages).
+    pub timeout: Duration,
+    /// Dialer: the epid dialed.
+    pub expect: Option<Epid>,
+    /// A `connect` call waits for this dial's outcome.
+    pub awaited: bool,
+    /// How much the next read into `input` asks for.
+    pub read_size: usize,
+    /// The other side is gone (EOF seen, loopback partner closed).
+    pub peer_gone: bool,
+    /// The write half is shut down (draining).
+    pub shut: bool,
+    /// Registered with the auto thread's poll.
+    pub registered: bool,
+    /// Bytes composed for it this round (see `SoftConfig::write_budget`).
+    pub round_out: usize,
+    /// Its socket may have bytes (or EOF) to read this step.
+    pub readable: bool,
+}
+
+/// Smallest read into an input buffer.
+pub(crate) const MIN_READ: usize = 4096;
+/// First read size of a new link.
+pub(crate) const FIRST_READ: usize = 64 << 10;
+
+impl Link {
+    /// A link over `pipe` in `phase`.
+    pub fn new(id: LinkId, pipe: Pipe, remote: Remote, phase: LinkPhase) -> Link {
+        Link {
+            id,
+            pipe,
+            remote,
+            conn: None,
+            phase,
+            input: BytesMut::new(),
+            output: BytesMut::new(),
+            refs: Vec::new(),
+            direct: None,
+            deadline: None,
+            timeout: Duration::ZERO,
+            expect: None,
+            awaited: false,
+            read_size: FIRST_READ,
+            peer_gone: false,
+            shut: false,
+            registered: false,
+            round_out: 0,
+            readable: true,
+        }
+    }
+
+    /// The socket, unless this is a loopback half.
+    pub fn stream(&self) -> Option<&Stream> {
+        match &self.pipe {
+            Pipe::Stream(s) => Some(s),
+            Pipe::Loopback { .. } => None,
+        }
+    }
+
+    /// Whether bytes wait to be written.
+    pub fn has_output(&self) -> bool {
+        !self.output.is_empty() || !self.refs.is_empty()
+    }
+
+    /// Whether the link still carries (or is about to carry) a core
+    /// connection.
+    pub fn is_live(&self) -> bool {
+        matches!(
+            self.phase,
+            LinkPhase::Connecting | LinkPhase::Handshaking | LinkPhase::Open
+        )
+    }
+
+    /// Accounts for `n` bytes written: advances the output and the
+    /// references; pushes the op of every reference written in full to
+    /// `released`.
+    pub fn consume(&mut self, mut n: usize, released: &mut Vec<super::protocol::OpId>) {
+        use bytes::Buf;
+        while n > 0 {
+            let next_ref = self.refs.first().map_or(self.output.len(), |r| r.at);
+            if next_ref > 0 {
+                let k = n.min(next_ref);
+                self.output.advance(k);
+                for r in &mut self.refs {
+                    r.at -= k;
+                }
+                n -= k;
+                continue;
+            }
+            let Some(r) = self.refs.first_mut() else {
+                break;
+            };
+            let k = n.min(r.range.len());
+            r.range.start += k;
+            n -= k;
+            if r.range.is_empty() {
+                released.push(self.refs.remove(0).op);
+            }
+        }
+        if self.output.is_empty() && self.refs.is_empty() {
+            // Lets the next reserve reuse the whole allocation.
+            self.output.clear();
+        }
+    }
+
+    /// Bytes of memory its buffers hold.
+    pub fn buffer_capacity(&self) -> (usize, usize) {
+        (self.input.capacity(), self.output.capacity())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::soft::OpId;
+
+    #[test]
+    fn consume_walks_output_and_references() {
+        let mut l = Link::new(
+            LinkId(1),
+            Pipe::Loopback { partner: LinkId(2) },
+            Remote::Loopback,
+            LinkPhase::Open,
+        );
+        l.output.extend_from_slice(b"aaaabbbb");
+        l.refs.push(PayloadRef {
+            at: 4,
+            op: OpId(7),
+            range: 10..20,
+        });
+        l.refs.push(PayloadRef {
+            at: 8,
+            op: OpId(8),
+            range: 0..5,
+        });
+        let mut released = Vec::new();
+        l.consume(2, &mut released);
+        assert_eq!((&l.output[..], l.refs[0].at), (&b"aabbbb"[..], 2));
+        l.consume(5, &mut released); // "aa" + 3 payload bytes
+        assert_eq!(l.refs[0].range, 13..20);
+        assert!(released.is_empty());
+        l.consume(7 + 4, &mut released); // rest of ref 7, then "bbbb"
+        assert_eq!(released, vec![OpId(7)]);
+        assert_eq!(l.refs[0].at, 0);
+        l.consume(5, &mut released);
+        assert_eq!(released, vec![OpId(7), OpId(8)]);
+        assert!(!l.has_output());
+    }
+
+    #[test]
+    fn reads_land_in_spare_capacity() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let a = Stream::Unix(UnixStream::from_std(a));
+        let mut buf = BytesMut::from(&b"xy"[..]);
+        let e = a.read_buf(&mut buf, 16).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        (&b).write_all(b"hello").unwrap();
+        assert_eq!(a.read_buf(&mut buf, 3).unwrap(), 3);
+        assert_eq!(&buf[..], b"xyhel");
+        assert_eq!(a.read_buf(&mut buf, 100).unwrap(), 2);
+        assert_eq!(&buf[..], b"xyhello");
+        drop(b);
+        assert_eq!(a.read_buf(&mut buf, 100).unwrap(), 0);
+    }
+}
