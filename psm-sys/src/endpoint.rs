@@ -17,7 +17,7 @@ use crate::device::{Device, DeviceConfig, PSM2_MULTI_EP};
 use crate::error::{Error, ErrorCode, PsmError, Result};
 use crate::ffi;
 use crate::library::{PsmBuild, PsmLibrary};
-use crate::mq::Mq;
+use crate::mq::{Mq, Psm2Calls};
 
 /// A PSM endpoint id: the globally unique 64-bit name of an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,6 +180,7 @@ pub struct Endpoint {
     peers: RefCell<HashMap<Epid, EpAddr>>,
     am_params: Cell<Option<AmParameters>>,
     slots: SlotSet,
+    psm2_mq: Option<Psm2Calls>,
     open: bool,
 }
 
@@ -243,6 +244,7 @@ impl Endpoint {
             peers: RefCell::new(HashMap::new()),
             am_params: Cell::new(None),
             slots: SlotSet::default(),
+            psm2_mq: Psm2Calls::of(lib),
             open: true,
         })
     }
@@ -318,11 +320,25 @@ impl Endpoint {
     /// Connects to `epids`; one result per epid, in order. Already connected
     /// epids (and duplicates) return their known address without asking PSM
     /// again. `timeout` `None` waits until every peer answers or fails.
+    ///
+    /// On the compat build, an epid whose address-format version (low 3
+    /// bits) is newer than the own epid's fails with
+    /// `PSM_EPID_INVALID_VERSION` (libpsm2 would abort the process), and an
+    /// epid PSM would reach over shared memory whose segment (`/dev/shm/psm2_shm.<uid><epid>N`) does not exist
+    /// fails with `PSM_EPID_UNREACHABLE` without calling PSM: libpsm2
+    /// cannot open the segment and then segfaults inside `psm_ep_connect`
+    /// (measured here: connecting to the epid of an endpoint that was
+    /// closed or whose process exited kills the caller). A peer that exits
+    /// between this check and PSM's own look is not covered.
+    ///
+    /// PSM raises connect timeouts below 2 s to 2 s
+    /// (`PSMI_MIN_EP_CONNECT_TIMEOUT` in libpsm2).
     pub fn connect(
         &self,
         epids: &[Epid],
         timeout: Option<Duration>,
     ) -> Result<Vec<Result<EpAddr, PsmError>>> {
+        let mut failed: HashMap<Epid, PsmError> = HashMap::new();
         let pending: Vec<Epid> = {
             let peers = self.peers.borrow();
             let mut seen = std::collections::HashSet::new();
@@ -330,9 +346,15 @@ impl Endpoint {
                 .iter()
                 .copied()
                 .filter(|e| !peers.contains_key(e) && seen.insert(*e))
+                .filter(|e| match self.connect_preflight(*e) {
+                    None => true,
+                    Some(error) => {
+                        failed.insert(*e, error);
+                        false
+                    }
+                })
                 .collect()
         };
-        let mut failed: HashMap<Epid, PsmError> = HashMap::new();
         if !pending.is_empty() {
             let count = c_int::try_from(pending.len())
                 .map_err(|_| Error::InvalidArgument("too many epids in one connect".into()))?;
@@ -405,6 +427,92 @@ impl Endpoint {
             .collect())
     }
 
+    /// Why `psm_ep_connect` must not see `epid` (it would crash or abort
+    /// the process), as the error to report instead.
+    fn connect_preflight(&self, epid: Epid) -> Option<PsmError> {
+        if let Some(version) = self.unknown_epid_version(epid) {
+            let mut error = self
+                .lib
+                .error(ffi::PSM_EPID_INVALID_VERSION, "psm_ep_connect");
+            error.hint = Some(format!(
+                "epid {epid} has address format version {version}, newer than this \
+                 endpoint's (not called: libpsm2 aborts the process on it)"
+            ));
+            return Some(error);
+        }
+        let segment = self.missing_shm_segment(epid)?;
+        let mut error = self.lib.error(ffi::PSM_EPID_UNREACHABLE, "psm_ep_connect");
+        error.hint = Some(format!(
+            "no endpoint with epid {epid} is open on this node: its shared-memory segment \
+             {segment} does not exist (not called: libpsm2 crashes connecting to it)"
+        ));
+        Some(error)
+    }
+
+    /// The address-format version of `epid` (its low 3 bits) if it is newer
+    /// than the own epid's, on the compat build: `psm2_ep_connect` aborts the
+    /// process ("Unknown version of EPID") on such an epid.
+    fn unknown_epid_version(&self, epid: Epid) -> Option<u64> {
+        let version = epid.0 & 0x7;
+        (self.lib.build() == PsmBuild::Psm2Compat && version > self.epid.0 & 0x7).then_some(version)
+    }
+
+    /// The shared-memory segment PSM would open to reach `epid`, if that is
+    /// how the compat build reaches it and no such segment exists.
+    fn missing_shm_segment(&self, epid: Epid) -> Option<String> {
+        if self.lib.build() != PsmBuild::Psm2Compat
+            || epid == self.epid
+            || !self.devices.has(Device::Shm)
+        {
+            return None;
+        }
+        if let Some(share) = self.lib.api().psm_ep_epid_share_memory {
+            let mut result: c_int = 1;
+            // SAFETY: the endpoint is open; `result` is a valid output.
+            let rc = unsafe { share(self.ep, epid.0, &mut result) };
+            if rc == ffi::PSM_OK && result == 0 {
+                return None; // another node: reached through the adapter
+            }
+        }
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let prefix = format!("psm2_shm.{uid}{:016x}", epid.0);
+        let found = std::fs::read_dir("/dev/shm").ok().is_some_and(|dir| {
+            dir.filter_map(|e| e.ok()).any(|entry| {
+                use std::os::unix::fs::MetadataExt;
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else {
+                    return false;
+                };
+                name.strip_prefix(prefix.as_str()).is_some_and(|rest| {
+                    !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit())
+                }) && entry.metadata().is_ok_and(|m| m.uid() == uid)
+            })
+        });
+        (!found).then(|| format!("/dev/shm/{prefix}0"))
+    }
+
+    /// The epid of a peer address: from the connect table, else (compat
+    /// build) `psm2_epaddr_to_epid`, which also knows peers that connected
+    /// to this endpoint without being connected back.
+    pub fn epaddr_epid(&self, addr: EpAddr) -> Option<Epid> {
+        if addr.owner() != self.id {
+            return None;
+        }
+        if let Some((epid, _)) = self.peers.borrow().iter().find(|(_, a)| **a == addr) {
+            return Some(*epid);
+        }
+        if self.lib.build() != PsmBuild::Psm2Compat {
+            return None;
+        }
+        let to_epid = self.lib.api().psm2_epaddr_to_epid?;
+        let mut epid: ffi::psm_epid_t = 0;
+        // SAFETY: `addr` is an address PSM handed to this open endpoint
+        // (checked by owner); `epid` is a valid output.
+        let rc = unsafe { to_epid(addr.as_raw(), &mut epid) };
+        (rc == ffi::PSM_OK && epid != 0).then_some(Epid(epid))
+    }
+
     fn lookup(&self, epid: Epid) -> Option<EpAddr> {
         let lookup = self.lib.api().psm_ep_epid_lookup?;
         let mut conn = ffi::psm_epconn_t {
@@ -456,7 +564,7 @@ impl Endpoint {
         if self.mq.is_null() {
             return Err(Error::InvalidArgument("call init_mq first".into()));
         }
-        Ok(Mq::new(self.lib, self.ep, self.mq, self.id))
+        Ok(Mq::new(self.lib, self.ep, self.mq, self.id, self.psm2_mq))
     }
 
     /// AM limits (`psm_am_get_parameters`); cached after the first call.
@@ -629,9 +737,19 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Closes the endpoint: graceful `psm_ep_close` within `graceful` (if
-    /// given and non-zero), then forced if that failed. `None` or zero
-    /// forces at once (`FI_PSM_TIMEOUT=0`). The MQ and AM handlers go with it.
+    /// Closes the endpoint with one `psm_ep_close`: graceful within
+    /// `graceful` (if given and non-zero), else forced (`None` or zero, as
+    /// `FI_PSM_TIMEOUT=0`). The MQ and AM handlers go with it.
+    ///
+    /// The endpoint is closed whatever the call returns, and it is never
+    /// closed twice: libpsm2 frees the endpoint on every path past its own
+    /// validity checks, a graceful close that timed out included, so the
+    /// "graceful, then forced if that failed" sequence of the C provider
+    /// would hand freed memory to the second call (read in libpsm2's
+    /// `psm2_ep_close`). Both modes wait for connected peers to disconnect:
+    /// libpsm2 bounds that wait to between 1 s and 2 s
+    /// (`PSMI_MIN_EP_CLOSE_TIMEOUT`, `PSMI_MAX_EP_CLOSE_TIMEOUT`; a forced
+    /// close waits up to the maximum).
     pub fn close(mut self, graceful: Option<Duration>) -> Result<()> {
         self.close_inner(graceful)
     }
@@ -641,19 +759,17 @@ impl Endpoint {
             return Ok(());
         }
         let api = self.lib.api();
-        let mut result = Ok(());
-        let mut closed = false;
-        if let Some(t) = graceful.filter(|t| !t.is_zero()) {
-            let ns = i64::try_from(t.as_nanos()).unwrap_or(i64::MAX);
-            // SAFETY: the endpoint is open and not used after this.
-            let rc = unsafe { (api.psm_ep_close)(self.ep, ffi::PSM_EP_CLOSE_GRACEFUL, ns) };
-            closed = rc == ffi::PSM_OK;
-        }
-        if !closed {
-            // SAFETY: the endpoint is still open (graceful close failed or was skipped).
-            let rc = unsafe { (api.psm_ep_close)(self.ep, ffi::PSM_EP_CLOSE_FORCE, 0) };
-            result = self.lib.check(rc, "psm_ep_close").map_err(Error::from);
-        }
+        let (mode, ns) = match graceful.filter(|t| !t.is_zero()) {
+            Some(t) => (
+                ffi::PSM_EP_CLOSE_GRACEFUL,
+                i64::try_from(t.as_nanos()).unwrap_or(i64::MAX),
+            ),
+            None => (ffi::PSM_EP_CLOSE_FORCE, 0),
+        };
+        // SAFETY: the endpoint is open and is not used after this call,
+        // whatever it returns (see above).
+        let rc = unsafe { (api.psm_ep_close)(self.ep, mode, ns) };
+        let result = self.lib.check(rc, "psm_ep_close").map_err(Error::from);
         self.open = false;
         self.mq = ptr::null_mut();
         self.peers.borrow_mut().clear();

@@ -12,8 +12,8 @@
 //!   hardware-free `PSM2_DEVICES`) or stall.
 //! * [`Endpoint`], [`Mq`], [`am`]: thin safe wrappers (open, connect, poll,
 //!   tagged MQ, AM handlers as Rust closures behind per-build trampolines,
-//!   graceful-then-forced close). Raw access stays available
-//!   ([`PsmLibrary::api`], `as_raw` everywhere).
+//!   graceful or forced close, one `psm_ep_close` either way). Raw access
+//!   stays available ([`PsmLibrary::api`], `as_raw` everywhere).
 //!
 //! PSM is process-global and not thread safe per endpoint: the caller
 //! serializes calls on an endpoint ([`Endpoint`] is `Send`, not `Sync`).
@@ -33,6 +33,9 @@
 //! | device list variable | `PSM_DEVICES`; only `self` works here | `PSM2_DEVICES`; unset without `/dev/hfi1_*` segfaults |
 //! | AM to the own endpoint | crashes (no AM in the `self` device): refused | works |
 //! | endpoints per process | one per process lifetime | one, or several with `PSM2_MULTI_EP=1` (same epid without HFI: refused) |
+//! | sender in MQ statuses | not reported | reported ([`MqStatus::peer`], libpsm2's `*2` calls) |
+//! | connect to a closed epid, or a newer epid format | (self device only here) | segfault / abort in libpsm2: refused before the call |
+//! | `psm_ep_close` | called once | called once: libpsm2 frees the endpoint whatever it returns |
 //! | `psm_ep_query` element | `psm_epinfo_t` (96 B) | `psm2_epinfo_t` (104 B) |
 //!
 //! # Tests

@@ -37,9 +37,10 @@
 //!   endpoints were opened, used and closed, and also with an endpoint still
 //!   open. [`PsmLibrary::finalize`] calls it once no endpoint of this crate is
 //!   open.
-//! * Endpoints are closed with `psm_ep_close` (graceful with a timeout, then
-//!   forced); `psm_mq_finalize` is not needed (the endpoint close frees the
-//!   MQ), as in the C provider. The compat build opens a new endpoint after
+//! * Endpoints are closed with one `psm_ep_close` (graceful with a timeout,
+//!   or forced; never both: see [`crate::Endpoint::close`]);
+//!   `psm_mq_finalize` is not needed (the endpoint close frees the MQ), as
+//!   in the C provider. The compat build opens a new endpoint after
 //!   a close; the TrueScale build does too, but connecting the new one to
 //!   itself aborts the process, so this crate allows one TrueScale endpoint
 //!   per process lifetime.
@@ -212,6 +213,17 @@ psm_api! {
         /// `psm2_am_get_source`, resolvable only through the compat build: the
         /// source address of an AM request, which psm2 handlers do not receive.
         psm2_am_get_source: ffi::psm2_am_get_source_fn,
+        /// `psm2_mq_ipeek2`, resolvable only through the compat build: like
+        /// `psm_mq_ipeek`, plus the peer's address in the status.
+        psm2_mq_ipeek2: ffi::psm2_mq_ipeek2_fn,
+        /// `psm2_mq_test2`, resolvable only through the compat build: like
+        /// `psm_mq_test`, plus the peer's address in the status.
+        psm2_mq_test2: ffi::psm2_mq_test2_fn,
+        /// `psm2_mq_iprobe2`, resolvable only through the compat build: like
+        /// `psm_mq_iprobe`, plus the sender's address in the status.
+        psm2_mq_iprobe2: ffi::psm2_mq_iprobe2_fn,
+        /// `psm2_epaddr_to_epid`, resolvable only through the compat build.
+        psm2_epaddr_to_epid: ffi::psm2_epaddr_to_epid_fn,
     }
 }
 

@@ -6,6 +6,16 @@
 //! and only the caller can guarantee the buffer lives that long (the engine
 //! owns its buffers, design principle 3). Completion is observed with
 //! [`Mq::test`], [`Mq::wait`] or [`Mq::ipeek`] + [`Mq::test`].
+//!
+//! # The sender's address
+//! PSM 1.x statuses do not say who sent a message. libpsm2, behind the
+//! compat build, has `*2` variants of `ipeek`, `test` and `iprobe` whose
+//! status carries the peer's `psm_epaddr_t` (the compat shim forwards every
+//! `psm_*` call to the `psm2_*` function of the same name, so requests,
+//! queues and addresses are the same objects). On the compat build
+//! [`Mq::ipeek`], [`Mq::test`] and [`Mq::iprobe`] use them and fill
+//! [`MqStatus::peer`]; on TrueScale it is `None`. [`Mq::wait`] always uses
+//! the plain call (`peer` is `None`).
 
 use std::ffi::c_void;
 use std::ptr;
@@ -14,7 +24,7 @@ use crate::am;
 use crate::endpoint::{Endpoint, EpAddr};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi;
-use crate::library::PsmLibrary;
+use crate::library::{PsmBuild, PsmLibrary};
 
 /// Completion status of an MQ request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +40,9 @@ pub struct MqStatus {
     pub error: ErrorCode,
     /// The context given when the request was posted.
     pub context: usize,
+    /// The peer: the sender of a received message, the destination of a
+    /// send. Only the compat build reports it (see the module docs).
+    pub peer: Option<EpAddr>,
 }
 
 impl MqStatus {
@@ -40,6 +53,18 @@ impl MqStatus {
             nbytes: raw.nbytes,
             error: ErrorCode(raw.error_code),
             context: raw.context as usize,
+            peer: None,
+        }
+    }
+
+    fn from_raw2(raw: &ffi::psm2_mq_status2_t, owner: u64) -> Self {
+        Self {
+            tag: raw.msg_tag.to_u64(),
+            msg_length: raw.msg_length,
+            nbytes: raw.nbytes,
+            error: ErrorCode(raw.error_code),
+            context: raw.context as usize,
+            peer: (!raw.msg_peer.is_null()).then(|| EpAddr::new(raw.msg_peer, owner)),
         }
     }
 
@@ -73,6 +98,28 @@ impl MqRequest {
     }
 }
 
+/// The psm2 `*2` MQ calls, present together on the compat build only.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Psm2Calls {
+    ipeek2: ffi::psm2_mq_ipeek2_fn,
+    test2: ffi::psm2_mq_test2_fn,
+    iprobe2: ffi::psm2_mq_iprobe2_fn,
+}
+
+impl Psm2Calls {
+    pub(crate) fn of(lib: &PsmLibrary) -> Option<Self> {
+        if lib.build() != PsmBuild::Psm2Compat {
+            return None;
+        }
+        let api = lib.api();
+        Some(Self {
+            ipeek2: api.psm2_mq_ipeek2?,
+            test2: api.psm2_mq_test2?,
+            iprobe2: api.psm2_mq_iprobe2?,
+        })
+    }
+}
+
 /// The matched queue of an open endpoint (borrowed from it).
 #[derive(Debug, Clone, Copy)]
 pub struct Mq<'ep> {
@@ -80,6 +127,7 @@ pub struct Mq<'ep> {
     ep: ffi::psm_ep_t,
     mq: ffi::psm_mq_t,
     owner: u64,
+    psm2: Option<Psm2Calls>,
     _ep: std::marker::PhantomData<&'ep ()>,
 }
 
@@ -97,14 +145,22 @@ impl<'ep> Mq<'ep> {
         ep: ffi::psm_ep_t,
         mq: ffi::psm_mq_t,
         owner: u64,
+        psm2: Option<Psm2Calls>,
     ) -> Self {
         Self {
             lib,
             ep,
             mq,
             owner,
+            psm2,
             _ep: std::marker::PhantomData,
         }
+    }
+
+    /// Whether completions and probes report the peer ([`MqStatus::peer`]):
+    /// true on the compat build.
+    pub fn reports_peer(&self) -> bool {
+        self.psm2.is_some()
     }
 
     /// The raw MQ handle.
@@ -234,14 +290,23 @@ impl<'ep> Mq<'ep> {
     /// `psm_mq_test`: `Some(status)` and the request is spent, or `None`.
     pub fn test(&self, req: &mut MqRequest) -> Result<Option<MqStatus>> {
         self.check_request(req)?;
-        let mut status = ffi::psm_mq_status_t::default();
-        // SAFETY: the request is live and belongs to this open endpoint.
-        let rc = unsafe { (self.lib.api().psm_mq_test)(&mut req.raw, &mut status) };
+        let (rc, status) = if let Some(psm2) = self.psm2 {
+            let mut status = ffi::psm2_mq_status2_t::default();
+            // SAFETY: the request is live and belongs to this open endpoint;
+            // the compat build's requests are libpsm2 requests.
+            let rc = unsafe { (psm2.test2)(&mut req.raw, &mut status) };
+            (rc, MqStatus::from_raw2(&status, self.owner))
+        } else {
+            let mut status = ffi::psm_mq_status_t::default();
+            // SAFETY: the request is live and belongs to this open endpoint.
+            let rc = unsafe { (self.lib.api().psm_mq_test)(&mut req.raw, &mut status) };
+            (rc, MqStatus::from_raw(&status))
+        };
         am::resume_handler_panic();
         match rc {
             ffi::PSM_OK => {
                 req.raw = ptr::null_mut();
-                Ok(Some(MqStatus::from_raw(&status)))
+                Ok(Some(status))
             }
             ffi::PSM_MQ_NO_COMPLETIONS => Ok(None),
             rc => Err(self.lib.error(rc, "psm_mq_test").into()),
@@ -278,12 +343,20 @@ impl<'ep> Mq<'ep> {
     /// [`Mq::test`]; match it by [`MqRequest::as_raw`]) and its status.
     pub fn ipeek(&self) -> Result<Option<(ffi::psm_mq_req_t, MqStatus)>> {
         let mut req: ffi::psm_mq_req_t = ptr::null_mut();
-        let mut status = ffi::psm_mq_status_t::default();
-        // SAFETY: valid outputs; the MQ belongs to an open endpoint.
-        let rc = unsafe { (self.lib.api().psm_mq_ipeek)(self.mq, &mut req, &mut status) };
+        let (rc, status) = if let Some(psm2) = self.psm2 {
+            let mut status = ffi::psm2_mq_status2_t::default();
+            // SAFETY: valid outputs; the MQ belongs to an open endpoint.
+            let rc = unsafe { (psm2.ipeek2)(self.mq, &mut req, &mut status) };
+            (rc, MqStatus::from_raw2(&status, self.owner))
+        } else {
+            let mut status = ffi::psm_mq_status_t::default();
+            // SAFETY: valid outputs; the MQ belongs to an open endpoint.
+            let rc = unsafe { (self.lib.api().psm_mq_ipeek)(self.mq, &mut req, &mut status) };
+            (rc, MqStatus::from_raw(&status))
+        };
         am::resume_handler_panic();
         match rc {
-            ffi::PSM_OK => Ok(Some((req, MqStatus::from_raw(&status)))),
+            ffi::PSM_OK => Ok(Some((req, status))),
             ffi::PSM_MQ_NO_COMPLETIONS => Ok(None),
             rc => Err(self.lib.error(rc, "psm_mq_ipeek").into()),
         }
@@ -292,12 +365,33 @@ impl<'ep> Mq<'ep> {
     /// `psm_mq_iprobe`: the status of a matching unexpected message, if one
     /// has arrived (it stays queued).
     pub fn iprobe(&self, tag: u64, tagsel: u64) -> Result<Option<MqStatus>> {
-        let mut status = ffi::psm_mq_status_t::default();
-        // SAFETY: valid output; the MQ belongs to an open endpoint.
-        let rc = unsafe { (self.lib.api().psm_mq_iprobe)(self.mq, tag, tagsel, &mut status) };
+        let (rc, status) = if let Some(psm2) = self.psm2 {
+            // As libpsm2's own psm2_mq_iprobe: the third tag word is not
+            // selected (64-bit senders leave it zero).
+            let mut rtag = ffi::psm2_mq_tag_t::from_u64(tag);
+            let mut rtagsel = ffi::psm2_mq_tag_t::from_u64(tagsel);
+            let mut status = ffi::psm2_mq_status2_t::default();
+            // SAFETY: valid inputs and output; a NULL source is
+            // PSM2_MQ_ANY_ADDR; the MQ belongs to an open endpoint.
+            let rc = unsafe {
+                (psm2.iprobe2)(
+                    self.mq,
+                    ptr::null_mut(),
+                    &mut rtag,
+                    &mut rtagsel,
+                    &mut status,
+                )
+            };
+            (rc, MqStatus::from_raw2(&status, self.owner))
+        } else {
+            let mut status = ffi::psm_mq_status_t::default();
+            // SAFETY: valid output; the MQ belongs to an open endpoint.
+            let rc = unsafe { (self.lib.api().psm_mq_iprobe)(self.mq, tag, tagsel, &mut status) };
+            (rc, MqStatus::from_raw(&status))
+        };
         am::resume_handler_panic();
         match rc {
-            ffi::PSM_OK => Ok(Some(MqStatus::from_raw(&status))),
+            ffi::PSM_OK => Ok(Some(status)),
             ffi::PSM_MQ_NO_COMPLETIONS => Ok(None),
             rc => Err(self.lib.error(rc, "psm_mq_iprobe").into()),
         }

@@ -106,6 +106,17 @@ int main(void) {
     OFF(psm2_epinfo_t, ep); OFF(psm2_epinfo_t, epid); OFF(psm2_epinfo_t, uuid);
     OFF(psm2_epinfo_t, jkey); OFF(psm2_epinfo_t, uuid_str);
     SIZE(psm2_mq_stats_t);
+    SIZE(psm2_mq_tag_t); SIZE(psm2_mq_status2_t);
+    OFF(psm2_mq_status2_t, msg_peer); OFF(psm2_mq_status2_t, msg_tag);
+    OFF(psm2_mq_status2_t, msg_length); OFF(psm2_mq_status2_t, nbytes);
+    OFF(psm2_mq_status2_t, error_code); OFF(psm2_mq_status2_t, context);
+    printf("value|align_psm2_mq_status2_t|%zu\n", _Alignof(psm2_mq_status2_t));
+    {
+        psm2_mq_tag_t t; memset(&t, 0, sizeof t);
+        *(uint64_t *) t.tag = 0x1122334455667788ull;
+        printf("value|tag_word0|%u\n", t.tag[0]);
+        printf("value|tag_word1|%u\n", t.tag[1]);
+    }
     VAL(PSM2_AM_FLAG_NONE); VAL(PSM2_AM_FLAG_ASYNC); VAL(PSM2_AM_FLAG_NOREPLY);
     VAL(PSM2_IQ_INVALID_QUERY); VAL(PSM2_ERROR_LAST); VAL(PSM2_MQ_ORDERMASK_ALL);
 #endif
@@ -416,6 +427,27 @@ fn abi_matches_the_c_headers() {
         );
         size!(ck, "psm2_epconn_t", ffi::psm_epconn_t);
         size!(ck, "psm2_mq_stats_t", ffi::psm_mq_stats_t);
+        size!(ck, "psm2_mq_tag_t", ffi::psm2_mq_tag_t);
+        size!(ck, "psm2_mq_status2_t", ffi::psm2_mq_status2_t);
+        off!(
+            ck,
+            "psm2_mq_status2_t",
+            ffi::psm2_mq_status2_t,
+            msg_peer,
+            msg_tag,
+            msg_length,
+            nbytes,
+            error_code,
+            context
+        );
+        ck.eq(
+            "value align_psm2_mq_status2_t",
+            std::mem::align_of::<ffi::psm2_mq_status2_t>(),
+        );
+        let t = ffi::psm2_mq_tag_t::from_u64(0x1122_3344_5566_7788);
+        ck.eq("value tag_word0", t.tag[0]);
+        ck.eq("value tag_word1", t.tag[1]);
+        assert_eq!(t.to_u64(), 0x1122_3344_5566_7788);
         ck.eq("value PSM2_AM_FLAG_NONE", ffi::PSM_AM_FLAG_NONE);
         ck.eq("value PSM2_AM_FLAG_ASYNC", ffi::PSM_AM_FLAG_ASYNC);
         ck.eq("value PSM2_AM_FLAG_NOREPLY", ffi::PSM_AM_FLAG_NOREPLY);

@@ -162,8 +162,18 @@ fn collect(mut child: Child, name: &str) -> Outcome {
 
 /// Runs scenario `name` in a child process with the given library and env.
 fn run(name: &str, lib: Option<Lib>, env: &[(&str, &str)]) -> Outcome {
+    run_in(name, lib, env, None)
+}
+
+/// As [`run`], with the child's working directory set to `cwd` (where a
+/// crashing PSM writes its backtrace files, `*.btr`).
+fn run_in(name: &str, lib: Option<Lib>, env: &[(&str, &str)], cwd: Option<&Path>) -> Outcome {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let child = child_command(name, lib, env)
+    let mut cmd = child_command(name, lib, env);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -434,7 +444,12 @@ fn compat_raw_finalize_crashes_which_is_why_it_is_skipped() {
     if !available(Lib::Compat) || !no_hfi_device() {
         return;
     }
-    let out = run("raw_finalize", Some(Lib::Compat), &[]);
+    // libpsm2 writes a backtrace file (`<host>.<pid>.btr`) into the working
+    // directory of a process it sees crash: keep it out of the source tree.
+    let scratch = std::env::temp_dir().join(format!("psm-sys-raw-finalize-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch directory");
+    let out = run_in("raw_finalize", Some(Lib::Compat), &[], Some(&scratch));
+    let _ = std::fs::remove_dir_all(&scratch);
     remove_shm_segment_of(&out.stdout);
     assert!(
         out.stdout.contains("calling raw psm_finalize"),
@@ -448,6 +463,26 @@ fn compat_raw_finalize_crashes_which_is_why_it_is_skipped() {
         "psm_finalize no longer crashes on the compat build ({:?}); revisit the shutdown policy",
         out.status
     );
+}
+
+/// libpsm2 segfaults connecting to the epid of an endpoint that is gone
+/// (its shared-memory segment no longer exists); `Endpoint::connect`
+/// refuses such an epid before PSM sees it.
+#[test]
+fn compat_connect_to_a_closed_endpoint_is_an_error_not_a_crash() {
+    if !available(Lib::Compat) {
+        return;
+    }
+    let out = run_ok("drop_reopen", Lib::Compat, &[("GRACEFUL", "1")]);
+    let dead = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("epid "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the closed endpoint's epid")
+        .to_string();
+    let out = run_ok("connect_dead", Lib::Compat, &[(PEER_ENV, &dead)]);
+    assert!(out.stdout.contains("does not exist"), "{}", out.stdout);
 }
 
 #[test]
@@ -520,6 +555,7 @@ fn scenario_child() {
         "drop_reopen" => drop_reopen(),
         "shm_only_self" => shm_only_self(),
         "raw_finalize" => raw_finalize(),
+        "connect_dead" => connect_dead(),
         "pp_server" => pp_server(),
         "pp_client" => pp_client(),
         other => panic!("unknown scenario {other}"),
@@ -683,6 +719,18 @@ fn loopback_mq() {
         );
         assert_eq!(st.error, ErrorCode::OK);
         assert_eq!(send_status.unwrap().context, 9);
+        // The compat build reports the peer (psm2 `*2` calls), TrueScale not.
+        let want_peer = (lib().build() == PsmBuild::Psm2Compat).then_some(dest);
+        assert_eq!(mq.reports_peer(), want_peer.is_some());
+        assert_eq!(st.peer, want_peer, "the sender of a received message");
+        assert_eq!(
+            send_status.unwrap().peer,
+            want_peer,
+            "the destination of a send"
+        );
+        if let Some(peer) = st.peer {
+            assert_eq!(ep.epaddr_epid(peer), Some(me));
+        }
         assert!(buf == data, "payload mismatch at {len} B");
         assert!(
             rreq.is_spent() && mq.test(&mut rreq).is_err(),
@@ -699,6 +747,10 @@ fn loopback_mq() {
                 .unwrap()
                 .expect("iprobe sees the unexpected message");
             assert_eq!(probe.msg_length as usize, len);
+            assert_eq!(probe.tag, tag);
+            if mq.reports_peer() {
+                assert_eq!(probe.peer, Some(dest), "iprobe names the sender");
+            }
         }
         let mut buf = vec![0u8; len];
         let st = mq.recv(tag, !0, &mut buf).unwrap();
@@ -995,6 +1047,39 @@ fn shutdown() {
             assert_eq!(err, Error::Finalized);
         }
     }
+}
+
+fn connect_dead() {
+    let peer = std::env::var(PEER_ENV).expect("peer epid");
+    let dead = Epid(u64::from_str_radix(peer.trim_start_matches("0x"), 16).expect("hex epid"));
+    let ep = open_mq();
+    assert_ne!(dead, ep.epid());
+    let start = Instant::now();
+    let results = ep.connect(&[dead], Some(Duration::from_secs(5))).unwrap();
+    let err = results[0].as_ref().unwrap_err();
+    println!("{err}");
+    assert_eq!(err.code, ErrorCode::EPID_UNREACHABLE);
+    assert!(start.elapsed() < Duration::from_secs(1), "refused at once");
+    // Garbage epids: refused, never a crash or an abort.
+    let newer = Epid((ep.epid().0 & !0x7) | 0x7);
+    let garbage = [Epid(0), Epid(u64::MAX), Epid(0xdead_beef_0000_0001), newer];
+    for (epid, result) in garbage
+        .iter()
+        .zip(ep.connect(&garbage, Some(Duration::from_secs(5))).unwrap())
+    {
+        let err = result.expect_err("a garbage epid cannot connect");
+        println!("{epid}: {err}");
+        assert!(
+            matches!(
+                err.code,
+                ErrorCode::EPID_UNREACHABLE | ErrorCode(ffi::PSM_EPID_INVALID_VERSION)
+            ),
+            "{epid}: {err}"
+        );
+    }
+    // The endpoint still works.
+    exercise(&ep);
+    ep.close(Some(Duration::from_secs(5))).unwrap();
 }
 
 fn raw_finalize() {

@@ -35,6 +35,7 @@ mod buffer;
 mod contract;
 mod limits;
 mod mq;
+pub mod native;
 pub mod soft;
 
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};

@@ -410,3 +410,7 @@ pub type psm_ep_query_fn =
 /// `psm_ep_epid_lookup(psm_epid_t epid, psm_epconn_t *epconn)`.
 pub type psm_ep_epid_lookup_fn =
     unsafe extern "C" fn(epid: psm_epid_t, epconn: *mut psm_epconn_t) -> psm_error_t;
+/// `psm2_epaddr_to_epid(psm2_epaddr_t epaddr, psm2_epid_t *epid)`: libpsm2
+/// only (reachable through the compat build).
+pub type psm2_epaddr_to_epid_fn =
+    unsafe extern "C" fn(epaddr: psm_epaddr_t, epid: *mut psm_epid_t) -> psm_error_t;

@@ -168,3 +168,87 @@ pub type psm_mq_complete_fn =
 pub type psm_mq_cancel_fn = unsafe extern "C" fn(req: *mut psm_mq_req_t) -> psm_error_t;
 /// `void psm_mq_get_stats(psm_mq_t mq, psm_mq_stats_t *stats)`.
 pub type psm_mq_get_stats_fn = unsafe extern "C" fn(mq: psm_mq_t, stats: *mut psm_mq_stats_t);
+
+/// The 96-bit psm2 message tag (`psm2_mq_tag_t`): three 32-bit words plus
+/// one of padding. A PSM 1.x 64-bit tag `t` is `tag[0] = t as u32`,
+/// `tag[1] = (t >> 32) as u32`, `tag[2] = 0` (little-endian word order, as
+/// libpsm2 converts it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct psm2_mq_tag_t {
+    /// `tag0`, `tag1`, `tag2` and the padding element.
+    pub tag: [u32; 4],
+}
+
+impl psm2_mq_tag_t {
+    /// The 96-bit form of a 64-bit tag (upper word zero).
+    pub fn from_u64(tag: u64) -> Self {
+        Self {
+            tag: [tag as u32, (tag >> 32) as u32, 0, 0],
+        }
+    }
+
+    /// The low 64 bits (what a PSM 1.x caller sees).
+    pub fn to_u64(self) -> u64 {
+        u64::from(self.tag[0]) | (u64::from(self.tag[1]) << 32)
+    }
+}
+
+/// Completion status with the sender's address (`psm2_mq_status2_t`),
+/// filled by the psm2 `*2` MQ calls that the compat build's library
+/// (libpsm2) also exports. `msg_tag` is 16-byte aligned in C, hence the
+/// padding after `msg_peer` and the alignment of the whole structure.
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy)]
+pub struct psm2_mq_status2_t {
+    /// The remote peer's address (the sender of a receive, the destination
+    /// of a send); the same `psm_epaddr_t` `psm_ep_connect` returned.
+    pub msg_peer: psm_epaddr_t,
+    /// Padding before the aligned tag.
+    pub _pad: u64,
+    /// The sender's tag.
+    pub msg_tag: psm2_mq_tag_t,
+    /// The sender's message length.
+    pub msg_length: u32,
+    /// Bytes actually transferred (receives).
+    pub nbytes: u32,
+    /// Completion code.
+    pub error_code: psm_error_t,
+    /// User context given when the request was posted.
+    pub context: *mut c_void,
+}
+
+impl Default for psm2_mq_status2_t {
+    fn default() -> Self {
+        Self {
+            msg_peer: std::ptr::null_mut(),
+            _pad: 0,
+            msg_tag: psm2_mq_tag_t::default(),
+            msg_length: 0,
+            nbytes: 0,
+            error_code: 0,
+            context: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// `psm2_mq_ipeek2(psm2_mq_t mq, psm2_mq_req_t *req, psm2_mq_status2_t
+/// *status)`: libpsm2 only (reachable through the compat build).
+pub type psm2_mq_ipeek2_fn = unsafe extern "C" fn(
+    mq: psm_mq_t,
+    req: *mut psm_mq_req_t,
+    status: *mut psm2_mq_status2_t,
+) -> psm_error_t;
+/// `psm2_mq_test2(psm2_mq_req_t *req, psm2_mq_status2_t *status)`: libpsm2
+/// only.
+pub type psm2_mq_test2_fn =
+    unsafe extern "C" fn(req: *mut psm_mq_req_t, status: *mut psm2_mq_status2_t) -> psm_error_t;
+/// `psm2_mq_iprobe2(psm2_mq_t mq, psm2_epaddr_t src, psm2_mq_tag_t *rtag,
+/// psm2_mq_tag_t *rtagsel, psm2_mq_status2_t *status)`: libpsm2 only.
+pub type psm2_mq_iprobe2_fn = unsafe extern "C" fn(
+    mq: psm_mq_t,
+    src: psm_epaddr_t,
+    rtag: *mut psm2_mq_tag_t,
+    rtagsel: *mut psm2_mq_tag_t,
+    status: *mut psm2_mq_status2_t,
+) -> psm_error_t;

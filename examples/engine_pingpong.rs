@@ -1,0 +1,462 @@
+//! Ping-pong through the native engine and the reactor, against the raw
+//! psm-sys floor, in one run.
+//!
+//! Two phases, each with a fresh pair of processes (this program re-executes
+//! itself as the peer, `--serve <phase> --peer <epid> --cpu <n>`; PSM allows
+//! one endpoint per process at a time):
+//!
+//! * **raw**: blocking ping-pong straight through psm-sys, no reactor: the
+//!   client posts `psm_mq_irecv`, sends with `psm_mq_send` and spins in
+//!   `psm_mq_wait`; the server mirrors it (as psm-sys's `raw_pingpong`).
+//! * **engine**: the same exchange through the engine contract: both sides
+//!   post `irecv` and `isend` on a [`NativeEndpoint`] with owned buffers
+//!   (moved in, handed back by the completion: no allocation per round
+//!   trip) and wait with [`Reactor::poll_completion`] in manual mode until
+//!   both complete.
+//!
+//! Both processes spin, each pinned to its own CPU (the client picks both
+//! and tells the peer its CPU). Printed per size: the median over the
+//! repetitions of the half round trip, the bandwidth `size / half round
+//! trip`, and engine / raw.
+//!
+//! ```text
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --no-pin]
+//! ```
+
+use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
+use psmrail::engine::native::{NativeEndpoint, NativeEngine};
+use psmrail::engine::{
+    EndpointOptions, EngineEndpoint, Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagMatch,
+};
+use psmrail::reactor::{CompletionTable, CpuSet, OpKey, Reactor};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// (message size, round trips per repetition)
+const SIZES: &[(usize, usize)] = &[(8, 200_000), (64 * 1024, 5_000), (4 * 1024 * 1024, 100)];
+const TAG_PING: u64 = 0x50;
+const TAG_PONG: u64 = 0x51;
+const TAG_SYNC: u64 = 0x52;
+
+struct Args {
+    reps: usize,
+    pin: bool,
+    /// Set in the peer: which phase to serve.
+    serve: Option<String>,
+    peer: Option<u64>,
+    cpu: Option<usize>,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        reps: 9,
+        pin: true,
+        serve: None,
+        peer: None,
+        cpu: None,
+    };
+    let mut it = std::env::args().skip(1);
+    let hex = |v: String| u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--reps" => {
+                args.reps = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|r| *r > 0)
+                    .expect("--reps N")
+            }
+            "--no-pin" => args.pin = false,
+            "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
+            "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
+            "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
+            other => {
+                eprintln!("unknown argument {other}; usage: engine_pingpong [--reps N] [--no-pin]");
+                std::process::exit(2);
+            }
+        }
+    }
+    args
+}
+
+fn pin_to(cpu: usize) -> bool {
+    let set: CpuSet = [cpu].into_iter().collect();
+    psmrail::reactor::pin_current_thread(&set).is_ok()
+}
+
+/// Medians (half round trip, seconds) per size.
+type Medians = Vec<f64>;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs `round` `iters / 10 + 1` times to warm up, then `reps` timed
+/// repetitions of `iters` rounds; the median half round trip.
+fn measure(reps: usize, iters: usize, mut round: impl FnMut()) -> f64 {
+    for _ in 0..iters / 10 + 1 {
+        round();
+    }
+    median(
+        (0..reps)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    round();
+                }
+                start.elapsed().as_secs_f64() / (2 * iters) as f64
+            })
+            .collect(),
+    )
+}
+
+/// Spawns the peer for `phase`, told our epid and its CPU; its epid.
+fn spawn_peer(
+    phase: &str,
+    epid: u64,
+    args: &Args,
+    cpu: Option<usize>,
+) -> (std::process::Child, u64) {
+    let exe = std::env::current_exe().expect("own path");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--serve", phase, "--peer", &format!("{epid:#x}")])
+        .args(["--reps", &args.reps.to_string()]);
+    match cpu {
+        Some(c) => cmd.args(["--cpu", &c.to_string()]),
+        None => cmd.arg("--no-pin"),
+    };
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn the peer");
+    let epid = read_epid(&mut child, phase);
+    (child, epid)
+}
+
+/// The `EPID=` line of the peer.
+fn read_epid(child: &mut std::process::Child, phase: &str) -> u64 {
+    let mut lines = BufReader::new(child.stdout.take().expect("peer stdout"));
+    loop {
+        let mut line = String::new();
+        if lines.read_line(&mut line).expect("read the peer") == 0 {
+            panic!("the {phase} peer exited before sending its epid");
+        }
+        if let Some(v) = line.trim().strip_prefix("EPID=") {
+            return u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
+        }
+    }
+}
+
+// ----- raw ---------------------------------------------------------------------------
+
+fn raw_open() -> Endpoint {
+    // PSM must not re-pin the thread we pinned ourselves.
+    let options = OpenOptions {
+        affinity: Some(Affinity::Skip),
+        ..OpenOptions::default()
+    };
+    let mut ep = Endpoint::open(&DEFAULT_UUID, &options).unwrap_or_else(|e| {
+        eprintln!("cannot open a PSM endpoint: {e}");
+        std::process::exit(1);
+    });
+    ep.init_mq(ffi::PSM_MQ_ORDERMASK_ALL).expect("psm_mq_init");
+    ep
+}
+
+fn raw_connect(ep: &Endpoint, peer: u64) -> EpAddr {
+    let results = ep
+        .connect(&[psm_sys::Epid(peer)], Some(Duration::from_secs(30)))
+        .expect("psm_ep_connect");
+    match &results[0] {
+        Ok(addr) => *addr,
+        Err(e) => panic!("connect to {peer:#x}: {e}"),
+    }
+}
+
+fn raw_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+    let ep = raw_open();
+    let (mut child, peer_epid) = spawn_peer("raw", ep.epid().0, args, peer_cpu);
+    let peer = raw_connect(&ep, peer_epid);
+    let mq = ep.mq().unwrap();
+    let mut sync = [0u8; 1];
+    mq.send(peer, 0, TAG_SYNC, b"s").unwrap();
+    mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
+    let mut medians = Vec::new();
+    for &(size, iters) in SIZES {
+        let out: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let mut inb = vec![0u8; size];
+        let m = measure(args.reps, iters, || raw_round(&mq, peer, &out, &mut inb));
+        assert!(inb == out, "the pong payload differs at {size} B");
+        medians.push(m);
+    }
+    mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
+    ep.close(Some(Duration::from_secs(5))).expect("close");
+    assert!(child.wait().expect("wait").success(), "the raw peer failed");
+    medians
+}
+
+fn raw_round(mq: &Mq<'_>, peer: EpAddr, out: &[u8], inb: &mut [u8]) {
+    // SAFETY: `inb` is exclusively borrowed until the wait completes the request.
+    let mut req =
+        unsafe { mq.irecv(TAG_PONG, !0, 0, inb.as_mut_ptr(), inb.len(), 0) }.expect("irecv");
+    mq.send(peer, 0, TAG_PING, out).expect("send");
+    mq.wait(&mut req).expect("wait");
+}
+
+fn raw_server(args: &Args, client: u64) {
+    let ep = raw_open();
+    println!("EPID={:#x}", ep.epid().0);
+    std::io::stdout().flush().unwrap();
+    let peer = raw_connect(&ep, client);
+    let mq = ep.mq().unwrap();
+    let mut sync = [0u8; 1];
+    mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
+    mq.send(peer, 0, TAG_SYNC, b"s").unwrap();
+    for &(size, iters) in SIZES {
+        let mut bufs = [vec![0u8; size], vec![0u8; size]];
+        let rounds = iters / 10 + 1 + iters * args.reps;
+        // SAFETY: bufs[0] is only touched through the request, completed below.
+        let mut req =
+            unsafe { mq.irecv(TAG_PING, !0, 0, bufs[0].as_mut_ptr(), size, 0) }.expect("irecv");
+        for round in 0..rounds {
+            mq.wait(&mut req).expect("wait");
+            let (a, b) = bufs.split_at_mut(1);
+            let (filled, spare) = if round % 2 == 0 {
+                (&a[0], &mut b[0])
+            } else {
+                (&b[0], &mut a[0])
+            };
+            if round + 1 < rounds {
+                // SAFETY: `spare` is not used until this request completes.
+                req = unsafe { mq.irecv(TAG_PING, !0, 0, spare.as_mut_ptr(), size, 0) }
+                    .expect("irecv");
+            }
+            mq.send(peer, 0, TAG_PONG, filled).expect("send");
+        }
+    }
+    mq.send(peer, 0, TAG_SYNC, b"d").unwrap();
+    ep.close(Some(Duration::from_secs(5))).expect("close");
+}
+
+// ----- engine ------------------------------------------------------------------------
+
+/// The engine side of one process: endpoint, reactor, completion table.
+struct Side {
+    ep: Arc<NativeEndpoint>,
+    reactor: Reactor,
+    table: Arc<CompletionTable<MqCompletion>>,
+    peer: PeerAddr,
+}
+
+impl Side {
+    fn open() -> (Arc<NativeEndpoint>, Reactor) {
+        let engine = NativeEngine::load().unwrap_or_else(|e| {
+            eprintln!("{e}");
+            std::process::exit(1);
+        });
+        let options = EndpointOptions {
+            uuid: DEFAULT_UUID,
+            unit: None,
+            port: None,
+            close_timeout: Duration::from_secs(5),
+        };
+        engine
+            .open_with_reactor(&options, psmrail::reactor::ProgressMode::Manual)
+            .expect("open the endpoint")
+    }
+
+    fn new(ep: Arc<NativeEndpoint>, reactor: Reactor, peer: u64) -> Side {
+        let peer = ep
+            .connect(&[Epid(peer)], Duration::from_secs(30))
+            .remove(0)
+            .expect("connect");
+        let table = ep.completions().clone();
+        Side {
+            ep,
+            reactor,
+            table,
+            peer,
+        }
+    }
+
+    fn irecv(&self, tag: u64, buf: Vec<u8>) -> OpKey {
+        let key = self.table.insert();
+        if let Err(e) = self
+            .ep
+            .irecv(TagMatch::exact(tag), OpBuffer::from(buf), key)
+        {
+            panic!("irecv: {}", e.error);
+        }
+        key
+    }
+
+    fn isend(&self, tag: u64, buf: Vec<u8>) -> OpKey {
+        let key = self.table.insert();
+        if let Err(e) = self
+            .ep
+            .isend(self.peer, tag, SendMode::Standard, OpBuffer::from(buf), key)
+        {
+            panic!("isend: {}", e.error);
+        }
+        key
+    }
+
+    /// Polls `key` to completion (manual mode: each pending poll runs a
+    /// progress round); the vector back.
+    fn wait(&self, key: OpKey) -> Vec<u8> {
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, key, &mut cx) {
+                assert_eq!(c.status.error, None, "{:?}", c.status);
+                return c.buffer.into_vec().expect("a vector");
+            }
+        }
+    }
+
+    /// Waits for both; (send buffer, receive buffer).
+    fn wait_both(&self, send: OpKey, recv: OpKey) -> (Vec<u8>, Vec<u8>) {
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut s, mut r) = (None, None);
+        while s.is_none() || r.is_none() {
+            if s.is_none() {
+                if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, send, &mut cx) {
+                    s = Some(c.buffer.into_vec().expect("a vector"));
+                }
+            }
+            if r.is_none() {
+                if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, recv, &mut cx) {
+                    assert_eq!(c.status.error, None, "{:?}", c.status);
+                    r = Some(c.buffer.into_vec().expect("a vector"));
+                }
+            }
+        }
+        (s.unwrap_or_default(), r.unwrap_or_default())
+    }
+
+    fn close(self) {
+        self.ep.close(Duration::from_secs(5)).expect("close");
+    }
+}
+
+fn engine_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+    let (ep, reactor) = Side::open();
+    let (mut child, peer_epid) = spawn_peer("engine", ep.epid().0, args, peer_cpu);
+    let side = Side::new(ep, reactor, peer_epid);
+    let k = side.isend(TAG_SYNC, b"s".to_vec());
+    side.wait(k);
+    let k = side.irecv(TAG_SYNC, vec![0]);
+    side.wait(k);
+    let mut medians = Vec::new();
+    for &(size, iters) in SIZES {
+        let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let mut out = Some(want.clone());
+        let mut inb = Some(vec![0u8; size]);
+        let m = measure(args.reps, iters, || {
+            let rk = side.irecv(TAG_PONG, inb.take().unwrap_or_default());
+            let sk = side.isend(TAG_PING, out.take().unwrap_or_default());
+            let (o, i) = side.wait_both(sk, rk);
+            out = Some(o);
+            inb = Some(i);
+        });
+        assert!(
+            inb.as_deref() == Some(&want[..]),
+            "the pong payload differs at {size} B"
+        );
+        medians.push(m);
+    }
+    let k = side.irecv(TAG_SYNC, vec![0]);
+    side.wait(k);
+    side.close();
+    assert!(
+        child.wait().expect("wait").success(),
+        "the engine peer failed"
+    );
+    medians
+}
+
+fn engine_server(args: &Args, client: u64) {
+    let (ep, reactor) = Side::open();
+    println!("EPID={:#x}", ep.epid().0);
+    std::io::stdout().flush().unwrap();
+    let side = Side::new(ep, reactor, client);
+    let k = side.irecv(TAG_SYNC, vec![0]);
+    side.wait(k);
+    let k = side.isend(TAG_SYNC, b"s".to_vec());
+    side.wait(k);
+    for &(size, iters) in SIZES {
+        let rounds = iters / 10 + 1 + iters * args.reps;
+        // Two buffers: the next ping's receive is posted before the pong is
+        // sent, so pings never arrive unexpected.
+        let mut spare = Some(vec![0u8; size]);
+        let mut posted = side.irecv(TAG_PING, vec![0u8; size]);
+        for round in 0..rounds {
+            let filled = side.wait(posted);
+            if round + 1 < rounds {
+                posted = side.irecv(TAG_PING, spare.take().unwrap_or_default());
+            }
+            let sk = side.isend(TAG_PONG, filled);
+            spare = Some(side.wait(sk));
+        }
+    }
+    let k = side.isend(TAG_SYNC, b"d".to_vec());
+    side.wait(k);
+    side.close();
+}
+
+fn main() {
+    let args = parse_args();
+    if let Some(phase) = args.serve.clone() {
+        // Die with the client instead of spinning forever if it is killed.
+        // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        if let (true, Some(cpu)) = (args.pin, args.cpu) {
+            pin_to(cpu);
+        }
+        let client = args.peer.expect("--peer");
+        match phase.as_str() {
+            "raw" => raw_server(&args, client),
+            "engine" => engine_server(&args, client),
+            other => panic!("unknown phase {other}"),
+        }
+        return;
+    }
+    let cpus: Vec<usize> = psmrail::reactor::CpuTopology::read_now()
+        .allowed
+        .iter()
+        .collect();
+    let pinned = args.pin && cpus.len() >= 2 && pin_to(cpus[0]);
+    let peer_cpu = pinned.then(|| cpus[1]);
+    let raw = raw_client(&args, peer_cpu);
+    let engine = engine_client(&args, peer_cpu);
+    let lib = psm_sys::PsmLibrary::get().expect("loaded above");
+    println!(
+        "ping-pong, {} build ({}), 2 processes, both spinning, {}; medians of {} repetitions",
+        lib.build(),
+        lib.resolved_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        if pinned {
+            format!("pinned to CPUs {} and {}", cpus[0], cpus[1])
+        } else {
+            "not pinned".into()
+        },
+        args.reps
+    );
+    println!(
+        "{:>9} {:>16} {:>16} {:>10} {:>10} {:>10}",
+        "size", "raw half-RTT us", "engine half-RTT", "raw GB/s", "engine", "engine/raw"
+    );
+    for (i, &(size, _)) in SIZES.iter().enumerate() {
+        let (r, e) = (raw[i], engine[i]);
+        println!(
+            "{:>9} {:>16.3} {:>16.3} {:>10.2} {:>10.2} {:>10.3}",
+            size,
+            r * 1e6,
+            e * 1e6,
+            size as f64 / r / 1e9,
+            size as f64 / e / 1e9,
+            e / r
+        );
+    }
+}

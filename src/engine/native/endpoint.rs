@@ -1,0 +1,1223 @@
+//! [`NativeEndpoint`]: one PSM endpoint behind the engine contract.
+//!
+//! The endpoint owns a psm-sys [`Endpoint`](psm_sys::Endpoint) (with its MQ
+//! and AM handlers), the in-flight table (`inflight.rs`), the table of
+//! connected peers and the AM bridge (`am.rs`), all behind one lock; the
+//! module docs of [`native`](super) describe the locking, the routing of
+//! completions, connecting and closing.
+//!
+//! # The hot path
+//! A post is one lock, one check that the key is pending, one lookup of the
+//! peer (a binary search over the connected addresses), the PSM call and a
+//! store into the in-flight slot of the key. A progress step is one
+//! try-lock and, with requests in flight, `psm_mq_ipeek` (which polls PSM
+//! when nothing is completed) and `psm_mq_test` per completion, each
+//! completion moved into the completion table; with nothing in flight it is
+//! a single `psm_poll` (connections, active messages and unexpected
+//! messages still need PSM to run). Nothing allocates once the tables have
+//! grown to the largest number of operations in flight.
+
+use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
+use super::inflight::{Entry, InFlight, OpKind};
+use super::lock::{LockError, SpinGuard, SpinLock};
+use super::raw::RawMq;
+use super::{code_kind, map_psm_error, AM_ARGS_CAP, AM_PAYLOAD_CAP};
+use crate::engine::{
+    AmHandler, AmHandlerId, AmMessage, EndpointOptions, EngineEndpoint, EngineKind, EngineLimits,
+    Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
+};
+use crate::reactor::{
+    current_thread_affinity, CompletionTable, CpuSet, OpKey, OpStatus, Progress, ProgressSource,
+};
+use crate::{Error, ErrorKind, Result};
+use psm_sys::device::Device;
+use psm_sys::{ffi, AmFlags, EpAddr, ErrorCode, HandlerIndex, PsmBuild, PsmLibrary};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most completions one progress step harvests.
+const HARVEST_BUDGET: usize = 64;
+/// How long `connect` and `close` pause after a step that moved nothing.
+const IDLE_WAIT: Duration = Duration::from_micros(20);
+
+static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The endpoint whose lock this thread holds (0: none).
+    static HELD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The endpoint's state, behind its lock.
+struct Inner {
+    /// `None` once closed.
+    ep: Option<psm_sys::Endpoint>,
+    /// Requests PSM is working on.
+    ops: InFlight,
+    /// Connected peers and known sources.
+    peers: Peers,
+    /// Registered handlers, for engine-side loopback AM.
+    handlers: Vec<Arc<dyn AmHandler>>,
+    /// Loopback AMs waiting for the next progress step (TrueScale).
+    loopback: Vec<LoopbackAm>,
+    /// `close` has started: no new operations.
+    closing: bool,
+}
+
+/// The lock held, marked in the thread so re-entry is refused.
+struct Locked<'a> {
+    guard: SpinGuard<'a, Inner>,
+    prev: u64,
+}
+
+impl Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(self.prev));
+    }
+}
+
+/// Peers this endpoint connected (and verified), refusals, and sources.
+#[derive(Default)]
+struct Peers {
+    /// Verified peers: (address value, address, epid), sorted by value.
+    by_addr: Vec<(u64, EpAddr, Epid)>,
+    /// Verified peers by epid.
+    by_epid: HashMap<Epid, u64>,
+    /// Epids refused by the handshake, with why.
+    refused: HashMap<Epid, (ErrorKind, String)>,
+    /// Addresses messages came from that were never connected here.
+    seen: Vec<EpAddr>,
+    /// The last source noted (skips the search for a steady sender).
+    last_source: u64,
+}
+
+impl Peers {
+    fn addr(&self, peer: PeerAddr) -> Option<EpAddr> {
+        self.by_addr
+            .binary_search_by_key(&peer.0, |e| e.0)
+            .ok()
+            .map(|i| self.by_addr[i].1)
+    }
+
+    fn epid_of(&self, peer: PeerAddr) -> Option<Epid> {
+        self.by_addr
+            .binary_search_by_key(&peer.0, |e| e.0)
+            .ok()
+            .map(|i| self.by_addr[i].2)
+    }
+
+    fn insert(&mut self, epid: Epid, addr: EpAddr) -> PeerAddr {
+        let value = addr_value(addr);
+        if let Err(i) = self.by_addr.binary_search_by_key(&value, |e| e.0) {
+            self.by_addr.insert(i, (value, addr, epid));
+        }
+        self.by_epid.insert(epid, value);
+        self.seen.retain(|a| addr_value(*a) != value);
+        PeerAddr(value)
+    }
+
+    /// Remembers a message source (so `peer_epid` can resolve it).
+    fn note_source(&mut self, addr: EpAddr) {
+        let value = addr_value(addr);
+        if value == self.last_source {
+            return;
+        }
+        self.last_source = value;
+        if self.addr(PeerAddr(value)).is_none() && !self.seen.contains(&addr) {
+            self.seen.push(addr);
+        }
+    }
+}
+
+/// The [`PeerAddr`] of a PSM address: the `psm_epaddr_t` pointer value.
+fn addr_value(addr: EpAddr) -> u64 {
+    addr.as_raw() as usize as u64
+}
+
+fn closed_error() -> Error {
+    Error::new(ErrorKind::Inval, "native engine: the endpoint is closed")
+}
+
+fn closing_error() -> Error {
+    Error::new(ErrorKind::Inval, "native engine: the endpoint is closing")
+}
+
+fn reentry_error() -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        "native engine: called back into the endpoint from code it runs under its lock \
+         (an AM handler, a waker or a buffer's drop); queue the work and do it after",
+    )
+}
+
+fn poisoned_error() -> Error {
+    Error::new(
+        ErrorKind::Other,
+        "native engine: the endpoint's lock is poisoned (an AM handler panicked)",
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A PSM endpoint serving the engine contract; see the
+/// [module docs](super) for how it works.
+pub struct NativeEndpoint {
+    id: u64,
+    inner: SpinLock<Inner>,
+    completions: Arc<CompletionTable<MqCompletion>>,
+    lib: &'static PsmLibrary,
+    epid: Epid,
+    uuid: [u8; 16],
+    limits: EngineLimits,
+    am: Arc<AmShared>,
+    hello_request: HandlerIndex,
+    /// The harvesting calls (valid while the endpoint is open).
+    raw: RawMq,
+    /// The build cannot run AM to itself: the engine delivers it.
+    loopback_am: bool,
+    /// Only the `self` device is enabled: every message is our own.
+    self_only: bool,
+    /// The statuses carry the sender (compat build).
+    reports_source: bool,
+    close_timeout: Duration,
+    affinity_change: Option<(CpuSet, CpuSet)>,
+}
+
+impl std::fmt::Debug for NativeEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeEndpoint")
+            .field("epid", &self.epid)
+            .field("build", &self.lib.build())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NativeEndpoint {
+    /// Opens the PSM endpoint, its MQ and the handshake handlers.
+    pub(super) fn open(lib: &'static PsmLibrary, options: &EndpointOptions) -> Result<Self> {
+        let to_i32 = |what: &str, v: Option<u32>| -> Result<Option<i32>> {
+            v.map(|v| {
+                i32::try_from(v).map_err(|_| {
+                    Error::new(
+                        ErrorKind::Inval,
+                        format!("native engine: device {what} {v} is out of range"),
+                    )
+                })
+            })
+            .transpose()
+        };
+        let open_options = psm_sys::OpenOptions {
+            unit: to_i32("unit", options.unit)?,
+            port: to_i32("port", options.port)?,
+            ..psm_sys::OpenOptions::default()
+        };
+        let before = current_thread_affinity().ok();
+        let mut ep =
+            psm_sys::Endpoint::open_with(lib, &options.uuid, &open_options).map_err(open_error)?;
+        let after = current_thread_affinity().ok();
+        let affinity_change = match (before, after) {
+            (Some(b), Some(a)) if a != b => {
+                tracing::debug!(
+                    "psm_ep_open changed the calling thread's CPU affinity from {b:?} to {a:?}"
+                );
+                Some((b, a))
+            }
+            _ => None,
+        };
+        ep.init_mq(ffi::PSM_MQ_ORDERMASK_ALL)
+            .map_err(|e| map_psm_error(e, "psm_mq_init"))?;
+        let params = ep
+            .am_parameters()
+            .map_err(|e| map_psm_error(e, "psm_am_get_parameters"))?;
+        let devices = ep.devices().clone();
+        let mq = ep.mq().map_err(|e| map_psm_error(e, "the MQ"))?;
+        let rendezvous = if devices.has(Device::Hardware) {
+            ffi::PSM_MQ_OPT_RNDV_IB_SZ
+        } else {
+            ffi::PSM_MQ_OPT_RNDV_SHM_SZ
+        };
+        let eager_threshold = mq
+            .get_option_u32(rendezvous)
+            .ok()
+            .filter(|v| *v > 0)
+            .map_or(EngineLimits::PSM_MINIMUM.eager_threshold, |v| v as usize);
+        let reports_source = mq.reports_peer();
+        let raw = RawMq::new(lib, mq.as_raw());
+        let clamp = |v: u32, cap: usize| (v as usize).min(cap);
+        let limits = EngineLimits {
+            max_message: u64::from(u32::MAX),
+            eager_threshold,
+            max_am_handlers: clamp(params.max_handlers.saturating_sub(2) / 2, am::MAX_HANDLERS),
+            max_am_args: clamp(params.max_nargs, AM_ARGS_CAP),
+            max_am_request: clamp(params.max_request_short, AM_PAYLOAD_CAP),
+            max_am_reply: clamp(params.max_reply_short, AM_PAYLOAD_CAP),
+        };
+        let shared = AmShared::new(options.uuid, limits);
+        let hello_request = am::register_hello(&mut ep, &shared)?;
+        let build = lib.build();
+        let epid = Epid(ep.epid().0);
+        Ok(NativeEndpoint {
+            id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
+            inner: SpinLock::new(Inner {
+                ep: Some(ep),
+                ops: InFlight::default(),
+                peers: Peers::default(),
+                handlers: Vec::new(),
+                loopback: Vec::new(),
+                closing: false,
+            }),
+            completions: Arc::new(CompletionTable::new()),
+            lib,
+            epid,
+            uuid: options.uuid,
+            limits,
+            am: shared,
+            hello_request,
+            raw,
+            loopback_am: build == PsmBuild::TrueScale,
+            self_only: devices.devices == [Device::SelfLoop],
+            reports_source,
+            close_timeout: options.close_timeout,
+            affinity_change,
+        })
+    }
+
+    /// The PSM build serving this endpoint.
+    pub fn build(&self) -> PsmBuild {
+        self.lib.build()
+    }
+
+    /// Whether receive completions name their sender
+    /// ([`MqStatus::source`]): on the compat build, and with the `self`
+    /// device alone.
+    pub fn reports_source(&self) -> bool {
+        self.reports_source || self.self_only
+    }
+
+    /// The CPU affinity of the opening thread before and after
+    /// `psm_ep_open`, if PSM changed it.
+    pub fn affinity_change(&self) -> Option<(CpuSet, CpuSet)> {
+        self.affinity_change
+    }
+
+    /// Operations PSM is working on (0 when asked from code the endpoint
+    /// runs under its lock).
+    pub fn in_flight(&self) -> usize {
+        self.lock_any().map_or(0, |g| g.ops.len())
+    }
+
+    /// Whether the endpoint is closed (`false` when asked from code the
+    /// endpoint runs under its lock).
+    pub fn is_closed(&self) -> bool {
+        self.lock_any().is_some_and(|g| g.ep.is_none())
+    }
+
+    /// Forces the endpoint closed at once (what `close(Duration::ZERO)`
+    /// does).
+    pub fn close_now(&self) -> Result<()> {
+        self.close(Duration::ZERO)
+    }
+
+    fn lock(&self) -> Result<Locked<'_>> {
+        if HELD.with(Cell::get) == self.id {
+            return Err(reentry_error());
+        }
+        let guard = self.inner.lock().map_err(|_| poisoned_error())?;
+        let prev = HELD.with(|h| h.replace(self.id));
+        Ok(Locked { guard, prev })
+    }
+
+    /// The lock even if poisoned (to read state, or to close PSM after a
+    /// handler panicked); `None` on re-entry.
+    fn lock_any(&self) -> Option<Locked<'_>> {
+        if HELD.with(Cell::get) == self.id {
+            return None;
+        }
+        let guard = SpinGuard::ignore_poison(&self.inner);
+        let prev = HELD.with(|h| h.replace(self.id));
+        Some(Locked { guard, prev })
+    }
+
+    /// The lock for a post: open, not closing.
+    fn lock_open(&self) -> Result<Locked<'_>> {
+        let g = self.lock()?;
+        if g.ep.is_none() {
+            return Err(closed_error());
+        }
+        if g.closing {
+            return Err(closing_error());
+        }
+        Ok(g)
+    }
+
+    /// PSM's code `rc` from `call` as a crate error.
+    fn psm_error(&self, rc: ffi::psm_error_t, call: &'static str) -> Error {
+        map_psm_error(psm_sys::Error::Psm(self.lib.error(rc, call)), call)
+    }
+
+    fn check_key(&self, key: OpKey, ops: &InFlight) -> Result<()> {
+        if self.completions.status(key) != OpStatus::Pending {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "native engine: {key:?} is not a pending key of this endpoint's completion table"
+                ),
+            ));
+        }
+        if ops.slot_taken(key) {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!("native engine: {key:?} is already posted"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The source to report for a receive PSM gave no sender for.
+    fn implied_source(&self, peers: &Peers) -> Option<PeerAddr> {
+        if self.self_only {
+            peers.by_epid.get(&self.epid).map(|v| PeerAddr(*v))
+        } else {
+            None
+        }
+    }
+
+    /// Harvests up to `budget` completions; how many.
+    ///
+    /// `psm_mq_ipeek` names the next finished request and its status (with
+    /// the sender on the compat build); `psm_mq_test` then frees it. Both go
+    /// straight through the function table: this is the hot path, and the
+    /// status is copied once.
+    fn harvest(&self, inner: &mut Inner, budget: usize) -> usize {
+        let Inner { ep, ops, peers, .. } = inner;
+        let Some(ep) = ep.as_ref() else {
+            return 0;
+        };
+        let mut done = 0;
+        let mut flush = false;
+        while done < budget && !ops.is_empty() {
+            // SAFETY: the endpoint (and so its MQ) is open: we hold its lock
+            // and `ep` is `Some`.
+            let Some(peeked) = (unsafe { self.raw.ipeek() }) else {
+                break;
+            };
+            let Some(entry) = ops.take_finished(peeked.context, peeked.req) else {
+                // Every request on this MQ is in the table until harvested;
+                // stop rather than spin on one that is not.
+                debug_assert!(false, "PSM completed a request the engine did not post");
+                break;
+            };
+            // SAFETY: `peeked.req` is a finished request of this open MQ,
+            // not tested before (it was still in the table); it is spent
+            // after this, and the entry holding it is consumed below.
+            unsafe { self.raw.test(peeked.req) };
+            done += 1;
+            let len = entry.buffer.len();
+            let status = match entry.kind {
+                OpKind::Send => MqStatus {
+                    tag: entry.tag,
+                    msg_len: len as u64,
+                    nbytes: len,
+                    source: None,
+                    error: (peeked.error != ffi::PSM_OK)
+                        .then(|| code_kind(ErrorCode(peeked.error))),
+                },
+                OpKind::Recv { cancelled: true } => MqStatus {
+                    tag: entry.tag,
+                    msg_len: 0,
+                    nbytes: 0,
+                    source: None,
+                    error: Some(ErrorKind::Canceled),
+                },
+                OpKind::Recv { cancelled: false } => {
+                    flush |= peeked.msg_length as usize > self.limits.eager_threshold;
+                    let source = match peeked.peer {
+                        Some(p) => {
+                            // SAFETY: PSM reported this address for a
+                            // message received by this endpoint.
+                            let p = unsafe { EpAddr::from_raw(p, ep) };
+                            peers.note_source(p);
+                            Some(PeerAddr(addr_value(p)))
+                        }
+                        None => self.implied_source(peers),
+                    };
+                    MqStatus {
+                        tag: peeked.tag,
+                        msg_len: u64::from(peeked.msg_length),
+                        nbytes: (peeked.nbytes as usize).min(len),
+                        source,
+                        error: (peeked.error != ffi::PSM_OK)
+                            .then(|| code_kind(ErrorCode(peeked.error))),
+                    }
+                }
+            };
+            // A refused key means the slot is gone (misuse above us); the
+            // buffer is dropped here either way, after PSM is done with it.
+            let _ = self.completions.complete(
+                entry.key,
+                MqCompletion {
+                    status,
+                    buffer: entry.buffer,
+                },
+            );
+        }
+        psm_sys::am::resume_handler_panic();
+        if flush {
+            // A rendezvous receive that matched inside PSM's handler for the
+            // sender's request-to-send completes at once, but libpsm2 defers
+            // its go-ahead to the sender (the sender's completion) to the
+            // next poll: send it now, not whenever this endpoint is
+            // progressed again (measured: a receiver that stops progressing
+            // after its receive completes would leave the sender waiting).
+            let _ = ep.poll();
+        }
+        done
+    }
+
+    /// Delivers queued loopback AMs (TrueScale).
+    fn run_loopback(&self, inner: &mut Inner) -> bool {
+        let source = inner
+            .peers
+            .by_epid
+            .get(&self.epid)
+            .map_or(PeerAddr(0), |v| PeerAddr(*v));
+        let mut made = false;
+        // Replies queued by handlers run in the same step, bounded.
+        for _ in 0..HARVEST_BUDGET {
+            if inner.loopback.is_empty() {
+                break;
+            }
+            let batch = std::mem::take(&mut inner.loopback);
+            for msg in batch {
+                made = true;
+                let Some(handler) = inner.handlers.get(usize::from(msg.handler.0)).cloned() else {
+                    continue;
+                };
+                let am = AmMessage {
+                    source,
+                    args: &msg.args,
+                    payload: &msg.payload,
+                };
+                if msg.is_reply {
+                    handler.on_reply(am);
+                } else {
+                    let mut reply = LoopbackReply {
+                        queue: &mut inner.loopback,
+                        limits: self.limits,
+                        registered: inner.handlers.len(),
+                        replied: false,
+                    };
+                    handler.on_request(am, &mut reply);
+                }
+            }
+        }
+        made
+    }
+
+    /// One progress step under the lock.
+    fn step(&self, inner: &mut Inner) -> bool {
+        let mut made = false;
+        if !inner.loopback.is_empty() {
+            made |= self.run_loopback(inner);
+        }
+        let Some(ep) = inner.ep.as_ref() else {
+            return made;
+        };
+        if inner.ops.is_empty() {
+            // Nothing to harvest; PSM still has to run for connections,
+            // active messages and unexpected messages.
+            return matches!(ep.poll(), Ok(true)) | made;
+        }
+        if self.harvest(inner, HARVEST_BUDGET) > 0 {
+            return true;
+        }
+        // Nothing completed. Did PSM move anything (a rendezvous chunk, an
+        // AM, an unexpected message)? Then harvest what that finished.
+        let polled = inner
+            .ep
+            .as_ref()
+            .is_some_and(|ep| matches!(ep.poll(), Ok(true)));
+        if polled {
+            self.harvest(inner, HARVEST_BUDGET);
+        }
+        polled | made
+    }
+
+    /// Sends the job handshake to `addr`; the cookie to wait for.
+    fn send_hello(&self, ep: &psm_sys::Endpoint, addr: EpAddr) -> Result<u64> {
+        let cookie = self.am.cookie();
+        self.am.await_answer(cookie);
+        let args = am::am_args(&[HELLO_MAGIC, cookie]);
+        if let Err(e) = ep.am_request(
+            addr,
+            self.hello_request,
+            &args[..2],
+            &self.uuid,
+            AmFlags::default(),
+        ) {
+            self.am.forget(cookie);
+            return Err(map_psm_error(e, "sending the job handshake"));
+        }
+        Ok(cookie)
+    }
+
+    /// Runs `psm_ep_connect` for `epids` (none connected yet); returns the
+    /// handshakes to wait for and records failures.
+    fn psm_connect(
+        &self,
+        epids: &[Epid],
+        timeout: Duration,
+        failures: &mut HashMap<Epid, Error>,
+    ) -> Vec<(Epid, EpAddr, u64)> {
+        let mut handshakes = Vec::new();
+        let mut g = match self.lock_open() {
+            Ok(g) => g,
+            Err(e) => {
+                for epid in epids {
+                    failures.insert(*epid, Error::new(e.kind(), e.message().to_owned()));
+                }
+                return handshakes;
+            }
+        };
+        let inner = &mut *g;
+        let Some(ep) = inner.ep.as_ref() else {
+            return handshakes;
+        };
+        let raw: Vec<psm_sys::Epid> = epids.iter().map(|e| psm_sys::Epid(e.0)).collect();
+        let outcome = ep.connect(&raw, Some(timeout));
+        let results = match outcome {
+            Ok(r) => r,
+            Err(e) => {
+                let e = map_psm_error(e, "psm_ep_connect");
+                for epid in epids {
+                    failures.insert(*epid, Error::new(e.kind(), e.message().to_owned()));
+                }
+                return handshakes;
+            }
+        };
+        for (epid, result) in epids.iter().zip(results) {
+            match result {
+                Ok(addr) if *epid == self.epid => {
+                    inner.peers.insert(*epid, addr);
+                }
+                Ok(addr) => match self.send_hello(ep, addr) {
+                    Ok(cookie) => handshakes.push((*epid, addr, cookie)),
+                    Err(e) => {
+                        failures.insert(
+                            *epid,
+                            Error::new(
+                                e.kind(),
+                                format!("native engine: connecting to {epid}: {}", e.message()),
+                            ),
+                        );
+                    }
+                },
+                Err(psm) => {
+                    let kind = code_kind(psm.code);
+                    let why = if kind == ErrorKind::TimedOut {
+                        format!("no answer within {timeout:?} (PSM waits at least 2 s): {psm}")
+                    } else if matches!(
+                        psm.code.0,
+                        ffi::PSM_EPID_INVALID_UUID_KEY | ffi::PSM_EP_INVALID_UUID_KEY
+                    ) {
+                        format!("it belongs to another job (UUID): {psm}")
+                    } else {
+                        psm.to_string()
+                    };
+                    failures.insert(
+                        *epid,
+                        Error::with_source(
+                            kind,
+                            format!("native engine: connecting to {epid}: {why}"),
+                            psm,
+                        ),
+                    );
+                }
+            }
+        }
+        handshakes
+    }
+
+    /// Waits for the handshake answers until `deadline`, progressing.
+    fn await_handshakes(
+        &self,
+        mut pending: Vec<(Epid, EpAddr, u64)>,
+        deadline: Option<Instant>,
+        timeout: Duration,
+        failures: &mut HashMap<Epid, Error>,
+    ) {
+        while !pending.is_empty() {
+            let made = {
+                let mut g = match self.lock() {
+                    Ok(g) => g,
+                    Err(e) => {
+                        for (epid, _, cookie) in pending.drain(..) {
+                            self.am.forget(cookie);
+                            failures.insert(epid, Error::new(e.kind(), e.message().to_owned()));
+                        }
+                        return;
+                    }
+                };
+                if g.ep.is_none() {
+                    for (epid, _, cookie) in pending.drain(..) {
+                        self.am.forget(cookie);
+                        failures.insert(epid, closed_error());
+                    }
+                    return;
+                }
+                let made = self.step(&mut g);
+                pending.retain(|(epid, addr, cookie)| {
+                    let Some((uuid, magic)) = self.am.answer(*cookie) else {
+                        return true;
+                    };
+                    self.am.forget(*cookie);
+                    if magic != HELLO_MAGIC {
+                        let why = format!(
+                            "native engine: connecting to {epid}: the peer speaks another \
+                             psmrail handshake ({magic:#018x}, ours {HELLO_MAGIC:#018x}): refused"
+                        );
+                        g.peers
+                            .refused
+                            .insert(*epid, (ErrorKind::ConnRefused, why.clone()));
+                        failures.insert(*epid, Error::new(ErrorKind::ConnRefused, why));
+                    } else if uuid != self.uuid {
+                        let why = format!(
+                            "native engine: connecting to {epid}: it belongs to another job: its \
+                             UUID is {} and ours is {}; refused",
+                            hex(&uuid),
+                            hex(&self.uuid)
+                        );
+                        g.peers
+                            .refused
+                            .insert(*epid, (ErrorKind::ConnRefused, why.clone()));
+                        failures.insert(*epid, Error::new(ErrorKind::ConnRefused, why));
+                    } else {
+                        g.peers.insert(*epid, *addr);
+                    }
+                    false
+                });
+                made
+            };
+            if pending.is_empty() {
+                return;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                for (epid, _, cookie) in pending.drain(..) {
+                    self.am.forget(cookie);
+                    failures.insert(
+                        epid,
+                        Error::new(
+                            ErrorKind::TimedOut,
+                            format!(
+                                "native engine: connecting to {epid}: PSM connected, but the peer \
+                                 did not answer the job handshake within {timeout:?} (is it \
+                                 progressing?)"
+                            ),
+                        ),
+                    );
+                }
+                return;
+            }
+            if !made {
+                std::thread::sleep(IDLE_WAIT);
+            }
+        }
+    }
+
+    /// The closing sequence; see the module docs. Works on a poisoned
+    /// endpoint too: PSM's resources are released either way.
+    fn close_inner(&self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        {
+            let mut g = self.lock_any().ok_or_else(reentry_error)?;
+            if g.ep.is_none() {
+                return Ok(());
+            }
+            g.closing = true;
+            // Receives that matched nothing end now.
+            for entry in g.ops.iter_mut() {
+                if let OpKind::Recv { cancelled } = &mut entry.kind {
+                    // SAFETY: the endpoint is open (checked above, lock
+                    // held) and the request is live (in the table).
+                    if !*cancelled && matches!(unsafe { self.raw.cancel(&entry.req) }, Ok(true)) {
+                        *cancelled = true;
+                    }
+                }
+            }
+        }
+        // Let the rest finish, within the timeout.
+        loop {
+            let mut g = self.lock_any().ok_or_else(reentry_error)?;
+            let made = self.step(&mut g);
+            if g.ops.is_empty() || start.elapsed() >= timeout {
+                break;
+            }
+            drop(g);
+            if !made {
+                std::thread::sleep(IDLE_WAIT);
+            }
+        }
+        let mut g = self.lock_any().ok_or_else(reentry_error)?;
+        let Some(ep) = g.ep.take() else {
+            return Ok(());
+        };
+        // One psm_ep_close: forced for a zero timeout (FI_PSM_TIMEOUT=0),
+        // else graceful with what is left. Either way libpsm2 waits for
+        // connected peers to disconnect, between 1 s and 2 s (a forced
+        // close up to 2 s, so a graceful one with little left is quicker).
+        let left = timeout.saturating_sub(start.elapsed());
+        let graceful = (!timeout.is_zero()).then(|| left.max(Duration::from_nanos(1)));
+        let closed = ep
+            .close(graceful)
+            .map_err(|e| map_psm_error(e, "psm_ep_close"));
+        // PSM is done with every buffer now.
+        let inner = &mut *g;
+        for entry in inner.ops.drain() {
+            let error = match entry.kind {
+                OpKind::Send => ErrorKind::Io,
+                OpKind::Recv { .. } => ErrorKind::Canceled,
+            };
+            let _ = self.completions.complete(
+                entry.key,
+                MqCompletion {
+                    status: MqStatus {
+                        tag: entry.tag,
+                        msg_len: 0,
+                        nbytes: 0,
+                        source: None,
+                        error: Some(error),
+                    },
+                    buffer: entry.buffer,
+                },
+            );
+        }
+        inner.peers = Peers::default();
+        inner.loopback.clear();
+        closed
+    }
+}
+
+/// Errors of `psm_ep_open`: another endpoint this process may not have is
+/// `Busy`.
+fn open_error(e: psm_sys::Error) -> Error {
+    match e {
+        psm_sys::Error::Unsupported(_) => {
+            let message = format!("native engine: cannot open another PSM endpoint: {e}");
+            Error::with_source(ErrorKind::Busy, message, e)
+        }
+        e => map_psm_error(e, "psm_ep_open"),
+    }
+}
+
+impl ProgressSource for NativeEndpoint {
+    fn progress(&self) -> Progress {
+        let guard = match self.inner.try_lock() {
+            Ok(g) => g,
+            // Someone else is in PSM for this endpoint (posting, harvesting,
+            // connecting): come back soon rather than sleep.
+            Err(LockError::WouldBlock) => return Progress::Made,
+            Err(LockError::Poisoned) => return Progress::Idle,
+        };
+        let prev = HELD.with(|h| h.replace(self.id));
+        let mut g = Locked { guard, prev };
+        if g.ep.is_none() {
+            return Progress::Idle;
+        }
+        self.step(&mut g).into()
+    }
+}
+
+impl EngineEndpoint for NativeEndpoint {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+
+    fn epid(&self) -> Epid {
+        self.epid
+    }
+
+    fn limits(&self) -> EngineLimits {
+        self.limits
+    }
+
+    fn completions(&self) -> &Arc<CompletionTable<MqCompletion>> {
+        &self.completions
+    }
+
+    /// `psm_ep_connect` for the epids not connected yet (one call, which
+    /// PSM bounds by `timeout` but at least 2 s), then the job handshake
+    /// with each new peer within what is left of `timeout`. The own epid
+    /// needs the `self` device and no handshake.
+    fn connect(&self, epids: &[Epid], timeout: Duration) -> Vec<Result<PeerAddr>> {
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let mut known: HashMap<Epid, Result<PeerAddr>> = HashMap::new();
+        let mut fresh: Vec<Epid> = Vec::new();
+        match self.lock_open() {
+            Ok(g) => {
+                for epid in epids {
+                    if known.contains_key(epid) || fresh.contains(epid) {
+                        continue;
+                    }
+                    if let Some(v) = g.peers.by_epid.get(epid) {
+                        known.insert(*epid, Ok(PeerAddr(*v)));
+                    } else if let Some((kind, why)) = g.peers.refused.get(epid) {
+                        known.insert(*epid, Err(Error::new(*kind, why.clone())));
+                    } else {
+                        fresh.push(*epid);
+                    }
+                }
+            }
+            Err(e) => {
+                return epids
+                    .iter()
+                    .map(|_| Err(Error::new(e.kind(), e.message().to_owned())))
+                    .collect();
+            }
+        }
+        let mut failures = HashMap::new();
+        if !fresh.is_empty() {
+            let pending = self.psm_connect(&fresh, timeout, &mut failures);
+            self.await_handshakes(pending, deadline, timeout, &mut failures);
+        }
+        let g = self.lock();
+        epids
+            .iter()
+            .map(|epid| {
+                if let Some(r) = known.get(epid) {
+                    return match r {
+                        Ok(p) => Ok(*p),
+                        Err(e) => Err(Error::new(e.kind(), e.message().to_owned())),
+                    };
+                }
+                if let Some(e) = failures.get(epid) {
+                    return Err(Error::new(e.kind(), e.message().to_owned()));
+                }
+                match &g {
+                    Ok(g) => g
+                        .peers
+                        .by_epid
+                        .get(epid)
+                        .map(|v| PeerAddr(*v))
+                        .ok_or_else(|| {
+                            Error::new(
+                                ErrorKind::Other,
+                                format!("native engine: connecting to {epid}: no outcome"),
+                            )
+                        }),
+                    Err(e) => Err(Error::new(e.kind(), e.message().to_owned())),
+                }
+            })
+            .collect()
+    }
+
+    fn peer_epid(&self, peer: PeerAddr) -> Option<Epid> {
+        let g = self.lock().ok()?;
+        if let Some(epid) = g.peers.epid_of(peer) {
+            return Some(epid);
+        }
+        let ep = g.ep.as_ref()?;
+        let addr = g
+            .peers
+            .seen
+            .iter()
+            .copied()
+            .chain(self.am.source(peer.0))
+            .find(|a| addr_value(*a) == peer.0)?;
+        ep.epaddr_epid(addr).map(|e| Epid(e.0))
+    }
+
+    fn isend(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        let mut g = match self.lock_open() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        let inner = &mut *g;
+        if let Err(error) = self.check_key(op, &inner.ops) {
+            return Err(PostError { error, buffer });
+        }
+        let Some(addr) = inner.peers.addr(peer) else {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::Inval,
+                    format!("native engine: {peer:?} is not a peer this endpoint connected"),
+                ),
+                buffer,
+            });
+        };
+        let len = buffer.len();
+        if len as u64 > self.limits.max_message {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::MsgSize,
+                    format!(
+                        "native engine: a message of {len} bytes; PSM carries at most {}",
+                        self.limits.max_message
+                    ),
+                ),
+                buffer,
+            });
+        }
+        let flags = match mode {
+            SendMode::Standard => 0,
+            SendMode::Synchronous => ffi::PSM_MQ_FLAG_SENDSYNC,
+        };
+        // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
+        // was connected on it; the buffer goes into the in-flight table
+        // right below and stays there, its memory not moving (`OpBuffer`
+        // never grows its owner), until PSM reports the request finished or
+        // the endpoint is closed.
+        let posted = unsafe {
+            self.raw.isend(
+                addr.as_raw(),
+                flags,
+                tag,
+                buffer.as_ptr(),
+                len as u32,
+                InFlight::context(op),
+            )
+        };
+        match posted {
+            Ok(req) => {
+                inner.ops.insert(Entry {
+                    key: op,
+                    req,
+                    tag,
+                    kind: OpKind::Send,
+                    buffer,
+                });
+                Ok(())
+            }
+            Err(rc) => Err(PostError {
+                error: self.psm_error(rc, "psm_mq_isend"),
+                buffer,
+            }),
+        }
+    }
+
+    fn irecv(
+        &self,
+        tags: TagMatch,
+        mut buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        let mut g = match self.lock_open() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        let inner = &mut *g;
+        if let Err(error) = self.check_key(op, &inner.ops) {
+            return Err(PostError { error, buffer });
+        }
+        let len = buffer.len();
+        if len as u64 > self.limits.max_message {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::MsgSize,
+                    format!(
+                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
+                        self.limits.max_message
+                    ),
+                ),
+                buffer,
+            });
+        }
+        let ptr = match buffer.as_mut_ptr() {
+            Some(p) => p,
+            None if len == 0 => std::ptr::NonNull::<u8>::dangling().as_ptr(),
+            None => {
+                return Err(PostError {
+                    error: Error::new(
+                        ErrorKind::Inval,
+                        "native engine: a receive buffer must be writable (shared Bytes are \
+                         read-only)",
+                    ),
+                    buffer,
+                })
+            }
+        };
+        // SAFETY: the endpoint is open (`lock_open`, lock held); `ptr` is
+        // valid for `len` bytes of writing; the buffer goes into the
+        // in-flight table right below and stays there, not otherwise
+        // accessed and its memory not moving, until PSM reports the request
+        // finished or the endpoint is closed.
+        let posted = unsafe {
+            self.raw.irecv(
+                tags.tag,
+                tags.select,
+                ptr,
+                len as u32,
+                InFlight::context(op),
+            )
+        };
+        match posted {
+            Ok(req) => {
+                inner.ops.insert(Entry {
+                    key: op,
+                    req,
+                    tag: tags.tag,
+                    kind: OpKind::Recv { cancelled: false },
+                    buffer,
+                });
+                Ok(())
+            }
+            Err(rc) => Err(PostError {
+                error: self.psm_error(rc, "psm_mq_irecv"),
+                buffer,
+            }),
+        }
+    }
+
+    /// `psm_mq_cancel` on the receive posted as `op` if it matched nothing
+    /// yet; it then completes (through the next progress step) with
+    /// `Canceled`. Sends cannot be cancelled (`Ok(false)`).
+    fn cancel(&self, op: OpKey) -> Result<bool> {
+        let mut g = self.lock()?;
+        if g.ep.is_none() {
+            return Ok(false);
+        }
+        let Some(entry) = g.ops.get_mut(op) else {
+            return Ok(false);
+        };
+        let OpKind::Recv { cancelled } = &mut entry.kind else {
+            return Ok(false);
+        };
+        if *cancelled {
+            return Ok(false);
+        }
+        // SAFETY: the endpoint is open (checked, lock held); the request is
+        // live (in the table).
+        let done = unsafe { self.raw.cancel(&entry.req) }
+            .map_err(|rc| self.psm_error(rc, "psm_mq_cancel"))?;
+        *cancelled = done;
+        Ok(done)
+    }
+
+    fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>> {
+        let mut g = self.lock_open()?;
+        let inner = &mut *g;
+        let Some(ep) = inner.ep.as_ref() else {
+            return Err(closed_error());
+        };
+        let mq = ep.mq().map_err(|e| map_psm_error(e, "the MQ"))?;
+        let Some(st) = mq
+            .iprobe(tags.tag, tags.select)
+            .map_err(|e| map_psm_error(e, "psm_mq_iprobe"))?
+        else {
+            return Ok(None);
+        };
+        let source = match st.peer {
+            Some(p) => {
+                inner.peers.note_source(p);
+                Some(PeerAddr(addr_value(p)))
+            }
+            None => self.implied_source(&inner.peers),
+        };
+        Ok(Some(MqStatus {
+            tag: st.tag,
+            msg_len: u64::from(st.msg_length),
+            nbytes: st.msg_length as usize,
+            source,
+            error: None,
+        }))
+    }
+
+    fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId> {
+        let mut g = self.lock_open()?;
+        let inner = &mut *g;
+        let Some(ep) = inner.ep.as_mut() else {
+            return Err(closed_error());
+        };
+        let id = am::register(ep, &self.am, handler.clone())?;
+        inner.handlers.push(handler);
+        Ok(id)
+    }
+
+    fn am_request(
+        &self,
+        peer: PeerAddr,
+        handler: AmHandlerId,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        am::check_am(&self.limits, args, payload, self.limits.max_am_request)?;
+        let mut g = self.lock_open()?;
+        let inner = &mut *g;
+        let Some(index) = self.am.table.request_index(handler) else {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!("native engine: no AM handler {} is registered", handler.0),
+            ));
+        };
+        let Some(addr) = inner.peers.addr(peer) else {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!("native engine: {peer:?} is not a peer this endpoint connected"),
+            ));
+        };
+        if self.loopback_am && inner.peers.epid_of(peer) == Some(self.epid) {
+            inner.loopback.push(LoopbackAm {
+                handler,
+                is_reply: false,
+                args: args.to_vec(),
+                payload: payload.to_vec(),
+            });
+            return Ok(());
+        }
+        let Some(ep) = inner.ep.as_ref() else {
+            return Err(closed_error());
+        };
+        let words = am::am_args(args);
+        ep.am_request(
+            addr,
+            index,
+            &words[..args.len()],
+            payload,
+            AmFlags::default(),
+        )
+        .map_err(|e| map_psm_error(e, "psm_am_request_short"))
+    }
+
+    fn close(&self, timeout: Duration) -> Result<()> {
+        self.close_inner(timeout)
+    }
+}
+
+impl Drop for NativeEndpoint {
+    /// Closes the endpoint if `close` was not called, within the close
+    /// timeout it was opened with.
+    fn drop(&mut self) {
+        let open = self.inner.get_mut().ep.is_some();
+        if open {
+            if let Err(e) = self.close_inner(self.close_timeout) {
+                tracing::debug!("native engine: closing a dropped endpoint: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The native engine: the engine contract over real PSM 1.x (`psm-sys`).
+//!
+//! [`NativeEngine`] loads `libpsm_infinipath.so.1` (either build: the psm2
+//! compat library, which runs over shared memory here and Omni-Path
+//! elsewhere, or TrueScale) and opens [`NativeEndpoint`]s: one PSM
+//! endpoint, its matched queue and its AM handlers each, driven by the
+//! reactor as a [`ProgressSource`]. How the
+//! C provider drove PSM (`spec/libfabric-study.md` §A.0, §2, §5) is kept:
+//! completions are harvested with `psm_mq_ipeek` + `psm_mq_test` under a
+//! try-lock, AM handlers only reply, and follow-up work is left to the
+//! layer above.
+//!
+//! # Locking
+//! Every PSM call on an endpoint happens under that endpoint's one lock (a
+//! spin lock released with a plain store, `lock.rs`), so PSM is never
+//! entered concurrently for an endpoint and only one thread harvests its
+//! MQ at a time (an `ipeek` and its `test` never interleave with another
+//! thread's). [`progress`] only *tries* the lock: a
+//! caller that finds it held returns at once (as `psmx_cq_poll_mq`'s
+//! spin-trylock did) and reports progress, so the auto thread comes back
+//! soon instead of sleeping. Posting takes the lock. `connect` holds it
+//! during `psm_ep_connect` (PSM polls the endpoint meanwhile), then for one
+//! step at a time while the job handshake runs; `close` takes it for one
+//! step at a time. Calls back into an endpoint from code
+//! running under its lock (AM handlers, wakers, buffer drops) fail with
+//! `Inval` instead of deadlocking.
+//!
+//! # Requests and completions
+//! A post moves the operation's [`OpBuffer`](crate::engine::OpBuffer) into
+//! the in-flight table, indexed by its [`OpKey`](crate::reactor::OpKey),
+//! which is also PSM's per-request `context`. Harvesting finds the entry
+//! through the context, completes the request (`psm_mq_test` frees it) and
+//! moves the buffer into the completion table: to the waiting future, or
+//! dropped there if the future was dropped (principle 3). After warm-up no
+//! step allocates. Details in `inflight.rs`.
+//!
+//! Statuses: truncation (`PSM_MQ_TRUNCATION`) is `Trunc` with both
+//! lengths; a cancelled receive (`psm_mq_cancel` on an unmatched receive)
+//! is `Canceled` with no bytes; sends cannot be cancelled. The sender of a
+//! message ([`MqStatus::source`](crate::engine::MqStatus::source)): PSM
+//! 1.x statuses do not carry it, but the compat build's libpsm2 has status
+//! calls that do, so there it is reported; on TrueScale it is `None`,
+//! except when the `self` device is the only one enabled (every message
+//! then comes from the endpoint itself).
+//!
+//! # Connecting
+//! `psm_ep_connect`, then a job handshake over AM (libpsm2's shared memory
+//! connects endpoints of different UUIDs without complaint): see `am.rs`.
+//! A [`PeerAddr`](crate::engine::PeerAddr) is the `psm_epaddr_t` pointer
+//! value; sends accept only addresses this endpoint connected.
+//!
+//! # Closing
+//! `close` cancels the receives that matched nothing, keeps progressing
+//! until the other requests finish or the timeout runs out, then closes
+//! the PSM endpoint with one `psm_ep_close`: graceful with what is left of
+//! the timeout, or forced for a zero timeout (`FI_PSM_TIMEOUT=0`); never
+//! both (psm-sys explains why a second call would touch freed memory).
+//! Whatever is still in flight then completes with `Canceled` (receives)
+//! or `Io` (sends): PSM no longer touches their memory. Dropping the
+//! endpoint closes it the same way. libpsm2 itself waits, in either mode,
+//! for connected peers to acknowledge the disconnect, between 1 s and 2 s
+//! when they do not: `close` returns within its timeout plus that.
+//!
+//! # Limits
+//! From `psm_am_get_parameters`, capped: AM payloads at
+//! [`AM_PAYLOAD_CAP`] (2032 bytes, the C provider's `PSMX_AM_CHUNK_SIZE`,
+//! "the maximum that's actually working"; the compat build reports 8128,
+//! and `INT_MAX` with the `self` device alone), arguments at
+//! [`AM_ARGS_CAP`] (10), handlers at what psm-sys's trampolines allow per
+//! endpoint (31: two PSM handlers each, two for the job handshake). Messages
+//! carry at most `u32::MAX` bytes. The eager threshold is PSM's rendezvous
+//! threshold for the device in use (`PSM_MQ_OPT_RNDV_SHM_SZ`, or
+//! `PSM_MQ_OPT_RNDV_IB_SZ` with an adapter).
+//!
+//! # Endpoints per process and CPU pinning
+//! The compat build opens one endpoint per process unless `PSM2_MULTI_EP=1`
+//! is set, and even then, without an adapter, every endpoint gets the same
+//! epid (psm-sys refuses the duplicate); TrueScale opens one per process
+//! lifetime. Where a second endpoint is refused, `open` says why (`Busy`).
+//! `psm_ep_open` may pin the calling thread near the adapter; create
+//! auto-progress reactors after opening, as [`NativeEngine::open_with_reactor`]
+//! does, so the progress thread is pinned after PSM's own pinning.
+//!
+//! [`progress`]: crate::reactor::ProgressSource::progress
+
+mod am;
+mod endpoint;
+mod inflight;
+mod lock;
+mod raw;
+
+pub use endpoint::NativeEndpoint;
+
+use crate::engine::{EndpointOptions, Engine, EngineKind};
+use crate::reactor::{ProgressMode, ProgressSource, Reactor};
+use crate::{Error, ErrorKind, Result};
+use psm_sys::{ErrorCode, PsmBuild, PsmLibrary};
+use std::sync::Arc;
+
+/// Largest AM payload the engine sends or accepts (requests and replies):
+/// the C provider's `PSMX_AM_CHUNK_SIZE`.
+pub const AM_PAYLOAD_CAP: usize = 2032;
+
+/// Most AM arguments the engine sends: libpsm2's `PSMI_AM_MAX_ARGS` (its
+/// `self` device alone reports `INT_MAX` but carries no more; TrueScale
+/// reports 8, which is then the limit).
+pub const AM_ARGS_CAP: usize = 10;
+
+/// Opens [`NativeEndpoint`]s on the process's PSM library.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use psmrail::engine::native::NativeEngine;
+/// use psmrail::engine::{EndpointOptions, EngineEndpoint};
+/// use psmrail::reactor::ProgressMode;
+///
+/// // Fails (FI_ENODATA, saying what is missing) without the library or a
+/// // usable device, e.g. run with PSM2_DEVICES=self,shm here.
+/// let engine = NativeEngine::load()?;
+/// let options = EndpointOptions {
+///     uuid: *b"my-job-uuid-0001",
+///     unit: None,
+///     port: None,
+///     close_timeout: Duration::from_secs(5),
+/// };
+/// // Open first, then the reactor (its auto thread is pinned after PSM's).
+/// let (ep, reactor) = engine.open_with_reactor(&options, ProgressMode::Manual)?;
+/// println!("{} on {}", ep.epid(), engine.build());
+/// reactor.progress();
+/// ep.close(Duration::from_secs(1))?;
+/// # Ok::<(), psmrail::Error>(())
+/// ```
+#[derive(Clone, Copy)]
+pub struct NativeEngine {
+    lib: &'static PsmLibrary,
+}
+
+impl std::fmt::Debug for NativeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeEngine")
+            .field("build", &self.lib.build())
+            .field("library", &self.lib.resolved_path())
+            .finish()
+    }
+}
+
+impl NativeEngine {
+    /// Loads the PSM library (psm-sys's rules: `PSMRAIL_PSM_LIB`, else the
+    /// soname, else the Debian paths), checks that a device is usable (the
+    /// preflight that keeps PSM from crashing or stalling where there is no
+    /// adapter: `PSM2_DEVICES=self,shm` here) and initializes PSM.
+    ///
+    /// # Errors
+    /// `NoData` with psm-sys's full message: every library tried and why,
+    /// the packages to install, or which device is missing and what to set.
+    pub fn load() -> Result<NativeEngine> {
+        let lib = PsmLibrary::get().map_err(|e| no_data(e, "cannot load PSM"))?;
+        psm_sys::DeviceConfig::from_env(lib.build())
+            .map_err(|e| no_data(psm_sys::Error::NoDevice(e), "no usable PSM device"))?;
+        lib.init()
+            .map_err(|e| no_data(e, "PSM did not initialize"))?;
+        Ok(NativeEngine { lib })
+    }
+
+    /// The loaded library.
+    pub fn library(&self) -> &'static PsmLibrary {
+        self.lib
+    }
+
+    /// Which build of PSM was loaded.
+    pub fn build(&self) -> PsmBuild {
+        self.lib.build()
+    }
+
+    /// Opens an endpoint, then builds a reactor in `mode` and adds the
+    /// endpoint to it as a progress source.
+    ///
+    /// This is the order PSM needs: `psm_ep_open` may set the CPU affinity
+    /// of the opening thread itself, so an auto-progress thread is created
+    /// (and pinned to its `FI_PSM_PROG_AFFINITY` set) only once the endpoint
+    /// is open.
+    ///
+    /// # Errors
+    /// As [`Engine::open`]; building the reactor can fail in auto mode (the
+    /// thread cannot be spawned or pinned), and the endpoint is then closed.
+    pub fn open_with_reactor(
+        &self,
+        options: &EndpointOptions,
+        mode: ProgressMode,
+    ) -> Result<(Arc<NativeEndpoint>, Reactor)> {
+        let ep = self.open(options)?;
+        let reactor = Reactor::builder().mode(mode).build().map_err(|e| {
+            let _ = ep.close_now();
+            Error::with_source(
+                ErrorKind::Inval,
+                "native engine: cannot build the progress reactor",
+                e,
+            )
+        })?;
+        let source: Arc<dyn ProgressSource> = ep.clone();
+        reactor.add_source(source).map_err(|e| {
+            let _ = ep.close_now();
+            Error::with_source(
+                ErrorKind::Other,
+                "native engine: cannot add the endpoint to the reactor",
+                e,
+            )
+        })?;
+        Ok((ep, reactor))
+    }
+}
+
+impl Engine for NativeEngine {
+    type Endpoint = NativeEndpoint;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+
+    /// Opens a PSM endpoint of job `options.uuid` on device `unit`/`port`.
+    ///
+    /// `psm_ep_open` may pin the calling thread (PSM's default affinity
+    /// policy); create auto-mode reactors afterwards, or use
+    /// [`NativeEngine::open_with_reactor`]. A change PSM made is recorded
+    /// ([`NativeEndpoint::affinity_change`]).
+    ///
+    /// # Errors
+    /// `Busy` when this process cannot have another endpoint (see the module
+    /// docs), `NoData` without a device, others as PSM reports them.
+    fn open(&self, options: &EndpointOptions) -> Result<Arc<NativeEndpoint>> {
+        NativeEndpoint::open(self.lib, options).map(Arc::new)
+    }
+}
+
+/// A load or device error as `NoData`, with its full message.
+fn no_data(e: psm_sys::Error, what: &str) -> Error {
+    let message = format!("native engine: {what}: {e}");
+    Error::with_source(ErrorKind::NoData, message, e)
+}
+
+/// The error kind for a PSM result code.
+pub(crate) fn code_kind(code: ErrorCode) -> ErrorKind {
+    use psm_sys::ffi;
+    match code.0 {
+        ffi::PSM_MQ_TRUNCATION => ErrorKind::Trunc,
+        ffi::PSM_TIMEOUT | ffi::PSM_EP_CLOSE_TIMEOUT => ErrorKind::TimedOut,
+        ffi::PSM_PARAM_ERR | ffi::PSM_OPT_READONLY | ffi::PSM_AM_INVALID_REPLY => ErrorKind::Inval,
+        ffi::PSM_NO_MEMORY | ffi::PSM_EP_NO_RESOURCES => ErrorKind::NoMem,
+        ffi::PSM_TOO_MANY_ENDPOINTS => ErrorKind::Busy,
+        ffi::PSM_EP_NO_DEVICE
+        | ffi::PSM_EP_UNIT_NOT_FOUND
+        | ffi::PSM_EP_NO_PORTS_AVAIL
+        | ffi::PSM_EP_NO_NETWORK => ErrorKind::NoData,
+        ffi::PSM_EPID_UNKNOWN
+        | ffi::PSM_EPID_UNREACHABLE
+        | ffi::PSM_EPID_INVALID_NODE
+        | ffi::PSM_EPID_INVALID_UUID_KEY
+        | ffi::PSM_EP_INVALID_UUID_KEY
+        | ffi::PSM_EPID_INVALID_VERSION
+        | ffi::PSM_EPID_INVALID_CONNECT
+        | ffi::PSM_EPID_INVALID_PKEY
+        | ffi::PSM_EPID_INVALID_MTU => ErrorKind::ConnRefused,
+        ffi::PSM_EPID_NETWORK_ERROR
+        | ffi::PSM_EPID_PATH_RESOLUTION
+        | ffi::PSM_EP_DEVICE_FAILURE
+        | ffi::PSM_SHMEM_SEGMENT_ERR
+        | ffi::PSM_EP_WAS_CLOSED
+        | ffi::PSM_IS_FINALIZED => ErrorKind::Io,
+        _ => ErrorKind::Other,
+    }
+}
+
+/// A psm-sys error as a crate error: the kind from the PSM code (or the
+/// psm-sys error class), the message naming what was being done.
+pub(crate) fn map_psm_error(e: psm_sys::Error, what: &str) -> Error {
+    let kind = match &e {
+        psm_sys::Error::Load(_) | psm_sys::Error::NoDevice(_) => ErrorKind::NoData,
+        psm_sys::Error::Psm(p) => code_kind(p.code),
+        psm_sys::Error::Unsupported(_) => ErrorKind::NoSys,
+        psm_sys::Error::InvalidArgument(_) | psm_sys::Error::Finalized => ErrorKind::Inval,
+    };
+    let message = format!("native engine: {what}: {e}");
+    Error::with_source(kind, message, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psm_sys::ffi;
+
+    #[test]
+    fn codes_map_to_libfabric_kinds() {
+        let k = |c| code_kind(ErrorCode(c));
+        assert_eq!(k(ffi::PSM_MQ_TRUNCATION), ErrorKind::Trunc);
+        assert_eq!(k(ffi::PSM_TIMEOUT), ErrorKind::TimedOut);
+        assert_eq!(k(ffi::PSM_EPID_INVALID_UUID_KEY), ErrorKind::ConnRefused);
+        assert_eq!(k(ffi::PSM_EPID_UNREACHABLE), ErrorKind::ConnRefused);
+        assert_eq!(k(ffi::PSM_TOO_MANY_ENDPOINTS), ErrorKind::Busy);
+        assert_eq!(k(ffi::PSM_EP_NO_DEVICE), ErrorKind::NoData);
+        assert_eq!(k(ffi::PSM_NO_MEMORY), ErrorKind::NoMem);
+        assert_eq!(k(ffi::PSM_EPID_NETWORK_ERROR), ErrorKind::Io);
+        assert_eq!(k(12345), ErrorKind::Other);
+        assert_eq!(k(-1), ErrorKind::Other);
+    }
+
+    #[test]
+    fn psm_sys_errors_keep_their_message() {
+        let e = map_psm_error(
+            psm_sys::Error::Unsupported("one endpoint per process".into()),
+            "opening",
+        );
+        assert_eq!(e.kind(), ErrorKind::NoSys);
+        assert!(e.to_string().contains("one endpoint per process"), "{e}");
+        let e = map_psm_error(psm_sys::Error::InvalidArgument("bad".into()), "x");
+        assert_eq!(e.kind(), ErrorKind::Inval);
+        let load = psm_sys::LoadError {
+            attempts: vec![],
+            from_env: true,
+        };
+        let e = no_data(psm_sys::Error::Load(load), "cannot load PSM");
+        assert_eq!(e.kind(), ErrorKind::NoData);
+        assert!(e.to_string().contains("PSMRAIL_PSM_LIB"), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}
