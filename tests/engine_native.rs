@@ -30,7 +30,7 @@ mod support;
 
 use conformance::{
     assert_bytes, check_recv, open, open_job, options, pattern, progress_until, recv, recv_buf,
-    send, send_buf, wait, wait_ok, CountedRegion, Watchdog, OTHER_UUID, STEP, UUID,
+    send, send_buf, wait, wait_ok, Adder, CountedRegion, Watchdog, OTHER_UUID, STEP, UUID,
 };
 use psmrail::engine::native::{NativeEndpoint, NativeEngine, AM_ARGS_CAP, AM_PAYLOAD_CAP};
 use psmrail::engine::{
@@ -43,7 +43,7 @@ use psmrail::reactor::{
 use psmrail::ErrorKind;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -209,40 +209,6 @@ fn payload(spec: &str) -> Vec<u8> {
         (Some("fill"), Some(n), Some(b)) => vec![b.parse().unwrap(); n.parse().unwrap()],
         (Some("str"), Some(text), None) => text.as_bytes().to_vec(),
         _ => panic!("bad payload spec {spec:?}"),
-    }
-}
-
-/// An AM as a handler saw it: source, arguments, payload.
-type SeenAm = (PeerAddr, Vec<u64>, Vec<u8>);
-
-/// Replies with the sum of the arguments and the payload reversed; records
-/// requests and replies.
-#[derive(Default)]
-struct Adder {
-    requests: AtomicUsize,
-    replies: Mutex<Vec<SeenAm>>,
-}
-
-impl AmHandler for Adder {
-    fn on_request(&self, msg: AmMessage<'_>, reply: &mut dyn AmReply) {
-        self.requests.fetch_add(1, Ordering::AcqRel);
-        let sum: u64 = msg.args.iter().sum();
-        let mut p = msg.payload.to_vec();
-        p.reverse();
-        reply
-            .reply(AmHandlerId(0), &[sum, msg.args.len() as u64], &p)
-            .expect("reply");
-        assert!(
-            reply.reply(AmHandlerId(0), &[], &[]).is_err(),
-            "a second reply must be refused"
-        );
-    }
-
-    fn on_reply(&self, msg: AmMessage<'_>) {
-        self.replies
-            .lock()
-            .unwrap()
-            .push((msg.source, msg.args.to_vec(), msg.payload.to_vec()));
     }
 }
 

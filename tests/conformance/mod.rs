@@ -652,18 +652,21 @@ pub fn out_of_order_posting<E: Engine>(make: fn() -> E) {
 // ----- active messages -----------------------------------------------------------
 
 /// An AM as a handler saw it: source, arguments, payload.
-type SeenAm = (PeerAddr, Vec<u64>, Vec<u8>);
+pub type SeenAm = (PeerAddr, Vec<u64>, Vec<u8>);
 
 /// Replies with the sum of the arguments and the payload reversed; records
 /// the replies it gets.
-struct Adder {
-    replies: Mutex<Vec<SeenAm>>,
-    requests: AtomicUsize,
+#[derive(Default)]
+pub struct Adder {
+    /// Replies received, in order.
+    pub replies: Mutex<Vec<SeenAm>>,
+    /// Requests handled.
+    pub requests: AtomicUsize,
 }
 
 impl AmHandler for Adder {
     fn on_request(&self, msg: AmMessage<'_>, reply: &mut dyn AmReply) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::AcqRel);
         let sum: u64 = msg.args.iter().sum();
         let mut p = msg.payload.to_vec();
         p.reverse();
@@ -689,14 +692,8 @@ pub fn am_request_reply<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "am_request_reply");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
-    let ha = Arc::new(Adder {
-        replies: Mutex::new(Vec::new()),
-        requests: AtomicUsize::new(0),
-    });
-    let hb = Arc::new(Adder {
-        replies: Mutex::new(Vec::new()),
-        requests: AtomicUsize::new(0),
-    });
+    let ha = Arc::new(Adder::default());
+    let hb = Arc::new(Adder::default());
     assert_eq!(a.am_register(ha.clone()).unwrap(), AmHandlerId(0));
     assert_eq!(b.am_register(hb.clone()).unwrap(), AmHandlerId(0));
     let limits = a.limits();
@@ -1164,10 +1161,7 @@ pub fn self_loopback<E: Engine>(make: fn() -> E) {
         );
         wait_ok(r, &*a, sk, "send to self");
     }
-    let h = Arc::new(Adder {
-        replies: Mutex::new(Vec::new()),
-        requests: AtomicUsize::new(0),
-    });
+    let h = Arc::new(Adder::default());
     a.am_register(h.clone()).unwrap();
     am_request(r, &*a, me, AmHandlerId(0), &[20, 22], b"ab");
     assert!(progress_until(r, STEP, || h.replies.lock().unwrap().len() == 1));
