@@ -130,15 +130,7 @@ impl RawMq {
             )
         };
         psm_sys::am::resume_handler_panic();
-        if rc == ffi::PSM_OK && !req.is_null() {
-            Ok(Req(req))
-        } else {
-            Err(if rc == ffi::PSM_OK {
-                ffi::PSM_INTERNAL_ERR
-            } else {
-                rc
-            })
-        }
+        posted(rc, req)
     }
 
     /// `psm_mq_isend` of `len` bytes at `buf` to `dest`; PSM's code on
@@ -173,15 +165,7 @@ impl RawMq {
             )
         };
         psm_sys::am::resume_handler_panic();
-        if rc == ffi::PSM_OK && !req.is_null() {
-            Ok(Req(req))
-        } else {
-            Err(if rc == ffi::PSM_OK {
-                ffi::PSM_INTERNAL_ERR
-            } else {
-                rc
-            })
-        }
+        posted(rc, req)
     }
 
     /// `psm_mq_cancel`: whether the (receive) request was cancelled; it is
@@ -258,5 +242,15 @@ impl RawMq {
                 unsafe { test(&mut req, &mut st) };
             }
         }
+    }
+}
+
+/// The outcome of a post: the request, or PSM's code (an "OK" without a
+/// request counts as an internal error rather than a null handle).
+fn posted(rc: ffi::psm_error_t, req: ffi::psm_mq_req_t) -> Result<Req, ffi::psm_error_t> {
+    match rc {
+        ffi::PSM_OK if !req.is_null() => Ok(Req(req)),
+        ffi::PSM_OK => Err(ffi::PSM_INTERNAL_ERR),
+        rc => Err(rc),
     }
 }
