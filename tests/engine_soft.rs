@@ -1,7 +1,8 @@
-//! The soft engine: the conformance suite (over Unix-domain sockets, the
-//! default for same-host peers, and again over TCP only), plus what is
-//! particular to it: epids, loopback, hostile input, peer death, auto-mode
-//! wake-ups, re-entrant handlers, silent listeners.
+//! The soft engine: the conformance suite, in one process and between two
+//! processes (the native engine's remote scenarios, unchanged), over
+//! Unix-domain sockets, the default for same-host peers, and again over TCP
+//! only; plus what is particular to it: epids, loopback, hostile input, peer
+//! death, auto-mode wake-ups, re-entrant handlers, silent listeners.
 
 #[macro_use]
 mod conformance;
@@ -44,9 +45,11 @@ fn make_soft_tcp() -> SoftEngine {
 }
 
 conformance_tests!(make_soft);
+remote_conformance_tests!(make_soft);
 
 mod tcp {
     conformance_tests!(super::make_soft_tcp);
+    remote_conformance_tests!(super::make_soft_tcp);
 }
 
 // ----- addressing ------------------------------------------------------------

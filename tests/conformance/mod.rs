@@ -13,7 +13,13 @@
 //! two or more endpoints of one process on one reactor (manual unless said
 //! otherwise). Every wait is bounded by a watchdog that fails the test
 //! binary instead of hanging it.
+//!
+//! The pair scenarios also run between two processes, for engines that open
+//! one endpoint per process: [`remote`] (`remote_conformance_tests!`).
 #![allow(dead_code)]
+
+#[macro_use]
+pub mod remote;
 
 use crate::support::peer::{self, ChildIo, Peer};
 use crate::support::spin_lock::spin_lock;
