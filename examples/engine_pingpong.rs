@@ -17,10 +17,12 @@
 //! Both processes spin, each pinned to its own CPU (the client picks both
 //! and tells the peer its CPU). Printed per size: the median over the
 //! repetitions of the half round trip, the bandwidth `size / half round
-//! trip`, and engine / raw.
+//! trip`, and engine / raw. The raw and engine phases alternate
+//! (`--rounds`, default 3) and each figure is the median over the rounds,
+//! so a noisy moment on the machine hits both sides alike.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --no-pin]
 //! ```
 
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
@@ -43,6 +45,9 @@ const TAG_SYNC: u64 = 0x52;
 
 struct Args {
     reps: usize,
+    /// Raw and engine phases alternate this many times, so both see the
+    /// same machine noise; the figure is the median over the rounds.
+    rounds: usize,
     pin: bool,
     /// Set in the peer: which phase to serve.
     serve: Option<String>,
@@ -53,6 +58,7 @@ struct Args {
 fn parse_args() -> Args {
     let mut args = Args {
         reps: 9,
+        rounds: 3,
         pin: true,
         serve: None,
         peer: None,
@@ -69,12 +75,19 @@ fn parse_args() -> Args {
                     .filter(|r| *r > 0)
                     .expect("--reps N")
             }
+            "--rounds" => {
+                args.rounds = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|r| *r > 0)
+                    .expect("--rounds N")
+            }
             "--no-pin" => args.pin = false,
             "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
             "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
             "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
             other => {
-                eprintln!("unknown argument {other}; usage: engine_pingpong [--reps N] [--no-pin]");
+                eprintln!("unknown argument {other}; usage: engine_pingpong [--reps N] [--rounds N] [--no-pin]");
                 std::process::exit(2);
             }
         }
@@ -427,11 +440,20 @@ fn main() {
         .collect();
     let pinned = args.pin && cpus.len() >= 2 && pin_to(cpus[0]);
     let peer_cpu = pinned.then(|| cpus[1]);
-    let raw = raw_client(&args, peer_cpu);
-    let engine = engine_client(&args, peer_cpu);
+    let (mut raws, mut engines) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        raws.push(raw_client(&args, peer_cpu));
+        engines.push(engine_client(&args, peer_cpu));
+    }
+    let per_size = |runs: &[Medians]| -> Medians {
+        (0..SIZES.len())
+            .map(|i| median(runs.iter().map(|r| r[i]).collect()))
+            .collect()
+    };
+    let (raw, engine) = (per_size(&raws), per_size(&engines));
     let lib = psm_sys::PsmLibrary::get().expect("loaded above");
     println!(
-        "ping-pong, {} build ({}), 2 processes, both spinning, {}; medians of {} repetitions",
+        "ping-pong, {} build ({}), 2 processes, both spinning, {}; median over {} alternating raw/engine rounds of the medians of {} repetitions",
         lib.build(),
         lib.resolved_path()
             .map(|p| p.display().to_string())
@@ -441,6 +463,7 @@ fn main() {
         } else {
             "not pinned".into()
         },
+        args.rounds,
         args.reps
     );
     println!(
