@@ -739,14 +739,10 @@ pub fn am_request_reply<E: Engine>(make: fn() -> E) {
 
 // ----- cancel, truncation, probe -------------------------------------------------
 
-/// Cancel of an unmatched receive completes it `Canceled` with its buffer;
-/// cancel after a match (or of a send, or twice) answers `false`.
-pub fn cancel<E: Engine>(make: fn() -> E) {
-    let _dog = Watchdog::new(Duration::from_secs(30), "cancel");
-    let p = Pair::new(make, Reactor::manual());
-    let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
-
-    let k = recv_buf(r, b, TagMatch::exact(77), OpBuffer::from(vec![0xeeu8; 333]));
+/// Cancels `k`, an unmatched receive posted with a 333-byte buffer of
+/// `0xee`: it completes `Canceled` with nothing written, and a second
+/// cancel answers `false`.
+pub fn assert_cancels_unmatched<P: EngineEndpoint>(r: &Reactor, b: &P, k: OpKey) {
     assert!(
         b.cancel(k).unwrap(),
         "an unmatched receive can be cancelled"
@@ -763,6 +759,17 @@ pub fn cancel<E: Engine>(make: fn() -> E) {
         !b.cancel(k).unwrap(),
         "a finished receive cannot be cancelled"
     );
+}
+
+/// Cancel of an unmatched receive completes it `Canceled` with its buffer;
+/// cancel after a match (or of a send, or twice) answers `false`.
+pub fn cancel<E: Engine>(make: fn() -> E) {
+    let _dog = Watchdog::new(Duration::from_secs(30), "cancel");
+    let p = Pair::new(make, Reactor::manual());
+    let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
+
+    let k = recv_buf(r, b, TagMatch::exact(77), OpBuffer::from(vec![0xeeu8; 333]));
+    assert_cancels_unmatched(r, b, k);
 
     // Matched on posting (the rendezvous message was already there): too
     // late to cancel; the data still arrives.

@@ -42,66 +42,31 @@ use std::time::Duration;
 /// called with the test's name and the scenario body.
 #[macro_export]
 macro_rules! remote_conformance_tests {
+    (@each $make:path, $run:path; $($test:ident => $scenario:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $run(
+                    &$crate::conformance::test_name(module_path!(), stringify!($test)),
+                    |test| $crate::conformance::remote::$scenario($make, test),
+                );
+            }
+        )*
+    };
     ($make:path) => {
         $crate::remote_conformance_tests!($make, $crate::conformance::remote::in_this_process);
     };
     ($make:path, $run:path) => {
-        #[test]
-        fn remote_tag_matching_and_order() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_tag_matching_and_order"),
-                |test| $crate::conformance::remote::tag_matching_and_order($make, test),
-            );
-        }
-        #[test]
-        fn remote_out_of_order_posting() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_out_of_order_posting"),
-                |test| $crate::conformance::remote::out_of_order_posting($make, test),
-            );
-        }
-        #[test]
-        fn remote_am_request_reply() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_am_request_reply"),
-                |test| $crate::conformance::remote::am_request_reply($make, test),
-            );
-        }
-        #[test]
-        fn remote_cancel() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_cancel"),
-                |test| $crate::conformance::remote::cancel($make, test),
-            );
-        }
-        #[test]
-        fn remote_truncation() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_truncation"),
-                |test| $crate::conformance::remote::truncation($make, test),
-            );
-        }
-        #[test]
-        fn remote_iprobe() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_iprobe"),
-                |test| $crate::conformance::remote::iprobe($make, test),
-            );
-        }
-        #[test]
-        fn remote_abandon_frees_once() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_abandon_frees_once"),
-                |test| $crate::conformance::remote::abandon_frees_once($make, test),
-            );
-        }
-        #[test]
-        fn remote_auto_progress() {
-            $run(
-                &$crate::conformance::test_name(module_path!(), "remote_auto_progress"),
-                |test| $crate::conformance::remote::auto_progress($make, test),
-            );
-        }
+        $crate::remote_conformance_tests!(@each $make, $run;
+            remote_tag_matching_and_order => tag_matching_and_order,
+            remote_out_of_order_posting => out_of_order_posting,
+            remote_am_request_reply => am_request_reply,
+            remote_cancel => cancel,
+            remote_truncation => truncation,
+            remote_iprobe => iprobe,
+            remote_abandon_frees_once => abandon_frees_once,
+            remote_auto_progress => auto_progress,
+        );
     };
 }
 
@@ -672,22 +637,7 @@ pub fn cancel<E: Engine>(make: fn() -> E, test: &str) {
         TagMatch::exact(77),
         OpBuffer::from(vec![0xeeu8; 333]),
     );
-    assert!(
-        b.cancel(k).unwrap(),
-        "an unmatched receive can be cancelled"
-    );
-    let c = wait(&r, b, k);
-    assert_eq!(c.status.error, Some(ErrorKind::Canceled));
-    assert_eq!(c.status.nbytes, 0);
-    assert_eq!(
-        c.buffer.as_slice(),
-        &[0xee; 333][..],
-        "the buffer comes back untouched"
-    );
-    assert!(
-        !b.cancel(k).unwrap(),
-        "a finished receive cannot be cancelled"
-    );
+    crate::conformance::assert_cancels_unmatched(&r, b, k);
 
     // Matched on posting (the rendezvous message was there): too late.
     let n = 4 * b.limits().eager_threshold;
