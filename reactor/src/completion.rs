@@ -368,15 +368,10 @@ impl<T: Send> CompletionTable<T> {
         let wake = loop {
             if s & ABANDONED != 0 {
                 // The future left while we were writing: we own everything.
-                match slot
-                    .state
-                    .compare_exchange(s, free_state(gen), AcqRel, Acquire)
-                {
-                    Ok(_) => {
-                        // SAFETY: we wrote the value above and, with the slot
-                        // now free and off the list, are its only user.
-                        let value = unsafe { slot.read_value() };
-                        self.release(key.index(), slot);
+                // SAFETY: we wrote the value above and, with the slot
+                // now free and off the list, are its only user.
+                match unsafe { self.free_taking(key.index(), slot, s, gen) } {
+                    Ok(value) => {
                         drop(value);
                         return Ok(());
                     }
@@ -508,15 +503,10 @@ impl<T: Send> CompletionTable<T> {
                 // REGISTERED clear, so it did not keep ENG_BUSY: take the
                 // value now.
                 debug_assert_eq!(s & ENG_BUSY, 0);
-                match slot
-                    .state
-                    .compare_exchange(s, free_state(gen), AcqRel, Acquire)
-                {
-                    Ok(_) => {
-                        // SAFETY: COMPLETE seen (Acquire) and the slot is
-                        // now ours alone.
-                        let value = unsafe { slot.read_value() };
-                        self.release(key.index(), slot);
+                // SAFETY: COMPLETE seen (Acquire) and the slot is
+                // now ours alone.
+                match unsafe { self.free_taking(key.index(), slot, s, gen) } {
+                    Ok(value) => {
                         drop(stale);
                         return Poll::Ready(value);
                     }
@@ -578,15 +568,10 @@ impl<T: Send> CompletionTable<T> {
             }
             if s & ENG_BUSY == 0 {
                 // The engine is done with the slot: take it whole.
-                match slot
-                    .state
-                    .compare_exchange(s, free_state(gen), AcqRel, Acquire)
-                {
-                    Ok(_) => {
-                        // SAFETY: COMPLETE seen with Acquire; the slot is
-                        // free and off the list, so it is ours alone.
-                        let value = unsafe { slot.read_value() };
-                        self.release(key.index(), slot);
+                // SAFETY: COMPLETE seen with Acquire; the slot is
+                // free and off the list, so it is ours alone.
+                match unsafe { self.free_taking(key.index(), slot, s, gen) } {
+                    Ok(value) => {
                         return Take::Ready(value);
                     }
                     Err(actual) => s = actual,
@@ -694,14 +679,9 @@ impl<T: Send> CompletionTable<T> {
             if s & COMPLETE != 0 {
                 // Completed meanwhile (without waking: REGISTERED was clear,
                 // so ENG_BUSY is clear too).
-                match slot
-                    .state
-                    .compare_exchange(s, free_state(gen), AcqRel, Acquire)
-                {
-                    Ok(_) => {
-                        // SAFETY: COMPLETE seen with Acquire; slot is ours.
-                        let value = unsafe { slot.read_value() };
-                        self.release(key.index(), slot);
+                // SAFETY: COMPLETE seen with Acquire; slot is ours.
+                match unsafe { self.free_taking(key.index(), slot, s, gen) } {
+                    Ok(value) => {
                         drop(stale);
                         return Some(value);
                     }
@@ -722,6 +702,23 @@ impl<T: Send> CompletionTable<T> {
 
     /// Frees a slot whose state the caller has just set to free (so the
     /// caller is its only user): drops the waker, recycles the index.
+    /// Frees the slot if its state is still `s` (generation `gen`) and
+    /// takes the value it holds; `Err` with the actual state otherwise.
+    ///
+    /// # Safety
+    /// The value cell must hold this generation's value (COMPLETE seen with
+    /// Acquire, or written by the caller), and no other side may touch the
+    /// cell once the state is free.
+    unsafe fn free_taking(&self, index: u32, slot: &Slot<T>, s: u64, gen: u32) -> Result<T, u64> {
+        slot.state
+            .compare_exchange(s, free_state(gen), AcqRel, Acquire)?;
+        // SAFETY: the caller's contract, and the free state we just set
+        // makes this side the slot's only user.
+        let value = unsafe { slot.read_value() };
+        self.release(index, slot);
+        Ok(value)
+    }
+
     fn release(&self, index: u32, slot: &Slot<T>) {
         // SAFETY: the caller's compare-exchange to the free state succeeded,
         // so no claim is held by anyone else and no key is live for it.
