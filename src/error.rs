@@ -44,6 +44,18 @@ pub enum ErrorKind {
     NoMem,
     /// `FI_ECONNREFUSED`: the peer refused the connection (other job, other version).
     ConnRefused,
+    /// `FI_EAVAIL`: an error completion is waiting (read it with `readerr`).
+    Avail,
+    /// `FI_ENOMSG`: no message matched (a peek found nothing).
+    NoMsg,
+    /// `FI_EOPNOTSUPP`: the operation is not supported in this form or on
+    /// this object (as opposed to the whole feature: [`NoSys`](Self::NoSys)).
+    OpNotSupp,
+    /// `FI_EOPBADSTATE`: the object is not in a state that allows the
+    /// operation (e.g. an endpoint not enabled yet).
+    OpBadState,
+    /// `FI_ETOOSMALL`: the buffer given is too small.
+    TooSmall,
     /// `FI_EOTHER`: anything else, with the cause attached.
     Other,
 }
@@ -65,6 +77,11 @@ impl ErrorKind {
             ErrorKind::MsgSize => 90,
             ErrorKind::NoMem => 12,
             ErrorKind::ConnRefused => 111,
+            ErrorKind::Avail => 259,
+            ErrorKind::NoMsg => 42,
+            ErrorKind::OpNotSupp => 95,
+            ErrorKind::OpBadState => 258,
+            ErrorKind::TooSmall => 257,
             ErrorKind::Other => 260,
         }
     }
@@ -85,6 +102,11 @@ impl ErrorKind {
             ErrorKind::MsgSize => "FI_EMSGSIZE",
             ErrorKind::NoMem => "FI_ENOMEM",
             ErrorKind::ConnRefused => "FI_ECONNREFUSED",
+            ErrorKind::Avail => "FI_EAVAIL",
+            ErrorKind::NoMsg => "FI_ENOMSG",
+            ErrorKind::OpNotSupp => "FI_EOPNOTSUPP",
+            ErrorKind::OpBadState => "FI_EOPBADSTATE",
+            ErrorKind::TooSmall => "FI_ETOOSMALL",
             ErrorKind::Other => "FI_EOTHER",
         }
     }
@@ -109,7 +131,31 @@ impl fmt::Display for ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    truncation: Option<Truncation>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// The two lengths of a truncated receive (`FI_ETRUNC`).
+///
+/// ```
+/// use psmrail::{Error, ErrorKind, Truncation};
+/// let e = Error::truncated(Truncation { msg_len: 100, received: 64 }, "tagged receive");
+/// assert_eq!(e.kind(), ErrorKind::Trunc);
+/// assert_eq!(e.truncation().map(|t| t.overflow()), Some(36));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Truncation {
+    /// The length the sender sent.
+    pub msg_len: u64,
+    /// The bytes placed in the receive buffer (its length).
+    pub received: usize,
+}
+
+impl Truncation {
+    /// Bytes that did not fit (libfabric's `olen`).
+    pub fn overflow(&self) -> u64 {
+        self.msg_len.saturating_sub(self.received as u64)
+    }
 }
 
 impl Error {
@@ -118,8 +164,28 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            truncation: None,
             source: None,
         }
+    }
+
+    /// A truncation error (`FI_ETRUNC`) carrying both lengths; `what` names
+    /// the operation.
+    pub fn truncated(t: Truncation, what: &str) -> Self {
+        Error {
+            kind: ErrorKind::Trunc,
+            message: format!(
+                "{what}: message of {} bytes truncated to the {}-byte buffer",
+                t.msg_len, t.received
+            ),
+            truncation: Some(t),
+            source: None,
+        }
+    }
+
+    /// Both lengths, for a truncation error.
+    pub fn truncation(&self) -> Option<Truncation> {
+        self.truncation
     }
 
     /// An error of `kind` caused by `source`.
@@ -131,6 +197,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            truncation: None,
             source: Some(Box::new(source)),
         }
     }

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod engine;
 mod error;
+pub mod fabric;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, Truncation};
 pub use psmrail_reactor as reactor;
