@@ -49,6 +49,8 @@ struct Args {
     /// same machine noise; the figure is the median over the rounds.
     rounds: usize,
     pin: bool,
+    /// Run only this phase (profiling).
+    only: Option<String>,
     /// Set in the peer: which phase to serve.
     serve: Option<String>,
     peer: Option<u64>,
@@ -60,6 +62,7 @@ fn parse_args() -> Args {
         reps: 9,
         rounds: 3,
         pin: true,
+        only: None,
         serve: None,
         peer: None,
         cpu: None,
@@ -83,6 +86,7 @@ fn parse_args() -> Args {
                     .expect("--rounds N")
             }
             "--no-pin" => args.pin = false,
+            "--only" => args.only = Some(it.next().expect("--only raw|engine")),
             "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
             "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
             "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
@@ -442,8 +446,20 @@ fn main() {
     let peer_cpu = pinned.then(|| cpus[1]);
     let (mut raws, mut engines) = (Vec::new(), Vec::new());
     for _ in 0..args.rounds {
-        raws.push(raw_client(&args, peer_cpu));
-        engines.push(engine_client(&args, peer_cpu));
+        if args.only.as_deref() != Some("engine") {
+            raws.push(raw_client(&args, peer_cpu));
+        }
+        if args.only.as_deref() != Some("raw") {
+            engines.push(engine_client(&args, peer_cpu));
+        }
+    }
+    if args.only.is_some() {
+        let runs = if raws.is_empty() { &engines } else { &raws };
+        for (i, &(size, _)) in SIZES.iter().enumerate() {
+            let m = median(runs.iter().map(|r| r[i]).collect());
+            println!("{size:>9} {:>10.3} us", m * 1e6);
+        }
+        return;
     }
     let per_size = |runs: &[Medians]| -> Medians {
         (0..SIZES.len())

@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 mod error;
 pub mod fabric;
+pub mod ops;
 
 pub use error::{Error, ErrorKind, Result, Truncation};
 pub use psmrail_reactor as reactor;

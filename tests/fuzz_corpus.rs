@@ -85,3 +85,11 @@ fn soft_handshake_corpus() {
         psmrail::engine::soft::fuzzing::fuzz_handshake,
     );
 }
+
+#[test]
+fn name_server_frame_corpus() {
+    replay(
+        "name_server_frame",
+        psmrail::fabric::name_server::fuzzing::check_frame,
+    );
+}

@@ -700,8 +700,70 @@ impl<T: Send> CompletionTable<T> {
         }
     }
 
-    /// Frees a slot whose state the caller has just set to free (so the
-    /// caller is its only user): drops the waker, recycles the index.
+    /// Engine and future side at once: the engine finished `key` itself and
+    /// handed the result straight to the future (a manual-mode fast path,
+    /// where the future's own poll harvests its operation); frees the slot,
+    /// which never receives a value.
+    ///
+    /// Cheaper than [`complete`](Self::complete) followed by
+    /// [`try_take`](Self::try_take): one compare-exchange on the slot and the
+    /// push on the free list, and the value is never moved through the
+    /// table. A stored waker is dropped. The caller must make sure the
+    /// engine will not complete `key` any more (it removed the operation
+    /// from its own books first); if the engine did complete it anyway, that
+    /// value is returned (the key counts as taken) rather than lost. `None`
+    /// for a key that is not live or was abandoned (an abandoned key stays
+    /// the engine's to free).
+    ///
+    /// ```
+    /// use psmrail_reactor::{CompletionTable, OpStatus};
+    /// let table = CompletionTable::<u32>::new();
+    /// let key = table.insert();
+    /// // ...the engine hands the operation's result to its future directly...
+    /// assert_eq!(table.retire(key), None);
+    /// assert_eq!(table.status(key), OpStatus::Unknown);
+    /// assert!(table.complete(key, 1).is_err(), "the key is spent");
+    /// assert!(table.is_empty());
+    /// ```
+    pub fn retire(&self, key: OpKey) -> Option<T> {
+        let slot = self.slot(key)?;
+        let gen = key.generation();
+        let mut s = slot.state.load(Acquire);
+        loop {
+            if !is_live(s, gen) || s & ABANDONED != 0 {
+                return None;
+            }
+            if s & COMPLETE != 0 {
+                match self.take_complete(key, slot, s) {
+                    Take::Ready(value) => return Some(value),
+                    Take::Dead => return None,
+                    Take::Busy | Take::NotReady => {}
+                }
+            } else if s & (ENG_BUSY | FUT_BUSY) == 0 {
+                // Pending and unclaimed: nobody else may touch a cell, so
+                // freeing it here makes this side its only user.
+                match slot
+                    .state
+                    .compare_exchange(s, free_state(gen), AcqRel, Acquire)
+                {
+                    Ok(_) => {
+                        self.release(key.index(), slot);
+                        return None;
+                    }
+                    Err(actual) => {
+                        s = actual;
+                        continue;
+                    }
+                }
+            }
+            // A claim is held: the engine is writing a value (it completed
+            // after all), or the key is misused from another thread. Both
+            // last a few instructions.
+            spin_wait();
+            s = slot.state.load(Acquire);
+        }
+    }
+
     /// Frees the slot if its state is still `s` (generation `gen`) and
     /// takes the value it holds; `Err` with the actual state otherwise.
     ///
@@ -719,6 +781,8 @@ impl<T: Send> CompletionTable<T> {
         Ok(value)
     }
 
+    /// Frees a slot whose state the caller has just set to free (so the
+    /// caller is its only user): drops the waker, recycles the index.
     fn release(&self, index: u32, slot: &Slot<T>) {
         // SAFETY: the caller's compare-exchange to the free state succeeded,
         // so no claim is held by anyone else and no key is live for it.

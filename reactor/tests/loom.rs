@@ -1,5 +1,5 @@
 //! Loom models of the lock-free parts: completion slots (complete vs
-//! poll_take vs abandon, stale keys, double completion, the slab's free list
+//! poll_take vs abandon vs retire, stale keys, double completion, the slab's free list
 //! and growth) and the sleep gate (notify vs going to sleep).
 //!
 //! Run (about a minute in release mode):
@@ -274,6 +274,64 @@ fn stale_complete_vs_slot_reuse() {
         drop(first);
         assert_eq!(drops.load(SeqCst), 3);
         assert!(table.is_empty());
+    });
+}
+
+#[test]
+fn retire_vs_a_late_complete_drops_exactly_once() {
+    // The fast path retires a key whose completion the engine delivers
+    // anyway (a contract breach): the value is neither lost nor handed out
+    // twice, and the slot is freed once.
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let table = Arc::new(CompletionTable::<Counted>::new());
+        let key = table.insert();
+        let engine = {
+            let (table, drops) = (table.clone(), drops.clone());
+            thread::spawn(move || table.complete(key, counted(1, &drops)).is_ok())
+        };
+        let got = table.retire(key);
+        let accepted = engine.join().unwrap();
+        // Refused: the engine dropped its value; accepted: retire took it
+        // or it waits in the slot... which retire freed, so it must be ours.
+        assert_eq!(got.is_some(), accepted, "a stored value must come back");
+        drop(got);
+        assert_eq!(drops.load(SeqCst), 1);
+        assert!(table.is_empty());
+        assert_eq!(table.status(key), OpStatus::Unknown);
+    });
+}
+
+#[test]
+fn retire_vs_reuse_of_other_slots() {
+    // One side retires its key (with a registered waker) while another
+    // takes and frees slots: the free list stays consistent and the waker
+    // is dropped, not woken.
+    model(|| {
+        let table = Arc::new(CompletionTable::<u32>::new());
+        let a = table.insert();
+        let (w, waker) = counting_waker();
+        assert!(table
+            .poll_take(a, &mut Context::from_waker(&waker))
+            .is_pending());
+        drop(waker);
+        let other = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let b = table.insert();
+                assert!(table.complete(b, 2).is_ok());
+                assert_eq!(table.try_take(b), Some(2));
+                b
+            })
+        };
+        assert_eq!(table.retire(a), None);
+        let b = other.join().unwrap();
+        assert_ne!(a, b);
+        assert!(table.is_empty());
+        assert_eq!(std::sync::Arc::strong_count(&w), 1, "waker dropped");
+        assert_eq!(w.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let (c, d) = (table.insert(), table.insert());
+        assert_ne!(c.index(), d.index(), "no slot handed out twice");
     });
 }
 

@@ -251,6 +251,59 @@ fn abandon_after_complete_returns_the_value() {
 }
 
 #[test]
+fn retire_frees_a_pending_slot_without_a_value() {
+    let t = CompletionTable::<u32>::with_capacity(1);
+    let cap = t.capacity();
+    let k = t.insert();
+    let (w, waker) = waker();
+    assert!(t.poll_take(k, &mut Context::from_waker(&waker)).is_pending());
+    drop(waker);
+    assert_eq!(Arc::strong_count(&w), 2, "waker stored");
+    assert_eq!(t.retire(k), None);
+    assert_eq!(Arc::strong_count(&w), 1, "stored waker dropped");
+    assert_eq!(w.wakes.load(SeqCst), 0, "nobody to wake");
+    assert_eq!(t.status(k), OpStatus::Unknown);
+    assert!(t.is_empty());
+    // Spent: the engine, the future and a second retire are all refused.
+    assert_eq!(t.complete(k, 1), Err(1));
+    assert_eq!(t.try_take(k), None);
+    assert_eq!(t.retire(k), None);
+    // The slot is reused under a new generation, without growth.
+    let next = t.insert();
+    assert_eq!(next.index(), k.index());
+    assert_ne!(next, k);
+    assert_eq!(t.capacity(), cap);
+}
+
+#[test]
+fn retire_hands_back_a_value_completed_after_all() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let t = CompletionTable::<Counted>::new();
+    let k = t.insert();
+    t.complete(k, counted(3, &drops)).unwrap();
+    let v = t.retire(k).expect("the stored value");
+    assert_eq!(v.id, 3);
+    assert!(t.is_empty());
+    drop(v);
+    assert_eq!(drops.load(SeqCst), 1);
+}
+
+#[test]
+fn retire_leaves_abandoned_and_forged_keys_alone() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let t = CompletionTable::<Counted>::new();
+    let k = t.insert();
+    assert!(t.abandon(k).is_none());
+    assert!(t.retire(k).is_none());
+    assert_eq!(t.status(k), OpStatus::Abandoned, "still the engine's to free");
+    assert!(t.complete(k, counted(1, &drops)).is_ok());
+    assert_eq!(drops.load(SeqCst), 1);
+    assert!(t.is_empty());
+    assert!(t.retire(OpKey::from_u64(u64::MAX)).is_none());
+    assert!(t.retire(OpKey::from_u64(0)).is_none());
+}
+
+#[test]
 fn dropping_the_table_drops_uncollected_values_once() {
     let drops = Arc::new(AtomicUsize::new(0));
     let t = CompletionTable::<Counted>::new();
@@ -359,6 +412,7 @@ enum Op {
     Take(usize),
     Abandon(usize),
     Poll(usize),
+    Retire(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -376,6 +430,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (0usize..8).prop_map(Op::Take),
         2 => (0usize..8).prop_map(Op::Abandon),
         2 => (0usize..8).prop_map(Op::Poll),
+        1 => (0usize..8).prop_map(Op::Retire),
     ]
 }
 
@@ -457,6 +512,22 @@ proptest! {
                             keys[i].1 = Model::Dead;
                         }
                         Model::Abandoned | Model::Dead => {}
+                    }
+                }
+                Op::Retire(i) if i < keys.len() => {
+                    let (k, m) = keys[i];
+                    let got = t.retire(k);
+                    match m {
+                        Model::Pending { .. } => {
+                            prop_assert!(got.is_none());
+                            keys[i].1 = Model::Dead;
+                        }
+                        Model::Complete(id) => {
+                            prop_assert_eq!(got.as_ref().map(|c| c.id), Some(id));
+                            dropped_by_us += 1;
+                            keys[i].1 = Model::Dead;
+                        }
+                        Model::Abandoned | Model::Dead => prop_assert!(got.is_none()),
                     }
                 }
                 _ => {}

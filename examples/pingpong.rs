@@ -1,0 +1,345 @@
+//! A `fi_pingpong`-like latency and bandwidth tool over the public API.
+//!
+//! ```text
+//! cargo run --release --example pingpong -- --spawn            # both sides, two processes
+//! cargo run --release --example pingpong                       # server: prints its address
+//! cargo run --release --example pingpong -- fi_addr_psmx://... # client
+//! ```
+//!
+//! Options (as `fi_pingpong` where it has them):
+//! `-S <sizes>` comma-separated message sizes or `all` (1 B .. 4 MiB, powers
+//! of two), default `64`; `-I <n>` iterations per size, default 1000 (fewer
+//! above 64 KiB); `-e rdm|dgram`; `--engine auto|native|soft` (default: the
+//! `PSMRAIL_ENGINE` variable, else auto); `--tagged` for tagged messages
+//! (default untagged, as `fi_pingpong`); `--auto-progress` for the progress
+//! thread (default manual progress, busy-polling in the awaiting task);
+//! `--spawn` runs the server as a child process and the client here.
+//!
+//! The client first sends its own address to the server (so the server can
+//! insert it in its AV and answer), then for each size runs a warm-up and
+//! the timed ping-pong, every message checked byte for byte outside the
+//! timed loop. Printed columns are `fi_pingpong`'s: bytes, #sent, #ack,
+//! total bytes, time, MB/sec, usec/xfer (half a round trip), Mxfers/sec.
+
+use psmrail::engine::{Epid, OpBuffer};
+use psmrail::fabric::{
+    getinfo, AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, Hints,
+    ProgressKind,
+};
+use psmrail::reactor::Reactor;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+const TAG: u64 = 0x1234;
+
+#[derive(Clone, Debug)]
+struct Args {
+    sizes: Vec<usize>,
+    iterations: Option<usize>,
+    ep_type: EpType,
+    engine: Option<EngineChoice>,
+    tagged: bool,
+    auto_progress: bool,
+    spawn: bool,
+    server_addr: Option<String>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: pingpong [-S sizes|all] [-I iterations] [-e rdm|dgram] [--engine auto|native|soft] \
+         [--tagged] [--auto-progress] [--spawn | SERVER_ADDR]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        sizes: vec![64],
+        iterations: None,
+        ep_type: EpType::Rdm,
+        engine: None,
+        tagged: false,
+        auto_progress: false,
+        spawn: false,
+        server_addr: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "-S" => {
+                let v = value();
+                a.sizes = if v == "all" {
+                    std::iter::successors(Some(1usize), |s| (*s < 4 << 20).then_some(s * 2)).collect()
+                } else {
+                    v.split(',')
+                        .map(|s| s.trim().parse().unwrap_or_else(|_| usage()))
+                        .collect()
+                };
+            }
+            "-I" => a.iterations = Some(value().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| usage())),
+            "-e" => {
+                a.ep_type = match value().as_str() {
+                    "rdm" => EpType::Rdm,
+                    "dgram" => EpType::Dgram,
+                    _ => usage(),
+                }
+            }
+            "--engine" => {
+                a.engine = Some(match value().as_str() {
+                    "auto" => EngineChoice::Auto,
+                    "native" => EngineChoice::Native,
+                    "soft" => EngineChoice::Soft,
+                    _ => usage(),
+                })
+            }
+            "--tagged" => a.tagged = true,
+            "--auto-progress" => a.auto_progress = true,
+            "--spawn" => a.spawn = true,
+            "-h" | "--help" => usage(),
+            s if !s.starts_with('-') && a.server_addr.is_none() => a.server_addr = Some(s.to_string()),
+            _ => usage(),
+        }
+    }
+    a
+}
+
+/// One side's objects.
+struct Side {
+    _fabric: Fabric,
+    av: AddressVector,
+    ep: Endpoint,
+    reactor: Reactor,
+    engine: String,
+}
+
+fn open(args: &Args) -> Result<Side, String> {
+    let caps = if args.tagged { Caps::TAGGED } else { Caps::MSG };
+    let mut hints = Hints::new().caps(caps).ep_type(args.ep_type);
+    if let Some(e) = args.engine {
+        hints = hints.engine(e);
+    }
+    if args.auto_progress {
+        hints = hints.progress(ProgressKind::Auto);
+    }
+    let info = getinfo(Some(&hints))
+        .map_err(|e| format!("getinfo: {e}"))?
+        .into_iter()
+        .next()
+        .ok_or("getinfo: nothing offered")?;
+    let fabric = Fabric::open(&info).map_err(|e| format!("fabric: {e}"))?;
+    let domain = fabric.domain(&info).map_err(|e| format!("domain: {e}"))?;
+    let av = domain.av(AvAttr::new()).map_err(|e| format!("av: {e}"))?;
+    let ep = domain
+        .endpoint(&info)
+        .bind_av(&av)
+        .enable()
+        .map_err(|e| format!("endpoint: {e}"))?;
+    Ok(Side {
+        engine: info.engine().to_string(),
+        reactor: domain.reactor(),
+        _fabric: fabric,
+        av,
+        ep,
+    })
+}
+
+fn send(side: &Side, args: &Args, to: FiAddr, buf: OpBuffer) -> Result<OpBuffer, String> {
+    let fut = if args.tagged {
+        side.ep.tsend(to, TAG, buf)
+    } else {
+        side.ep.send(to, buf)
+    };
+    let (r, buf) = side.reactor.block_on(fut);
+    r.map_err(|e| format!("send: {e}"))?;
+    Ok(buf)
+}
+
+fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), String> {
+    let fut = if args.tagged {
+        side.ep.trecv(buf, TAG, 0)
+    } else {
+        side.ep.recv(buf)
+    };
+    let (r, buf) = side.reactor.block_on(fut);
+    Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
+}
+
+/// One timed exchange: the client sends first; both sides post the receive
+/// before sending.
+fn exchange(side: &Side, args: &Args, peer: FiAddr, client: bool, out: OpBuffer, inn: OpBuffer) -> Result<(OpBuffer, OpBuffer), String> {
+    let r = if args.tagged {
+        side.ep.trecv(inn, TAG, 0)
+    } else {
+        side.ep.recv(inn)
+    };
+    if client {
+        let out = send(side, args, peer, out)?;
+        let (res, inn) = side.reactor.block_on(r);
+        res.map_err(|e| format!("recv: {e}"))?;
+        Ok((out, inn))
+    } else {
+        let (res, inn) = side.reactor.block_on(r);
+        res.map_err(|e| format!("recv: {e}"))?;
+        let out = send(side, args, peer, out)?;
+        Ok((out, inn))
+    }
+}
+
+fn pattern(size: usize, seed: u8) -> Vec<u8> {
+    (0..size).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn iterations_for(args: &Args, size: usize) -> usize {
+    args.iterations.unwrap_or(if size > 64 * 1024 { 100 } else { 1000 })
+}
+
+fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(), String> {
+    if client {
+        println!(
+            "{:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>11}",
+            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+        );
+    }
+    for &size in &args.sizes {
+        let iters = iterations_for(args, size);
+        // Checked exchange first (the server echoes what it got).
+        let mine = pattern(size, if client { 1 } else { 2 });
+        let (mut out, mut inn) = (OpBuffer::from(mine.clone()), OpBuffer::from(vec![0u8; size]));
+        if client {
+            out = send(side, args, peer, out)?;
+            let (n, back) = recv(side, args, inn)?;
+            if n != size || back.as_slice() != mine.as_slice() {
+                return Err(format!("{size} B: the echo differs from what was sent"));
+            }
+            inn = back;
+        } else {
+            let (n, got) = recv(side, args, inn)?;
+            if n != size || got.as_slice() != pattern(size, 1).as_slice() {
+                return Err(format!("{size} B: the message differs from the client's pattern"));
+            }
+            out = send(side, args, peer, got)?;
+            inn = OpBuffer::from(vec![0u8; size]);
+        }
+        // Warm-up, then the timed loop.
+        for _ in 0..(iters / 10).max(1) {
+            (out, inn) = exchange(side, args, peer, client, out, inn)?;
+        }
+        let start = Instant::now();
+        for _ in 0..iters {
+            (out, inn) = exchange(side, args, peer, client, out, inn)?;
+        }
+        let elapsed = start.elapsed();
+        if client {
+            let secs = elapsed.as_secs_f64();
+            let xfers = (2 * iters) as f64;
+            let total = size as f64 * xfers;
+            println!(
+                "{:>8} {:>8} {:>8} {:>8} {:>7.2}s {:>10.2} {:>10.2} {:>11.2}",
+                size_str(size as f64),
+                iters,
+                format!("={iters}"),
+                size_str(total),
+                secs,
+                total / secs / 1e6,
+                secs * 1e6 / xfers,
+                xfers / secs / 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
+fn size_str(v: f64) -> String {
+    const UNITS: [&str; 5] = ["", "k", "m", "g", "t"];
+    let mut v = v;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v}")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+fn server(args: &Args) -> Result<(), String> {
+    let side = open(args)?;
+    println!("@@ addr {}", side.ep.getname());
+    eprintln!("pingpong server: engine {}, address {}", side.engine, side.ep.getname());
+    std::io::stdout().flush().ok();
+    // The client's address comes first (8 bytes), as fi_pingpong exchanges them.
+    let (r, hello) = side.reactor.block_on(side.ep.recv(vec![0u8; 8]));
+    let got = r.map_err(|e| format!("address exchange: {e}"))?;
+    let bytes: [u8; 8] = hello.as_slice()[..got.len].try_into().map_err(|_| "address exchange: short message")?;
+    let client = side.av.insert(&[Epid(u64::from_le_bytes(bytes))]).remove(0).map_err(|e| format!("av insert: {e}"))?;
+    run_sizes(&side, args, client, false)
+}
+
+fn client(args: &Args, addr: &str) -> Result<(), String> {
+    let side = open(args)?;
+    let server = side.av.insert_str(addr).map_err(|e| format!("av insert {addr}: {e}"))?;
+    let me = side.ep.getname().0.to_le_bytes().to_vec();
+    // The server may still be starting its receive: plain send, reliable.
+    send(&side, args, server, OpBuffer::from(me))?;
+    eprintln!("pingpong client: engine {}, server {addr}", side.engine);
+    run_sizes(&side, args, server, true)
+}
+
+fn spawn(args: &Args) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child_args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--spawn").collect();
+    child_args.retain(|a| !a.starts_with("fi_addr"));
+    let mut child = Command::new(exe)
+        .args(&child_args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn server: {e}"))?;
+    let stdout = child.stdout.take().ok_or("server stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        match lines.next() {
+            Some(Ok(l)) if l.starts_with("@@ addr ") => break l["@@ addr ".len()..].to_string(),
+            Some(Ok(_)) => continue,
+            _ => {
+                let _ = child.kill();
+                return Err("the server exited before printing its address".into());
+            }
+        }
+    };
+    let r = client(args, &addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break,
+            Ok(Some(status)) => return r.and(Err(format!("server: {status}"))),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                return r.and(Err("server did not exit".into()));
+            }
+        }
+    }
+    r
+}
+
+fn main() -> ExitCode {
+    let args = parse_args();
+    let r = if args.spawn {
+        spawn(&args)
+    } else if let Some(addr) = args.server_addr.clone() {
+        client(&args, &addr)
+    } else {
+        server(&args)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

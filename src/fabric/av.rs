@@ -1,0 +1,447 @@
+//! The address vector (`fi_av`): epids in, `fi_addr` handles out, and the
+//! O(1) translation every operation makes from `fi_addr` to the engine's
+//! connected-peer handle.
+//!
+//! Semantics follow the psm provider (`spec/libfabric-study.md` §8):
+//!
+//! * **Insert** connects every epid through the engine (`psm_ep_connect`),
+//!   waiting at most [`AvAttr::connect_timeout`] (30 s by default, as C).
+//!   Already-connected peers, duplicates in one batch and the endpoint
+//!   itself succeed. Each address gets its own result.
+//! * **Map** ([`AvType::Map`], the default): `fi_addr` values are opaque
+//!   handles. Inserting an epid that is already in the map gives the same
+//!   handle back; a failed insertion uses no handle. The handles carry a
+//!   per-AV salt, so a value from another AV, an index or `0` is rejected
+//!   (`FI_EINVAL`) instead of reaching the engine (C's map `fi_addr` is a
+//!   PSM pointer that PSM would dereference).
+//! * **Table** ([`AvType::Table`]): `fi_addr` is the insertion index.
+//!   Every insertion takes the next index, duplicates included; a failed
+//!   one leaves a hole (as C: the index advances), which resolves to
+//!   `FI_EINVAL`.
+//! * **Remove** is a no-op returning `Ok`, as in C: entries stay valid
+//!   until the AV is dropped, so an `fi_addr` held by an in-flight
+//!   operation never dangles.
+//!
+//! The entries live in [`AvEntries`](super::av_entries), an append-only
+//! array read without locks; the reverse maps (peer or epid to `fi_addr`,
+//! for completion sources) are hash maps behind a read-write lock.
+
+use super::av_entries::{AvEntries, Entry, MAX_ENTRIES};
+use super::domain::DomainCore;
+use super::{AvType, FiAddr};
+use crate::engine::{Epid, PeerAddr};
+use crate::{Error, ErrorKind, Result};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// How long an insert waits for its peers by default: the C provider's
+/// `psm_ep_connect` timeout (30 s).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The initial table size when none is given (`attr.count`, 64 in C).
+pub const DEFAULT_AV_COUNT: usize = 64;
+
+/// Attributes of an address vector (`struct fi_av_attr`).
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail::fabric::{AvAttr, AvType};
+/// let attr = AvAttr::new().av_type(AvType::Table).count(16).connect_timeout(Duration::from_secs(2));
+/// assert_eq!(attr.av_type, AvType::Table);
+/// assert_eq!(AvAttr::default().connect_timeout, Duration::from_secs(30));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvAttr {
+    /// Map or table; `Unspec` is a map (the C default).
+    pub av_type: AvType,
+    /// Expected number of addresses: storage for that many is made at once
+    /// (more are accepted).
+    pub count: usize,
+    /// How long one insert (or the name-server query of
+    /// [`AddressVector::insert_service`]) may wait for its peers.
+    pub connect_timeout: Duration,
+}
+
+impl Default for AvAttr {
+    fn default() -> Self {
+        AvAttr {
+            av_type: AvType::Unspec,
+            count: DEFAULT_AV_COUNT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl AvAttr {
+    /// The defaults: map, 64 entries, 30 s.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the type.
+    pub fn av_type(mut self, av_type: AvType) -> Self {
+        self.av_type = av_type;
+        self
+    }
+
+    /// Sets the expected number of addresses.
+    pub fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+/// Salts of map AVs: distinct per AV (until 2^31 AVs were opened), never 0.
+static NEXT_SALT: AtomicU32 = AtomicU32::new(1);
+
+fn next_salt() -> u32 {
+    loop {
+        let s = NEXT_SALT.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+        if s != 0 {
+            return s;
+        }
+    }
+}
+
+/// The shared state of an [`AddressVector`].
+pub(crate) struct AvCore {
+    domain: Arc<DomainCore>,
+    /// `Some(salt)` for a map, `None` for a table.
+    salt: Option<u32>,
+    connect_timeout: Duration,
+    entries: AvEntries,
+    /// Serializes inserts (readers never take it).
+    insert: Mutex<()>,
+    reverse: RwLock<Reverse>,
+}
+
+#[derive(Default)]
+struct Reverse {
+    by_epid: HashMap<Epid, u64>,
+    by_peer: HashMap<PeerAddr, u64>,
+}
+
+impl fmt::Debug for AvCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AvCore")
+            .field("type", &self.av_type())
+            .field("count", &self.entries.len())
+            .finish()
+    }
+}
+
+impl AvCore {
+    fn av_type(&self) -> AvType {
+        if self.salt.is_some() {
+            AvType::Map
+        } else {
+            AvType::Table
+        }
+    }
+
+    pub(crate) fn domain(&self) -> &Arc<DomainCore> {
+        &self.domain
+    }
+
+    /// The `fi_addr` of entry `idx`.
+    #[inline]
+    fn addr_of(&self, idx: u64) -> FiAddr {
+        match self.salt {
+            Some(salt) => FiAddr((u64::from(salt) << 32) | idx),
+            None => FiAddr(idx),
+        }
+    }
+
+    /// The entry index `addr` names, if it is a well-formed value of this
+    /// AV (the entry may still be a hole).
+    #[inline]
+    fn index_of(&self, addr: FiAddr) -> Option<u64> {
+        let idx = match self.salt {
+            Some(salt) if addr.0 >> 32 == u64::from(salt) => addr.0 & 0xffff_ffff,
+            Some(_) => return None,
+            None => addr.0,
+        };
+        (idx < self.entries.len()).then_some(idx)
+    }
+
+    /// The peer `addr` names: the hot path of every operation.
+    #[inline]
+    pub(crate) fn resolve(&self, addr: FiAddr) -> Result<PeerAddr> {
+        match self.index_of(addr).and_then(|i| self.entries.peer(i)) {
+            Some(p) => Ok(p),
+            None => Err(self.bad_addr(addr)),
+        }
+    }
+
+    #[cold]
+    fn bad_addr(&self, addr: FiAddr) -> Error {
+        if addr.is_unspec() {
+            return Error::new(
+                ErrorKind::Inval,
+                "address vector: FI_ADDR_UNSPEC names no peer",
+            );
+        }
+        match self.index_of(addr).and_then(|i| self.entries.get(i)) {
+            Some(Entry::Hole(epid)) => Error::new(
+                ErrorKind::Inval,
+                format!("address vector: {addr} is the failed insertion of {epid}"),
+            ),
+            _ => Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "address vector: {addr} was not returned by this {} AV ({} entries)",
+                    if self.salt.is_some() { "map" } else { "table" },
+                    self.entries.len()
+                ),
+            ),
+        }
+    }
+
+    /// The `fi_addr` a completion source maps to: by engine peer handle
+    /// first, else by epid; `UNSPEC` when this AV does not know it.
+    pub(crate) fn source_of(&self, peer: Option<PeerAddr>, epid: Option<Epid>) -> FiAddr {
+        let Ok(rev) = self.reverse.read() else {
+            return FiAddr::UNSPEC;
+        };
+        let idx = peer
+            .and_then(|p| rev.by_peer.get(&p))
+            .or_else(|| epid.and_then(|e| rev.by_epid.get(&e)));
+        idx.map_or(FiAddr::UNSPEC, |&i| self.addr_of(i))
+    }
+}
+
+/// An address vector (`fid_av`): a cheap `Clone` handle.
+///
+/// ```
+/// use psmrail::fabric::{getinfo, AvAttr, AvType, Fabric, Hints};
+/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// let domain = Fabric::open(&info)?.domain(&info)?;
+/// let av = domain.av(AvAttr::new().av_type(AvType::Table))?;
+/// // The domain's own address: an endpoint can reach itself.
+/// let me = domain.epid();
+/// let addrs = av.insert(&[me, me]);
+/// assert_eq!(addrs[0].as_ref().unwrap().0, 0);
+/// assert_eq!(addrs[1].as_ref().unwrap().0, 1);
+/// assert_eq!(av.lookup(psmrail::fabric::FiAddr(1))?, me);
+/// assert_eq!(av.count(), 2);
+/// # Ok::<(), psmrail::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct AddressVector {
+    pub(crate) core: Arc<AvCore>,
+}
+
+impl fmt::Debug for AddressVector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl AddressVector {
+    pub(crate) fn open(domain: Arc<DomainCore>, attr: AvAttr) -> Result<AddressVector> {
+        domain.ensure_open()?;
+        let salt = match attr.av_type {
+            AvType::Unspec | AvType::Map => Some(next_salt()),
+            AvType::Table => None,
+        };
+        Ok(AddressVector {
+            core: Arc::new(AvCore {
+                domain,
+                salt,
+                connect_timeout: attr.connect_timeout,
+                entries: AvEntries::with_capacity(attr.count),
+                insert: Mutex::new(()),
+                reverse: RwLock::new(Reverse::default()),
+            }),
+        })
+    }
+
+    /// Map or table (`Unspec` at open became `Map`).
+    pub fn av_type(&self) -> AvType {
+        self.core.av_type()
+    }
+
+    /// Connects to each epid and gives its `fi_addr` (`fi_av_insert`); one
+    /// result per epid, in order. Waits at most the AV's connect timeout
+    /// in all.
+    ///
+    /// A map gives an epid already present its existing address. A table
+    /// gives every epid the next index; a failure leaves a hole there.
+    ///
+    /// Errors per address: `TimedOut` (no answer in time), `ConnRefused`
+    /// (another job or version; nothing listening), `NoMem` when the AV is
+    /// full (2^32 entries), `OpBadState` after the domain closed.
+    pub fn insert(&self, epids: &[Epid]) -> Vec<Result<FiAddr>> {
+        let core = &*self.core;
+        if let Err(e) = core.domain.ensure_open() {
+            return epids.iter().map(|_| Err(copy_error(&e))).collect();
+        }
+        // One insert at a time: indices are handed out in call order and
+        // a map never connects the same epid twice concurrently.
+        let _guard = core.insert.lock().unwrap_or_else(|p| p.into_inner());
+        let mut results: Vec<Option<Result<FiAddr>>> = (0..epids.len()).map(|_| None).collect();
+        // A map reuses what it holds already.
+        let mut todo: Vec<usize> = Vec::with_capacity(epids.len());
+        {
+            let rev = core.reverse.read().unwrap_or_else(|p| p.into_inner());
+            for (i, e) in epids.iter().enumerate() {
+                match (core.salt, rev.by_epid.get(e)) {
+                    (Some(_), Some(&idx)) => results[i] = Some(Ok(core.addr_of(idx))),
+                    _ => todo.push(i),
+                }
+            }
+        }
+        let wanted: Vec<Epid> = todo.iter().map(|&i| epids[i]).collect();
+        let connected = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            core.domain.engine().connect(&wanted, core.connect_timeout)
+        };
+        let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
+        for (&i, outcome) in todo.iter().zip(connected) {
+            let epid = epids[i];
+            let result = match outcome {
+                Ok(peer) => {
+                    // A duplicate within this batch of a map: same address.
+                    if let (Some(_), Some(&idx)) = (core.salt, rev.by_epid.get(&epid)) {
+                        Ok(core.addr_of(idx))
+                    } else {
+                        match core.entries.push(Entry::Peer(epid, peer)) {
+                            Some(idx) => {
+                                rev.by_epid.entry(epid).or_insert(idx);
+                                rev.by_peer.entry(peer).or_insert(idx);
+                                Ok(core.addr_of(idx))
+                            }
+                            None => Err(full()),
+                        }
+                    }
+                }
+                Err(e) => {
+                    if core.salt.is_none() && core.entries.push(Entry::Hole(epid)).is_none() {
+                        Err(full())
+                    } else {
+                        Err(insert_error(epid, e))
+                    }
+                }
+            };
+            results[i] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result"))))
+            .collect()
+    }
+
+    /// Inserts one address in its text form, `fi_addr_psmx://<hex>` (a
+    /// bare hex number is accepted too).
+    ///
+    /// # Errors
+    /// `Inval` naming the text when it is not an address; otherwise as
+    /// [`insert`](Self::insert).
+    pub fn insert_str(&self, addr: &str) -> Result<FiAddr> {
+        let epid: Epid = addr.parse().map_err(|e| {
+            Error::with_source(
+                ErrorKind::Inval,
+                format!("address vector: cannot insert {addr:?}: not an fi_addr_psmx address"),
+                e,
+            )
+        })?;
+        self.insert_one(epid)
+    }
+
+    /// Asks the name server on `node` for the endpoint registered under
+    /// `service` (0: any endpoint there) and inserts it.
+    ///
+    /// The name server is found at the port derived from the job UUID (or
+    /// the one the fabric was opened with). The query waits at most the
+    /// AV's connect timeout. This goes beyond C, whose `fi_av_insertsvc`
+    /// is `FI_ENOSYS` (it resolved names in `fi_getinfo` only).
+    ///
+    /// # Errors
+    /// Those of the query (`NoData` when nothing is registered there, `Io`
+    /// or `TimedOut` when the server cannot be reached), then as
+    /// [`insert`](Self::insert).
+    pub fn insert_service(&self, node: &str, service: u32) -> Result<FiAddr> {
+        let port = self.core.domain.fabric().name_server_port();
+        let (_, epid) = super::name_server::query(node, port, service, self.core.connect_timeout)?;
+        self.insert_one(epid)
+    }
+
+    fn insert_one(&self, epid: Epid) -> Result<FiAddr> {
+        self.insert(&[epid])
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result")))
+    }
+
+    /// The epid stored at `addr` (`fi_av_lookup`).
+    ///
+    /// # Errors
+    /// `Inval` for an address this AV did not return, or a table hole.
+    pub fn lookup(&self, addr: FiAddr) -> Result<Epid> {
+        match self.core.index_of(addr).and_then(|i| self.core.entries.get(i)) {
+            Some(Entry::Peer(epid, _)) => Ok(epid),
+            _ => Err(self.core.bad_addr(addr)),
+        }
+    }
+
+    /// The text form of the epid at `addr` (`fi_av_straddr`).
+    pub fn straddr(&self, addr: FiAddr) -> Result<String> {
+        self.lookup(addr).map(|e| e.to_string())
+    }
+
+    /// `fi_av_remove`: a no-op that succeeds, as in the C provider. The
+    /// entries stay valid (and keep their addresses) until the AV is
+    /// dropped, so operations still holding them never see a reused value.
+    pub fn remove(&self, addrs: &[FiAddr]) -> Result<()> {
+        let _ = addrs;
+        Ok(())
+    }
+
+    /// Number of entries (a table's holes included).
+    pub fn count(&self) -> usize {
+        self.core.entries.len() as usize
+    }
+
+    /// The `fi_addr` a peer's epid has in this AV, if inserted.
+    pub fn addr_of_epid(&self, epid: Epid) -> Option<FiAddr> {
+        let a = self.core.source_of(None, Some(epid));
+        (!a.is_unspec()).then_some(a)
+    }
+
+    /// Whether `other` is a handle of the same AV.
+    pub fn same(&self, other: &AddressVector) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+}
+
+fn full() -> Error {
+    Error::new(
+        ErrorKind::NoMem,
+        format!("address vector: full ({MAX_ENTRIES} entries)"),
+    )
+}
+
+fn copy_error(e: &Error) -> Error {
+    Error::new(e.kind(), e.message().to_owned())
+}
+
+/// The engine's connect error, saying which epid could not be inserted
+/// (and, for epid 0, the likely cause, as C's log did).
+fn insert_error(epid: Epid, e: Error) -> Error {
+    let hint = if epid.0 == 0 {
+        " (epid 0: the name server probably did not resolve the peer)"
+    } else {
+        ""
+    };
+    let message = format!("address vector: cannot insert {epid}{hint}: {}", e.message());
+    Error::with_source(e.kind(), message, e)
+}

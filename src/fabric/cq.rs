@@ -1,0 +1,638 @@
+//! Completion queues (`fi_cq`): the libfabric way of learning that an
+//! operation finished.
+//!
+//! # Futures, CQs and counters
+//!
+//! Every psmrail operation is a future that delivers its own result. A CQ
+//! entry is produced only for operations posted the libfabric way, with a
+//! user context (a `u64` that comes back in [`CqEntry::context`]); the
+//! operations (`crate::ops`) document which calls do that and which
+//! completions they suppress. Counters ([`Counter`](super::Counter)) count
+//! both kinds. This module only stores and hands out entries; the
+//! operations push them from the progress path.
+//!
+//! # Behaviour (libfabric-study.md §9, "CQ")
+//!
+//! * Entries come out in the order they were pushed (completion order).
+//! * An error entry at the head makes [`read`](CompletionQueue::read),
+//!   [`read_many`](CompletionQueue::read_many), [`sread`](CompletionQueue::sread)
+//!   and [`next`](CompletionQueue::next) fail with [`ErrorKind::Avail`]
+//!   (`FI_EAVAIL`) until [`readerr`](CompletionQueue::readerr) takes it;
+//!   entries behind it wait.
+//! * Progress (fi_psm(7), "Progress": the application is expected to call
+//!   `fi_cq_read` or `fi_cntr_read` from time to time). With a manual
+//!   reactor, `read` and `read_many` run one progress round when the queue
+//!   is empty; `sread` and `next` keep progressing while they wait.
+//!   With an auto reactor they never progress: the progress thread pushes
+//!   and wakes them. [`len`](CompletionQueue::len) and
+//!   [`is_empty`](CompletionQueue::is_empty) never progress.
+//! * The queue is unbounded, as in C (`attr.size` is only a hint for the
+//!   initial allocation): an operation can never fail because its CQ is
+//!   full. Flow control is the endpoint's business.
+//!
+//! Pushing takes one short leaf mutex, never calls back into the engine or
+//! the reactor, and wakes waiters after releasing the mutex, so the
+//! progress path may push while it holds an engine lock.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::engine::OpBuffer;
+use crate::fabric::wait_list::{lock, wake_all, WaitList};
+use crate::fabric::{CompletionFlags, FiAddr};
+use crate::reactor::{Progress, Reactor};
+use crate::{Error, ErrorKind, Result};
+
+/// Idle progress rounds in a row after which a manual-mode busy wait
+/// yields its CPU once (as `Reactor::block_on` does).
+pub(crate) const IDLE_ROUNDS_BEFORE_YIELD: u32 = 64;
+
+/// Which entry fields an application may rely on (`fi_cq_format`).
+///
+/// psmrail entries always carry every field ([`CqEntry`]); the format only
+/// documents which ones are meaningful to a program written against that
+/// libfabric format. The others hold what the operation knew (often their
+/// defaults: 0, `None`, [`FiAddr::UNSPEC`]).
+///
+/// ```
+/// use psmrail::fabric::CqFormat;
+/// assert_eq!(CqFormat::Unspec.resolved(), CqFormat::Tagged);
+/// assert_eq!(CqFormat::Msg.resolved(), CqFormat::Msg);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CqFormat {
+    /// `FI_CQ_FORMAT_UNSPEC`: the provider chooses; the psm provider
+    /// chooses [`Tagged`](Self::Tagged).
+    #[default]
+    Unspec,
+    /// `FI_CQ_FORMAT_CONTEXT`: `context` only.
+    Context,
+    /// `FI_CQ_FORMAT_MSG`: `context`, `flags`, `len`.
+    Msg,
+    /// `FI_CQ_FORMAT_DATA`: as `Msg`, plus `buffer`/`offset` and `data`.
+    Data,
+    /// `FI_CQ_FORMAT_TAGGED`: as `Data`, plus `tag`.
+    Tagged,
+}
+
+impl CqFormat {
+    /// The format a CQ opened with this one uses: `Unspec` becomes
+    /// `Tagged` (libfabric-study.md §9: "UNSPEC becomes TAGGED").
+    pub fn resolved(self) -> CqFormat {
+        match self {
+            CqFormat::Unspec => CqFormat::Tagged,
+            other => other,
+        }
+    }
+}
+
+/// Attributes of a completion queue (`fi_cq_attr`).
+///
+/// Wait objects (`wait_obj`, `wait_cond`, `wait_set`) are not modelled:
+/// blocking is [`CompletionQueue::sread`] and async waiting is
+/// [`CompletionQueue::next`].
+///
+/// ```
+/// use psmrail::fabric::{CqAttr, CqFormat};
+/// let attr = CqAttr::new().format(CqFormat::Data).size(128);
+/// assert_eq!(attr.format, CqFormat::Data);
+/// assert_eq!(attr.size, 128);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CqAttr {
+    /// Entry format (default `Unspec`, which becomes `Tagged`).
+    pub format: CqFormat,
+    /// Expected number of entries: a hint that sizes the first allocation
+    /// (clamped to 64..=1024; 0 = 64, C's pre-allocation). The queue
+    /// itself is unbounded, as the C provider's list is.
+    pub size: usize,
+}
+
+impl CqAttr {
+    /// Defaults: format `Unspec`, size 0.
+    pub fn new() -> Self {
+        CqAttr::default()
+    }
+
+    /// Sets the entry format.
+    pub fn format(mut self, format: CqFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Sets the size hint.
+    pub fn size(mut self, size: usize) -> Self {
+        self.size = size;
+        self
+    }
+
+    fn initial_capacity(&self) -> usize {
+        self.size.clamp(64, 1024)
+    }
+}
+
+/// A successful completion (`fi_cq_tagged_entry` plus the source address
+/// `fi_cq_readfrom` reports, plus the operation's buffer).
+///
+/// ```
+/// use psmrail::fabric::{CompletionFlags, CqEntry, FiAddr};
+/// let e = CqEntry::new(7, CompletionFlags::SEND | CompletionFlags::TAGGED);
+/// assert_eq!((e.context, e.len, e.source), (7, 0, FiAddr::UNSPEC));
+/// assert!(e.buffer.is_none());
+/// ```
+#[derive(Debug)]
+pub struct CqEntry {
+    /// The context the operation was posted with (`op_context`).
+    pub context: u64,
+    /// What completed.
+    pub flags: CompletionFlags,
+    /// Bytes sent, received, read or written (a peek: the message length).
+    pub len: usize,
+    /// The operation's buffer handed back to its owner; `None` when the
+    /// operation had none to return (peek, inject, target-side events).
+    pub buffer: Option<OpBuffer>,
+    /// Where in `buffer` the data starts (a multi-receive buffer holds
+    /// several messages); 0 otherwise.
+    pub offset: usize,
+    /// Immediate data (with [`CompletionFlags::REMOTE_CQ_DATA`]), else 0.
+    pub data: u64,
+    /// The message tag for tagged receives, else 0.
+    pub tag: u64,
+    /// The sender, for receives whose source is known; otherwise
+    /// [`FiAddr::UNSPEC`] (libfabric's `FI_ADDR_NOTAVAIL`).
+    pub source: FiAddr,
+}
+
+impl CqEntry {
+    /// An entry for `context` with `flags` and every other field at its
+    /// default (0, `None`, [`FiAddr::UNSPEC`]).
+    pub fn new(context: u64, flags: CompletionFlags) -> Self {
+        CqEntry {
+            context,
+            flags,
+            len: 0,
+            buffer: None,
+            offset: 0,
+            data: 0,
+            tag: 0,
+            source: FiAddr::UNSPEC,
+        }
+    }
+}
+
+/// A failed completion (`fi_cq_err_entry`).
+///
+/// ```
+/// use psmrail::{Error, ErrorKind, Truncation};
+/// use psmrail::fabric::{CompletionFlags, CqErrEntry};
+/// let t = Truncation { msg_len: 100, received: 64 };
+/// let e = CqErrEntry::new(3, CompletionFlags::RECV, Error::truncated(t, "recv"));
+/// assert_eq!(e.olen, 36);
+/// assert_eq!(e.err(), 265); // FI_ETRUNC
+/// ```
+#[derive(Debug)]
+pub struct CqErrEntry {
+    /// The context the operation was posted with (0 for operations posted
+    /// without completion, which still report errors: study §3,
+    /// "Selective completion").
+    pub context: u64,
+    /// What failed.
+    pub flags: CompletionFlags,
+    /// Bytes transferred before the failure.
+    pub len: usize,
+    /// The operation's buffer handed back, if it had one.
+    pub buffer: Option<OpBuffer>,
+    /// Bytes that did not fit (truncation), else 0.
+    pub olen: u64,
+    /// The message tag, if known.
+    pub tag: u64,
+    /// Immediate data, if any.
+    pub data: u64,
+    /// What went wrong; [`err`](Self::err) is its positive errno.
+    pub error: Error,
+    /// The engine's own error code (PSM's `psm_error_t`);
+    /// [`PROV_INTERNAL`](Self::PROV_INTERNAL) for errors psmrail made.
+    pub prov_errno: i32,
+}
+
+impl CqErrEntry {
+    /// `prov_errno` of errors the provider made itself (PSM's
+    /// `PSM_INTERNAL_ERR`, as C uses it).
+    pub const PROV_INTERNAL: i32 = 8;
+
+    /// An error entry for `context` with `flags` and `error`; `olen` comes
+    /// from the error's truncation lengths, `prov_errno` is
+    /// [`PROV_INTERNAL`](Self::PROV_INTERNAL), the rest is 0 / `None`.
+    pub fn new(context: u64, flags: CompletionFlags, error: Error) -> Self {
+        CqErrEntry {
+            context,
+            flags,
+            len: 0,
+            buffer: None,
+            olen: error.truncation().map_or(0, |t| t.overflow()),
+            tag: 0,
+            data: 0,
+            error,
+            prov_errno: Self::PROV_INTERNAL,
+        }
+    }
+
+    /// The positive libfabric error number (`fi_cq_err_entry.err`).
+    pub fn err(&self) -> i32 {
+        self.error.kind().errno()
+    }
+}
+
+enum Slot {
+    Ok(CqEntry),
+    // Boxed: errors are rare, and this keeps every queue slot small.
+    Err(Box<CqErrEntry>),
+}
+
+struct State {
+    queue: VecDeque<Slot>,
+    waiters: WaitList,
+}
+
+impl State {
+    /// The head entry if it is a success; `Err(Avail)` if it is an error;
+    /// `None` if the queue is empty.
+    fn take_head(&mut self) -> Option<Result<CqEntry>> {
+        match self.queue.pop_front()? {
+            Slot::Ok(e) => Some(Ok(e)),
+            err @ Slot::Err(_) => {
+                // Cannot allocate: the slot just freed is reused.
+                self.queue.push_front(err);
+                Some(Err(avail()))
+            }
+        }
+    }
+}
+
+fn avail() -> Error {
+    Error::new(
+        ErrorKind::Avail,
+        "completion queue: an error entry is at the head; take it with readerr()",
+    )
+}
+
+fn timed_out(what: &str, timeout: Option<Duration>) -> Error {
+    Error::new(
+        ErrorKind::TimedOut,
+        format!(
+            "{what}: nothing arrived within the {:?} timeout",
+            timeout.unwrap_or_default()
+        ),
+    )
+}
+
+/// `Some(deadline)`, or `None` for "forever" (no timeout, or one so large
+/// that it overflows `Instant`).
+pub(crate) fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
+}
+
+/// Counts idle manual progress rounds and yields the CPU now and then.
+#[derive(Default)]
+pub(crate) struct IdleBackoff(u32);
+
+impl IdleBackoff {
+    pub(crate) fn after(&mut self, progress: Progress) {
+        if progress == Progress::Made {
+            self.0 = 0;
+        } else {
+            self.0 += 1;
+            if self.0 >= IDLE_ROUNDS_BEFORE_YIELD {
+                self.0 = 0;
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+struct Inner {
+    state: Mutex<State>,
+    cond: Condvar,
+    reactor: Reactor,
+    format: CqFormat,
+}
+
+impl Inner {
+    fn take_head(&self) -> Option<Result<CqEntry>> {
+        lock(&self.state).take_head()
+    }
+
+    fn push_slot(&self, slot: Slot) {
+        let mut st = lock(&self.state);
+        st.queue.push_back(slot);
+        if st.waiters.is_empty() {
+            return;
+        }
+        wake_all(&self.state, st, &self.cond, |s| &mut s.waiters, |_| {});
+    }
+}
+
+/// A completion queue (`fid_cq`): entries of operations posted with a
+/// context, in completion order.
+///
+/// Opened through a domain (which hands it the domain's reactor) and bound
+/// to endpoints; a cheap `Clone` handle (an `Arc` inside): clones are the
+/// same queue ([`same`](Self::same)). Safe to use from any number of
+/// threads. See the [module documentation](self) for the rules.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("format", &self.inner.format)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl CompletionQueue {
+    /// A queue progressed by `reactor` (the domain's).
+    #[allow(dead_code)] // used by the domain and the ops
+    pub(crate) fn new(attr: CqAttr, reactor: Reactor) -> CompletionQueue {
+        CompletionQueue {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    queue: VecDeque::with_capacity(attr.initial_capacity()),
+                    waiters: WaitList::default(),
+                }),
+                cond: Condvar::new(),
+                reactor,
+                format: attr.format.resolved(),
+            }),
+        }
+    }
+
+    /// Appends a successful completion and wakes waiters. Never blocks on
+    /// anything but the queue's own short mutex, never calls the engine;
+    /// allocates only when the queue outgrows its largest size so far.
+    #[allow(dead_code)] // used by the domain and the ops
+    pub(crate) fn push(&self, e: CqEntry) {
+        self.inner.push_slot(Slot::Ok(e));
+    }
+
+    /// Appends an error completion and wakes waiters (as [`push`](Self::push);
+    /// the entry itself is boxed).
+    #[allow(dead_code)] // used by the domain and the ops
+    pub(crate) fn push_err(&self, e: CqErrEntry) {
+        self.inner.push_slot(Slot::Err(Box::new(e)));
+    }
+
+    /// Takes the oldest entry (`fi_cq_read` with count 1): `Ok(None)` if
+    /// there is none (C's `-FI_EAGAIN`).
+    ///
+    /// With a manual reactor an empty queue first gets one progress round.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Avail`] if the oldest entry is an error entry: take it
+    /// with [`readerr`](Self::readerr).
+    pub fn read(&self) -> Result<Option<CqEntry>> {
+        if let Some(r) = self.inner.take_head() {
+            return r.map(Some);
+        }
+        if !self.inner.reactor.is_manual() {
+            return Ok(None);
+        }
+        self.inner.reactor.progress();
+        self.inner.take_head().transpose()
+    }
+
+    /// Moves up to `max` of the oldest entries into `out`, stopping before
+    /// an error entry, and returns how many it moved (`fi_cq_read`).
+    ///
+    /// With a manual reactor an empty queue first gets one progress round.
+    /// `max == 0` moves nothing and does not progress.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Avail`] if the oldest entry is an error entry (so
+    /// nothing could be moved).
+    pub fn read_many(&self, out: &mut Vec<CqEntry>, max: usize) -> Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let n = self.drain_into(out, max)?;
+        if n > 0 || !self.inner.reactor.is_manual() {
+            return Ok(n);
+        }
+        self.inner.reactor.progress();
+        self.drain_into(out, max)
+    }
+
+    fn drain_into(&self, out: &mut Vec<CqEntry>, max: usize) -> Result<usize> {
+        let mut st = lock(&self.inner.state);
+        let mut n = 0;
+        while n < max {
+            match st.take_head() {
+                Some(Ok(e)) => out.push(e),
+                Some(Err(e)) if n == 0 => return Err(e),
+                Some(Err(_)) | None => break,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Takes the error entry at the head of the queue (`fi_cq_readerr`):
+    /// the one that made `read` fail with `Avail`. `None` if the head is a
+    /// success or the queue is empty (errors are not taken out of order).
+    /// Never progresses.
+    pub fn readerr(&self) -> Option<CqErrEntry> {
+        let mut st = lock(&self.inner.state);
+        if !matches!(st.queue.front(), Some(Slot::Err(_))) {
+            return None;
+        }
+        match st.queue.pop_front() {
+            Some(Slot::Err(e)) => Some(*e),
+            _ => None,
+        }
+    }
+
+    /// Waits for the oldest entry and takes it (`fi_cq_sread`); `None`
+    /// waits forever.
+    ///
+    /// * Manual reactor: a progress loop (busy; it yields the CPU after 64
+    ///   idle rounds in a row), as C's busy poll.
+    /// * Auto reactor: sleeps until a push wakes it.
+    ///
+    /// # Errors
+    /// * [`ErrorKind::Avail`]: the oldest entry is an error entry.
+    /// * [`ErrorKind::TimedOut`]: nothing arrived in time. C's provider
+    ///   returned `-FI_EAGAIN` here, only because its sread fell through to
+    ///   a read after the wait. psmrail says `FI_ETIMEDOUT`: a blocking
+    ///   call with a deadline should say that the deadline passed, as
+    ///   `fi_cntr_wait` (and [`Counter::wait`](super::Counter::wait)) do,
+    ///   while "nothing yet" is `Ok(None)` from [`read`](Self::read), not
+    ///   an error. A C shim maps it back to `-FI_EAGAIN`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # fn demo(cq: &psmrail::fabric::CompletionQueue) {
+    /// match cq.sread(Some(Duration::from_millis(10))) {
+    ///     Ok(entry) => println!("context {} done", entry.context),
+    ///     Err(e) if e.kind() == psmrail::ErrorKind::TimedOut => println!("still waiting"),
+    ///     Err(e) if e.kind() == psmrail::ErrorKind::Avail => println!("{:?}", cq.readerr()),
+    ///     Err(e) => panic!("{e}"),
+    /// }
+    /// # }
+    /// ```
+    pub fn sread(&self, timeout: Option<Duration>) -> Result<CqEntry> {
+        let deadline = deadline(timeout);
+        if self.inner.reactor.is_manual() {
+            let mut backoff = IdleBackoff::default();
+            loop {
+                if let Some(r) = self.inner.take_head() {
+                    return r;
+                }
+                let progress = self.inner.reactor.progress();
+                if let Some(r) = self.inner.take_head() {
+                    return r;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(timed_out("sread", timeout));
+                }
+                backoff.after(progress);
+            }
+        }
+        let mut st = lock(&self.inner.state);
+        loop {
+            if let Some(r) = st.take_head() {
+                return r;
+            }
+            let wait = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Err(timed_out("sread", timeout)),
+                },
+            };
+            st.waiters.add_sleeper();
+            st = match wait {
+                None => self
+                    .inner
+                    .cond
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(left) => {
+                    self.inner
+                        .cond
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+            st.waiters.remove_sleeper();
+        }
+    }
+
+    /// A future resolving with the oldest entry, taking it.
+    ///
+    /// * Manual reactor: each poll runs a progress round if the queue is
+    ///   empty and, if still nothing, wakes its own task (busy-polling, as
+    ///   every manual-mode future; see `Reactor`).
+    /// * Auto reactor: registers its waker and sleeps until a push.
+    ///
+    /// It owns a handle on the queue (`'static`, can be spawned). Dropping
+    /// it takes nothing. It resolves with `Err` of kind
+    /// [`ErrorKind::Avail`] if the oldest entry is (or becomes) an error
+    /// entry.
+    ///
+    /// ```
+    /// # async fn demo(cq: psmrail::fabric::CompletionQueue) -> psmrail::Result<()> {
+    /// let entry = cq.next().await?;
+    /// println!("{} bytes for context {}", entry.len, entry.context);
+    /// # Ok(()) }
+    /// ```
+    pub fn next(&self) -> CqNext {
+        CqNext {
+            cq: self.clone(),
+            key: None,
+        }
+    }
+
+    /// Entries queued, errors included. Never progresses.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).queue.len()
+    }
+
+    /// Whether no entry is queued. Never progresses.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The queue's format (never `Unspec`: that became `Tagged`).
+    pub fn format(&self) -> CqFormat {
+        self.inner.format
+    }
+
+    /// Whether `other` is a handle on this same queue.
+    pub fn same(&self, other: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// The future of [`CompletionQueue::next`].
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct CqNext {
+    cq: CompletionQueue,
+    key: Option<u64>,
+}
+
+impl Future for CqNext {
+    type Output = Result<CqEntry>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<CqEntry>> {
+        let this = self.get_mut();
+        let inner = &this.cq.inner;
+        if inner.reactor.is_manual() {
+            if let Some(r) = inner.take_head() {
+                return Poll::Ready(r);
+            }
+            inner.reactor.progress();
+            if let Some(r) = inner.take_head() {
+                return Poll::Ready(r);
+            }
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        // Check and register in one critical section: a push cannot fall
+        // between them.
+        let mut st = lock(&inner.state);
+        if let Some(r) = st.take_head() {
+            if let Some(key) = this.key.take() {
+                st.waiters.disarm(key);
+            }
+            return Poll::Ready(r);
+        }
+        let key = match this.key {
+            Some(key) => key,
+            None => *this.key.insert(st.waiters.new_key()),
+        };
+        st.waiters.arm(key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for CqNext {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            lock(&self.cq.inner.state).waiters.disarm(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

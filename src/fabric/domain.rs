@@ -1,0 +1,428 @@
+//! The domain (`fi_domain`): one engine endpoint, its progress reactor and
+//! its active-message handlers, shared by every endpoint opened on it.
+//!
+//! As in the C provider (`spec/libfabric-study.md` §A.0), a domain owns
+//! exactly one engine endpoint (PSM's `psm_ep_t` with its matched queue);
+//! libfabric endpoints are views onto it, which is why endpoints may not
+//! overlap in their receive and target capabilities ([`DomainSlots`]).
+//!
+//! Opening, in order:
+//! 1. open the engine endpoint (native or soft, as the info says) with the
+//!    job UUID, device unit/port and `FI_PSM_TIMEOUT` as close timeout;
+//! 2. build the reactor — only now, because `psm_ep_open` may pin the
+//!    calling thread, and an auto-progress thread must be pinned after it
+//!    (auto when the info asks for `FI_PROGRESS_AUTO` and
+//!    `FI_PSM_PROG_THREAD` allows a thread, else manual);
+//! 3. add the engine endpoint to the reactor as a progress source;
+//! 4. register the AM handlers, always in the same order so their ids agree
+//!    across processes: the AM message queue first.
+//!
+//! Closing ([`Domain::close`], or dropping the last handle), in order (§9):
+//! take the domain's sources out of the reactor (no progress call runs on
+//! them afterwards), sleep `FI_PSM_DELAY`, then close the engine endpoint
+//! within `FI_PSM_TIMEOUT` (graceful, then forced; zero forces at once).
+//! Endpoints, address vectors and queues hold the domain (`Arc`), so the
+//! order in which an application drops them cannot crash anything; after
+//! an explicit close they report `FI_EOPBADSTATE`.
+
+use super::av::{AddressVector, AvAttr};
+use super::endpoint::Endpoint;
+use super::endpoint_builder::EndpointBuilder;
+use super::fabric::FabricCore;
+use super::{
+    CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, ProgressKind, TagLayout,
+};
+use crate::config::PsmConfig;
+use crate::engine::native::NativeEngine;
+use crate::engine::soft::SoftEngine;
+use crate::engine::{
+    EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
+};
+use crate::ops::am_msg::AmMsgQueue;
+use crate::reactor::{CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId};
+use crate::{Error, ErrorKind, Result};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// The shared state of a [`Domain`]; what the operations reach through
+/// their endpoint.
+pub(crate) struct DomainCore {
+    fabric: Arc<FabricCore>,
+    info: Info,
+    engine: Arc<dyn EngineEndpoint>,
+    reactor: Reactor,
+    am_msg: Arc<AmMsgQueue>,
+    /// Our sources in the reactor, removed at close (AM queue last added).
+    sources: Mutex<Vec<SourceId>>,
+    tags: TagLayout,
+    slots: Mutex<DomainSlots>,
+    epid: Epid,
+    limits: EngineLimits,
+    closed: AtomicBool,
+    /// Queues and counters made here, to refuse binding another domain's.
+    made: Mutex<Made>,
+}
+
+#[derive(Default)]
+struct Made {
+    cqs: Vec<CompletionQueue>,
+    counters: Vec<Counter>,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every guarded value stays consistent across a panic (single updates).
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl fmt::Debug for DomainCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DomainCore")
+            .field("engine", &self.engine.kind())
+            .field("epid", &self.epid)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl DomainCore {
+    /// The engine endpoint every operation goes through.
+    pub(crate) fn engine(&self) -> &Arc<dyn EngineEndpoint> {
+        &self.engine
+    }
+
+    /// The reactor that progresses it.
+    pub(crate) fn reactor(&self) -> &Reactor {
+        &self.reactor
+    }
+
+    /// The engine's MQ completion table (post with keys from it).
+    pub(crate) fn table(&self) -> &Arc<CompletionTable<MqCompletion>> {
+        self.engine.completions()
+    }
+
+    /// The domain's reserved tag bits.
+    pub(crate) fn tags(&self) -> &TagLayout {
+        &self.tags
+    }
+
+    /// The configuration the domain was opened with.
+    pub(crate) fn config(&self) -> &PsmConfig {
+        self.info.config()
+    }
+
+    /// The AM message queue (`FI_PSM_AM_MSG=1`).
+    pub(crate) fn am_msg(&self) -> &Arc<AmMsgQueue> {
+        &self.am_msg
+    }
+
+    /// The engine endpoint's id.
+    pub(crate) fn epid(&self) -> Epid {
+        self.epid
+    }
+
+    /// What the engine can carry.
+    pub(crate) fn limits(&self) -> EngineLimits {
+        self.limits
+    }
+
+    /// The info the domain was opened with.
+    pub(crate) fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// The fabric it belongs to.
+    pub(crate) fn fabric(&self) -> &Arc<FabricCore> {
+        &self.fabric
+    }
+
+    /// The capability slots.
+    pub(crate) fn slots(&self) -> MutexGuard<'_, DomainSlots> {
+        relock(&self.slots)
+    }
+
+    /// `OpBadState` once the domain was closed.
+    pub(crate) fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(
+                ErrorKind::OpBadState,
+                format!("domain {}: already closed", self.epid),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `cq` was made by this domain.
+    pub(crate) fn made_cq(&self, cq: &CompletionQueue) -> bool {
+        relock(&self.made).cqs.iter().any(|c| c.same(cq))
+    }
+
+    /// Whether `counter` was made by this domain.
+    pub(crate) fn made_counter(&self, counter: &Counter) -> bool {
+        relock(&self.made).counters.iter().any(|c| c.same(counter))
+    }
+
+    /// The close sequence (module docs); runs once, later calls return
+    /// `Ok` at once.
+    fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // 1. No progress call runs on our sources after this.
+        for id in relock(&self.sources).drain(..).rev() {
+            self.reactor.remove_source(id);
+        }
+        // 2. The C provider's workaround for a PSM assertion at close.
+        let config = self.info.config();
+        if !config.delay().is_zero() {
+            std::thread::sleep(config.delay());
+        }
+        // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0).
+        let result = self.engine.close(config.timeout());
+        // Queues and counters of this domain may now be dropped by the
+        // application alone.
+        *relock(&self.made) = Made::default();
+        result.map_err(|e| {
+            let message = format!("closing domain {}: {}", self.epid, e.message());
+            Error::with_source(e.kind(), message, e)
+        })
+    }
+}
+
+impl Drop for DomainCore {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!("domain dropped: {e}");
+        }
+    }
+}
+
+/// Opens `engine`'s endpoint, then the reactor, then adds the endpoint to
+/// it: the order PSM needs (see the module docs).
+fn open_engine<E: Engine>(
+    engine: &E,
+    options: &EndpointOptions,
+    mode: ProgressMode,
+) -> Result<(Arc<dyn EngineEndpoint>, Reactor, SourceId)> {
+    let ep = engine.open(options)?;
+    let fail = |ep: &Arc<E::Endpoint>, kind, what: &str, e: std::io::Error| {
+        let _ = ep.close(Duration::ZERO);
+        Error::with_source(kind, format!("opening the domain: {what}"), e)
+    };
+    let reactor = Reactor::builder()
+        .mode(mode)
+        .build()
+        .map_err(|e| fail(&ep, ErrorKind::Inval, "cannot build the progress reactor", e))?;
+    let source: Arc<dyn ProgressSource> = ep.clone();
+    let id = reactor.add_source(source).map_err(|e| {
+        fail(
+            &ep,
+            ErrorKind::Other,
+            "cannot add the engine endpoint to the reactor",
+            e,
+        )
+    })?;
+    Ok((ep, reactor, id))
+}
+
+/// Device unit and port for the engine: from the info's `FI_SOURCE` name
+/// (`node = "x:unit:port"`), else any.
+fn device(info: &Info) -> (Option<u32>, Option<u32>) {
+    match &info.source {
+        Some(s) => (s.unit, s.port),
+        None => (None, None),
+    }
+}
+
+/// A domain (`fid_domain`): a cheap `Clone` handle.
+///
+/// ```
+/// use psmrail::fabric::{getinfo, CqAttr, Fabric, Hints};
+/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// let fabric = Fabric::open(&info)?;
+/// let domain = fabric.domain(&info)?;
+/// let cq = domain.cq(CqAttr::new())?;
+/// let ep = domain.endpoint(&info).bind_cq(&cq, psmrail::fabric::CqBind::TRANSMIT | psmrail::fabric::CqBind::RECV).enable()?;
+/// assert_eq!(ep.getname(), domain.epid());
+/// ep.close()?;
+/// domain.close()?;
+/// # Ok::<(), psmrail::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Domain {
+    pub(crate) core: Arc<DomainCore>,
+}
+
+impl fmt::Debug for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl Domain {
+    pub(crate) fn open(fabric: Arc<FabricCore>, info: &Info) -> Result<Domain> {
+        let config = info.config();
+        let (unit, port) = device(info);
+        let options = EndpointOptions {
+            uuid: *config.uuid().as_bytes(),
+            unit,
+            port,
+            close_timeout: config.timeout(),
+        };
+        // FI_PSM_PROG_THREAD only permits the thread; the domain must ask
+        // for automatic progress to get one (C: PR #1471).
+        let mode = if info.progress == ProgressKind::Auto && config.prog_thread() {
+            ProgressMode::Auto(config.auto_progress())
+        } else {
+            ProgressMode::Manual
+        };
+        let (engine, reactor, engine_source) = match info.engine {
+            EngineKind::Native => open_engine(&NativeEngine::load()?, &options, mode)?,
+            EngineKind::Soft => {
+                open_engine(&SoftEngine::new(info.soft_config().clone())?, &options, mode)?
+            }
+        };
+        let mut sources = vec![engine_source];
+        // AM handlers, in a fixed order (ids must agree across processes):
+        // the AM message queue first.
+        let am_msg = match AmMsgQueue::register(engine.clone()) {
+            Ok(q) => q,
+            Err(e) => {
+                let _ = engine.close(Duration::ZERO);
+                return Err(e);
+            }
+        };
+        // (The RMA and atomic handlers are registered here, after it.)
+        let am_source: Arc<dyn ProgressSource> = am_msg.clone();
+        match reactor.add_source(am_source) {
+            Ok(id) => sources.push(id),
+            Err(e) => {
+                let _ = engine.close(Duration::ZERO);
+                return Err(Error::with_source(
+                    ErrorKind::Other,
+                    "opening the domain: cannot add the AM message queue to the reactor",
+                    e,
+                ));
+            }
+        }
+        let epid = engine.epid();
+        let limits = engine.limits();
+        tracing::debug!("domain {epid} opened on the {} engine", engine.kind());
+        Ok(Domain {
+            core: Arc::new(DomainCore {
+                fabric,
+                info: info.clone(),
+                engine,
+                reactor,
+                am_msg,
+                sources: Mutex::new(sources),
+                tags: TagLayout::new(),
+                slots: Mutex::new(DomainSlots::new()),
+                epid,
+                limits,
+                closed: AtomicBool::new(false),
+                made: Mutex::new(Made::default()),
+            }),
+        })
+    }
+
+    /// A completion queue progressed by this domain's reactor (`fi_cq_open`).
+    pub fn cq(&self, attr: CqAttr) -> Result<CompletionQueue> {
+        self.core.ensure_open()?;
+        let cq = CompletionQueue::new(attr, self.core.reactor.clone());
+        relock(&self.core.made).cqs.push(cq.clone());
+        Ok(cq)
+    }
+
+    /// A counter progressed by this domain's reactor (`fi_cntr_open`).
+    pub fn counter(&self, attr: CounterAttr) -> Result<Counter> {
+        self.core.ensure_open()?;
+        let c = Counter::new(attr, self.core.reactor.clone());
+        relock(&self.core.made).counters.push(c.clone());
+        Ok(c)
+    }
+
+    /// An address vector (`fi_av_open`).
+    pub fn av(&self, attr: AvAttr) -> Result<AddressVector> {
+        AddressVector::open(self.core.clone(), attr)
+    }
+
+    /// Starts an endpoint (`fi_endpoint`): bind queues, counters and an
+    /// address vector on the builder, then `enable` it.
+    pub fn endpoint(&self, info: &Info) -> EndpointBuilder {
+        EndpointBuilder::new(self.core.clone(), info)
+    }
+
+    /// `fi_scalable_ep`: not supported by the psm provider.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn scalable_endpoint(&self, info: &Info) -> Result<Endpoint> {
+        let _ = info;
+        Err(unsupported("scalable endpoints (fi_scalable_ep)"))
+    }
+
+    /// `fi_srx_context`: not supported by the psm provider.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn srx_context(&self, info: &Info) -> Result<Endpoint> {
+        let _ = info;
+        Err(unsupported("shared receive contexts (fi_srx_context)"))
+    }
+
+    /// The engine endpoint's id: what every endpoint of this domain
+    /// reports from `getname`.
+    pub fn epid(&self) -> Epid {
+        self.core.epid
+    }
+
+    /// Which engine serves the domain.
+    pub fn engine_kind(&self) -> EngineKind {
+        self.core.engine.kind()
+    }
+
+    /// The reactor driving this domain (run futures with its `block_on`,
+    /// or call `progress` in manual mode).
+    pub fn reactor(&self) -> &Reactor {
+        &self.core.reactor
+    }
+
+    /// The info the domain was opened with.
+    pub fn info(&self) -> &Info {
+        &self.core.info
+    }
+
+    /// The domain's current reserved tag bits (they only grow, as
+    /// endpoints are enabled).
+    pub fn reserved_tag_bits(&self) -> u64 {
+        self.core.tags.reserved()
+    }
+
+    /// Whether `other` is a handle of the same domain.
+    pub fn same(&self, other: &Domain) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+
+    /// Closes the domain now (`fi_close`): stops its progress, sleeps
+    /// `FI_PSM_DELAY`, then closes the engine endpoint within
+    /// `FI_PSM_TIMEOUT` (forced at once when it is zero). Other handles
+    /// (endpoints, AVs) then report `FI_EOPBADSTATE`. Dropping the last
+    /// handle does the same, ignoring errors.
+    ///
+    /// # Errors
+    /// The engine's close error (the endpoint is closed anyway).
+    pub fn close(self) -> Result<()> {
+        self.core.shutdown()
+    }
+}
+
+/// An `FI_ENOSYS` error naming the unsupported feature (fi_psm(7),
+/// "Unsupported features").
+pub(crate) fn unsupported(feature: &str) -> Error {
+    Error::new(
+        ErrorKind::NoSys,
+        format!("the psm provider does not support {feature}"),
+    )
+}

@@ -1,0 +1,435 @@
+//! The endpoint (`fid_ep`): a view onto its domain's single engine endpoint,
+//! with the queues, counters and address vector it was bound to.
+//!
+//! Endpoints are made by [`EndpointBuilder`](super::EndpointBuilder)
+//! (`domain.endpoint(&info)...enable()`), which checks the capability rule
+//! of the domain, reserves tag bits and registers the endpoint with the
+//! name server. Everything bound is fixed once enabled, so the operations
+//! (in [`crate::ops`]) read it without locks: resolving a destination is an
+//! index into the address vector's entries.
+//!
+//! What the psm provider does not support gives `FI_ENOSYS` naming the
+//! feature (fi_psm(7), "Unsupported features"): connection management
+//! ([`Endpoint::connect`], [`Endpoint::accept`], [`Endpoint::shutdown`])
+//! and immediate data on messages ([`Endpoint::senddata`] and friends).
+
+use super::av::AddressVector;
+use super::domain::{unsupported, Domain, DomainCore};
+use super::name_server::Registration;
+use super::{Caps, CompletionQueue, Counter, EpType, FiAddr, Info, SlotClaim};
+use crate::engine::{Epid, PeerAddr};
+use crate::{Error, ErrorKind, Result};
+use bitflags::bitflags;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+bitflags! {
+    /// How a completion queue is bound (`fi_ep_bind` flags), libfabric's
+    /// values.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CqBind: u64 {
+        /// `FI_TRANSMIT`: completions of sends, writes, reads, atomics.
+        const TRANSMIT = 1 << 11;
+        /// `FI_RECV`: completions of receives.
+        const RECV = 1 << 10;
+        /// `FI_SELECTIVE_COMPLETION`: only operations asking for a
+        /// completion write an entry (errors always do).
+        const SELECTIVE_COMPLETION = 1 << 59;
+    }
+}
+
+bitflags! {
+    /// Which events a counter is bound to count (`fi_ep_bind` flags),
+    /// libfabric's values.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CounterBind: u64 {
+        /// `FI_SEND`: sends, tagged sends, injects.
+        const SEND = 1 << 11;
+        /// `FI_RECV`: receives.
+        const RECV = 1 << 10;
+        /// `FI_READ`: RMA reads, fetching atomics.
+        const READ = 1 << 8;
+        /// `FI_WRITE`: RMA writes, atomic writes.
+        const WRITE = 1 << 9;
+        /// `FI_REMOTE_READ`: reads of this endpoint's memory by peers.
+        const REMOTE_READ = 1 << 12;
+        /// `FI_REMOTE_WRITE`: writes into this endpoint's memory by peers.
+        const REMOTE_WRITE = 1 << 13;
+    }
+}
+
+/// A completion-queue direction of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Initiated operations (`FI_TRANSMIT`).
+    Transmit,
+    /// Receives (`FI_RECV`).
+    Recv,
+}
+
+/// The counters an endpoint may have bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CounterKind {
+    /// `FI_SEND`.
+    Send,
+    /// `FI_RECV`.
+    Recv,
+    /// `FI_READ`.
+    Read,
+    /// `FI_WRITE`.
+    Write,
+    /// `FI_REMOTE_READ`.
+    RemoteRead,
+    /// `FI_REMOTE_WRITE`.
+    RemoteWrite,
+}
+
+impl CounterKind {
+    /// All kinds, in the order of the endpoint's counter array.
+    pub const ALL: [CounterKind; 6] = [
+        CounterKind::Send,
+        CounterKind::Recv,
+        CounterKind::Read,
+        CounterKind::Write,
+        CounterKind::RemoteRead,
+        CounterKind::RemoteWrite,
+    ];
+
+    /// The binding flag for this kind.
+    pub const fn bind_flag(self) -> CounterBind {
+        match self {
+            CounterKind::Send => CounterBind::SEND,
+            CounterKind::Recv => CounterBind::RECV,
+            CounterKind::Read => CounterBind::READ,
+            CounterKind::Write => CounterBind::WRITE,
+            CounterKind::RemoteRead => CounterBind::REMOTE_READ,
+            CounterKind::RemoteWrite => CounterBind::REMOTE_WRITE,
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What closing gives back to the domain and the name server.
+#[derive(Default)]
+pub(crate) struct Held {
+    pub(crate) claim: Option<SlotClaim>,
+    pub(crate) registration: Option<Registration>,
+}
+
+/// The shared state of an [`Endpoint`]: fixed at enable, except the
+/// `FI_OPT_MIN_MULTI_RECV` option and the open flag.
+pub(crate) struct EndpointCore {
+    pub(crate) domain: Arc<DomainCore>,
+    pub(crate) info: Info,
+    pub(crate) caps: Caps,
+    pub(crate) ep_type: EpType,
+    pub(crate) av: Option<AddressVector>,
+    pub(crate) tx_cq: Option<CompletionQueue>,
+    pub(crate) rx_cq: Option<CompletionQueue>,
+    pub(crate) tx_selective: bool,
+    pub(crate) rx_selective: bool,
+    pub(crate) counters: [Option<Counter>; 6],
+    pub(crate) min_multi_recv: AtomicUsize,
+    pub(crate) inject_size: usize,
+    pub(crate) service: u32,
+    pub(crate) closed: AtomicBool,
+    pub(crate) held: Mutex<Held>,
+}
+
+impl fmt::Debug for EndpointCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointCore")
+            .field("epid", &self.domain.epid())
+            .field("caps", &self.caps)
+            .field("service", &self.service)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl EndpointCore {
+    /// The domain (engine, reactor, tags) behind the endpoint.
+    #[inline]
+    pub(crate) fn domain(&self) -> &Arc<DomainCore> {
+        &self.domain
+    }
+
+    /// The endpoint's capabilities.
+    #[inline]
+    pub(crate) fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// `OpBadState` once the endpoint or its domain was closed.
+    #[inline]
+    pub(crate) fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(
+                ErrorKind::OpBadState,
+                format!("endpoint {} (service {}): already closed", self.domain.epid(), self.service),
+            ));
+        }
+        self.domain.ensure_open()
+    }
+
+    /// The engine peer `dest` names in the bound address vector: O(1),
+    /// no lock. `Inval` for an address the AV did not return (or
+    /// `UNSPEC`), `OpBadState` without an AV.
+    #[inline]
+    pub(crate) fn resolve(&self, dest: FiAddr) -> Result<PeerAddr> {
+        match &self.av {
+            Some(av) => av.core.resolve(dest),
+            None => Err(no_av(dest)),
+        }
+    }
+
+    /// The address a completion's source has in the bound AV; `UNSPEC`
+    /// when unknown (or without an AV).
+    pub(crate) fn source_of(&self, peer: Option<PeerAddr>, epid: Option<Epid>) -> FiAddr {
+        match &self.av {
+            Some(av) => av.core.source_of(peer, epid),
+            None => FiAddr::UNSPEC,
+        }
+    }
+
+    /// The queue bound for `dir`.
+    #[inline]
+    pub(crate) fn cq(&self, dir: Direction) -> Option<&CompletionQueue> {
+        match dir {
+            Direction::Transmit => self.tx_cq.as_ref(),
+            Direction::Recv => self.rx_cq.as_ref(),
+        }
+    }
+
+    /// Whether the queue for `dir` was bound with `FI_SELECTIVE_COMPLETION`.
+    #[inline]
+    pub(crate) fn selective(&self, dir: Direction) -> bool {
+        match dir {
+            Direction::Transmit => self.tx_selective,
+            Direction::Recv => self.rx_selective,
+        }
+    }
+
+    /// The counter bound for `kind`.
+    #[inline]
+    pub(crate) fn counter(&self, kind: CounterKind) -> Option<&Counter> {
+        self.counters[kind.index()].as_ref()
+    }
+
+    /// `FI_OPT_MIN_MULTI_RECV` (0 by default, as C).
+    #[inline]
+    pub(crate) fn min_multi_recv(&self) -> usize {
+        self.min_multi_recv.load(Ordering::Relaxed)
+    }
+
+    /// The largest inject (64 bytes, the info's `inject_size`).
+    #[inline]
+    pub(crate) fn inject_size(&self) -> usize {
+        self.inject_size
+    }
+
+    /// Releases the slots and the name-server entry; once.
+    fn release(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(claim) = held.claim {
+            self.domain.slots().release(claim);
+        }
+        match held.registration {
+            Some(r) => r.unregister(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for EndpointCore {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            tracing::warn!("endpoint dropped: {e}");
+        }
+    }
+}
+
+#[cold]
+fn no_av(dest: FiAddr) -> Error {
+    Error::new(
+        ErrorKind::OpBadState,
+        format!("{dest}: the endpoint has no address vector bound"),
+    )
+}
+
+/// An endpoint (`fid_ep`): a cheap `Clone` handle; the operations are in
+/// [`crate::ops`].
+///
+/// ```
+/// use psmrail::fabric::{getinfo, Caps, Fabric, Hints};
+/// use psmrail::ErrorKind;
+/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// let domain = Fabric::open(&info)?.domain(&info)?;
+/// let ep = domain.endpoint(&info).caps(Caps::TAGGED).enable()?;
+/// ep.setopt_min_multi_recv(512)?;
+/// assert_eq!(ep.min_multi_recv(), 512);
+/// // A second tagged receiver in the same domain is refused.
+/// let e = domain.endpoint(&info).caps(Caps::TAGGED).enable().unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::Busy);
+/// // Closing releases its slot.
+/// ep.close()?;
+/// domain.endpoint(&info).caps(Caps::TAGGED).enable()?;
+/// # Ok::<(), psmrail::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Endpoint {
+    pub(crate) core: Arc<EndpointCore>,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.core.fmt(f)
+    }
+}
+
+impl Endpoint {
+    /// The endpoint's address (`fi_getname`): its domain's epid, the
+    /// 8-byte value peers insert in their address vectors.
+    pub fn getname(&self) -> Epid {
+        self.core.domain.epid()
+    }
+
+    /// The info it was opened with.
+    pub fn info(&self) -> &Info {
+        &self.core.info
+    }
+
+    /// Its capabilities.
+    pub fn caps(&self) -> Caps {
+        self.core.caps
+    }
+
+    /// Its type (`Rdm` or `Dgram`, which behaves as `Rdm`).
+    pub fn ep_type(&self) -> EpType {
+        self.core.ep_type
+    }
+
+    /// Its domain.
+    pub fn domain(&self) -> Domain {
+        Domain {
+            core: self.core.domain.clone(),
+        }
+    }
+
+    /// Its bound address vector.
+    pub fn av(&self) -> Option<&AddressVector> {
+        self.core.av.as_ref()
+    }
+
+    /// The service it registered with the name server under (0 when no
+    /// name server runs or the registration failed).
+    pub fn service(&self) -> u32 {
+        self.core.service
+    }
+
+    /// Sets `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released
+    /// once less than this many bytes are left in it (default 0, as C).
+    ///
+    /// # Errors
+    /// `OpBadState` after close.
+    pub fn setopt_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.core.ensure_open()?;
+        self.core.min_multi_recv.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `FI_OPT_MIN_MULTI_RECV`.
+    pub fn min_multi_recv(&self) -> usize {
+        self.core.min_multi_recv()
+    }
+
+    /// Whether the endpoint (or its domain) was closed.
+    pub fn is_closed(&self) -> bool {
+        self.core.ensure_open().is_err()
+    }
+
+    /// Whether `other` is a handle of the same endpoint.
+    pub fn same(&self, other: &Endpoint) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+
+    /// Closes the endpoint (`fi_close`), for every handle of it: releases
+    /// its receive/target slots in the domain and removes its name-server
+    /// entry (C: DEL). Operations then fail with `FI_EOPBADSTATE`; dropping
+    /// the last handle does the same silently. A second close is `Ok`.
+    ///
+    /// # Errors
+    /// The name server's, when the entry could not be removed (the
+    /// endpoint is closed anyway).
+    pub fn close(self) -> Result<()> {
+        self.core.release()
+    }
+
+    /// `fi_connect`: not supported (fi_psm(7): no connection management).
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn connect(&self, addr: Epid) -> Result<()> {
+        let _ = addr;
+        Err(unsupported("connection management (fi_connect)"))
+    }
+
+    /// `fi_accept`: not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn accept(&self) -> Result<()> {
+        Err(unsupported("connection management (fi_accept)"))
+    }
+
+    /// `fi_shutdown`: not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn shutdown(&self) -> Result<()> {
+        Err(unsupported("connection management (fi_shutdown)"))
+    }
+
+    /// `fi_senddata`: immediate data on messages is not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn senddata(&self, buf: &[u8], data: u64, dest: FiAddr) -> Result<()> {
+        let _ = (buf, data, dest);
+        Err(unsupported("send with immediate data (fi_senddata)"))
+    }
+
+    /// `fi_injectdata`: not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn injectdata(&self, buf: &[u8], data: u64, dest: FiAddr) -> Result<()> {
+        let _ = (buf, data, dest);
+        Err(unsupported("inject with immediate data (fi_injectdata)"))
+    }
+
+    /// `fi_tsenddata`: not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn tsenddata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
+        let _ = (buf, data, dest, tag);
+        Err(unsupported("tagged send with immediate data (fi_tsenddata)"))
+    }
+
+    /// `fi_tinjectdata`: not supported.
+    ///
+    /// # Errors
+    /// Always `NoSys`.
+    pub fn tinjectdata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
+        let _ = (buf, data, dest, tag);
+        Err(unsupported("tagged inject with immediate data (fi_tinjectdata)"))
+    }
+}

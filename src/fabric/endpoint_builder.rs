@@ -1,0 +1,327 @@
+//! [`EndpointBuilder`]: `fi_endpoint` + `fi_ep_bind` + `fi_enable` as one
+//! builder.
+//!
+//! Binding errors are kept until [`enable`](EndpointBuilder::enable), which
+//! reports the first one, so the calls chain. Enable applies the psm
+//! provider's rules (`spec/libfabric-study.md` §3, §4, §8):
+//!
+//! * bound queues, counters and the AV must come from this domain
+//!   (`FI_EINVAL`); an event queue cannot be bound (`FI_ENOSYS`);
+//! * the endpoint type is RDM or DGRAM (DGRAM behaves as RDM, decisions.md);
+//!   `FI_EP_MSG` needs connection management (`FI_ENOSYS`);
+//! * the caps must be within the domain's (`FI_EOPNOTSUPP`) and may not
+//!   take a receive or target role another endpoint of the domain holds
+//!   (`FI_EBUSY`);
+//! * the domain's tag layout grows: the MSG bit when untagged messages ride
+//!   the MQ (`FI_MSG` without `FI_PSM_AM_MSG`), the RMA bit for tagged RMA
+//!   (`FI_RMA` with `FI_PSM_TAGGED_RMA`);
+//! * the endpoint registers with the name server under its service: the
+//!   one given (or in the info), else `((pid & 0x7fff) << 16) + n` as C
+//!   (with a per-process counter `n` where C used the object's address).
+
+use super::av::AddressVector;
+use super::domain::{unsupported, DomainCore};
+use super::endpoint::{CounterBind, CounterKind, CqBind, Endpoint, EndpointCore, Held};
+use super::{endpoint_bits, Caps, CompletionQueue, Counter, EpType, Info};
+use crate::{Error, ErrorKind, Result};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Builds an [`Endpoint`]; made by [`Domain::endpoint`](super::Domain::endpoint).
+///
+/// ```
+/// use psmrail::fabric::{getinfo, Caps, CounterAttr, CounterBind, CqAttr, CqBind, Fabric, Hints};
+/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// let domain = Fabric::open(&info)?.domain(&info)?;
+/// let cq = domain.cq(CqAttr::new())?;
+/// let sent = domain.counter(CounterAttr::new())?;
+/// let av = domain.av(Default::default())?;
+/// let ep = domain
+///     .endpoint(&info)
+///     .caps(Caps::TAGGED | Caps::SEND | Caps::RECV)
+///     .bind_cq(&cq, CqBind::TRANSMIT | CqBind::RECV | CqBind::SELECTIVE_COMPLETION)
+///     .bind_counter(&sent, CounterBind::SEND)
+///     .bind_av(&av)
+///     .enable()?;
+/// assert_eq!(ep.caps(), Caps::TAGGED | Caps::SEND | Caps::RECV);
+/// # Ok::<(), psmrail::Error>(())
+/// ```
+#[must_use = "an endpoint exists only once `enable` is called"]
+pub struct EndpointBuilder {
+    domain: Arc<DomainCore>,
+    info: Info,
+    caps: Caps,
+    ep_type: EpType,
+    service: Option<u32>,
+    av: Option<AddressVector>,
+    tx_cq: Option<(CompletionQueue, bool)>,
+    rx_cq: Option<(CompletionQueue, bool)>,
+    counters: [Option<Counter>; 6],
+    error: Option<Error>,
+}
+
+impl fmt::Debug for EndpointBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointBuilder")
+            .field("caps", &self.caps)
+            .field("ep_type", &self.ep_type)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+/// Per-process part of generated services (C used the endpoint's address).
+static NEXT_SERVICE: AtomicU32 = AtomicU32::new(1);
+
+/// `((pid & 0x7fff) << 16) + n`, never 0 (the query wildcard).
+fn generated_service() -> u32 {
+    let pid = std::process::id() & 0x7fff;
+    loop {
+        let n = NEXT_SERVICE.fetch_add(1, Ordering::Relaxed) & 0xffff;
+        let service = (pid << 16) + n;
+        if service != 0 {
+            return service;
+        }
+    }
+}
+
+impl EndpointBuilder {
+    pub(crate) fn new(domain: Arc<DomainCore>, info: &Info) -> Self {
+        EndpointBuilder {
+            domain,
+            caps: info.caps,
+            ep_type: info.ep_type,
+            info: info.clone(),
+            service: None,
+            av: None,
+            tx_cq: None,
+            rx_cq: None,
+            counters: Default::default(),
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, e: Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// The endpoint's capabilities (default: the info's).
+    pub fn caps(mut self, caps: Caps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// The endpoint type (default: the info's; `Unspec` is RDM).
+    pub fn ep_type(mut self, ep_type: EpType) -> Self {
+        self.ep_type = ep_type;
+        self
+    }
+
+    /// The name-server service to register under (0: generate one as C).
+    pub fn service(mut self, service: u32) -> Self {
+        self.service = Some(service);
+        self
+    }
+
+    /// Binds `cq` for the directions in `flags` (`FI_TRANSMIT`, `FI_RECV`,
+    /// optionally `FI_SELECTIVE_COMPLETION`).
+    ///
+    /// Errors at enable: `Inval` for no direction, a direction bound twice,
+    /// or a queue of another domain.
+    pub fn bind_cq(mut self, cq: &CompletionQueue, flags: CqBind) -> Self {
+        if !flags.intersects(CqBind::TRANSMIT | CqBind::RECV) {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                format!("binding a completion queue with {flags:?}: name FI_TRANSMIT and/or FI_RECV"),
+            ));
+            return self;
+        }
+        if !self.domain.made_cq(cq) {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                "binding a completion queue of another domain",
+            ));
+            return self;
+        }
+        let selective = flags.contains(CqBind::SELECTIVE_COMPLETION);
+        let tx = flags.contains(CqBind::TRANSMIT);
+        let rx = flags.contains(CqBind::RECV);
+        let taken = match (tx && self.tx_cq.is_some(), rx && self.rx_cq.is_some()) {
+            (true, _) => Some("FI_TRANSMIT"),
+            (_, true) => Some("FI_RECV"),
+            _ => None,
+        };
+        if let Some(name) = taken {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                format!("binding a completion queue: {name} already has one"),
+            ));
+            return self;
+        }
+        if tx {
+            self.tx_cq = Some((cq.clone(), selective));
+        }
+        if rx {
+            self.rx_cq = Some((cq.clone(), selective));
+        }
+        self
+    }
+
+    /// Binds `counter` for the events in `flags`.
+    ///
+    /// Errors at enable: `Inval` for no event, an event bound twice, or a
+    /// counter of another domain.
+    pub fn bind_counter(mut self, counter: &Counter, flags: CounterBind) -> Self {
+        if flags.is_empty() {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                "binding a counter without events (FI_SEND, FI_RECV, FI_READ, ...)",
+            ));
+            return self;
+        }
+        if !self.domain.made_counter(counter) {
+            self.fail(Error::new(ErrorKind::Inval, "binding a counter of another domain"));
+            return self;
+        }
+        let wanted = || {
+            CounterKind::ALL
+                .into_iter()
+                .filter(|k| flags.contains(k.bind_flag()))
+        };
+        if let Some(kind) = wanted().find(|&k| self.counters[k as usize].is_some()) {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                format!("binding a counter: {kind:?} already has one"),
+            ));
+            return self;
+        }
+        for kind in wanted() {
+            self.counters[kind as usize] = Some(counter.clone());
+        }
+        self
+    }
+
+    /// Binds the address vector destinations are resolved in.
+    ///
+    /// Errors at enable: `Inval` for a second AV or one of another domain.
+    pub fn bind_av(mut self, av: &AddressVector) -> Self {
+        if !Arc::ptr_eq(av.core.domain(), &self.domain) {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                "binding an address vector of another domain",
+            ));
+        } else if self.av.is_some() {
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                "binding an address vector: one is bound already",
+            ));
+        } else {
+            self.av = Some(av.clone());
+        }
+        self
+    }
+
+    /// Binding an event queue: the psm provider has none for endpoints
+    /// (`FI_ENOSYS` at enable).
+    pub fn bind_eq(mut self) -> Self {
+        self.fail(unsupported("event queues on endpoints (fi_ep_bind of an EQ)"));
+        self
+    }
+
+    /// Creates and enables the endpoint.
+    ///
+    /// # Errors
+    /// The first binding error; `OpBadState` if the domain was closed;
+    /// `NoSys` for `FI_EP_MSG`; `OpNotSupp` for caps outside the domain's;
+    /// `Busy` for a receive or target role already taken in the domain.
+    pub fn enable(self) -> Result<Endpoint> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let domain = self.domain;
+        domain.ensure_open()?;
+        let ep_type = match self.ep_type {
+            EpType::Unspec => EpType::Rdm,
+            EpType::Rdm => EpType::Rdm,
+            EpType::Dgram => EpType::Dgram,
+            EpType::Msg => {
+                return Err(unsupported(
+                    "connection-oriented endpoints (FI_EP_MSG; use FI_EP_RDM or FI_EP_DGRAM)",
+                ))
+            }
+        };
+        let caps = self.caps;
+        let claim = domain.slots().claim(caps, domain.info().caps)?;
+        // The layout only grows; operations read it at post time.
+        let config = domain.config();
+        let bits = endpoint_bits(caps, config.am_msg(), config.tagged_rma());
+        if bits != 0 {
+            domain.tags().reserve(bits);
+        }
+        let wanted = self
+            .service
+            .or_else(|| self.info.source.as_ref().map(|s| s.service));
+        let (service, registration) = register(&domain, wanted);
+        let (tx_cq, tx_selective) = split(self.tx_cq);
+        let (rx_cq, rx_selective) = split(self.rx_cq);
+        let inject_size = self.info.inject_size;
+        Ok(Endpoint {
+            core: Arc::new(EndpointCore {
+                domain,
+                info: self.info,
+                caps,
+                ep_type,
+                av: self.av,
+                tx_cq,
+                rx_cq,
+                tx_selective,
+                rx_selective,
+                counters: self.counters,
+                min_multi_recv: AtomicUsize::new(0),
+                inject_size,
+                service,
+                closed: AtomicBool::new(false),
+                held: Mutex::new(Held {
+                    claim: Some(claim),
+                    registration,
+                }),
+            }),
+        })
+    }
+}
+
+fn split(bound: Option<(CompletionQueue, bool)>) -> (Option<CompletionQueue>, bool) {
+    match bound {
+        Some((cq, selective)) => (Some(cq), selective),
+        None => (None, false),
+    }
+}
+
+/// Registers the domain's epid under the service with the fabric's name
+/// server, if one runs. A failure is a warning, as in C (the endpoint works;
+/// only resolution by service does not): the service is then 0.
+fn register(
+    domain: &DomainCore,
+    service: Option<u32>,
+) -> (u32, Option<super::name_server::Registration>) {
+    let Some(ns) = domain.fabric().name_server() else {
+        return (0, None);
+    };
+    let service = match service {
+        Some(s) if s != 0 => s,
+        _ => generated_service(),
+    };
+    match ns.register(service, domain.epid()) {
+        Ok(r) => (service, Some(r)),
+        Err(e) => {
+            tracing::warn!(
+                "endpoint {}: not registered with the name server as service {service}: {e}",
+                domain.epid()
+            );
+            (0, None)
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! [`NameServer`]: the node's name server thread (or, when another process
+//! on the node runs it, a handle that registers there), and
+//! [`Registration`], one service → epid entry that is removed on drop.
+//!
+//! The server is one thread running a mio poll loop over the listener, a
+//! waker (so that drop stops it at once) and up to [`MAX_CONNECTIONS`]
+//! connections, each driven by a sans-IO [`Session`]. Unlike C's server,
+//! which serves one connection at a time and blocks on it, a client that
+//! sends garbage, stalls mid-frame or closes early costs only its own
+//! connection: it is closed at the first bad byte, or when
+//! [`CONNECTION_TIMEOUT`] passes without a complete command.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::client::{query_server, update_server, Deadline, Server};
+use super::port::port_for;
+use super::registry::{Refusal, Registry};
+use super::session::{Session, Step};
+use super::wire::{Frame, Request};
+use crate::config::JobUuid;
+use crate::engine::Epid;
+use crate::{Error, ErrorKind, Result};
+
+/// How long a connection may take to deliver its command before the server
+/// closes it.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+/// Connections served at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Bound on an ADD or DEL sent to another process's server.
+pub const UPDATE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest poll sleep, so a lost wake-up still ends the thread.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+/// Pause after an accept error such as running out of descriptors.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const FIRST_CONNECTION: usize = 2;
+
+fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    // The table stays consistent whatever a panicking holder was doing
+    // (every change is a single map operation).
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The name server of this process: serving, or registering with the
+/// node's existing server.
+///
+/// [`start`](Self::start) binds TCP `0.0.0.0:`[`port_for`]`(uuid)`, then
+/// `[::]` if IPv4 cannot be bound, with `SO_REUSEADDR` (C's order). If the
+/// port is in use, another process on the node serves this job already:
+/// this handle then serves nothing, and [`register`](Self::register) sends
+/// ADD (and later DEL) to that server on localhost, as C does. So there is
+/// one server per node per UUID, and its registrations are lost when the
+/// process that owns it exits (fi_psm(7)).
+///
+/// Dropping a serving `NameServer` stops its thread and closes the port
+/// promptly.
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail::engine::Epid;
+/// use psmrail::fabric::name_server::{query, NameServer};
+///
+/// let ns = NameServer::start_on("127.0.0.1:0".parse().unwrap()).unwrap();
+/// assert!(ns.is_serving());
+/// let port = ns.local_addr().port();
+///
+/// // A second handle on the same address finds it taken and registers there.
+/// let other = NameServer::start_on(ns.local_addr()).unwrap();
+/// assert!(!other.is_serving());
+/// let reg = other.register(12, Epid(0x77)).unwrap();
+/// let t = Duration::from_secs(5);
+/// assert_eq!(query("127.0.0.1", port, 12, t).unwrap(), (12, Epid(0x77)));
+/// drop(reg); // DEL
+/// assert!(query("127.0.0.1", port, 12, t).is_err());
+/// ```
+pub struct NameServer {
+    addr: SocketAddr,
+    role: Role,
+}
+
+enum Role {
+    Serving {
+        table: Arc<Mutex<Registry>>,
+        stop: Arc<Stop>,
+        thread: Option<JoinHandle<()>>,
+    },
+    Client {
+        server: Server,
+    },
+}
+
+/// How the owner tells the thread to end: the flag, then the waker.
+struct Stop {
+    flag: AtomicBool,
+    waker: Waker,
+}
+
+impl NameServer {
+    /// Starts (or joins) the name server of the job `uuid` on this node.
+    ///
+    /// Errors: [`ErrorKind::Other`] if neither address can be bound for a
+    /// reason other than "in use", or the poll or thread cannot be created.
+    pub fn start(uuid: &JobUuid) -> Result<NameServer> {
+        let port = port_for(uuid);
+        let binds = [
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
+        ];
+        // C sends to "localhost" and tries what it resolves to; the two
+        // loopback addresses are that without depending on /etc/hosts.
+        let local = Server::at(
+            format!("localhost:{port}"),
+            vec![
+                SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+            ],
+        );
+        Self::start_with(&binds, local)
+    }
+
+    /// Starts a name server on `addr` (port 0: an ephemeral port, see
+    /// [`local_addr`](Self::local_addr)); for tests and explicit set-ups.
+    /// If `addr` is in use, the handle registers with the server there (on
+    /// loopback when `addr` is unspecified).
+    pub fn start_on(addr: SocketAddr) -> Result<NameServer> {
+        let mut target = addr;
+        if target.ip().is_unspecified() {
+            target.set_ip(match addr {
+                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        Self::start_with(&[addr], Server::at(target.to_string(), vec![target]))
+    }
+
+    fn start_with(binds: &[SocketAddr], existing: Server) -> Result<NameServer> {
+        let mut last = None;
+        for &addr in binds {
+            match TcpListener::bind(addr) {
+                Ok(listener) => return Self::serve(listener),
+                // C's rule: in use means a peer runs the server; stop there.
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    tracing::info!(
+                        "name server: {addr} is in use; registering with the server at {}",
+                        existing.what()
+                    );
+                    return Ok(NameServer {
+                        addr: existing.first_addr().unwrap_or(addr),
+                        role: Role::Client { server: existing },
+                    });
+                }
+                Err(e) => last = Some((addr, e)),
+            }
+        }
+        match last {
+            Some((addr, e)) => Err(Error::with_source(
+                ErrorKind::Other,
+                format!("name server: cannot listen on {addr}"),
+                e,
+            )),
+            None => Err(Error::new(
+                ErrorKind::Inval,
+                "name server: no address to listen on",
+            )),
+        }
+    }
+
+    fn serve(mut listener: TcpListener) -> Result<NameServer> {
+        let setup = |what: &str, e: io::Error| {
+            Error::with_source(ErrorKind::Other, format!("name server: {what}"), e)
+        };
+        let addr = listener
+            .local_addr()
+            .map_err(|e| setup("reading the bound address", e))?;
+        let poll = Poll::new().map_err(|e| setup("creating the poll", e))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| setup("registering the listener", e))?;
+        let waker =
+            Waker::new(poll.registry(), WAKER).map_err(|e| setup("creating the waker", e))?;
+        let stop = Arc::new(Stop {
+            flag: AtomicBool::new(false),
+            waker,
+        });
+        let table = Arc::new(Mutex::new(Registry::new()));
+        let event_loop = EventLoop {
+            poll,
+            listener,
+            table: Arc::clone(&table),
+            stop: Arc::clone(&stop),
+            conns: Vec::new(),
+            live: 0,
+            backlogged: false,
+            accept_retry: None,
+        };
+        let thread = thread::Builder::new()
+            .name("psmrail-ns".into())
+            .spawn(move || event_loop.run())
+            .map_err(|e| setup("starting the thread", e))?;
+        tracing::info!("name server: serving on {addr}");
+        Ok(NameServer {
+            addr,
+            role: Role::Serving {
+                table,
+                stop,
+                thread: Some(thread),
+            },
+        })
+    }
+
+    /// Whether this handle runs the server (false: another process does,
+    /// and registrations go there).
+    pub fn is_serving(&self) -> bool {
+        matches!(self.role, Role::Serving { .. })
+    }
+
+    /// The address served on, or (when not serving) the address of the
+    /// server registrations go to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Registers `service` → `epid` on the node's server; dropping the
+    /// returned [`Registration`] removes it (C: ADD at `fi_endpoint`, DEL at
+    /// `fi_close`).
+    ///
+    /// Unlike C, the outcome is known: when another process serves, the
+    /// ADD is followed by a QUERY that checks the entry is this one.
+    ///
+    /// Errors: [`ErrorKind::Inval`] for service 0 (the query wildcard);
+    /// [`ErrorKind::Busy`] if the service is registered to another epid
+    /// (or, when serving, at all); [`ErrorKind::NoMem`] if the table is
+    /// full; when another process serves, the errors of [`query`](super::query)
+    /// within [`UPDATE_TIMEOUT`].
+    pub fn register(&self, service: u32, epid: Epid) -> Result<Registration> {
+        if service == 0 {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                "name server: service 0 is the query wildcard; register a non-zero service",
+            ));
+        }
+        let target = match &self.role {
+            Role::Serving { table, .. } => {
+                lock(table)
+                    .add(service, epid)
+                    .map_err(|r| refused(&self.addr.to_string(), service, epid, r))?;
+                Target::Local(Arc::clone(table))
+            }
+            Role::Client { server } => {
+                let d = Deadline::after(UPDATE_TIMEOUT);
+                update_server(server, &Request::Add { service, epid }, &d)?;
+                match query_server(server, service, &d) {
+                    Ok((_, e)) if e == epid => {}
+                    Ok((_, other)) => {
+                        return Err(refused(server.what(), service, epid, Refusal::Taken(other)))
+                    }
+                    Err(e) if e.kind() == ErrorKind::NoData => {
+                        return Err(Error::new(
+                            ErrorKind::Other,
+                            format!(
+                                "name server {}: accepted the ADD of service {service} but does \
+                                 not hold it (its table may be full)",
+                                server.what()
+                            ),
+                        ))
+                    }
+                    Err(e) => return Err(e),
+                }
+                Target::Remote(server.clone())
+            }
+        };
+        Ok(Registration {
+            service,
+            epid,
+            target: Some(target),
+        })
+    }
+}
+
+fn refused(server: &str, service: u32, epid: Epid, r: Refusal) -> Error {
+    let kind = match r {
+        Refusal::Taken(_) => ErrorKind::Busy,
+        Refusal::Full => ErrorKind::NoMem,
+        Refusal::Wildcard | Refusal::Unknown | Refusal::OtherEpid(_) => ErrorKind::Inval,
+    };
+    Error::new(
+        kind,
+        format!("name server {server}: cannot register service {service} as {epid}: {r}"),
+    )
+}
+
+impl Drop for NameServer {
+    fn drop(&mut self) {
+        if let Role::Serving { stop, thread, .. } = &mut self.role {
+            stop.flag.store(true, Ordering::Release);
+            if let Err(e) = stop.waker.wake() {
+                // The thread still sees the flag within IDLE_POLL.
+                tracing::debug!("name server: waking the thread failed: {e}");
+            }
+            if let Some(t) = thread.take() {
+                if t.join().is_err() {
+                    tracing::warn!("name server: the server thread panicked");
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Debug for NameServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NameServer")
+            .field("addr", &self.addr)
+            .field("serving", &self.is_serving())
+            .finish()
+    }
+}
+
+/// One service → epid entry on the node's name server; dropping it sends
+/// the DEL (or, in the serving process, removes the entry directly).
+///
+/// If the same service was already registered to the same epid by someone
+/// else, both handles share the entry and the first drop removes it.
+pub struct Registration {
+    service: u32,
+    epid: Epid,
+    target: Option<Target>,
+}
+
+enum Target {
+    Local(Arc<Mutex<Registry>>),
+    Remote(Server),
+}
+
+impl Registration {
+    /// The registered service.
+    pub fn service(&self) -> u32 {
+        self.service
+    }
+
+    /// The registered endpoint id.
+    pub fn epid(&self) -> Epid {
+        self.epid
+    }
+
+    /// Removes the entry now, reporting failure (drop ignores it).
+    ///
+    /// Errors: [`ErrorKind::Inval`] if the entry is gone or belongs to
+    /// another epid; when another process serves, the errors of
+    /// [`query`](super::query) within [`UPDATE_TIMEOUT`] (e.g. `NoData` if
+    /// that process has exited).
+    pub fn unregister(mut self) -> Result<()> {
+        self.remove()
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        let (service, epid) = (self.service, self.epid);
+        match self.target.take() {
+            None => Ok(()),
+            Some(Target::Local(table)) => lock(&table).del(service, epid).map_err(|r| {
+                Error::new(
+                    ErrorKind::Inval,
+                    format!("name server: cannot remove service {service} ({epid}): {r}"),
+                )
+            }),
+            Some(Target::Remote(server)) => update_server(
+                &server,
+                &Request::Del { service, epid },
+                &Deadline::after(UPDATE_TIMEOUT),
+            ),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            tracing::debug!("name server: {e}");
+        }
+    }
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("service", &self.service)
+            .field("epid", &self.epid)
+            .field("local", &matches!(self.target, Some(Target::Local(_))))
+            .finish()
+    }
+}
+
+/// One accepted connection.
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    session: Session,
+    /// The reply and how much of it is sent.
+    out: Option<(Frame, usize)>,
+    deadline: Instant,
+}
+
+impl Conn {
+    /// Reads, carries out and answers as far as the socket allows. Returns
+    /// whether the connection is finished (close it).
+    fn drive(&mut self, table: &Mutex<Registry>) -> bool {
+        loop {
+            if let Some((frame, sent)) = &mut self.out {
+                match self.stream.write(&frame[*sent..]) {
+                    Ok(0) => return true,
+                    Ok(n) => {
+                        *sent += n;
+                        if *sent >= frame.len() {
+                            return true;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!("name server: {}: sending the reply: {e}", self.peer);
+                        return true;
+                    }
+                }
+                continue;
+            }
+            match self.stream.read(self.session.unfilled()) {
+                Ok(0) => {
+                    tracing::debug!(
+                        "name server: {} closed after {} bytes, before a complete command",
+                        self.peer,
+                        self.session.received()
+                    );
+                    return true;
+                }
+                Ok(n) => match self.session.filled(n, &mut lock(table)) {
+                    Ok(Step::More) => {}
+                    Ok(Step::Done {
+                        request,
+                        reply,
+                        outcome,
+                    }) => {
+                        match outcome {
+                            Ok(()) => tracing::debug!("name server: {}: {request:?}", self.peer),
+                            Err(r) => {
+                                tracing::debug!("name server: {}: {request:?} refused: {r}", self.peer)
+                            }
+                        }
+                        match reply {
+                            Some(frame) => self.out = Some((frame, 0)),
+                            None => return true,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!("name server: {}: bad command: {e}", self.peer);
+                        return true;
+                    }
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!("name server: {}: receiving: {e}", self.peer);
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// The server thread's state.
+struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    table: Arc<Mutex<Registry>>,
+    stop: Arc<Stop>,
+    /// Slot `i` is token `FIRST_CONNECTION + i`.
+    conns: Vec<Option<Conn>>,
+    live: usize,
+    /// Accepting stopped at [`MAX_CONNECTIONS`] with connections possibly
+    /// still queued (the edge-triggered listener will not say so again).
+    backlogged: bool,
+    accept_retry: Option<Instant>,
+}
+
+impl EventLoop {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(64);
+        while !self.stop.flag.load(Ordering::Acquire) {
+            let timeout = self.next_timeout();
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::warn!("name server: poll failed, stopping: {e}");
+                return;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    // The flag is checked at the top of the loop.
+                    WAKER => {}
+                    LISTENER => self.accept(),
+                    Token(t) => self.drive(t.wrapping_sub(FIRST_CONNECTION)),
+                }
+            }
+            self.expire();
+            let now = Instant::now();
+            if self.accept_retry.is_some_and(|t| t <= now) {
+                self.accept_retry = None;
+                self.accept();
+            }
+            if self.backlogged && self.live < MAX_CONNECTIONS {
+                self.accept();
+            }
+        }
+    }
+
+    fn next_timeout(&self) -> Duration {
+        let now = Instant::now();
+        self.conns
+            .iter()
+            .flatten()
+            .map(|c| c.deadline)
+            .chain(self.accept_retry)
+            .map(|t| t.saturating_duration_since(now))
+            .fold(IDLE_POLL, Duration::min)
+    }
+
+    fn accept(&mut self) {
+        self.backlogged = false;
+        while self.live < MAX_CONNECTIONS {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.add(stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    // E.g. out of descriptors: the connection stays queued.
+                    tracing::debug!("name server: accept failed: {e}");
+                    self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+                    return;
+                }
+            }
+        }
+        self.backlogged = true;
+    }
+
+    fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+        let slot = match self.conns.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        let token = Token(FIRST_CONNECTION + slot);
+        if let Err(e) =
+            self.poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+        {
+            tracing::debug!("name server: {peer}: registering: {e}");
+            return;
+        }
+        self.conns[slot] = Some(Conn {
+            stream,
+            peer,
+            session: Session::new(),
+            out: None,
+            deadline: Instant::now() + CONNECTION_TIMEOUT,
+        });
+        self.live += 1;
+    }
+
+    fn drive(&mut self, slot: usize) {
+        let Some(Some(conn)) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.drive(&self.table) {
+            self.close(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
+            // Closing the descriptor would drop it from epoll anyway; this
+            // keeps mio's bookkeeping exact.
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.live -= 1;
+        }
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        for slot in 0..self.conns.len() {
+            let Some(conn) = &self.conns[slot] else {
+                continue;
+            };
+            if conn.deadline <= now {
+                tracing::debug!(
+                    "name server: {}: no complete command within {CONNECTION_TIMEOUT:?} \
+                     ({} bytes); closing",
+                    conn.peer,
+                    conn.session.received()
+                );
+                self.close(slot);
+            }
+        }
+    }
+}

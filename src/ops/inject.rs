@@ -1,0 +1,74 @@
+//! Inject: small sends that return once the caller's bytes may be reused
+//! and report no completion (`fi_inject`, `fi_tinject`).
+//!
+//! The bytes (at most the endpoint's inject size, 64 B by default) are
+//! copied; the send then runs in the background and its slot is abandoned,
+//! so the reactor frees the copy when the engine is done. The send counter
+//! counts the inject at once, as in C.
+
+use super::pending::{release_unposted, Carrier, PendingOp};
+use crate::engine::{OpBuffer, PeerAddr, SendMode};
+use crate::fabric::{CounterKind, EndpointCore};
+use crate::{Error, ErrorKind, Result};
+use std::sync::Arc;
+
+/// Checks `len` against the endpoint's inject size.
+pub(crate) fn check_inject_len(ep: &EndpointCore, len: usize) -> Result<()> {
+    let max = ep.inject_size();
+    if len > max {
+        return Err(Error::new(
+            ErrorKind::MsgSize,
+            format!("inject: {len} bytes exceed the inject size ({max} bytes); use a send"),
+        ));
+    }
+    Ok(())
+}
+
+fn counted(ep: &EndpointCore) {
+    if let Some(c) = ep.counter(CounterKind::Send) {
+        c.inc();
+    }
+}
+
+/// Injects over the MQ with `tag`.
+pub(crate) fn inject_mq(ep: &Arc<EndpointCore>, peer: PeerAddr, tag: u64, data: &[u8]) -> Result<()> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    let buf = OpBuffer::from(data.to_vec());
+    match domain
+        .engine()
+        .isend(peer, tag, SendMode::Standard, buf, key)
+    {
+        Ok(()) => {
+            domain.reactor().notify();
+            drop(PendingOp::new(ep.clone(), key, Carrier::Mq, false));
+            counted(ep);
+            Ok(())
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err(e.error)
+        }
+    }
+}
+
+/// Injects an untagged message over the AM message queue.
+pub(crate) fn inject_am(ep: &Arc<EndpointCore>, peer: PeerAddr, data: &[u8]) -> Result<()> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    let buf = OpBuffer::from(data.to_vec());
+    match domain.am_msg().send(peer, buf, key) {
+        Ok(()) => {
+            domain.reactor().notify();
+            drop(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false));
+            counted(ep);
+            Ok(())
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err(e.error)
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Untagged messages (`FI_MSG`): `send`, `recv`, `recv_from`, `inject`.
+//!
+//! By default they travel on the engine's tag-matching MQ with tag
+//! `MSG_BIT | sender epid` (`spec/decisions.md`, "Tag layout"), so a
+//! receive knows its source from the tag even where the engine does not
+//! report it, and a directed receive (`FI_DIRECTED_RECV`) matches one
+//! sender exactly. With `FI_PSM_AM_MSG=1` they travel over active messages
+//! instead (the domain's AM message queue); the API is the same.
+
+use super::outcome::OpName;
+use super::recv::{RecvKind, RecvOp};
+use super::send::SendOp;
+use super::submit::{am_recv, am_send, check_caps, check_send_len, check_writable, mq_recv, mq_send, Dir};
+use crate::engine::{OpBuffer, TagMatch};
+use crate::fabric::{Caps, Endpoint, EndpointCore, FiAddr, MSG_BIT};
+use crate::{Error, ErrorKind, Result};
+
+/// The MQ tag of an untagged message from `ep`.
+fn msg_tag(ep: &EndpointCore) -> u64 {
+    MSG_BIT | (ep.domain().epid().0 & !MSG_BIT)
+}
+
+impl Endpoint {
+    /// Sends `buf` to `dest` (`fi_send`). Needs `FI_MSG` and `FI_SEND` (or
+    /// no direction bits).
+    ///
+    /// The send is posted before this returns; the future resolves when the
+    /// buffer may be reused, handing it back with the result.
+    pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> SendOp {
+        let buf = buf.into();
+        let ep = &self.core;
+        let checked = check_caps(ep, Caps::MSG, Dir::Send, OpName::Send)
+            .and_then(|()| check_send_len(ep, buf.len(), OpName::Send))
+            .and_then(|()| ep.resolve(dest));
+        let peer = match checked {
+            Ok(p) => p,
+            Err(e) => return SendOp::failed(e, buf),
+        };
+        let posted = if ep.domain().config().am_msg() {
+            am_send(ep, peer, buf)
+        } else {
+            mq_send(ep, peer, msg_tag(ep), buf)
+        };
+        match posted {
+            Ok(op) => SendOp::posted(op, OpName::Send),
+            Err((e, buf)) => SendOp::failed(e, buf),
+        }
+    }
+
+    /// Receives the next untagged message from any source into `buf`
+    /// (`fi_recv`). Needs `FI_MSG` and `FI_RECV` (or no direction bits).
+    pub fn recv(&self, buf: impl Into<OpBuffer>) -> RecvOp {
+        self.recv_inner(buf.into(), None)
+    }
+
+    /// Receives the next untagged message sent by `src` (`fi_recv` with a
+    /// source address: `FI_DIRECTED_RECV`, which the endpoint's caps must
+    /// include).
+    pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> RecvOp {
+        let buf = buf.into();
+        if !self.core.caps().contains(Caps::DIRECTED_RECV) {
+            let e = Error::new(
+                ErrorKind::OpNotSupp,
+                "recv_from: the endpoint was opened without FI_DIRECTED_RECV",
+            );
+            return RecvOp::failed(e, buf);
+        }
+        self.recv_inner(buf, Some(src))
+    }
+
+    fn recv_inner(&self, mut buf: OpBuffer, src: Option<FiAddr>) -> RecvOp {
+        let ep = &self.core;
+        let checked = check_caps(ep, Caps::MSG, Dir::Recv, OpName::Recv)
+            .and_then(|()| check_writable(&mut buf, OpName::Recv))
+            .and_then(|()| src.map(|a| ep.resolve(a)).transpose());
+        let from = match checked {
+            Ok(from) => from,
+            Err(e) => return RecvOp::failed(e, buf),
+        };
+        let domain = ep.domain();
+        let (posted, kind) = if domain.config().am_msg() {
+            (am_recv(ep, from, buf), RecvKind::MsgAm)
+        } else {
+            let tags = match from {
+                None => TagMatch::new(MSG_BIT, MSG_BIT),
+                Some(p) => match domain.engine().peer_epid(p) {
+                    Some(epid) => TagMatch::exact(MSG_BIT | (epid.0 & !MSG_BIT)),
+                    None => {
+                        let e = Error::new(
+                            ErrorKind::Inval,
+                            "recv_from: the source is not connected to this domain",
+                        );
+                        return RecvOp::failed(e, buf);
+                    }
+                },
+            };
+            (mq_recv(ep, tags, buf), RecvKind::MsgMq)
+        };
+        match posted {
+            Ok(op) => RecvOp::posted(op, OpName::Recv, kind),
+            Err((e, buf)) => RecvOp::failed(e, buf),
+        }
+    }
+
+    /// Sends a small untagged message and returns once `data` may be reused
+    /// (`fi_inject`): at most the endpoint's inject size (64 B by default),
+    /// no completion is reported, the send counter counts it at once.
+    pub fn inject(&self, dest: FiAddr, data: &[u8]) -> Result<()> {
+        let ep = &self.core;
+        check_caps(ep, Caps::MSG, Dir::Send, OpName::Send)?;
+        super::inject::check_inject_len(ep, data.len())?;
+        let peer = ep.resolve(dest)?;
+        if ep.domain().config().am_msg() {
+            super::inject::inject_am(ep, peer, data)
+        } else {
+            super::inject::inject_mq(ep, peer, msg_tag(ep), data)
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! What a finished operation reports, and how an engine status becomes a
+//! `Result`.
+
+use crate::engine::{MqStatus, OpBuffer};
+use crate::fabric::FiAddr;
+use crate::{Error, ErrorKind, Result, Truncation};
+
+/// The output of every operation future: the result and the buffer it was
+/// given, handed back whatever happened (owned-buffer style, as tokio-uring
+/// and monoio do), so a failure never loses memory.
+pub type OpOutput<T> = (Result<T>, OpBuffer);
+
+/// A completed send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    /// Bytes sent.
+    pub len: usize,
+}
+
+/// A completed receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// Bytes placed at the start of the buffer.
+    pub len: usize,
+    /// The message's tag (the user bits; 0 for untagged messages).
+    pub tag: u64,
+    /// The sender, as an address of the endpoint's address vector;
+    /// [`FiAddr::UNSPEC`] when it is not in the AV (or, for tagged messages
+    /// on the TrueScale build of PSM, not reported by the engine).
+    pub source: FiAddr,
+}
+
+/// The operation names used in error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpName {
+    Send,
+    Recv,
+    TSend,
+    TRecv,
+    MultiRecv,
+}
+
+impl OpName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            OpName::Send => "send",
+            OpName::Recv => "recv",
+            OpName::TSend => "tsend",
+            OpName::TRecv => "trecv",
+            OpName::MultiRecv => "multi-recv",
+        }
+    }
+}
+
+/// The error of a failed status; `None` on success.
+pub(crate) fn status_error(status: &MqStatus, op: OpName) -> Option<Error> {
+    let kind = status.error?;
+    Some(match kind {
+        ErrorKind::Trunc => Error::truncated(
+            Truncation {
+                msg_len: status.msg_len,
+                received: status.nbytes,
+            },
+            op.as_str(),
+        ),
+        ErrorKind::Canceled => Error::new(kind, format!("{}: cancelled", op.as_str())),
+        ErrorKind::Io => Error::new(kind, format!("{}: the peer is gone", op.as_str())),
+        ErrorKind::TimedOut => Error::new(
+            kind,
+            format!("{}: the peer did not answer in time", op.as_str()),
+        ),
+        other => Error::new(other, format!("{}: failed", op.as_str())),
+    })
+}

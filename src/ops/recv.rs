@@ -1,0 +1,146 @@
+//! [`RecvOp`]: the future of `recv`, `recv_from` and `trecv`.
+
+use super::outcome::{status_error, OpName, OpOutput, Received};
+use super::pending::PendingOp;
+use crate::engine::{Epid, MqStatus, OpBuffer};
+use crate::fabric::{CounterKind, EndpointCore, FiAddr, MSG_BIT};
+use crate::Error;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// How the tag and source of a completed receive are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvKind {
+    /// Tagged: report the user bits of the tag.
+    Tagged,
+    /// Untagged over the MQ: the tag is `MSG_BIT | sender epid`.
+    MsgMq,
+    /// Untagged over AM: the engine reports the source.
+    MsgAm,
+}
+
+/// A posted receive. Resolves to `(Result<Received>, buffer)`.
+///
+/// A message longer than the buffer completes with an `FI_ETRUNC` error
+/// whose [`Error::truncation`] gives both lengths; the buffer then holds
+/// the message's first `buffer.len()` bytes.
+///
+/// Dropping the future before it completes cancels the receive if it has
+/// not matched a message yet (no message is lost: a later message goes to
+/// another receive); a receive that already matched keeps its buffer in the
+/// reactor until the engine has finished writing it, then the buffer is
+/// freed and the message is gone with it.
+#[must_use = "the receive completes only when awaited; dropping it cancels it"]
+#[derive(Debug)]
+pub struct RecvOp {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Posted {
+        op: PendingOp,
+        name: OpName,
+        kind: RecvKind,
+    },
+    Failed(Error, OpBuffer),
+    Done,
+}
+
+impl RecvOp {
+    pub(crate) fn posted(op: PendingOp, name: OpName, kind: RecvKind) -> Self {
+        RecvOp {
+            state: State::Posted { op, name, kind },
+        }
+    }
+
+    pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
+        RecvOp {
+            state: State::Failed(error, buffer),
+        }
+    }
+
+    /// Cancels the receive if it has not matched a message yet
+    /// (`fi_cancel`): the future then resolves with an `FI_ECANCELED` error
+    /// and the buffer. Returns whether it was cancelled; `false` when it is
+    /// too late (matched or finished) — the future then completes normally.
+    pub fn cancel(&self) -> bool {
+        match &self.state {
+            State::Posted { op, .. } => op.cancel(),
+            _ => false,
+        }
+    }
+
+    /// The posted op, or the post's error and buffer.
+    pub(crate) fn into_posted(
+        mut self,
+    ) -> Result<(PendingOp, OpName, RecvKind), crate::engine::PostError> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Posted { op, name, kind } => Ok((op, name, kind)),
+            State::Failed(error, buffer) => Err(crate::engine::PostError { error, buffer }),
+            State::Done => unreachable!("a fresh RecvOp is never Done"),
+        }
+    }
+
+    /// Whether the post itself failed (the future resolves at once with the
+    /// error).
+    pub fn is_failed(&self) -> bool {
+        matches!(self.state, State::Failed(..))
+    }
+}
+
+/// The sender of a completed receive, as an AV address.
+pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) -> FiAddr {
+    match (kind, status.source) {
+        (_, Some(peer)) => ep.source_of(Some(peer), None),
+        (RecvKind::MsgMq, None) => ep.source_of(None, Some(Epid(status.tag & !MSG_BIT))),
+        _ => FiAddr::UNSPEC,
+    }
+}
+
+impl Future for RecvOp {
+    type Output = OpOutput<Received>;
+
+    /// # Panics
+    /// If polled again after it returned `Ready`.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match &mut this.state {
+            State::Posted { op, name, kind } => {
+                let done = std::task::ready!(op.poll(cx));
+                let ep = op.endpoint();
+                let counter = ep.counter(CounterKind::Recv);
+                let result = match status_error(&done.status, *name) {
+                    None => {
+                        if let Some(c) = counter {
+                            c.inc();
+                        }
+                        let tag = match kind {
+                            RecvKind::Tagged => done.status.tag & ep.domain().tags().user_mask(),
+                            _ => 0,
+                        };
+                        Ok(Received {
+                            len: done.status.nbytes,
+                            tag,
+                            source: source_of(ep, *kind, &done.status),
+                        })
+                    }
+                    Some(e) => {
+                        if let Some(c) = counter {
+                            c.inc_err();
+                        }
+                        Err(e)
+                    }
+                };
+                this.state = State::Done;
+                Poll::Ready((result, done.buffer))
+            }
+            State::Failed(..) => match std::mem::replace(&mut this.state, State::Done) {
+                State::Failed(e, b) => Poll::Ready((Err(e), b)),
+                _ => unreachable!("matched Failed above"),
+            },
+            State::Done => panic!("RecvOp polled after completion"),
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! [`SendOp`]: the future of `send` and `tsend`.
+
+use super::outcome::{status_error, OpName, OpOutput, Sent};
+use super::pending::PendingOp;
+use crate::engine::OpBuffer;
+use crate::fabric::CounterKind;
+use crate::Error;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A posted send. Resolves to `(Result<Sent>, buffer)` once the buffer may be
+/// reused (the engine copied it or the receiver took it).
+///
+/// The send was handed to the engine when the call that returned this
+/// future ran, so messages leave in call order whether or not the futures
+/// are polled. Dropping the future does not stop the send (sends cannot be
+/// cancelled, as in PSM): the buffer stays with the engine until it is
+/// done, then is freed; a bound send counter is not incremented for a send
+/// whose future was dropped.
+#[must_use = "the send completes only when awaited (or its future is dropped and the buffer abandoned)"]
+#[derive(Debug)]
+pub struct SendOp {
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Posted { op: PendingOp, name: OpName },
+    Failed(Error, OpBuffer),
+    Done,
+}
+
+impl SendOp {
+    pub(crate) fn posted(op: PendingOp, name: OpName) -> Self {
+        SendOp {
+            state: State::Posted { op, name },
+        }
+    }
+
+    pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
+        SendOp {
+            state: State::Failed(error, buffer),
+        }
+    }
+
+    /// The posted op, or the post's error and buffer.
+    pub(crate) fn into_posted(mut self) -> Result<(PendingOp, OpName), crate::engine::PostError> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Posted { op, name } => Ok((op, name)),
+            State::Failed(error, buffer) => Err(crate::engine::PostError { error, buffer }),
+            State::Done => unreachable!("a fresh SendOp is never Done"),
+        }
+    }
+
+    /// Whether the post itself failed (the future resolves at once with the
+    /// error).
+    pub fn is_failed(&self) -> bool {
+        matches!(self.state, State::Failed(..))
+    }
+}
+
+impl Future for SendOp {
+    type Output = OpOutput<Sent>;
+
+    /// # Panics
+    /// If polled again after it returned `Ready`.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match &mut this.state {
+            State::Posted { op, name } => {
+                let done = std::task::ready!(op.poll(cx));
+                let counter = op.endpoint().counter(CounterKind::Send);
+                let result = match status_error(&done.status, *name) {
+                    None => {
+                        if let Some(c) = counter {
+                            c.inc();
+                        }
+                        Ok(Sent {
+                            len: done.status.nbytes,
+                        })
+                    }
+                    Some(e) => {
+                        if let Some(c) = counter {
+                            c.inc_err();
+                        }
+                        Err(e)
+                    }
+                };
+                this.state = State::Done;
+                Poll::Ready((result, done.buffer))
+            }
+            State::Failed(..) => match std::mem::replace(&mut this.state, State::Done) {
+                State::Failed(e, b) => Poll::Ready((Err(e), b)),
+                _ => unreachable!("matched Failed above"),
+            },
+            State::Done => panic!("SendOp polled after completion"),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Posting: the checks every operation makes before it reaches the engine,
+//! and the hand-off to the MQ or the AM message queue.
+
+use super::outcome::OpName;
+use super::pending::{release_unposted, Carrier, PendingOp};
+use crate::engine::{OpBuffer, PeerAddr, SendMode, TagMatch};
+use crate::fabric::{Caps, EndpointCore};
+use crate::{Error, ErrorKind, Result};
+use std::sync::Arc;
+
+/// Direction of an operation, for the capability check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    Send,
+    Recv,
+}
+
+/// Checks that `ep` was opened with `class` (FI_MSG or FI_TAGGED) and the
+/// direction (`FI_SEND` / `FI_RECV`, or neither, which allows both: the
+/// man page's refinement rule).
+pub(crate) fn check_caps(ep: &EndpointCore, class: Caps, dir: Dir, op: OpName) -> Result<()> {
+    ep.ensure_open()?;
+    let caps = ep.caps();
+    let dir_bit = match dir {
+        Dir::Send => Caps::SEND,
+        Dir::Recv => Caps::RECV,
+    };
+    let dir_ok = caps.contains(dir_bit) || !caps.intersects(Caps::SEND | Caps::RECV);
+    if caps.contains(class) && dir_ok {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::OpNotSupp,
+        format!(
+            "{}: the endpoint was opened with {caps} and needs {class} with {dir_bit} (or no direction bits)",
+            op.as_str()
+        ),
+    ))
+}
+
+/// Checks a send's length against the engine's message limit.
+pub(crate) fn check_send_len(ep: &EndpointCore, len: usize, op: OpName) -> Result<()> {
+    let max = ep.domain().limits().max_message;
+    if len as u64 > max {
+        return Err(Error::new(
+            ErrorKind::MsgSize,
+            format!(
+                "{}: {len} bytes exceed the largest message ({max} bytes)",
+                op.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a receive buffer can be written.
+pub(crate) fn check_writable(buf: &mut OpBuffer, op: OpName) -> Result<()> {
+    if buf.as_mut_ptr().is_none() {
+        return Err(Error::new(
+            ErrorKind::Inval,
+            format!(
+                "{}: the buffer is shared read-only `Bytes`; receive into a Vec, BytesMut or region",
+                op.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Posts an MQ send.
+pub(crate) fn mq_send(
+    ep: &Arc<EndpointCore>,
+    peer: PeerAddr,
+    tag: u64,
+    buf: OpBuffer,
+) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    match domain
+        .engine()
+        .isend(peer, tag, SendMode::Standard, buf, key)
+    {
+        Ok(()) => {
+            domain.reactor().notify();
+            Ok(PendingOp::new(ep.clone(), key, Carrier::Mq, false))
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err((e.error, e.buffer))
+        }
+    }
+}
+
+/// Posts an MQ receive.
+pub(crate) fn mq_recv(
+    ep: &Arc<EndpointCore>,
+    tags: TagMatch,
+    buf: OpBuffer,
+) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    match domain.engine().irecv(tags, buf, key) {
+        Ok(()) => {
+            domain.reactor().notify();
+            Ok(PendingOp::new(ep.clone(), key, Carrier::Mq, true))
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err((e.error, e.buffer))
+        }
+    }
+}
+
+/// Posts a send on the AM message queue.
+pub(crate) fn am_send(
+    ep: &Arc<EndpointCore>,
+    peer: PeerAddr,
+    buf: OpBuffer,
+) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    match domain.am_msg().send(peer, buf, key) {
+        Ok(()) => {
+            domain.reactor().notify();
+            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false))
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err((e.error, e.buffer))
+        }
+    }
+}
+
+/// Posts a receive on the AM message queue (`from` for a directed one).
+pub(crate) fn am_recv(
+    ep: &Arc<EndpointCore>,
+    from: Option<PeerAddr>,
+    buf: OpBuffer,
+) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+    let domain = ep.domain();
+    let table = domain.table();
+    let key = table.insert();
+    match domain.am_msg().recv(from, buf, key) {
+        Ok(()) => {
+            domain.reactor().notify();
+            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, true))
+        }
+        Err(e) => {
+            release_unposted(table, key);
+            Err((e.error, e.buffer))
+        }
+    }
+}
