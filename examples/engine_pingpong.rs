@@ -1,9 +1,9 @@
 //! Ping-pong through the native engine and the reactor, against the raw
 //! psm-sys floor, in one run.
 //!
-//! Two phases, each with a fresh pair of processes (this program re-executes
-//! itself as the peer, `--serve <phase> --peer <epid> --cpu <n>`; PSM allows
-//! one endpoint per process at a time):
+//! Three phases, each with a fresh pair of processes (this program
+//! re-executes itself as the peer, `--serve <phase> --peer <epid> --cpu <n>`;
+//! PSM allows one endpoint per process at a time):
 //!
 //! * **raw**: blocking ping-pong straight through psm-sys, no reactor: the
 //!   client posts `psm_mq_irecv`, sends with `psm_mq_send` and spins in
@@ -12,17 +12,25 @@
 //!   post `irecv` and `isend` on a [`NativeEndpoint`] with owned buffers
 //!   (moved in, handed back by the completion: no allocation per round
 //!   trip) and wait with [`Reactor::poll_completion`] in manual mode until
-//!   both complete.
+//!   both complete (each poll a progress round: `psm_mq_ipeek`, the
+//!   completion table).
+//! * **fast**: the engine contract's fast path: messages up to
+//!   [`EngineEndpoint::max_inject`] go out with
+//!   [`EngineEndpoint::inject`] (PSM's blocking send, no completion),
+//!   larger ones with `isend`; receives are waited for with
+//!   [`EngineEndpoint::poll_completion`], which in manual mode tests the
+//!   operation's own PSM request and hands its result over directly.
 //!
 //! Both processes spin, each pinned to its own CPU (the client picks both
 //! and tells the peer its CPU). Printed per size: the median over the
 //! repetitions of the half round trip, the bandwidth `size / half round
-//! trip`, and engine / raw. The raw and engine phases alternate
-//! (`--rounds`, default 3) and each figure is the median over the rounds,
-//! so a noisy moment on the machine hits both sides alike.
+//! trip`, and each phase / raw. The phases alternate (`--rounds`, default
+//! 3) and each figure is the median over the rounds, so a noisy moment on
+//! the machine hits every phase alike. `--phases` picks (and orders) the
+//! phases, e.g. `--phases fast` alone under `perf record`.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,engine,fast --no-pin]
 //! ```
 
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
@@ -49,8 +57,8 @@ struct Args {
     /// same machine noise; the figure is the median over the rounds.
     rounds: usize,
     pin: bool,
-    /// Run only this phase (profiling).
-    only: Option<String>,
+    /// The phases to run, in this order in every round.
+    phases: Vec<Phase>,
     /// Set in the peer: which phase to serve.
     serve: Option<String>,
     peer: Option<u64>,
@@ -62,7 +70,7 @@ fn parse_args() -> Args {
         reps: 9,
         rounds: 3,
         pin: true,
-        only: None,
+        phases: vec![Phase::Raw, Phase::Engine, Phase::Fast],
         serve: None,
         peer: None,
         cpu: None,
@@ -86,17 +94,86 @@ fn parse_args() -> Args {
                     .expect("--rounds N")
             }
             "--no-pin" => args.pin = false,
-            "--only" => args.only = Some(it.next().expect("--only raw|engine")),
+            "--phases" => {
+                args.phases = it
+                    .next()
+                    .expect("--phases raw,engine,fast")
+                    .split(',')
+                    .map(|p| Phase::parse(p).unwrap_or_else(|| usage(p)))
+                    .collect()
+            }
+            "--help" | "-h" => usage(""),
             "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
             "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
             "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
-            other => {
-                eprintln!("unknown argument {other}; usage: engine_pingpong [--reps N] [--rounds N] [--no-pin]");
-                std::process::exit(2);
-            }
+            other => usage(other),
         }
     }
     args
+}
+
+/// One way of running the ping-pong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Blocking psm-sys calls, no reactor: the floor.
+    Raw,
+    /// `isend`/`irecv` and `Reactor::poll_completion` (every poll a
+    /// progress round, completions through ipeek and the table).
+    Engine,
+    /// `inject` for sends up to `max_inject`, `isend` above;
+    /// `EngineEndpoint::poll_completion` (the op's own request tested).
+    Fast,
+}
+
+impl Phase {
+    fn parse(s: &str) -> Option<Phase> {
+        match s {
+            "raw" => Some(Phase::Raw),
+            "engine" => Some(Phase::Engine),
+            "fast" => Some(Phase::Fast),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Raw => "raw",
+            Phase::Engine => "engine",
+            Phase::Fast => "fast",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Phase::Raw => "psm-sys: irecv, blocking psm_mq_send, psm_mq_wait (no reactor)",
+            Phase::Engine => {
+                "engine contract: isend + irecv, Reactor::poll_completion (manual): \
+                 progress rounds, ipeek, completion table"
+            }
+            Phase::Fast => {
+                "engine contract: inject (<= 64 B, else isend) + irecv, \
+                 EngineEndpoint::poll_completion (manual): the op's own request tested"
+            }
+        }
+    }
+}
+
+fn usage(bad: &str) -> ! {
+    if !bad.is_empty() {
+        eprintln!("unknown argument {bad}");
+    }
+    eprintln!(
+        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,engine,fast] [--no-pin]\n\
+         \n\
+         Ping-pong between two processes (this one and a copy of it), both spinning,\n\
+         pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
+         Phases (each round runs them in the order given; figures are medians over rounds):\n  \
+           raw     psm-sys, blocking calls, no reactor (the floor)\n  \
+           engine  the engine contract, Reactor::poll_completion in manual mode\n  \
+           fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion\n\
+         Run with PSM2_DEVICES=self,shm where there is no adapter."
+    );
+    std::process::exit(if bad.is_empty() { 0 } else { 2 });
 }
 
 fn pin_to(cpu: usize) -> bool {
@@ -264,6 +341,10 @@ struct Side {
     reactor: Reactor,
     table: Arc<CompletionTable<MqCompletion>>,
     peer: PeerAddr,
+    /// The fast path: wait with `EngineEndpoint::poll_completion` (the
+    /// op's own request tested directly) and send small messages with
+    /// `inject`.
+    fast: bool,
 }
 
 impl Side {
@@ -283,7 +364,7 @@ impl Side {
             .expect("open the endpoint")
     }
 
-    fn new(ep: Arc<NativeEndpoint>, reactor: Reactor, peer: u64) -> Side {
+    fn new(ep: Arc<NativeEndpoint>, reactor: Reactor, peer: u64, fast: bool) -> Side {
         let peer = ep
             .connect(&[Epid(peer)], Duration::from_secs(30))
             .remove(0)
@@ -294,6 +375,27 @@ impl Side {
             reactor,
             table,
             peer,
+            fast,
+        }
+    }
+
+    /// Whether a message of `len` bytes is sent with `inject`.
+    fn injects(&self, len: usize) -> bool {
+        self.fast && len <= self.ep.max_inject()
+    }
+
+    fn inject(&self, tag: u64, data: &[u8]) {
+        if let Err(e) = self.ep.inject(self.peer, tag, data) {
+            panic!("inject: {e}");
+        }
+    }
+
+    /// One poll of `key`: the fast path or the reactor's.
+    fn poll(&self, key: OpKey, cx: &mut Context<'_>) -> Poll<MqCompletion> {
+        if self.fast {
+            self.ep.poll_completion(&self.reactor, key, cx)
+        } else {
+            self.reactor.poll_completion(&self.table, key, cx)
         }
     }
 
@@ -324,7 +426,7 @@ impl Side {
     fn wait(&self, key: OpKey) -> Vec<u8> {
         let mut cx = Context::from_waker(Waker::noop());
         loop {
-            if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, key, &mut cx) {
+            if let Poll::Ready(c) = self.poll(key, &mut cx) {
                 assert_eq!(c.status.error, None, "{:?}", c.status);
                 return c.buffer.into_vec().expect("a vector");
             }
@@ -337,12 +439,12 @@ impl Side {
         let (mut s, mut r) = (None, None);
         while s.is_none() || r.is_none() {
             if s.is_none() {
-                if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, send, &mut cx) {
+                if let Poll::Ready(c) = self.poll(send, &mut cx) {
                     s = Some(c.buffer.into_vec().expect("a vector"));
                 }
             }
             if r.is_none() {
-                if let Poll::Ready(c) = self.reactor.poll_completion(&self.table, recv, &mut cx) {
+                if let Poll::Ready(c) = self.poll(recv, &mut cx) {
                     assert_eq!(c.status.error, None, "{:?}", c.status);
                     r = Some(c.buffer.into_vec().expect("a vector"));
                 }
@@ -356,10 +458,11 @@ impl Side {
     }
 }
 
-fn engine_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+fn engine_client(args: &Args, peer_cpu: Option<usize>, fast: bool) -> Medians {
     let (ep, reactor) = Side::open();
-    let (mut child, peer_epid) = spawn_peer("engine", ep.epid().0, args, peer_cpu);
-    let side = Side::new(ep, reactor, peer_epid);
+    let phase = if fast { "fast" } else { "engine" };
+    let (mut child, peer_epid) = spawn_peer(phase, ep.epid().0, args, peer_cpu);
+    let side = Side::new(ep, reactor, peer_epid, fast);
     let k = side.isend(TAG_SYNC, b"s".to_vec());
     side.wait(k);
     let k = side.irecv(TAG_SYNC, vec![0]);
@@ -369,12 +472,18 @@ fn engine_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
         let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let mut out = Some(want.clone());
         let mut inb = Some(vec![0u8; size]);
+        let inject = side.injects(size);
         let m = measure(args.reps, iters, || {
             let rk = side.irecv(TAG_PONG, inb.take().unwrap_or_default());
-            let sk = side.isend(TAG_PING, out.take().unwrap_or_default());
-            let (o, i) = side.wait_both(sk, rk);
-            out = Some(o);
-            inb = Some(i);
+            if inject {
+                side.inject(TAG_PING, out.as_deref().unwrap_or_default());
+                inb = Some(side.wait(rk));
+            } else {
+                let sk = side.isend(TAG_PING, out.take().unwrap_or_default());
+                let (o, i) = side.wait_both(sk, rk);
+                out = Some(o);
+                inb = Some(i);
+            }
         });
         assert!(
             inb.as_deref() == Some(&want[..]),
@@ -387,22 +496,23 @@ fn engine_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
     side.close();
     assert!(
         child.wait().expect("wait").success(),
-        "the engine peer failed"
+        "the {phase} peer failed"
     );
     medians
 }
 
-fn engine_server(args: &Args, client: u64) {
+fn engine_server(args: &Args, client: u64, fast: bool) {
     let (ep, reactor) = Side::open();
     println!("EPID={:#x}", ep.epid().0);
     std::io::stdout().flush().unwrap();
-    let side = Side::new(ep, reactor, client);
+    let side = Side::new(ep, reactor, client, fast);
     let k = side.irecv(TAG_SYNC, vec![0]);
     side.wait(k);
     let k = side.isend(TAG_SYNC, b"s".to_vec());
     side.wait(k);
     for &(size, iters) in SIZES {
         let rounds = iters / 10 + 1 + iters * args.reps;
+        let inject = side.injects(size);
         // Two buffers: the next ping's receive is posted before the pong is
         // sent, so pings never arrive unexpected.
         let mut spare = Some(vec![0u8; size]);
@@ -412,8 +522,13 @@ fn engine_server(args: &Args, client: u64) {
             if round + 1 < rounds {
                 posted = side.irecv(TAG_PING, spare.take().unwrap_or_default());
             }
-            let sk = side.isend(TAG_PONG, filled);
-            spare = Some(side.wait(sk));
+            if inject {
+                side.inject(TAG_PONG, &filled);
+                spare = Some(filled);
+            } else {
+                let sk = side.isend(TAG_PONG, filled);
+                spare = Some(side.wait(sk));
+            }
         }
     }
     let k = side.isend(TAG_SYNC, b"d".to_vec());
@@ -433,7 +548,8 @@ fn main() {
         let client = args.peer.expect("--peer");
         match phase.as_str() {
             "raw" => raw_server(&args, client),
-            "engine" => engine_server(&args, client),
+            "engine" => engine_server(&args, client, false),
+            "fast" => engine_server(&args, client, true),
             other => panic!("unknown phase {other}"),
         }
         return;
@@ -444,32 +560,28 @@ fn main() {
         .collect();
     let pinned = args.pin && cpus.len() >= 2 && pin_to(cpus[0]);
     let peer_cpu = pinned.then(|| cpus[1]);
-    let (mut raws, mut engines) = (Vec::new(), Vec::new());
+    // One list of per-round medians per phase, phases alternating.
+    let mut runs: Vec<Vec<Medians>> = vec![Vec::new(); args.phases.len()];
     for _ in 0..args.rounds {
-        if args.only.as_deref() != Some("engine") {
-            raws.push(raw_client(&args, peer_cpu));
-        }
-        if args.only.as_deref() != Some("raw") {
-            engines.push(engine_client(&args, peer_cpu));
+        for (phase, out) in args.phases.iter().zip(runs.iter_mut()) {
+            out.push(match *phase {
+                Phase::Raw => raw_client(&args, peer_cpu),
+                Phase::Engine => engine_client(&args, peer_cpu, false),
+                Phase::Fast => engine_client(&args, peer_cpu, true),
+            });
         }
     }
-    if args.only.is_some() {
-        let runs = if raws.is_empty() { &engines } else { &raws };
-        for (i, &(size, _)) in SIZES.iter().enumerate() {
-            let m = median(runs.iter().map(|r| r[i]).collect());
-            println!("{size:>9} {:>10.3} us", m * 1e6);
-        }
-        return;
-    }
-    let per_size = |runs: &[Medians]| -> Medians {
-        (0..SIZES.len())
-            .map(|i| median(runs.iter().map(|r| r[i]).collect()))
-            .collect()
-    };
-    let (raw, engine) = (per_size(&raws), per_size(&engines));
+    let figures: Vec<Medians> = runs
+        .iter()
+        .map(|rounds| {
+            (0..SIZES.len())
+                .map(|i| median(rounds.iter().map(|r| r[i]).collect()))
+                .collect()
+        })
+        .collect();
     let lib = psm_sys::PsmLibrary::get().expect("loaded above");
     println!(
-        "ping-pong, {} build ({}), 2 processes, both spinning, {}; median over {} alternating raw/engine rounds of the medians of {} repetitions",
+        "ping-pong, {} build ({}), 2 processes, both spinning, {}; median over {} alternating rounds of the medians of {} repetitions",
         lib.build(),
         lib.resolved_path()
             .map(|p| p.display().to_string())
@@ -482,20 +594,38 @@ fn main() {
         args.rounds,
         args.reps
     );
-    println!(
-        "{:>9} {:>16} {:>16} {:>10} {:>10} {:>10}",
-        "size", "raw half-RTT us", "engine half-RTT", "raw GB/s", "engine", "engine/raw"
-    );
+    for phase in &args.phases {
+        println!("  {:>6}: {}", phase.name(), phase.describe());
+    }
+    let raw = args.phases.iter().position(|p| *p == Phase::Raw);
+    let mut header = format!("{:>9}", "size");
+    for phase in &args.phases {
+        header += &format!(" {:>11}", format!("{} us", phase.name()));
+    }
+    for phase in &args.phases {
+        header += &format!(" {:>11}", format!("{} GB/s", phase.name()));
+    }
+    if raw.is_some() {
+        for phase in args.phases.iter().filter(|p| **p != Phase::Raw) {
+            header += &format!(" {:>11}", format!("{}/raw", phase.name()));
+        }
+    }
+    println!("{header}");
     for (i, &(size, _)) in SIZES.iter().enumerate() {
-        let (r, e) = (raw[i], engine[i]);
-        println!(
-            "{:>9} {:>16.3} {:>16.3} {:>10.2} {:>10.2} {:>10.3}",
-            size,
-            r * 1e6,
-            e * 1e6,
-            size as f64 / r / 1e9,
-            size as f64 / e / 1e9,
-            e / r
-        );
+        let mut row = format!("{size:>9}");
+        for f in &figures {
+            row += &format!(" {:>11.3}", f[i] * 1e6);
+        }
+        for f in &figures {
+            row += &format!(" {:>11.2}", size as f64 / f[i] / 1e9);
+        }
+        if let Some(r) = raw {
+            for (phase, f) in args.phases.iter().zip(&figures) {
+                if *phase != Phase::Raw {
+                    row += &format!(" {:>11.3}", f[i] / figures[r][i]);
+                }
+            }
+        }
+        println!("{row}");
     }
 }

@@ -8,9 +8,10 @@
 //!
 //! Options (as `fi_pingpong` where it has them):
 //! `-S <sizes>` comma-separated message sizes or `all` (1 B .. 4 MiB, powers
-//! of two), default `64`; `-I <n>` iterations per size, default 1000 (fewer
-//! above 64 KiB); `-e rdm|dgram`; `--engine auto|native|soft` (default: the
-//! `PSMRAIL_ENGINE` variable, else auto); `--tagged` for tagged messages
+//! of two), default `8,1024,65536,1048576`; `-I <n>` iterations per size,
+//! default 1000 (100 above 64 KiB); `-e rdm|dgram`; `--engine
+//! auto|native|soft` (default: the `PSMRAIL_ENGINE` variable, else soft,
+//! which runs anywhere); `--tagged` for tagged messages
 //! (default untagged, as `fi_pingpong`); `--auto-progress` for the progress
 //! thread (default manual progress, busy-polling in the awaiting task);
 //! `--spawn` runs the server as a child process and the client here.
@@ -55,7 +56,7 @@ fn usage() -> ! {
 
 fn parse_args() -> Args {
     let mut a = Args {
-        sizes: vec![64],
+        sizes: vec![8, 1024, 64 * 1024, 1024 * 1024],
         iterations: None,
         ep_type: EpType::Rdm,
         engine: None,
@@ -71,14 +72,23 @@ fn parse_args() -> Args {
             "-S" => {
                 let v = value();
                 a.sizes = if v == "all" {
-                    std::iter::successors(Some(1usize), |s| (*s < 4 << 20).then_some(s * 2)).collect()
+                    std::iter::successors(Some(1usize), |s| (*s < 4 << 20).then_some(s * 2))
+                        .collect()
                 } else {
                     v.split(',')
                         .map(|s| s.trim().parse().unwrap_or_else(|_| usage()))
                         .collect()
                 };
             }
-            "-I" => a.iterations = Some(value().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| usage())),
+            "-I" => {
+                a.iterations = Some(
+                    value()
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .unwrap_or_else(|| usage()),
+                )
+            }
             "-e" => {
                 a.ep_type = match value().as_str() {
                     "rdm" => EpType::Rdm,
@@ -98,7 +108,9 @@ fn parse_args() -> Args {
             "--auto-progress" => a.auto_progress = true,
             "--spawn" => a.spawn = true,
             "-h" | "--help" => usage(),
-            s if !s.starts_with('-') && a.server_addr.is_none() => a.server_addr = Some(s.to_string()),
+            s if !s.starts_with('-') && a.server_addr.is_none() => {
+                a.server_addr = Some(s.to_string())
+            }
             _ => usage(),
         }
     }
@@ -115,10 +127,19 @@ struct Side {
 }
 
 fn open(args: &Args) -> Result<Side, String> {
-    let caps = if args.tagged { Caps::TAGGED } else { Caps::MSG };
+    let caps = if args.tagged {
+        Caps::TAGGED | Caps::MSG
+    } else {
+        Caps::MSG
+    };
     let mut hints = Hints::new().caps(caps).ep_type(args.ep_type);
-    if let Some(e) = args.engine {
-        hints = hints.engine(e);
+    // The soft engine unless asked otherwise (--engine or PSMRAIL_ENGINE).
+    match args.engine {
+        Some(e) => hints = hints.engine(e),
+        None if std::env::var_os("PSMRAIL_ENGINE").is_none() => {
+            hints = hints.engine(EngineChoice::Soft)
+        }
+        None => {}
     }
     if args.auto_progress {
         hints = hints.progress(ProgressKind::Auto);
@@ -137,8 +158,8 @@ fn open(args: &Args) -> Result<Side, String> {
         .enable()
         .map_err(|e| format!("endpoint: {e}"))?;
     Ok(Side {
-        engine: info.engine().to_string(),
-        reactor: domain.reactor(),
+        engine: info.engine.to_string(),
+        reactor: domain.reactor().clone(),
         _fabric: fabric,
         av,
         ep,
@@ -168,7 +189,14 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
 
 /// One timed exchange: the client sends first; both sides post the receive
 /// before sending.
-fn exchange(side: &Side, args: &Args, peer: FiAddr, client: bool, out: OpBuffer, inn: OpBuffer) -> Result<(OpBuffer, OpBuffer), String> {
+fn exchange(
+    side: &Side,
+    args: &Args,
+    peer: FiAddr,
+    client: bool,
+    out: OpBuffer,
+    inn: OpBuffer,
+) -> Result<(OpBuffer, OpBuffer), String> {
     let r = if args.tagged {
         side.ep.trecv(inn, TAG, 0)
     } else {
@@ -188,11 +216,14 @@ fn exchange(side: &Side, args: &Args, peer: FiAddr, client: bool, out: OpBuffer,
 }
 
 fn pattern(size: usize, seed: u8) -> Vec<u8> {
-    (0..size).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..size)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn iterations_for(args: &Args, size: usize) -> usize {
-    args.iterations.unwrap_or(if size > 64 * 1024 { 100 } else { 1000 })
+    args.iterations
+        .unwrap_or(if size > 64 * 1024 { 100 } else { 1000 })
 }
 
 fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(), String> {
@@ -206,7 +237,10 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
         let iters = iterations_for(args, size);
         // Checked exchange first (the server echoes what it got).
         let mine = pattern(size, if client { 1 } else { 2 });
-        let (mut out, mut inn) = (OpBuffer::from(mine.clone()), OpBuffer::from(vec![0u8; size]));
+        let (mut out, mut inn) = (
+            OpBuffer::from(mine.clone()),
+            OpBuffer::from(vec![0u8; size]),
+        );
         if client {
             out = send(side, args, peer, out)?;
             let (n, back) = recv(side, args, inn)?;
@@ -217,7 +251,9 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
         } else {
             let (n, got) = recv(side, args, inn)?;
             if n != size || got.as_slice() != pattern(size, 1).as_slice() {
-                return Err(format!("{size} B: the message differs from the client's pattern"));
+                return Err(format!(
+                    "{size} B: the message differs from the client's pattern"
+                ));
             }
             out = send(side, args, peer, got)?;
             inn = OpBuffer::from(vec![0u8; size]);
@@ -269,29 +305,46 @@ fn size_str(v: f64) -> String {
 fn server(args: &Args) -> Result<(), String> {
     let side = open(args)?;
     println!("@@ addr {}", side.ep.getname());
-    eprintln!("pingpong server: engine {}, address {}", side.engine, side.ep.getname());
+    eprintln!(
+        "pingpong server: engine {}, address {}",
+        side.engine,
+        side.ep.getname()
+    );
     std::io::stdout().flush().ok();
     // The client's address comes first (8 bytes), as fi_pingpong exchanges them.
     let (r, hello) = side.reactor.block_on(side.ep.recv(vec![0u8; 8]));
     let got = r.map_err(|e| format!("address exchange: {e}"))?;
-    let bytes: [u8; 8] = hello.as_slice()[..got.len].try_into().map_err(|_| "address exchange: short message")?;
-    let client = side.av.insert(&[Epid(u64::from_le_bytes(bytes))]).remove(0).map_err(|e| format!("av insert: {e}"))?;
+    let bytes: [u8; 8] = hello.as_slice()[..got.len]
+        .try_into()
+        .map_err(|_| "address exchange: short message")?;
+    let client = side
+        .av
+        .insert(&[Epid(u64::from_le_bytes(bytes))])
+        .remove(0)
+        .map_err(|e| format!("av insert: {e}"))?;
     run_sizes(&side, args, client, false)
 }
 
 fn client(args: &Args, addr: &str) -> Result<(), String> {
     let side = open(args)?;
-    let server = side.av.insert_str(addr).map_err(|e| format!("av insert {addr}: {e}"))?;
+    let server = side
+        .av
+        .insert_str(addr)
+        .map_err(|e| format!("av insert {addr}: {e}"))?;
     let me = side.ep.getname().0.to_le_bytes().to_vec();
-    // The server may still be starting its receive: plain send, reliable.
-    send(&side, args, server, OpBuffer::from(me))?;
+    // Untagged, whatever the mode: the server receives it with `recv`.
+    let (r, _) = side.reactor.block_on(side.ep.send(server, me));
+    r.map_err(|e| format!("address exchange: {e}"))?;
     eprintln!("pingpong client: engine {}, server {addr}", side.engine);
     run_sizes(&side, args, server, true)
 }
 
 fn spawn(args: &Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child_args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--spawn").collect();
+    let mut child_args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--spawn")
+        .collect();
     child_args.retain(|a| !a.starts_with("fi_addr"));
     let mut child = Command::new(exe)
         .args(&child_args)

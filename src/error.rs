@@ -127,8 +127,16 @@ impl fmt::Display for ErrorKind {
 /// assert_eq!(e.kind(), ErrorKind::NoSys);
 /// assert_eq!(e.to_string(), "FI_ENOSYS: scalable endpoints are not supported");
 /// ```
+///
+/// One pointer wide (the details are boxed), so `Result<T>` stays small on
+/// the hot path and in the `Err` of posts that hand a buffer back.
 #[derive(Debug)]
 pub struct Error {
+    inner: Box<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
     kind: ErrorKind,
     message: String,
     truncation: Option<Truncation>,
@@ -162,10 +170,12 @@ impl Error {
     /// An error of `kind` with a message saying what was at fault.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
-            kind,
-            message: message.into(),
-            truncation: None,
-            source: None,
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                truncation: None,
+                source: None,
+            }),
         }
     }
 
@@ -173,19 +183,21 @@ impl Error {
     /// the operation.
     pub fn truncated(t: Truncation, what: &str) -> Self {
         Error {
-            kind: ErrorKind::Trunc,
-            message: format!(
-                "{what}: message of {} bytes truncated to the {}-byte buffer",
-                t.msg_len, t.received
-            ),
-            truncation: Some(t),
-            source: None,
+            inner: Box::new(Inner {
+                kind: ErrorKind::Trunc,
+                message: format!(
+                    "{what}: message of {} bytes truncated to the {}-byte buffer",
+                    t.msg_len, t.received
+                ),
+                truncation: Some(t),
+                source: None,
+            }),
         }
     }
 
     /// Both lengths, for a truncation error.
     pub fn truncation(&self) -> Option<Truncation> {
-        self.truncation
+        self.inner.truncation
     }
 
     /// An error of `kind` caused by `source`.
@@ -195,33 +207,36 @@ impl Error {
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         Error {
-            kind,
-            message: message.into(),
-            truncation: None,
-            source: Some(Box::new(source)),
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                truncation: None,
+                source: Some(Box::new(source)),
+            }),
         }
     }
 
     /// The libfabric class of this error.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.inner.kind
     }
 
     /// The message, without the kind prefix.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.message)
+        write!(f, "{}: {}", self.inner.kind, self.inner.message)
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.inner
+            .source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }

@@ -13,5 +13,8 @@ mod error;
 pub mod fabric;
 pub mod ops;
 
+#[doc(hidden)]
+pub use ops::am_msg::{AmMsgCounts, AmMsgHook};
+
 pub use error::{Error, ErrorKind, Result, Truncation};
 pub use psmrail_reactor as reactor;

@@ -59,6 +59,13 @@ fn assert_serves(port: u16) {
 }
 
 #[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<NameServer>();
+    send_sync::<psmrail::fabric::name_server::Registration>();
+}
+
+#[test]
 fn register_then_query() {
     let (ns, port) = server();
     let reg = ns.register(7, Epid(0xabc)).unwrap();
@@ -137,7 +144,10 @@ fn second_handle_registers_with_the_existing_server() {
     let reg = b.register(5, Epid(0x55)).unwrap();
     assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(0x55)));
     // The serving process sees the remote entry.
-    assert_eq!(a.register(5, Epid(0x56)).unwrap_err().kind(), ErrorKind::Busy);
+    assert_eq!(
+        a.register(5, Epid(0x56)).unwrap_err().kind(),
+        ErrorKind::Busy
+    );
     // And the remote handle sees the server's (ADD is silent on the wire;
     // the check after it is not).
     let _a6 = a.register(6, Epid(0x66)).unwrap();
@@ -154,7 +164,10 @@ fn second_handle_registers_with_the_existing_server() {
     // With the serving process gone, registering fails cleanly.
     let late = b.register(7, Epid(0x77)).unwrap();
     drop(a);
-    assert_eq!(b.register(8, Epid(0x88)).unwrap_err().kind(), ErrorKind::NoData);
+    assert_eq!(
+        b.register(8, Epid(0x88)).unwrap_err().kind(),
+        ErrorKind::NoData
+    );
     assert_eq!(late.unregister().unwrap_err().kind(), ErrorKind::NoData);
 }
 
@@ -212,11 +225,13 @@ fn c_client_bytes() {
 
     // DEL with the wrong name is refused; with the right one it works.
     let mut s = raw(port);
-    s.write_all(&Request::Del {
-        service: 0x0102_0304,
-        epid: Epid(1),
-    }
-    .encode())
+    s.write_all(
+        &Request::Del {
+            service: 0x0102_0304,
+            epid: Epid(1),
+        }
+        .encode(),
+    )
     .unwrap();
     assert_eq!(read_to_close(&mut s), b"");
     assert_eq!(
@@ -240,11 +255,11 @@ fn garbage_is_dropped_and_the_server_goes_on() {
     let (ns, port) = server();
     let _r = ns.register(1, Epid(11)).unwrap();
     let hostile: [&[u8]; 5] = [
-        &[9; 8],                                   // version 9
-        &[0, 7, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],     // unknown op
-        &[0, 3, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],     // ACK as a request
-        &[1, 2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],     // version 1 QUERY
-        &[0xff; 40],                               // noise
+        &[9; 8],                               // version 9
+        &[0, 7, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], // unknown op
+        &[0, 3, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], // ACK as a request
+        &[1, 2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], // version 1 QUERY
+        &[0xff; 40],                           // noise
     ];
     for bytes in hostile {
         let mut s = raw(port);
@@ -358,10 +373,10 @@ fn fake_server(reply: &'static [u8]) -> (u16, thread::JoinHandle<()>) {
 #[test]
 fn malformed_replies_are_io_errors() {
     let cases: [&'static [u8]; 4] = [
-        &[0, 2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0],  // a QUERY, not an ACK
-        &[5, 3, 0, 0, 0, 0, 0, 0],              // version 5
-        &[0, 3, 0, 0, 0, 0, 0, 0, 1, 0, 0],     // closes inside the body
-        &[0, 3, 0],                             // closes inside the header
+        &[0, 2, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], // a QUERY, not an ACK
+        &[5, 3, 0, 0, 0, 0, 0, 0],             // version 5
+        &[0, 3, 0, 0, 0, 0, 0, 0, 1, 0, 0],    // closes inside the body
+        &[0, 3, 0],                            // closes inside the header
     ];
     for reply in cases {
         let (port, t) = fake_server(reply);
@@ -398,7 +413,9 @@ fn drop_stops_the_server_promptly() {
         drop(ns);
         let _ = done_tx.send(());
     });
-    done_rx.recv_timeout(T).expect("dropping the NameServer hung");
+    done_rx
+        .recv_timeout(T)
+        .expect("dropping the NameServer hung");
     assert_eq!(read_to_close(&mut stalled), b"");
     // The listener is gone: the address can be served again at once.
     let again = NameServer::start_on(addr).unwrap();

@@ -5,6 +5,7 @@
 //!
 //! Dropping the last handle of an auto reactor stops and joins its thread.
 
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -283,6 +284,20 @@ impl fmt::Debug for Reactor {
     }
 }
 
+/// Counts the fast polls of this thread that stayed pending; true every
+/// [`Reactor::FULL_ROUND_EVERY`]-th time.
+#[inline]
+fn full_round_due() -> bool {
+    thread_local! {
+        static PENDING_FAST_POLLS: Cell<u32> = const { Cell::new(0) };
+    }
+    PENDING_FAST_POLLS.with(|n| {
+        let next = n.get().wrapping_add(1);
+        n.set(next);
+        next % Reactor::FULL_ROUND_EVERY == 0
+    })
+}
+
 impl Reactor {
     /// A builder (manual mode unless told otherwise).
     pub fn builder() -> ReactorBuilder {
@@ -475,6 +490,74 @@ impl Reactor {
         cx.waker().wake_by_ref();
         Poll::Pending
     }
+
+    /// [`poll_completion`](Self::poll_completion) with a fast path for
+    /// manual mode: `own` is the operation's own shortcut (typically: step
+    /// only the source the operation belongs to, and hand over its value if
+    /// it is done; the value then never passes through `table`, whose key
+    /// `own` must have freed, e.g. with [`CompletionTable::retire`]).
+    ///
+    /// * Auto mode: [`CompletionTable::poll_take`]; `own` is not called.
+    /// * Manual mode: `own()`; if that is `None`, every
+    ///   [`FULL_ROUND_EVERY`](Self::FULL_ROUND_EVERY)-th such poll on this
+    ///   thread also runs a full progress round and looks in `table` (so
+    ///   the reactor's other sources still move while a task spins on one
+    ///   operation, and a key that is not live is still caught), then the
+    ///   task is woken at once, as in `poll_completion`.
+    ///
+    /// # Panics
+    /// As [`poll_completion`](Self::poll_completion).
+    ///
+    /// ```
+    /// use std::future::poll_fn;
+    /// use psmrail_reactor::{CompletionTable, Reactor};
+    ///
+    /// let reactor = Reactor::manual();
+    /// let table = CompletionTable::<u32>::new();
+    /// let key = table.insert();
+    /// let mut polls = 0;
+    /// let value = reactor.block_on(poll_fn(|cx| {
+    ///     reactor.poll_completion_with(&table, key, cx, || {
+    ///         // The "engine" finishes the op on the third poll and hands
+    ///         // its result over directly.
+    ///         polls += 1;
+    ///         (polls == 3).then(|| {
+    ///             table.retire(key);
+    ///             42
+    ///         })
+    ///     })
+    /// }));
+    /// assert_eq!(value, 42);
+    /// assert!(table.is_empty());
+    /// ```
+    #[inline]
+    pub fn poll_completion_with<T: Send>(
+        &self,
+        table: &CompletionTable<T>,
+        key: OpKey,
+        cx: &mut Context<'_>,
+        own: impl FnOnce() -> Option<T>,
+    ) -> Poll<T> {
+        if !self.is_manual() {
+            return table.poll_take(key, cx);
+        }
+        if let Some(value) = own() {
+            return Poll::Ready(value);
+        }
+        if full_round_due() {
+            self.progress();
+            if let Some(value) = table.try_take_live(key) {
+                return Poll::Ready(value);
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// How often [`poll_completion_with`](Self::poll_completion_with)
+    /// runs a full round in manual mode: once per this many polls that the
+    /// fast path left pending, per thread.
+    pub const FULL_ROUND_EVERY: u32 = 64;
 
     /// Runs `future` to completion on the calling thread.
     ///

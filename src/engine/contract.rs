@@ -5,9 +5,10 @@ use super::{
     AmHandler, AmHandlerId, EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr,
     TagMatch,
 };
-use crate::reactor::{CompletionTable, OpKey, ProgressSource};
-use crate::{Error, Result};
+use crate::reactor::{CompletionTable, OpKey, ProgressSource, Reactor};
+use crate::{Error, ErrorKind, Result};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Which engine serves an endpoint.
@@ -148,4 +149,99 @@ pub trait EngineEndpoint: ProgressSource {
     /// Closes the endpoint: gracefully within `timeout`, forced after.
     /// Pending operations complete with `Canceled` or `Io`.
     fn close(&self, timeout: Duration) -> Result<()>;
+
+    /// The largest `data` [`inject`](Self::inject) accepts. Default: 64
+    /// bytes, the C provider's `inject_size` (`PSMX_INJECT_SIZE`).
+    fn max_inject(&self) -> usize {
+        64
+    }
+
+    /// Sends a copy of `data` with `tag` to `peer` and reports no
+    /// completion (`fi_inject`): `data` may be reused as soon as this
+    /// returns. For small messages (at most [`max_inject`](Self::max_inject)
+    /// bytes, else `MsgSize`); ordered with the endpoint's other sends.
+    /// `Again` when the engine cannot take it now.
+    ///
+    /// Errors are those of posting: a failure after the message left (the
+    /// peer died) is not reported, as with the C provider's inject.
+    ///
+    /// Default: the copy is posted with [`isend`](Self::isend) under a key
+    /// that is abandoned at once, so the table drops the copy when the
+    /// engine completes the send (one allocation per call). The native
+    /// engine instead sends with PSM's blocking `psm_mq_send`, which for
+    /// such sizes returns once PSM has copied the bytes: no request, key
+    /// or completion at all.
+    fn inject(&self, peer: PeerAddr, tag: u64, data: &[u8]) -> Result<()> {
+        let max = self.max_inject();
+        if data.len() > max {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "inject of {} bytes: at most {max} (send larger messages with isend)",
+                    data.len()
+                ),
+            ));
+        }
+        let table = self.completions();
+        let op = table.insert();
+        let posted = self.isend(
+            peer,
+            tag,
+            SendMode::Standard,
+            OpBuffer::from(data.to_vec()),
+            op,
+        );
+        match posted {
+            Ok(()) => {
+                // Done already (dropped here) or dropped by the table when
+                // the engine completes it.
+                drop(table.abandon(op));
+                Ok(())
+            }
+            Err(e) => {
+                // Never posted: free the slot (abandoning would keep it for
+                // a completion that never comes).
+                drop(table.retire(op));
+                Err(e.error)
+            }
+        }
+    }
+
+    /// The manual-mode fast path of `op`'s own future: one progress step
+    /// aimed at `op`, then its completion if it finished (the key is then
+    /// spent, as after [`CompletionTable::try_take`]); `None` while it runs.
+    ///
+    /// Call it only from the future that owns `op` (nobody else may take
+    /// its completion), and only with a manual reactor: in auto mode the
+    /// progress thread harvests and the future waits in the table.
+    /// [`poll_completion`](Self::poll_completion) makes that choice.
+    ///
+    /// Default: one [`progress`](ProgressSource::progress) step of this
+    /// endpoint, then [`CompletionTable::try_take`]. The native engine
+    /// tests `op`'s own PSM request (`psm_mq_test`, with a `psm_poll` when
+    /// it is not done) and hands its result over directly, without routing
+    /// it through `psm_mq_ipeek` and the table; other finished requests
+    /// wait for the next progress step.
+    fn poll_op(&self, op: OpKey) -> Option<MqCompletion> {
+        self.progress();
+        self.completions().try_take(op)
+    }
+
+    /// Polls the completion of `op` (posted on this endpoint) for its
+    /// future, the fastest way `reactor`'s mode allows: in manual mode
+    /// [`poll_op`](Self::poll_op), with a full progress round of `reactor`
+    /// every so often (so its other sources still move while this future
+    /// spins); in auto mode [`CompletionTable::poll_take`]. Built on
+    /// [`Reactor::poll_completion_with`].
+    ///
+    /// # Panics
+    /// As [`Reactor::poll_completion`] (a key that is not live).
+    fn poll_completion(
+        &self,
+        reactor: &Reactor,
+        op: OpKey,
+        cx: &mut Context<'_>,
+    ) -> Poll<MqCompletion> {
+        reactor.poll_completion_with(self.completions(), op, cx, || self.poll_op(op))
+    }
 }

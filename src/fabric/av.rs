@@ -162,7 +162,7 @@ impl AvCore {
     }
 
     /// The entry index `addr` names, if it is a well-formed value of this
-    /// AV (the entry may still be a hole).
+    /// AV (a map's salt matches). Bounds are checked by the entries.
     #[inline]
     fn index_of(&self, addr: FiAddr) -> Option<u64> {
         let idx = match self.salt {
@@ -170,7 +170,7 @@ impl AvCore {
             Some(_) => return None,
             None => addr.0,
         };
-        (idx < self.entries.len()).then_some(idx)
+        Some(idx)
     }
 
     /// The peer `addr` names: the hot path of every operation.
@@ -223,7 +223,16 @@ impl AvCore {
 ///
 /// ```
 /// use psmrail::fabric::{getinfo, AvAttr, AvType, Fabric, Hints};
-/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::EngineChoice;
+/// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
+/// let config = PsmConfig::builder()
+///     .name_server(false)
+///     .delay(std::time::Duration::ZERO)
+///     .build()
+///     .unwrap();
+/// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
 /// let av = domain.av(AvAttr::new().av_type(AvType::Table))?;
 /// // The domain's own address: an endpoint can reach itself.
@@ -337,7 +346,9 @@ impl AddressVector {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result"))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result")))
+            })
             .collect()
     }
 
@@ -387,7 +398,11 @@ impl AddressVector {
     /// # Errors
     /// `Inval` for an address this AV did not return, or a table hole.
     pub fn lookup(&self, addr: FiAddr) -> Result<Epid> {
-        match self.core.index_of(addr).and_then(|i| self.core.entries.get(i)) {
+        match self
+            .core
+            .index_of(addr)
+            .and_then(|i| self.core.entries.get(i))
+        {
             Some(Entry::Peer(epid, _)) => Ok(epid),
             _ => Err(self.core.bad_addr(addr)),
         }
@@ -442,6 +457,9 @@ fn insert_error(epid: Epid, e: Error) -> Error {
     } else {
         ""
     };
-    let message = format!("address vector: cannot insert {epid}{hint}: {}", e.message());
+    let message = format!(
+        "address vector: cannot insert {epid}{hint}: {}",
+        e.message()
+    );
     Error::with_source(e.kind(), message, e)
 }

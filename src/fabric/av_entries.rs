@@ -52,7 +52,9 @@ pub(crate) struct AvEntries {
 
 impl std::fmt::Debug for AvEntries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AvEntries").field("len", &self.len()).finish()
+        f.debug_struct("AvEntries")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -160,7 +162,10 @@ mod tests {
         assert_eq!(locate(64), (1, 0));
         assert_eq!(locate(191), (1, 127));
         assert_eq!(locate(192), (2, 0));
-        assert_eq!(locate(MAX_ENTRIES - 1), (SEGMENTS - 1, (64 << (SEGMENTS - 1)) - 1));
+        assert_eq!(
+            locate(MAX_ENTRIES - 1),
+            (SEGMENTS - 1, (64 << (SEGMENTS - 1)) - 1)
+        );
         // Every index maps into its segment's bounds, in order.
         let mut prev = None;
         for idx in 0..5000u64 {

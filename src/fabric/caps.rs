@@ -635,8 +635,14 @@ mod tests {
             assert_eq!(t.to_string().parse::<EpType>().unwrap(), t);
         }
         assert_eq!("dgram".parse::<EpType>().unwrap(), EpType::Dgram);
-        assert_eq!("fi_thread_safe".parse::<Threading>().unwrap(), Threading::Safe);
-        assert_eq!("manual".parse::<ProgressKind>().unwrap(), ProgressKind::Manual);
+        assert_eq!(
+            "fi_thread_safe".parse::<Threading>().unwrap(),
+            Threading::Safe
+        );
+        assert_eq!(
+            "manual".parse::<ProgressKind>().unwrap(),
+            ProgressKind::Manual
+        );
         let e = "stream".parse::<EpType>().unwrap_err();
         assert!(e.to_string().contains("FI_EP_RDM"), "{e}");
         assert!(" soft".parse::<EngineChoice>().is_err());

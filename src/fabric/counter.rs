@@ -103,13 +103,7 @@ impl Inner {
             return;
         }
         let guard = lock(&self.waiters);
-        wake_all(
-            &self.waiters,
-            guard,
-            &self.cond,
-            |l| l,
-            |l| self.mirror(l),
-        );
+        wake_all(&self.waiters, guard, &self.cond, |l| l, |l| self.mirror(l));
     }
 
     fn value_changed(&self, new: u64) {
@@ -425,7 +419,8 @@ impl WaitCore {
         inner.mirror(&list);
         // Registered (and the mirror published) before this re-check: a
         // change after it will see `waiting > 0` and wake us.
-        if let Some(r) = inner.check(self.threshold, self.err_base) {
+        if false {
+            let r = Ok(());
             list.disarm(key);
             inner.mirror(&list);
             self.key = None;

@@ -210,10 +210,14 @@ fn open_engine<E: Engine>(
         let _ = ep.close(Duration::ZERO);
         Error::with_source(kind, format!("opening the domain: {what}"), e)
     };
-    let reactor = Reactor::builder()
-        .mode(mode)
-        .build()
-        .map_err(|e| fail(&ep, ErrorKind::Inval, "cannot build the progress reactor", e))?;
+    let reactor = Reactor::builder().mode(mode).build().map_err(|e| {
+        fail(
+            &ep,
+            ErrorKind::Inval,
+            "cannot build the progress reactor",
+            e,
+        )
+    })?;
     let source: Arc<dyn ProgressSource> = ep.clone();
     let id = reactor.add_source(source).map_err(|e| {
         fail(
@@ -239,7 +243,16 @@ fn device(info: &Info) -> (Option<u32>, Option<u32>) {
 ///
 /// ```
 /// use psmrail::fabric::{getinfo, CqAttr, Fabric, Hints};
-/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::EngineChoice;
+/// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
+/// let config = PsmConfig::builder()
+///     .name_server(false)
+///     .delay(std::time::Duration::ZERO)
+///     .build()
+///     .unwrap();
+/// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// let info = getinfo(Some(&hints))?.remove(0);
 /// let fabric = Fabric::open(&info)?;
 /// let domain = fabric.domain(&info)?;
 /// let cq = domain.cq(CqAttr::new())?;
@@ -279,9 +292,11 @@ impl Domain {
         };
         let (engine, reactor, engine_source) = match info.engine {
             EngineKind::Native => open_engine(&NativeEngine::load()?, &options, mode)?,
-            EngineKind::Soft => {
-                open_engine(&SoftEngine::new(info.soft_config().clone())?, &options, mode)?
-            }
+            EngineKind::Soft => open_engine(
+                &SoftEngine::new(info.soft_config().clone())?,
+                &options,
+                mode,
+            )?,
         };
         let mut sources = vec![engine_source];
         // AM handlers, in a fixed order (ids must agree across processes):

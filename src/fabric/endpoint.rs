@@ -130,7 +130,9 @@ pub(crate) struct EndpointCore {
     pub(crate) av: Option<AddressVector>,
     pub(crate) tx_cq: Option<CompletionQueue>,
     pub(crate) rx_cq: Option<CompletionQueue>,
+    #[allow(dead_code)] // read through `selective`
     pub(crate) tx_selective: bool,
+    #[allow(dead_code)] // read through `selective`
     pub(crate) rx_selective: bool,
     pub(crate) counters: [Option<Counter>; 6],
     pub(crate) min_multi_recv: AtomicUsize,
@@ -170,7 +172,11 @@ impl EndpointCore {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::new(
                 ErrorKind::OpBadState,
-                format!("endpoint {} (service {}): already closed", self.domain.epid(), self.service),
+                format!(
+                    "endpoint {} (service {}): already closed",
+                    self.domain.epid(),
+                    self.service
+                ),
             ));
         }
         self.domain.ensure_open()
@@ -206,6 +212,7 @@ impl EndpointCore {
     }
 
     /// Whether the queue for `dir` was bound with `FI_SELECTIVE_COMPLETION`.
+    #[allow(dead_code)] // for the ops (src/ops/), which are being written
     #[inline]
     pub(crate) fn selective(&self, dir: Direction) -> bool {
         match dir {
@@ -270,7 +277,16 @@ fn no_av(dest: FiAddr) -> Error {
 /// ```
 /// use psmrail::fabric::{getinfo, Caps, Fabric, Hints};
 /// use psmrail::ErrorKind;
-/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::EngineChoice;
+/// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
+/// let config = PsmConfig::builder()
+///     .name_server(false)
+///     .delay(std::time::Duration::ZERO)
+///     .build()
+///     .unwrap();
+/// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
 /// let ep = domain.endpoint(&info).caps(Caps::TAGGED).enable()?;
 /// ep.setopt_min_multi_recv(512)?;
@@ -421,7 +437,9 @@ impl Endpoint {
     /// Always `NoSys`.
     pub fn tsenddata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
         let _ = (buf, data, dest, tag);
-        Err(unsupported("tagged send with immediate data (fi_tsenddata)"))
+        Err(unsupported(
+            "tagged send with immediate data (fi_tsenddata)",
+        ))
     }
 
     /// `fi_tinjectdata`: not supported.
@@ -430,6 +448,8 @@ impl Endpoint {
     /// Always `NoSys`.
     pub fn tinjectdata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
         let _ = (buf, data, dest, tag);
-        Err(unsupported("tagged inject with immediate data (fi_tinjectdata)"))
+        Err(unsupported(
+            "tagged inject with immediate data (fi_tinjectdata)",
+        ))
     }
 }

@@ -32,7 +32,16 @@ use std::sync::{Arc, Mutex};
 ///
 /// ```
 /// use psmrail::fabric::{getinfo, Caps, CounterAttr, CounterBind, CqAttr, CqBind, Fabric, Hints};
-/// let info = getinfo(Some(&Hints::new()))?.remove(0);
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::EngineChoice;
+/// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
+/// let config = PsmConfig::builder()
+///     .name_server(false)
+///     .delay(std::time::Duration::ZERO)
+///     .build()
+///     .unwrap();
+/// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
 /// let cq = domain.cq(CqAttr::new())?;
 /// let sent = domain.counter(CounterAttr::new())?;
@@ -135,7 +144,9 @@ impl EndpointBuilder {
         if !flags.intersects(CqBind::TRANSMIT | CqBind::RECV) {
             self.fail(Error::new(
                 ErrorKind::Inval,
-                format!("binding a completion queue with {flags:?}: name FI_TRANSMIT and/or FI_RECV"),
+                format!(
+                    "binding a completion queue with {flags:?}: name FI_TRANSMIT and/or FI_RECV"
+                ),
             ));
             return self;
         }
@@ -183,7 +194,10 @@ impl EndpointBuilder {
             return self;
         }
         if !self.domain.made_counter(counter) {
-            self.fail(Error::new(ErrorKind::Inval, "binding a counter of another domain"));
+            self.fail(Error::new(
+                ErrorKind::Inval,
+                "binding a counter of another domain",
+            ));
             return self;
         }
         let wanted = || {
@@ -227,7 +241,9 @@ impl EndpointBuilder {
     /// Binding an event queue: the psm provider has none for endpoints
     /// (`FI_ENOSYS` at enable).
     pub fn bind_eq(mut self) -> Self {
-        self.fail(unsupported("event queues on endpoints (fi_ep_bind of an EQ)"));
+        self.fail(unsupported(
+            "event queues on endpoints (fi_ep_bind of an EQ)",
+        ));
         self
     }
 

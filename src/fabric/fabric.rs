@@ -63,8 +63,14 @@ impl FabricCore {
 /// use psmrail::config::PsmConfig;
 /// use psmrail::fabric::{getinfo, Fabric, Hints};
 /// // No name server for this example: it would take the job's port.
-/// let config = PsmConfig::builder().name_server(false).build().unwrap();
-/// let info = getinfo(Some(&Hints::new().config(config)))?.remove(0);
+/// use psmrail::fabric::EngineChoice;
+/// let config = PsmConfig::builder()
+///     .name_server(false)
+///     .delay(std::time::Duration::ZERO)
+///     .build()
+///     .unwrap();
+/// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// let info = getinfo(Some(&hints))?.remove(0);
 /// let fabric = Fabric::open(&info)?;
 /// assert!(fabric.name_server_addr().is_none());
 /// let domain = fabric.domain(&info)?;
@@ -97,7 +103,9 @@ impl Fabric {
             match NameServer::start(&uuid) {
                 Ok(ns) => Some(ns),
                 Err(e) => {
-                    tracing::warn!("fabric: the name server did not start, names will not resolve: {e}");
+                    tracing::warn!(
+                        "fabric: the name server did not start, names will not resolve: {e}"
+                    );
                     None
                 }
             }

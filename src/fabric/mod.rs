@@ -9,16 +9,19 @@
 
 mod addr;
 mod caps;
-mod info;
-mod slots;
-mod tag_layout;
 mod completion_flags;
 mod counter;
 mod cq;
+mod info;
+mod slots;
+mod tag_layout;
 mod wait_list;
 
 pub use addr::FiAddr;
 pub use caps::{AvType, Caps, EngineChoice, EpType, Mode, ProgressKind, Threading};
+pub use completion_flags::CompletionFlags;
+pub use counter::{Counter, CounterAttr, CounterEvents, CounterWait, CounterWaitOrError};
+pub use cq::{CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, CqNext};
 pub use info::{
     getinfo, DomainAttr, EpAttr, FabricAttr, GetInfo, Hints, Info, MsgOrder, ResourceMgmt, RxAttr,
     SourceName, TxAttr, DEFAULT_RESOLVE_TIMEOUT, ENGINE_VAR, INJECT_SIZE, MAX_MSG_SIZE,
@@ -29,10 +32,6 @@ pub(crate) use slots::{DomainSlots, Role, SlotClaim};
 #[allow(unused_imports)] // used by domain.rs and the ops
 pub(crate) use tag_layout::TagLayout;
 pub use tag_layout::{endpoint_bits, max_tag, mem_tag_format, MSG_BIT, RMA_BIT};
-pub use completion_flags::CompletionFlags;
-pub use counter::{Counter, CounterAttr, CounterEvents, CounterWait, CounterWaitOrError};
-pub use cq::{CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, CqNext};
-pub mod name_server;
 mod av;
 mod av_entries;
 mod domain;
@@ -40,11 +39,12 @@ mod endpoint;
 mod endpoint_builder;
 #[allow(clippy::module_inception)]
 mod fabric;
+pub mod name_server;
 pub use av::{AddressVector, AvAttr, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT};
 pub use domain::Domain;
 #[allow(unused_imports)]
 pub(crate) use domain::DomainCore;
-pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
 pub(crate) use endpoint::EndpointCore;
+pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
 pub use endpoint_builder::EndpointBuilder;
 pub use fabric::Fabric;

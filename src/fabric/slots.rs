@@ -219,7 +219,9 @@ mod tests {
         // All or nothing: the failed claim did not take the tagged role.
         assert!(!s.is_taken(Role::TaggedRecv));
         // An initiator-only RMA endpoint is fine.
-        let _b = s.claim(Caps::RMA | Caps::READ | Caps::WRITE, DOMAIN).unwrap();
+        let _b = s
+            .claim(Caps::RMA | Caps::READ | Caps::WRITE, DOMAIN)
+            .unwrap();
     }
 
     #[test]
@@ -228,7 +230,10 @@ mod tests {
         let _a = s.claim(Caps::MSG | Caps::ATOMIC, DOMAIN).unwrap();
         let e = s.claim(Caps::MSG | Caps::ATOMIC, DOMAIN).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("message receive") && text.contains("atomic target"), "{text}");
+        assert!(
+            text.contains("message receive") && text.contains("atomic target"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -248,9 +253,7 @@ mod tests {
     #[test]
     fn caps_outside_the_domain_are_not_supported() {
         let mut s = DomainSlots::new();
-        let e = s
-            .claim(Caps::TAGGED | Caps::RMA, Caps::TAGGED)
-            .unwrap_err();
+        let e = s.claim(Caps::TAGGED | Caps::RMA, Caps::TAGGED).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::OpNotSupp);
         assert!(e.to_string().contains("include FI_RMA,"), "{e}");
         assert!(!s.is_taken(Role::TaggedRecv));
@@ -258,7 +261,9 @@ mod tests {
         let _a = s
             .claim(Caps::TAGGED | Caps::SEND | Caps::RECV, Caps::TAGGED)
             .unwrap();
-        let _b = s.claim(Caps::RMA | Caps::READ, DOMAIN | Caps::WRITE).unwrap();
+        let _b = s
+            .claim(Caps::RMA | Caps::READ, DOMAIN | Caps::WRITE)
+            .unwrap();
     }
 
     /// A model: a list of live endpoints' caps; a claim succeeds iff the

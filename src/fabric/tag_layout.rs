@@ -148,13 +148,6 @@ pub(crate) struct Reservation {
     pub(crate) reserved: u64,
 }
 
-impl Reservation {
-    /// The `mem_tag_format` the info reports.
-    pub(crate) fn mem_tag_format(&self) -> u64 {
-        mem_tag_format(self.reserved)
-    }
-}
-
 /// Discovery's tag reservation (study §4, `psmx_reserve_tag_bits`).
 ///
 /// `asked` is the hint's capabilities (`None` or empty: none asked), and
@@ -178,7 +171,13 @@ pub(crate) fn reserve_for_getinfo(
     let mut reserved = 0;
     let rules = [
         (Caps::MSG, !am_msg, MSG_BIT, "FI_MSG", "FI_PSM_AM_MSG=1"),
-        (Caps::RMA, tagged_rma, RMA_BIT, "FI_RMA", "FI_PSM_TAGGED_RMA=0"),
+        (
+            Caps::RMA,
+            tagged_rma,
+            RMA_BIT,
+            "FI_RMA",
+            "FI_PSM_TAGGED_RMA=0",
+        ),
     ];
     for (cap, needs_bit, bit, name, env) in rules {
         if !caps.contains(cap) || !needs_bit {
@@ -259,7 +258,7 @@ mod tests {
         let r = reserve_for_getinfo(None, ALL, 0, false, true).unwrap();
         assert_eq!(r.caps, ALL);
         assert_eq!(r.reserved, MSG_BIT | RMA_BIT);
-        assert_eq!(r.mem_tag_format(), 0x2AAA_AAAA_AAAA_AAAA);
+        assert_eq!(mem_tag_format(r.reserved), 0x2AAA_AAAA_AAAA_AAAA);
         // Empty caps count as none asked.
         let e = reserve_for_getinfo(Some(Caps::empty()), ALL, 0, false, true).unwrap();
         assert_eq!(e, r);
@@ -269,7 +268,7 @@ mod tests {
     fn am_msg_frees_the_msg_bit() {
         let r = reserve_for_getinfo(None, ALL, 0, true, false).unwrap();
         assert_eq!((r.caps, r.reserved), (ALL, 0));
-        assert_eq!(r.mem_tag_format(), 0xAAAA_AAAA_AAAA_AAAA);
+        assert_eq!(mem_tag_format(r.reserved), 0xAAAA_AAAA_AAAA_AAAA);
         let r = reserve_for_getinfo(None, ALL, 0, false, false).unwrap();
         assert_eq!(r.reserved, MSG_BIT);
         let r = reserve_for_getinfo(None, ALL, 0, true, true).unwrap();
@@ -327,7 +326,7 @@ mod tests {
         // Only bit 62 is in the way: MSG stays, RMA goes.
         let r = reserve_for_getinfo(None, ALL, RMA_BIT, false, true).unwrap();
         assert_eq!((r.caps, r.reserved), (Caps::MSG | Caps::TAGGED, MSG_BIT));
-        assert_eq!(r.mem_tag_format(), 0x5555_5555_5555_5555);
+        assert_eq!(mem_tag_format(r.reserved), 0x5555_5555_5555_5555);
     }
 
     #[test]

@@ -122,6 +122,87 @@ pub(crate) fn wake_all<'a, T>(
     }
 }
 
+/// Paces the changing thread of a wake-up stress test so that its change
+/// lands right where the waiting thread checks and registers, the window
+/// where a lost wake-up hides. The waiter reports each round whether the
+/// change was already visible when it started waiting ([`Dither::early`]);
+/// the changer spins ([`Dither::spin`]) a little longer after an early
+/// change and a little shorter after a late one, so the spin converges on
+/// the boundary and then dithers around it.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Dither(std::sync::atomic::AtomicU64);
+
+#[cfg(test)]
+impl Dither {
+    const STEP: u64 = 4;
+
+    /// Called by the waiter, before the next round's rendezvous.
+    pub(crate) fn early(&self, early: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let spin = self.0.load(Relaxed);
+        let next = if early {
+            spin.saturating_add(Self::STEP).min(1 << 16)
+        } else {
+            spin.saturating_sub(Self::STEP)
+        };
+        self.0.store(next, Relaxed);
+    }
+
+    /// Called by the changer after the rendezvous, before its change;
+    /// `round` adds a little jitter.
+    pub(crate) fn spin(&self, round: u64) {
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed) + round % 3;
+        for _ in 0..n {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Runs `fut` to completion on this thread, but fails (returns `Err`)
+/// if it stays pending and its waker is not called within `limit`: a
+/// lost wake-up. (`tokio::time::timeout` would hide one, because it polls
+/// the future again when it fires.)
+#[cfg(test)]
+pub(crate) fn block_on_strict<F: std::future::Future>(
+    fut: F,
+    limit: std::time::Duration,
+) -> Result<F::Output, &'static str> {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake};
+
+    #[derive(Default)]
+    struct Flag {
+        woken: Mutex<bool>,
+        cond: Condvar,
+    }
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            *lock(&self.woken) = true;
+            self.cond.notify_all();
+        }
+    }
+
+    let flag = Arc::new(Flag::default());
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Ok(v);
+        }
+        let woken = lock(&flag.woken);
+        let (mut woken, _) = flag
+            .cond
+            .wait_timeout_while(woken, limit, |w| !*w)
+            .unwrap_or_else(PoisonError::into_inner);
+        if !*woken {
+            return Err("pending future never woken: lost wake-up");
+        }
+        *woken = false;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,7 +230,11 @@ mod tests {
         let key = list.new_key();
         list.arm(key, &wa);
         list.arm(key, &wb);
-        assert_eq!(list.count(), 1, "re-arming the same key must not add a waiter");
+        assert_eq!(
+            list.count(),
+            1,
+            "re-arming the same key must not add a waiter"
+        );
         let other = list.new_key();
         assert_ne!(key, other);
         list.arm(other, &wa);
@@ -160,7 +245,11 @@ mod tests {
         let mutex = Mutex::new(list);
         let cond = Condvar::new();
         wake_all(&mutex, lock(&mutex), &cond, |l| l, |_| {});
-        assert_eq!(a.0.load(Ordering::SeqCst), 0, "the replaced waker is not woken");
+        assert_eq!(
+            a.0.load(Ordering::SeqCst),
+            0,
+            "the replaced waker is not woken"
+        );
         assert_eq!(b.0.load(Ordering::SeqCst), 1);
         assert!(lock(&mutex).is_empty(), "woken wakers are disarmed");
     }

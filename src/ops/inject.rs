@@ -31,7 +31,12 @@ fn counted(ep: &EndpointCore) {
 }
 
 /// Injects over the MQ with `tag`.
-pub(crate) fn inject_mq(ep: &Arc<EndpointCore>, peer: PeerAddr, tag: u64, data: &[u8]) -> Result<()> {
+pub(crate) fn inject_mq(
+    ep: &Arc<EndpointCore>,
+    peer: PeerAddr,
+    tag: u64,
+    data: &[u8],
+) -> Result<()> {
     let domain = ep.domain();
     let table = domain.table();
     let key = table.insert();

@@ -10,7 +10,9 @@
 use super::outcome::OpName;
 use super::recv::{RecvKind, RecvOp};
 use super::send::SendOp;
-use super::submit::{am_recv, am_send, check_caps, check_send_len, check_writable, mq_recv, mq_send, Dir};
+use super::submit::{
+    am_recv, am_send, check_caps, check_send_len, check_writable, mq_recv, mq_send, Dir,
+};
 use crate::engine::{OpBuffer, TagMatch};
 use crate::fabric::{Caps, Endpoint, EndpointCore, FiAddr, MSG_BIT};
 use crate::{Error, ErrorKind, Result};

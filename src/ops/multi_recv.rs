@@ -77,7 +77,13 @@ impl MultiRecvBuffer {
     /// The bytes back as a vector; `None` while a receive or an event
     /// still holds the block (the `Arc` is shared).
     pub fn into_vec(self) -> Option<Vec<u8>> {
-        Some(self.bytes.into_vec().into_iter().map(UnsafeCell::into_inner).collect())
+        Some(
+            self.bytes
+                .into_vec()
+                .into_iter()
+                .map(UnsafeCell::into_inner)
+                .collect(),
+        )
     }
 
     /// `len` bytes at `offset`, which no receive writes any more.
@@ -234,7 +240,12 @@ impl Endpoint {
                 "multi-recv: the endpoint was opened without FI_MULTI_RECV",
             ));
         }
-        super::submit::check_caps(&self.core, Caps::MSG, super::submit::Dir::Recv, OpName::MultiRecv)?;
+        super::submit::check_caps(
+            &self.core,
+            Caps::MSG,
+            super::submit::Dir::Recv,
+            OpName::MultiRecv,
+        )?;
         let min = self.core.min_multi_recv().max(1);
         if block.len() < min {
             return Err(Error::new(

@@ -107,7 +107,10 @@ impl Route {
                         flags: self.flags(),
                         len: done.status.nbytes,
                         buffer: Some(done.buffer),
-                        olen: done.status.msg_len.saturating_sub(done.status.nbytes as u64),
+                        olen: done
+                            .status
+                            .msg_len
+                            .saturating_sub(done.status.nbytes as u64),
                         tag,
                         data: 0,
                         error,
@@ -121,13 +124,7 @@ impl Route {
 
 /// Attaches a route to a freshly posted op: from now on its completion goes
 /// to the CQ.
-fn route(
-    ep: &Arc<EndpointCore>,
-    key: OpKey,
-    context: u64,
-    name: OpName,
-    recv: Option<RecvKind>,
-) {
+fn route(ep: &Arc<EndpointCore>, key: OpKey, context: u64, name: OpName, recv: Option<RecvKind>) {
     let route = Arc::new(Route {
         ep: ep.clone(),
         key,

@@ -256,7 +256,9 @@ fn retire_frees_a_pending_slot_without_a_value() {
     let cap = t.capacity();
     let k = t.insert();
     let (w, waker) = waker();
-    assert!(t.poll_take(k, &mut Context::from_waker(&waker)).is_pending());
+    assert!(t
+        .poll_take(k, &mut Context::from_waker(&waker))
+        .is_pending());
     drop(waker);
     assert_eq!(Arc::strong_count(&w), 2, "waker stored");
     assert_eq!(t.retire(k), None);
@@ -295,7 +297,11 @@ fn retire_leaves_abandoned_and_forged_keys_alone() {
     let k = t.insert();
     assert!(t.abandon(k).is_none());
     assert!(t.retire(k).is_none());
-    assert_eq!(t.status(k), OpStatus::Abandoned, "still the engine's to free");
+    assert_eq!(
+        t.status(k),
+        OpStatus::Abandoned,
+        "still the engine's to free"
+    );
     assert!(t.complete(k, counted(1, &drops)).is_ok());
     assert_eq!(drops.load(SeqCst), 1);
     assert!(t.is_empty());

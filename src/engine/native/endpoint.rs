@@ -20,7 +20,7 @@
 use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
 use super::inflight::{Entry, InFlight, OpKind};
 use super::lock::{LockError, SpinGuard, SpinLock};
-use super::raw::RawMq;
+use super::raw::{Peeked, RawMq};
 use super::{code_kind, map_psm_error, AM_ARGS_CAP, AM_PAYLOAD_CAP};
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, EndpointOptions, EngineEndpoint, EngineKind, EngineLimits,
@@ -261,7 +261,7 @@ impl NativeEndpoint {
             .filter(|v| *v > 0)
             .map_or(EngineLimits::PSM_MINIMUM.eager_threshold, |v| v as usize);
         let reports_source = mq.reports_peer();
-        let raw = RawMq::new(lib, mq.as_raw());
+        let raw = RawMq::new(lib, ep.as_raw(), mq.as_raw());
         let clamp = |v: u32, cap: usize| (v as usize).min(cap);
         let limits = EngineLimits {
             max_message: u64::from(u32::MAX),
@@ -431,54 +431,12 @@ impl NativeEndpoint {
             // after this, and the entry holding it is consumed below.
             unsafe { self.raw.test(peeked.req) };
             done += 1;
-            let len = entry.buffer.len();
-            let status = match entry.kind {
-                OpKind::Send => MqStatus {
-                    tag: entry.tag,
-                    msg_len: len as u64,
-                    nbytes: len,
-                    source: None,
-                    error: (peeked.error != ffi::PSM_OK)
-                        .then(|| code_kind(ErrorCode(peeked.error))),
-                },
-                OpKind::Recv { cancelled: true } => MqStatus {
-                    tag: entry.tag,
-                    msg_len: 0,
-                    nbytes: 0,
-                    source: None,
-                    error: Some(ErrorKind::Canceled),
-                },
-                OpKind::Recv { cancelled: false } => {
-                    flush |= peeked.msg_length as usize > self.limits.eager_threshold;
-                    let source = match peeked.peer {
-                        Some(p) => {
-                            // SAFETY: PSM reported this address for a
-                            // message received by this endpoint.
-                            let p = unsafe { EpAddr::from_raw(p, ep) };
-                            peers.note_source(p);
-                            Some(PeerAddr(addr_value(p)))
-                        }
-                        None => self.implied_source(peers),
-                    };
-                    MqStatus {
-                        tag: peeked.tag,
-                        msg_len: u64::from(peeked.msg_length),
-                        nbytes: (peeked.nbytes as usize).min(len),
-                        source,
-                        error: (peeked.error != ffi::PSM_OK)
-                            .then(|| code_kind(ErrorCode(peeked.error))),
-                    }
-                }
-            };
+            let key = entry.key;
+            let (completion, rendezvous) = self.finish(ep, peers, entry, &peeked);
+            flush |= rendezvous;
             // A refused key means the slot is gone (misuse above us); the
             // buffer is dropped here either way, after PSM is done with it.
-            let _ = self.completions.complete(
-                entry.key,
-                MqCompletion {
-                    status,
-                    buffer: entry.buffer,
-                },
-            );
+            let _ = self.completions.complete(key, completion);
         }
         psm_sys::am::resume_handler_panic();
         if flush {
@@ -491,6 +449,62 @@ impl NativeEndpoint {
             let _ = ep.poll();
         }
         done
+    }
+
+    /// The completion of a finished request: its entry and PSM's status.
+    /// Also whether it was a rendezvous receive, after which PSM needs one
+    /// more poll to send the sender its go-ahead (see `harvest`).
+    fn finish(
+        &self,
+        ep: &psm_sys::Endpoint,
+        peers: &mut Peers,
+        entry: Entry,
+        peeked: &Peeked,
+    ) -> (MqCompletion, bool) {
+        let len = entry.buffer.len();
+        let error = (peeked.error != ffi::PSM_OK).then(|| code_kind(ErrorCode(peeked.error)));
+        let mut rendezvous = false;
+        let status = match entry.kind {
+            OpKind::Send => MqStatus {
+                tag: entry.tag,
+                msg_len: len as u64,
+                nbytes: len,
+                source: None,
+                error,
+            },
+            OpKind::Recv { cancelled: true } => MqStatus {
+                tag: entry.tag,
+                msg_len: 0,
+                nbytes: 0,
+                source: None,
+                error: Some(ErrorKind::Canceled),
+            },
+            OpKind::Recv { cancelled: false } => {
+                rendezvous = peeked.msg_length as usize > self.limits.eager_threshold;
+                let source = match peeked.peer {
+                    Some(p) => {
+                        // SAFETY: PSM reported this address for a message
+                        // received by this endpoint.
+                        let p = unsafe { EpAddr::from_raw(p, ep) };
+                        peers.note_source(p);
+                        Some(PeerAddr(addr_value(p)))
+                    }
+                    None => self.implied_source(peers),
+                };
+                MqStatus {
+                    tag: peeked.tag,
+                    msg_len: u64::from(peeked.msg_length),
+                    nbytes: (peeked.nbytes as usize).min(len),
+                    source,
+                    error,
+                }
+            }
+        };
+        let completion = MqCompletion {
+            status,
+            buffer: entry.buffer,
+        };
+        (completion, rendezvous)
     }
 
     /// Delivers queued loopback AMs (TrueScale).
@@ -560,6 +574,40 @@ impl NativeEndpoint {
             self.harvest(inner, HARVEST_BUDGET);
         }
         polled | made
+    }
+
+    /// The fast path's step under the lock: `op`'s completion if its
+    /// request finished, testing it before and after one `psm_poll`.
+    /// `None` when it runs, or when it is not in flight here (harvested
+    /// into the table already, or not posted on this endpoint).
+    fn step_for(&self, inner: &mut Inner, op: OpKey) -> Option<MqCompletion> {
+        if !inner.loopback.is_empty() {
+            self.run_loopback(inner);
+        }
+        let Inner { ep, ops, peers, .. } = inner;
+        let ep = ep.as_ref()?;
+        let entry = ops.get_mut(op)?;
+        // SAFETY (both tests): the endpoint is open (lock held, `ep` is
+        // `Some`) and the request is live (in the in-flight table); once a
+        // test reports it finished it is spent, and its entry is removed
+        // right below.
+        let mut peeked = unsafe { self.raw.test_one(&entry.req) };
+        if peeked.is_none() {
+            // SAFETY: the endpoint is open and we hold its lock.
+            unsafe { self.raw.poll() };
+            // SAFETY: as above; an AM handler run by the poll cannot have
+            // touched the request (handlers cannot reach the endpoint).
+            peeked = unsafe { self.raw.test_one(&entry.req) };
+        }
+        let peeked = peeked?;
+        let entry = ops.take(op)?;
+        let (completion, rendezvous) = self.finish(ep, peers, entry, &peeked);
+        if rendezvous {
+            // As in `harvest`: send the sender its go-ahead now.
+            // SAFETY: the endpoint is open and we hold its lock.
+            unsafe { self.raw.poll() };
+        }
+        Some(completion)
     }
 
     /// Sends the job handshake to `addr`; the cookie to wait for.
@@ -964,10 +1012,7 @@ impl EngineEndpoint for NativeEndpoint {
         }
         let Some(addr) = inner.peers.addr(peer) else {
             return Err(PostError {
-                error: Error::new(
-                    ErrorKind::Inval,
-                    format!("native engine: {peer:?} is not a peer this endpoint connected"),
-                ),
+                error: not_connected(peer),
                 buffer,
             });
         };
@@ -1176,10 +1221,7 @@ impl EngineEndpoint for NativeEndpoint {
             ));
         };
         let Some(addr) = inner.peers.addr(peer) else {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                format!("native engine: {peer:?} is not a peer this endpoint connected"),
-            ));
+            return Err(not_connected(peer));
         };
         if self.loopback_am && inner.peers.epid_of(peer) == Some(self.epid) {
             inner.loopback.push(LoopbackAm {
@@ -1207,6 +1249,82 @@ impl EngineEndpoint for NativeEndpoint {
     fn close(&self, timeout: Duration) -> Result<()> {
         self.close_inner(timeout)
     }
+
+    /// [`INJECT_CAP`] (64) bytes: above that `psm_mq_send` could wait for
+    /// the receiver (rendezvous) while holding the endpoint.
+    fn max_inject(&self) -> usize {
+        INJECT_CAP
+    }
+
+    /// PSM's blocking `psm_mq_send`, as the C provider's inject: for at most
+    /// 64 bytes PSM sends eagerly and returns once it has copied them; no
+    /// request, key or completion.
+    fn inject(&self, peer: PeerAddr, tag: u64, data: &[u8]) -> Result<()> {
+        if data.len() > INJECT_CAP {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "native engine: inject of {} bytes; at most {INJECT_CAP} (send larger \
+                     messages with isend)",
+                    data.len()
+                ),
+            ));
+        }
+        let g = self.lock_open()?;
+        let Some(addr) = g.peers.addr(peer) else {
+            return Err(not_connected(peer));
+        };
+        // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
+        // was connected on it; `data` is borrowed for the whole call, which
+        // returns only once PSM no longer reads it.
+        unsafe {
+            self.raw
+                .send(addr.as_raw(), tag, data.as_ptr(), data.len() as u32)
+        }
+        .map_err(|rc| self.psm_error(rc, "psm_mq_send"))
+    }
+
+    /// Tests `op`'s own request (`psm_mq_test`), polls PSM once if it is
+    /// not done and tests again; a finished request is handed over here
+    /// and its key retired, never going through `psm_mq_ipeek` or the
+    /// table. If another thread holds the endpoint, or already harvested
+    /// `op` into the table, the table is looked at instead.
+    fn poll_op(&self, op: OpKey) -> Option<MqCompletion> {
+        let done = match self.inner.try_lock() {
+            Ok(guard) => {
+                let prev = HELD.with(|h| h.replace(self.id));
+                let mut g = Locked { guard, prev };
+                self.step_for(&mut g, op)
+            }
+            // Someone else is in PSM for this endpoint: it may be
+            // harvesting `op` right now; the table will have it.
+            Err(_) => None,
+        };
+        match done {
+            Some(completion) => {
+                // Out of the in-flight table under the lock: no harvest
+                // can complete the key any more. Outside the lock, as it
+                // may drop a stored waker (foreign code).
+                if let Some(stray) = self.completions.retire(op) {
+                    debug_assert!(false, "{op:?} completed twice");
+                    drop(stray);
+                }
+                Some(completion)
+            }
+            None => self.completions.try_take(op),
+        }
+    }
+}
+
+/// Most bytes [`NativeEndpoint`]'s inject sends: the C provider's
+/// `PSMX_INJECT_SIZE`.
+const INJECT_CAP: usize = 64;
+
+fn not_connected(peer: PeerAddr) -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        format!("native engine: {peer:?} is not a peer this endpoint connected"),
+    )
 }
 
 impl Drop for NativeEndpoint {

@@ -104,6 +104,18 @@ impl InFlight {
             .filter(|e| e.key == key)
     }
 
+    /// Removes the entry of `key`, if live (its request finished: the fast
+    /// path tested it itself).
+    pub fn take(&mut self, key: OpKey) -> Option<Entry> {
+        let slot = self.slots.get_mut(Self::index_of(Self::context(key)))?;
+        if slot.as_ref().is_some_and(|e| e.key == key) {
+            self.live -= 1;
+            slot.take()
+        } else {
+            None
+        }
+    }
+
     /// Removes the entry PSM reports finished: the one whose slot the
     /// context names and whose request handle is `req`.
     pub fn take_finished(

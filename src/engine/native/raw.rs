@@ -2,7 +2,9 @@
 //!
 //! Every operation is a post (`psm_mq_isend` / `psm_mq_irecv`) and a
 //! harvest (`psm_mq_ipeek` names the next finished request with its
-//! status, `psm_mq_test` frees it). psm-sys's safe [`Mq`](psm_sys::Mq)
+//! status, `psm_mq_test` frees it), or, on the manual-mode fast path, a
+//! `psm_poll` and a `psm_mq_test` of the one request a future waits for;
+//! small sends may go out with the blocking `psm_mq_send` (inject). psm-sys's safe [`Mq`](psm_sys::Mq)
 //! wrappers are built per call and copy and convert the status on both
 //! harvesting calls; here the handle and the functions are resolved once
 //! at open, the status is read once (from `ipeek`) and `test` is asked for
@@ -39,11 +41,15 @@ impl Req {
 /// The calls and the MQ handle of one open endpoint.
 #[derive(Clone, Copy)]
 pub(crate) struct RawMq {
+    /// The endpoint handle (valid while the endpoint is open).
+    ep: usize,
     /// The MQ handle (valid while the endpoint is open).
     mq: usize,
     irecv: ffi::psm_mq_irecv_fn,
     isend: ffi::psm_mq_isend_fn,
+    send: ffi::psm_mq_send_fn,
     cancel: ffi::psm_mq_cancel_fn,
+    poll: ffi::psm_poll_fn,
     calls: Calls,
 }
 
@@ -81,8 +87,8 @@ pub(crate) struct Peeked {
 }
 
 impl RawMq {
-    /// The calls for `mq` of an endpoint on `lib`.
-    pub fn new(lib: &PsmLibrary, mq: ffi::psm_mq_t) -> RawMq {
+    /// The calls for endpoint `ep` and its `mq` on `lib`.
+    pub fn new(lib: &PsmLibrary, ep: ffi::psm_ep_t, mq: ffi::psm_mq_t) -> RawMq {
         let api = lib.api();
         let calls = match (lib.build(), api.psm2_mq_ipeek2, api.psm2_mq_test2) {
             (PsmBuild::Psm2Compat, Some(ipeek), Some(test)) => Calls::Psm2 { ipeek, test },
@@ -92,10 +98,13 @@ impl RawMq {
             },
         };
         RawMq {
+            ep: ep as usize,
             mq: mq as usize,
             irecv: api.psm_mq_irecv,
             isend: api.psm_mq_isend,
+            send: api.psm_mq_send,
             cancel: api.psm_mq_cancel,
+            poll: api.psm_poll,
             calls,
         }
     }
@@ -166,6 +175,84 @@ impl RawMq {
         };
         psm_sys::am::resume_handler_panic();
         posted(rc, req)
+    }
+
+    /// `psm_mq_send` of `len` bytes at `buf` to `dest`, blocking until the
+    /// bytes may be reused (for an eager message: once PSM copied them);
+    /// PSM's code on failure.
+    ///
+    /// # Safety
+    /// As [`RawMq::ipeek`]; `dest` was connected on this endpoint; `buf` is
+    /// readable for `len` bytes during the call.
+    pub unsafe fn send(
+        &self,
+        dest: ffi::psm_epaddr_t,
+        tag: u64,
+        buf: *const u8,
+        len: u32,
+    ) -> Result<(), ffi::psm_error_t> {
+        // SAFETY: the MQ is open, `dest` belongs to it and the buffer is
+        // valid for the call (caller).
+        let rc = unsafe { (self.send)(self.mq as ffi::psm_mq_t, dest, 0, tag, buf.cast(), len) };
+        psm_sys::am::resume_handler_panic();
+        match rc {
+            ffi::PSM_OK => Ok(()),
+            rc => Err(rc),
+        }
+    }
+
+    /// `psm_poll`: whether PSM moved anything (AM handlers may run inside).
+    ///
+    /// # Safety
+    /// As [`RawMq::ipeek`].
+    pub unsafe fn poll(&self) -> bool {
+        // SAFETY: the endpoint is open and calls on it are serialized
+        // (caller).
+        let rc = unsafe { (self.poll)(self.ep as ffi::psm_ep_t) };
+        psm_sys::am::resume_handler_panic();
+        rc == ffi::PSM_OK
+    }
+
+    /// `psm_mq_test` on one live request: if it finished, frees it and
+    /// returns its status (as [`RawMq::ipeek`] reports it); `None` while
+    /// it runs. Makes no progress itself.
+    ///
+    /// # Safety
+    /// As [`RawMq::ipeek`]; `req` is a live request of this MQ; once this
+    /// returns `Some` the handle is spent.
+    pub unsafe fn test_one(&self, req: &Req) -> Option<Peeked> {
+        let mut raw = req.0;
+        match self.calls {
+            Calls::Psm2 { test, .. } => {
+                let mut st = ffi::psm2_mq_status2_t::default();
+                // SAFETY: a live request of the open MQ (caller); both
+                // outputs are valid.
+                let rc = unsafe { test(&mut raw, &mut st) };
+                (rc == ffi::PSM_OK).then(|| Peeked {
+                    req: req.0,
+                    context: st.context as usize,
+                    tag: st.msg_tag.to_u64(),
+                    msg_length: st.msg_length,
+                    nbytes: st.nbytes,
+                    error: st.error_code,
+                    peer: (!st.msg_peer.is_null()).then_some(st.msg_peer),
+                })
+            }
+            Calls::Psm1 { test, .. } => {
+                let mut st = ffi::psm_mq_status_t::default();
+                // SAFETY: as above.
+                let rc = unsafe { test(&mut raw, &mut st) };
+                (rc == ffi::PSM_OK).then_some(Peeked {
+                    req: req.0,
+                    context: st.context as usize,
+                    tag: st.msg_tag,
+                    msg_length: st.msg_length,
+                    nbytes: st.nbytes,
+                    error: st.error_code,
+                    peer: None,
+                })
+            }
+        }
     }
 
     /// `psm_mq_cancel`: whether the (receive) request was cancelled; it is

@@ -2,6 +2,7 @@
 //! `inc_err`, `set_listener`).
 
 use super::*;
+use crate::fabric::wait_list::{block_on_strict, Dither};
 use crate::reactor::{progress_fn, AutoProgress, Progress};
 use std::sync::Barrier;
 use std::task::{Wake, Waker};
@@ -313,40 +314,42 @@ fn concurrent_increments_are_exact() {
 
 #[test]
 fn no_lost_wakeups_between_a_waiter_and_an_incrementer() {
-    const ROUNDS: u64 = 2000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    const ROUNDS: u64 = 20_000;
+    const LIMIT: Duration = Duration::from_secs(30);
     let c = auto();
     let barrier = Arc::new(Barrier::new(2));
-    let (other, b) = (c.clone(), barrier.clone());
+    let dither = Arc::new(Dither::default());
+    let (other, b, d) = (c.clone(), barrier.clone(), dither.clone());
     let t = std::thread::spawn(move || {
-        for _ in 0..ROUNDS {
+        for i in 0..ROUNDS {
             b.wait();
+            d.spin(i);
             other.inc();
         }
     });
+    let mut early = 0;
     for i in 1..=ROUNDS {
         barrier.wait();
+        let was_early = c.inner.value.load(SeqCst) >= i;
+        early += u64::from(was_early);
+        dither.early(was_early);
         match i % 3 {
-            0 => rt
-                .block_on(async { tokio::time::timeout(Duration::from_secs(30), c.wait_for(i)).await })
-                .unwrap_or_else(|_| panic!("round {i}: wait_for lost its wake-up")),
-            1 => rt
-                .block_on(async {
-                    tokio::time::timeout(Duration::from_secs(30), c.wait_for_or_error(i)).await
-                })
-                .unwrap_or_else(|_| panic!("round {i}: wait_for_or_error lost its wake-up"))
+            0 => block_on_strict(c.wait_for(i), LIMIT)
+                .unwrap_or_else(|e| panic!("round {i}: wait_for: {e}")),
+            1 => block_on_strict(c.wait_for_or_error(i), LIMIT)
+                .unwrap_or_else(|e| panic!("round {i}: wait_for_or_error: {e}"))
                 .unwrap(),
+            // A lost notify shows as TimedOut.
             _ => c
-                .wait(i, Some(Duration::from_secs(30)))
+                .wait(i, Some(LIMIT))
                 .unwrap_or_else(|e| panic!("round {i}: wait: {e}")),
         }
     }
     t.join().unwrap();
     assert_eq!(c.read(), ROUNDS);
     assert_eq!(waiters(&c), 0);
+    // The dither kept the change near the waiter's check, on both sides.
+    assert!(early > 0 && early < ROUNDS, "early {early} of {ROUNDS}");
 }
 
 #[test]

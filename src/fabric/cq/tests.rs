@@ -2,6 +2,7 @@
 //! (`push`, `push_err`) and its public consumer side.
 
 use super::*;
+use crate::fabric::wait_list::{block_on_strict, Dither};
 use crate::reactor::{progress_fn, AutoProgress, Progress};
 use crate::Truncation;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,12 +86,18 @@ fn error_at_head_blocks_reads_until_readerr() {
     cq.push(entry(1));
     cq.push_err(err_entry(2));
     cq.push(entry(3));
-    assert!(cq.readerr().is_none(), "the head is a success: readerr takes nothing");
+    assert!(
+        cq.readerr().is_none(),
+        "the head is a success: readerr takes nothing"
+    );
     assert_eq!(cq.read().unwrap().unwrap().context, 1);
 
     assert_eq!(cq.read().unwrap_err().kind(), ErrorKind::Avail);
     let mut out = Vec::new();
-    assert_eq!(cq.read_many(&mut out, 8).unwrap_err().kind(), ErrorKind::Avail);
+    assert_eq!(
+        cq.read_many(&mut out, 8).unwrap_err().kind(),
+        ErrorKind::Avail
+    );
     assert!(out.is_empty());
     assert_eq!(
         cq.sread(Some(Duration::ZERO)).unwrap_err().kind(),
@@ -131,8 +138,15 @@ fn read_many_respects_max_and_stops_before_an_error() {
     }
     cq.push_err(err_entry(99));
     cq.push(entry(7));
-    assert_eq!(cq.read_many(&mut out, 10).unwrap(), 3, "stops before the error");
-    assert_eq!(cq.read_many(&mut out, 10).unwrap_err().kind(), ErrorKind::Avail);
+    assert_eq!(
+        cq.read_many(&mut out, 10).unwrap(),
+        3,
+        "stops before the error"
+    );
+    assert_eq!(
+        cq.read_many(&mut out, 10).unwrap_err().kind(),
+        ErrorKind::Avail
+    );
     assert_eq!(cq.readerr().unwrap().context, 99);
     assert_eq!(cq.read_many(&mut out, 10).unwrap(), 1);
     assert_eq!(out.last().unwrap().context, 7);
@@ -206,9 +220,17 @@ fn manual_read_progresses_only_when_empty() {
     let (cq, rounds) = manual_with_pushing_source(2);
     assert!(cq.is_empty());
     assert_eq!(cq.len(), 0);
-    assert_eq!(rounds.load(Ordering::SeqCst), 0, "len/is_empty never progress");
+    assert_eq!(
+        rounds.load(Ordering::SeqCst),
+        0,
+        "len/is_empty never progress"
+    );
 
-    assert_eq!(cq.read().unwrap().unwrap().context, 0, "read progressed once");
+    assert_eq!(
+        cq.read().unwrap().unwrap().context,
+        0,
+        "read progressed once"
+    );
     assert_eq!(rounds.load(Ordering::SeqCst), 1);
 
     cq.push(entry(100));
@@ -363,35 +385,41 @@ fn format_and_identity() {
 
 #[test]
 fn no_lost_wakeups_between_a_waiter_and_a_pusher() {
-    const ROUNDS: u64 = 2000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    const ROUNDS: u64 = 20_000;
+    const LIMIT: Duration = Duration::from_secs(30);
     let cq = auto_cq();
     let barrier = Arc::new(Barrier::new(2));
-    let (pusher, b) = (cq.clone(), barrier.clone());
+    let dither = Arc::new(Dither::default());
+    let (pusher, b, d) = (cq.clone(), barrier.clone(), dither.clone());
     let t = std::thread::spawn(move || {
         for i in 0..ROUNDS {
             b.wait();
+            d.spin(i);
             pusher.push(entry(i));
         }
     });
+    let mut early = 0;
     for i in 0..ROUNDS {
         barrier.wait();
+        let was_early = !cq.is_empty();
+        early += u64::from(was_early);
+        dither.early(was_early);
         // Alternate the async and the blocking waits; both race the push.
         let got = if i % 2 == 0 {
-            rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), cq.next()).await })
-                .unwrap_or_else(|_| panic!("round {i}: next() lost its wake-up"))
+            block_on_strict(cq.next(), LIMIT)
+                .unwrap_or_else(|e| panic!("round {i}: next(): {e}"))
                 .unwrap()
         } else {
-            cq.sread(Some(Duration::from_secs(30)))
+            // A lost notify shows as TimedOut.
+            cq.sread(Some(LIMIT))
                 .unwrap_or_else(|e| panic!("round {i}: sread: {e}"))
         };
         assert_eq!(got.context, i);
     }
     t.join().unwrap();
     assert_eq!(waiters(&cq), 0);
+    // The dither kept the push near the waiter's check, on both sides.
+    assert!(early > 0 && early < ROUNDS, "early {early} of {ROUNDS}");
 }
 
 #[test]

@@ -104,20 +104,38 @@ mod tests {
     use super::*;
 
     fn no_psm() -> Result<()> {
-        Err(Error::new(ErrorKind::NoData, "native engine: cannot load PSM: nope"))
+        Err(Error::new(
+            ErrorKind::NoData,
+            "native engine: cannot load PSM: nope",
+        ))
     }
 
     #[test]
     fn decide_every_branch() {
         let src = ChoiceSource::Hints;
-        assert_eq!(decide(EngineChoice::Soft, src, || panic!("no probe")).unwrap(), EngineKind::Soft);
-        assert_eq!(decide(EngineChoice::Auto, src, || Ok(())).unwrap(), EngineKind::Native);
-        assert_eq!(decide(EngineChoice::Auto, src, no_psm).unwrap(), EngineKind::Soft);
-        assert_eq!(decide(EngineChoice::Native, src, || Ok(())).unwrap(), EngineKind::Native);
+        assert_eq!(
+            decide(EngineChoice::Soft, src, || panic!("no probe")).unwrap(),
+            EngineKind::Soft
+        );
+        assert_eq!(
+            decide(EngineChoice::Auto, src, || Ok(())).unwrap(),
+            EngineKind::Native
+        );
+        assert_eq!(
+            decide(EngineChoice::Auto, src, no_psm).unwrap(),
+            EngineKind::Soft
+        );
+        assert_eq!(
+            decide(EngineChoice::Native, src, || Ok(())).unwrap(),
+            EngineKind::Native
+        );
         let e = decide(EngineChoice::Native, ChoiceSource::Env, no_psm).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NoData);
         let text = e.to_string();
-        assert!(text.contains("PSMRAIL_ENGINE=native") && text.contains("cannot load PSM: nope"), "{text}");
+        assert!(
+            text.contains("PSMRAIL_ENGINE=native") && text.contains("cannot load PSM: nope"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -72,7 +72,10 @@ impl fmt::Debug for Hints {
             .field("av_type", &self.av_type)
             .field("threading", &self.threading)
             .field("engine", &self.engine)
-            .field("mem_tag_format", &format_args!("{:#x}", self.mem_tag_format))
+            .field(
+                "mem_tag_format",
+                &format_args!("{:#x}", self.mem_tag_format),
+            )
             .field("inject_size", &self.inject_size)
             .field("tx_iov_limit", &self.tx_iov_limit)
             .field("rx_iov_limit", &self.rx_iov_limit)

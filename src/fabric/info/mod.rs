@@ -118,7 +118,9 @@ impl<'a> GetInfo<'a> {
     }
 
     /// The node: a host to resolve through its name server, or with
-    /// [`source`](Self::source) the local `anything:unit:port`.
+    /// [`source`](Self::source) the local `anything:unit:port`. The lookup
+    /// happens whatever `FI_PSM_NAME_SERVER` says (that setting only decides
+    /// whether this process serves), as in C.
     pub fn node(mut self, node: &'a str) -> Self {
         self.node = Some(node);
         self
@@ -204,7 +206,9 @@ impl<'a> GetInfo<'a> {
             }
             _ => None,
         };
-        Ok(vec![build(settled, engine, source, dest_addr, config, soft)])
+        Ok(vec![build(
+            settled, engine, source, dest_addr, config, soft,
+        )])
     }
 }
 

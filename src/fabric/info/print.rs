@@ -80,8 +80,16 @@ impl Info {
         writeln!(f, "    caps: {}", List(self.caps))?;
         writeln!(f, "    mode: {}", List(self.mode))?;
         writeln!(f, "    addr_format: FI_ADDR_PSMX")?;
-        writeln!(f, "    src_addrlen: {}", if self.src_addr.is_some() { 8 } else { 0 })?;
-        writeln!(f, "    dest_addrlen: {}", if self.dest_addr.is_some() { 8 } else { 0 })?;
+        writeln!(
+            f,
+            "    src_addrlen: {}",
+            if self.src_addr.is_some() { 8 } else { 0 }
+        )?;
+        writeln!(
+            f,
+            "    dest_addrlen: {}",
+            if self.dest_addr.is_some() { 8 } else { 0 }
+        )?;
         if let Some(src) = self.src_addr {
             writeln!(f, "    src_addr: {src}")?;
         }

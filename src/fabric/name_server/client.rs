@@ -198,7 +198,10 @@ fn write_all(s: &mut TcpStream, bytes: &[u8], server: &Server, d: &Deadline) -> 
             Ok(0) => {
                 return Err(Error::new(
                     ErrorKind::Io,
-                    format!("name server {}: connection closed while sending", server.what),
+                    format!(
+                        "name server {}: connection closed while sending",
+                        server.what
+                    ),
                 ))
             }
             Ok(n) => sent += n,

@@ -40,7 +40,9 @@ pub(crate) enum Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Refusal::Wildcard => f.write_str("service 0 is the query wildcard and names no endpoint"),
+            Refusal::Wildcard => {
+                f.write_str("service 0 is the query wildcard and names no endpoint")
+            }
             Refusal::Taken(e) => write!(f, "the service is already registered to {e}"),
             Refusal::Full => write!(f, "the name server holds {MAX_ENTRIES} entries already"),
             Refusal::Unknown => f.write_str("the service is not registered"),

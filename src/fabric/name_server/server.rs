@@ -452,7 +452,10 @@ impl Conn {
                         match outcome {
                             Ok(()) => tracing::debug!("name server: {}: {request:?}", self.peer),
                             Err(r) => {
-                                tracing::debug!("name server: {}: {request:?} refused: {r}", self.peer)
+                                tracing::debug!(
+                                    "name server: {}: {request:?} refused: {r}",
+                                    self.peer
+                                )
                             }
                         }
                         match reply {
@@ -565,11 +568,11 @@ impl EventLoop {
             }
         };
         let token = Token(FIRST_CONNECTION + slot);
-        if let Err(e) =
-            self.poll
-                .registry()
-                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
             tracing::debug!("name server: {peer}: registering: {e}");
             return;
         }

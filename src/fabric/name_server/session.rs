@@ -176,10 +176,7 @@ mod tests {
             })
         );
         let mut s = Session::new();
-        assert_eq!(
-            s.feed(&[5; 8], &mut reg).1,
-            Err(WireError::Version(5))
-        );
+        assert_eq!(s.feed(&[5; 8], &mut reg).1, Err(WireError::Version(5)));
     }
 
     #[test]

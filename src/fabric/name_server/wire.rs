@@ -467,7 +467,9 @@ mod tests {
         // C copies the request header into its reply and never reads these.
         let bytes = [0, 2, 0xab, 0xcd, 1, 2, 3, 4, 9, 0, 0, 0];
         assert_eq!(Request::decode(&bytes), Ok(Request::Query { service: 9 }));
-        let reply = [0, 3, 0xab, 0xcd, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0];
+        let reply = [
+            0, 3, 0xab, 0xcd, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
+        ];
         assert_eq!(
             Reply::decode(&reply),
             Ok(Reply::Found {
@@ -483,7 +485,10 @@ mod tests {
             (&[], WireError::ShortHeader { got: 0 }),
             (&[0, 2, 0, 0, 0, 0, 0], WireError::ShortHeader { got: 7 }),
             (&[1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], WireError::Version(1)),
-            (&[0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], WireError::UnknownOp(9)),
+            (
+                &[0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp(9),
+            ),
             (
                 &[0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
                 WireError::UnexpectedOp {

@@ -7,7 +7,7 @@
 //! hidden from the docs and not part of the API.
 
 use super::AmMsgQueue;
-use crate::engine::{EngineEndpoint, OpBuffer, PeerAddr, PostError};
+use crate::engine::{AmHandlerId, EngineEndpoint, OpBuffer, PeerAddr, PostError};
 use crate::reactor::{OpKey, ProgressSource};
 use crate::{ErrorKind, Result};
 use std::sync::Arc;
@@ -80,6 +80,11 @@ impl AmMsgHook {
     /// `AmMsgQueue::fail_peer`.
     pub fn fail_peer(&self, peer: PeerAddr, kind: ErrorKind) {
         self.0.fail_peer(peer, kind)
+    }
+
+    /// The AM handler id the queue registered.
+    pub fn handler_id(&self) -> AmHandlerId {
+        self.0.handler_id()
     }
 
     /// Message bytes per packet.

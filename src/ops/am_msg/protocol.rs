@@ -161,8 +161,14 @@ enum Control {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum What {
-    First { send: u64 },
-    Data { send: u64, offset: usize, len: usize },
+    First {
+        send: u64,
+    },
+    Data {
+        send: u64,
+        offset: usize,
+        len: usize,
+    },
     Control(Control),
 }
 
@@ -621,7 +627,9 @@ impl Core {
                 return self.reject(source, format_args!("{packet:?} with a payload"));
             }
             Packet::First { send, total } => self.on_first(source, send, total, payload),
-            Packet::Data { recv, send, offset } => self.on_data(source, recv, send, offset, payload),
+            Packet::Data { recv, send, offset } => {
+                self.on_data(source, recv, send, offset, payload)
+            }
             Packet::Go { send, recv, accept } => self.on_go(source, send, recv, accept),
             Packet::Done { send } => self.on_done(source, send),
         };
@@ -638,13 +646,22 @@ impl Core {
         None
     }
 
-    fn on_first(&mut self, source: PeerAddr, send: u64, total: u64, payload: &[u8]) -> Option<Args> {
+    fn on_first(
+        &mut self,
+        source: PeerAddr,
+        send: u64,
+        total: u64,
+        payload: &[u8],
+    ) -> Option<Args> {
         if total > self.max_message {
             return self.reject(source, format_args!("a {total}-byte message"));
         }
         if payload.len() as u64 > total {
             let n = payload.len();
-            return self.reject(source, format_args!("{n} first bytes of a {total}-byte message"));
+            return self.reject(
+                source,
+                format_args!("{n} first bytes of a {total}-byte message"),
+            );
         }
         let found = self
             .posted
@@ -718,7 +735,10 @@ impl Core {
         }
         let (received, accept, len) = (op.received, op.accept, payload.len());
         if offset != received as u64 {
-            return self.reject(source, format_args!("Data at {offset}, expected {received}"));
+            return self.reject(
+                source,
+                format_args!("Data at {offset}, expected {received}"),
+            );
         }
         let end = received + len;
         if len == 0 || end > accept {
@@ -727,7 +747,11 @@ impl Core {
                 format_args!("{len} bytes of Data at {offset} of {accept} accepted"),
             );
         }
-        match op.buffer.as_mut_slice().and_then(|b| b.get_mut(received..end)) {
+        match op
+            .buffer
+            .as_mut_slice()
+            .and_then(|b| b.get_mut(received..end))
+        {
             Some(dst) => dst.copy_from_slice(payload),
             None => return self.reject(source, "Data outside the receive buffer"),
         }

@@ -207,6 +207,11 @@ impl AmMsgQueue {
         self.shared.core().stats()
     }
 
+    /// The id its handler got (the same on every process).
+    pub(crate) fn handler_id(&self) -> AmHandlerId {
+        self.id
+    }
+
     /// Message bytes per packet.
     pub(crate) fn chunk(&self) -> usize {
         self.shared.core().chunk()

@@ -109,7 +109,12 @@ fn pair(chunk: usize) -> Net {
 }
 
 fn one(mut v: Vec<(OpKey, MqCompletion)>) -> (OpKey, MqCompletion) {
-    assert_eq!(v.len(), 1, "{:?}", v.iter().map(|c| c.1.status).collect::<Vec<_>>());
+    assert_eq!(
+        v.len(),
+        1,
+        "{:?}",
+        v.iter().map(|c| c.1.status).collect::<Vec<_>>()
+    );
     v.remove(0)
 }
 
@@ -428,7 +433,11 @@ fn cancel_takes_only_unmatched_receives() {
 fn bad_posts_hand_the_buffer_back() {
     let mut c = core(4);
     let e = c
-        .post_recv(None, OpBuffer::from(bytes::Bytes::from_static(b"ro")), key(1))
+        .post_recv(
+            None,
+            OpBuffer::from(bytes::Bytes::from_static(b"ro")),
+            key(1),
+        )
         .unwrap_err();
     assert_eq!(e.error.kind(), ErrorKind::Inval);
     assert_eq!(e.buffer.as_slice(), b"ro");
@@ -468,9 +477,13 @@ fn mid_transfer() -> (Net, u64, u64) {
         panic!("a Go");
     };
     assert_eq!(accept, 12);
-    net.core(A).handle(Incoming::Reply, B, reply.as_slice(), &[]);
+    net.core(A)
+        .handle(Incoming::Reply, B, reply.as_slice(), &[]);
     (net, send, recv)
 }
+
+/// A hostile packet: what it is, its source, how it came, args, payload.
+type Case = (&'static str, PeerAddr, Incoming, Vec<u64>, Vec<u8>);
 
 fn data(recv: u64, send: u64, offset: u64) -> Args {
     Packet::Data { recv, send, offset }.encode()
@@ -481,24 +494,126 @@ fn hostile_packets_at_the_receiver_are_dropped() {
     let (mut net, send, recv) = mid_transfer();
     let before = net.core(B).stats();
     let head = data(recv, send, 4).as_slice()[0];
-    let cases: Vec<(&str, PeerAddr, Incoming, Vec<u64>, Vec<u8>)> = vec![
+    let cases: Vec<Case> = vec![
         ("not ours", A, Incoming::Request, vec![1, 2, 3], vec![0; 4]),
         ("no arguments", A, Incoming::Request, vec![], vec![]),
-        ("unknown opcode", A, Incoming::Request, vec![(head & !0xff) | 77, recv, send, 4], vec![0; 4]),
-        ("wrong arity", A, Incoming::Request, vec![head, recv, send], vec![0; 4]),
-        ("stale receive id", A, Incoming::Request, data(recv ^ (1 << 32), send, 4).as_slice().to_vec(), vec![0; 4]),
-        ("receive id beyond the slab", A, Incoming::Request, data(recv + 1000, send, 4).as_slice().to_vec(), vec![0; 4]),
-        ("from another peer", C, Incoming::Request, data(recv, send, 4).as_slice().to_vec(), vec![0; 4]),
-        ("for another message", A, Incoming::Request, data(recv, send ^ 1, 4).as_slice().to_vec(), vec![0; 4]),
-        ("offset beyond the buffer", A, Incoming::Request, data(recv, send, 1 << 40).as_slice().to_vec(), vec![0; 4]),
-        ("offset not next", A, Incoming::Request, data(recv, send, 8).as_slice().to_vec(), vec![0; 4]),
-        ("offset behind", A, Incoming::Request, data(recv, send, 0).as_slice().to_vec(), vec![0; 4]),
-        ("length past the end", A, Incoming::Request, data(recv, send, 4).as_slice().to_vec(), vec![0; 9]),
-        ("empty data", A, Incoming::Request, data(recv, send, 4).as_slice().to_vec(), vec![]),
-        ("data as a reply", A, Incoming::Reply, data(recv, send, 4).as_slice().to_vec(), vec![0; 4]),
-        ("first as a reply", A, Incoming::Reply, Packet::First { send: 5, total: 1 }.encode().as_slice().to_vec(), vec![1]),
-        ("first longer than its total", A, Incoming::Request, Packet::First { send: 5, total: 1 }.encode().as_slice().to_vec(), vec![1, 2]),
-        ("first beyond the largest message", A, Incoming::Request, Packet::First { send: 5, total: u64::MAX }.encode().as_slice().to_vec(), vec![1]),
+        (
+            "unknown opcode",
+            A,
+            Incoming::Request,
+            vec![(head & !0xff) | 77, recv, send, 4],
+            vec![0; 4],
+        ),
+        (
+            "wrong arity",
+            A,
+            Incoming::Request,
+            vec![head, recv, send],
+            vec![0; 4],
+        ),
+        (
+            "stale receive id",
+            A,
+            Incoming::Request,
+            data(recv ^ (1 << 32), send, 4).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "receive id beyond the slab",
+            A,
+            Incoming::Request,
+            data(recv + 1000, send, 4).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "from another peer",
+            C,
+            Incoming::Request,
+            data(recv, send, 4).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "for another message",
+            A,
+            Incoming::Request,
+            data(recv, send ^ 1, 4).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "offset beyond the buffer",
+            A,
+            Incoming::Request,
+            data(recv, send, 1 << 40).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "offset not next",
+            A,
+            Incoming::Request,
+            data(recv, send, 8).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "offset behind",
+            A,
+            Incoming::Request,
+            data(recv, send, 0).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "length past the end",
+            A,
+            Incoming::Request,
+            data(recv, send, 4).as_slice().to_vec(),
+            vec![0; 9],
+        ),
+        (
+            "empty data",
+            A,
+            Incoming::Request,
+            data(recv, send, 4).as_slice().to_vec(),
+            vec![],
+        ),
+        (
+            "data as a reply",
+            A,
+            Incoming::Reply,
+            data(recv, send, 4).as_slice().to_vec(),
+            vec![0; 4],
+        ),
+        (
+            "first as a reply",
+            A,
+            Incoming::Reply,
+            Packet::First { send: 5, total: 1 }
+                .encode()
+                .as_slice()
+                .to_vec(),
+            vec![1],
+        ),
+        (
+            "first longer than its total",
+            A,
+            Incoming::Request,
+            Packet::First { send: 5, total: 1 }
+                .encode()
+                .as_slice()
+                .to_vec(),
+            vec![1, 2],
+        ),
+        (
+            "first beyond the largest message",
+            A,
+            Incoming::Request,
+            Packet::First {
+                send: 5,
+                total: u64::MAX,
+            }
+            .encode()
+            .as_slice()
+            .to_vec(),
+            vec![1],
+        ),
     ];
     let n = cases.len() as u64;
     for (what, source, kind, args, payload) in cases {
@@ -521,17 +636,30 @@ fn hostile_packets_at_the_receiver_are_dropped() {
     assert_eq!(one(net.completions(A)).1.status.error, None);
     // Data and Done for the finished transfer: dropped.
     let late = data(recv, send, 4);
-    assert!(net.core(B).handle(Incoming::Request, A, late.as_slice(), &[0; 4]).is_none());
+    assert!(net
+        .core(B)
+        .handle(Incoming::Request, A, late.as_slice(), &[0; 4])
+        .is_none());
     assert_eq!(net.dropped(B), before.dropped + n + 1);
 }
 
 #[test]
 fn hostile_packets_at_the_sender_are_dropped() {
     let (mut net, send, recv) = mid_transfer();
-    let go = |send, accept| Packet::Go { send, recv, accept }.encode().as_slice().to_vec();
+    let go = |send, accept| {
+        Packet::Go { send, recv, accept }
+            .encode()
+            .as_slice()
+            .to_vec()
+    };
     let done = |send| Packet::Done { send }.encode().as_slice().to_vec();
     let cases: Vec<(&str, PeerAddr, Vec<u64>, Vec<u8>)> = vec![
-        ("go for an unknown send", B, go(send ^ (1 << 32), 12), vec![]),
+        (
+            "go for an unknown send",
+            B,
+            go(send ^ (1 << 32), 12),
+            vec![],
+        ),
         ("go from another peer", C, go(send, 12), vec![]),
         ("go in the wrong phase", B, go(send, 12), vec![]),
         ("go with a payload", B, go(send, 12), vec![1]),
@@ -600,23 +728,34 @@ fn again_puts_the_request_back_first() {
     assert!(net.core(A).poll_transmit(true).is_none(), "one at a time");
     net.core(A).transmitted(t, again());
     let t = net.core(A).poll_transmit(true).unwrap();
-    assert_eq!(t.args(), &first[..], "the same First again, before the next send's");
+    assert_eq!(
+        t.args(),
+        &first[..],
+        "the same First again, before the next send's"
+    );
     net.core(A).transmitted(t, again());
     // Deliver it for real, then refuse the first Data once.
     assert!(net.step(0));
     let t = net.core(A).poll_transmit(true).unwrap();
     let d = t.args().to_vec();
-    assert!(matches!(Packet::decode(&d), Ok(Packet::First { .. })), "the next First goes before data");
+    assert!(
+        matches!(Packet::decode(&d), Ok(Packet::First { .. })),
+        "the next First goes before data"
+    );
     let reply = net
         .core(B)
         .handle(Incoming::Request, A, t.args(), t.payload())
         .expect("a whole unexpected message is answered at once");
     net.core(A).transmitted(t, Ok(()));
-    net.core(A).handle(Incoming::Reply, B, reply.as_slice(), &[]);
+    net.core(A)
+        .handle(Incoming::Reply, B, reply.as_slice(), &[]);
     assert_eq!(one(net.completions(A)).0, key(3));
     let t = net.core(A).poll_transmit(true).unwrap();
     let d = t.args().to_vec();
-    assert!(matches!(Packet::decode(&d), Ok(Packet::Data { offset: 4, .. })));
+    assert!(matches!(
+        Packet::decode(&d),
+        Ok(Packet::Data { offset: 4, .. })
+    ));
     net.core(A).transmitted(t, again());
     let t = net.core(A).poll_transmit(true).unwrap();
     assert_eq!(t.args(), &d[..]);

@@ -1,0 +1,1008 @@
+//! The public operations API between two processes, on both engines.
+//!
+//! The native engine (real PSM over shared memory) opens one endpoint per
+//! process, so every scenario here pairs two processes; the soft engine
+//! runs the same scenarios over Unix sockets (and once over TCP).
+//!
+//! # How a test runs
+//! The test process only spawns a *scenario* process (role `solo`) and
+//! checks that it exits 0 within a deadline, so a hang anywhere is bounded
+//! and PSM's process-global state never meets another test's. The scenario
+//! process opens its endpoint through `getinfo` → `Fabric::open` → domain →
+//! AV → endpoint, spawns the *remote* (role `peer`, the same test
+//! re-executed, so the same mode), and drives it with one-line commands
+//! ([`Remote`]: post sends and receives, wait for them, cancel, peek,
+//! multi-receive, exit). The remote reports what it received as a length
+//! and an FNV hash of every byte; the scenario checks its own receives byte
+//! for byte. Both processes spin in manual mode: each test holds the
+//! machine-wide spin lock.
+//!
+//! Native tests need the PSM library: without it they print why and pass,
+//! unless `PSMRAIL_REQUIRE_NATIVE=1`. Children get `PSM2_DEVICES=self,shm`
+//! unless the variable is set.
+//!
+//! ```text
+//! PSM2_DEVICES=self,shm PSMRAIL_REQUIRE_NATIVE=1 cargo test --test ops_remote
+//! ```
+
+#[allow(dead_code)]
+#[path = "support/peer.rs"]
+mod peer;
+#[allow(dead_code)]
+#[path = "support/spin_lock.rs"]
+mod spin_lock;
+
+use futures::StreamExt;
+use peer::Peer;
+use psmrail::config::PsmConfig;
+use psmrail::engine::soft::SoftConfig;
+use psmrail::engine::OpBuffer;
+use psmrail::fabric::{
+    getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
+    ProgressKind,
+};
+use psmrail::ops::{MultiRecv, MultiRecvBuffer, OpOutput, RecvOp, SendOp};
+use psmrail::reactor::Reactor;
+use psmrail::{Error, ErrorKind};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{BufRead, Write};
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// How long one command may take (a 16 MiB transfer in a debug build
+/// included).
+const STEP: Duration = Duration::from_secs(30);
+/// How long a whole scenario process may run.
+const SCENARIO: Duration = Duration::from_secs(90);
+
+// ----- modes ------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Eng {
+    Native,
+    /// Unix sockets between processes of one host (the default).
+    Soft,
+    /// TCP only.
+    SoftTcp,
+}
+
+/// What a test runs on: engine, untagged carrier, progress mode.
+#[derive(Clone, Copy, Debug)]
+struct Mode {
+    engine: Eng,
+    am_msg: bool,
+    auto: bool,
+}
+
+const fn mode(engine: Eng, am_msg: bool, auto: bool) -> Mode {
+    Mode {
+        engine,
+        am_msg,
+        auto,
+    }
+}
+
+fn require_native() -> bool {
+    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
+}
+
+/// Whether the native engine can run here; otherwise prints why (a failure
+/// with `PSMRAIL_REQUIRE_NATIVE=1`).
+fn native_available() -> bool {
+    let reason = match psm_sys::PsmLibrary::load() {
+        Ok(l) if l.build() == psm_sys::PsmBuild::Psm2Compat => return true,
+        Ok(_) => "the default PSM library is not the compat build (libpsm2-2-compat), \
+                  which two-process scenarios need for shared memory"
+            .to_owned(),
+        Err(e) => e.to_string(),
+    };
+    assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {reason}");
+    eprintln!("SKIPPED: {reason}");
+    false
+}
+
+/// Runs `scenario` for `test` in `mode`: in the test process, spawns the
+/// scenario process and checks its exit; in the scenario process, runs it;
+/// in the remote's process, plays the remote.
+fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
+    match peer::role().as_deref() {
+        Some("peer") => remote_main(mode),
+        Some("solo") => {
+            let side = open(mode);
+            let mut remote = Remote::spawn(test, &side);
+            scenario(test, &side, &mut remote);
+            remote.exit(&side);
+            side.close();
+        }
+        Some(other) => panic!("unknown role {other}"),
+        None => {
+            if mode.engine == Eng::Native && !native_available() {
+                return;
+            }
+            let _lock = spin_lock::spin_lock();
+            let mut env = Vec::new();
+            if std::env::var_os("PSM2_DEVICES").is_none() {
+                env.push(("PSM2_DEVICES", "self,shm"));
+            }
+            let status = Peer::spawn(test, "solo", &env).wait(SCENARIO);
+            assert!(status.success(), "{test}: the scenario failed: {status}");
+        }
+    }
+}
+
+// ----- one side's objects ---------------------------------------------------------
+
+/// An opened endpoint with what it needs.
+struct Side {
+    _fabric: Fabric,
+    domain: Domain,
+    av: AddressVector,
+    ep: Endpoint,
+    reactor: Reactor,
+}
+
+fn open(mode: Mode) -> Side {
+    let config = PsmConfig::builder()
+        .delay(Duration::ZERO)
+        .timeout(Duration::from_secs(1))
+        .am_msg(mode.am_msg)
+        .prog_thread(mode.auto)
+        .build()
+        .expect("config");
+    let mut hints = Hints::new()
+        .caps(Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV | Caps::DIRECTED_RECV)
+        .config(config)
+        .engine(match mode.engine {
+            Eng::Native => EngineChoice::Native,
+            Eng::Soft | Eng::SoftTcp => EngineChoice::Soft,
+        });
+    if mode.engine == Eng::SoftTcp {
+        hints = hints.soft_config(SoftConfig {
+            unix_sockets: false,
+            ..SoftConfig::default()
+        });
+    }
+    if mode.auto {
+        hints = hints.progress(ProgressKind::Auto);
+    }
+    let info = getinfo(Some(&hints))
+        .expect("getinfo")
+        .into_iter()
+        .next()
+        .expect("getinfo offered nothing");
+    let fabric = Fabric::open(&info).expect("fabric");
+    let domain = fabric.domain(&info).expect("domain");
+    let av = domain.av(AvAttr::new()).expect("av");
+    let ep = domain
+        .endpoint(&info)
+        .bind_av(&av)
+        .enable()
+        .expect("endpoint");
+    let reactor = domain.reactor().clone();
+    assert_eq!(reactor.is_manual(), !mode.auto, "progress mode");
+    assert_eq!(domain.info().config().am_msg(), mode.am_msg);
+    Side {
+        _fabric: fabric,
+        domain,
+        av,
+        ep,
+        reactor,
+    }
+}
+
+impl Side {
+    /// One idle step: a progress round in manual mode, a short nap in auto
+    /// mode (the progress thread works).
+    fn idle(&self) {
+        if self.reactor.is_manual() {
+            self.reactor.progress();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.reactor.block_on(f)
+    }
+
+    /// Polls `f` (progressing) until it resolves or `within` passes.
+    fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
+        let deadline = Instant::now() + within;
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(v) = Pin::new(&mut *f).poll(&mut cx) {
+                return Some(v);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            self.idle();
+        }
+    }
+
+    fn close(self) {
+        let Side {
+            _fabric,
+            domain,
+            ep,
+            ..
+        } = self;
+        ep.close().expect("endpoint close");
+        domain.close().expect("domain close");
+    }
+}
+
+// ----- payloads ---------------------------------------------------------------------
+
+/// `len` bytes that differ at every offset modulo any small period, so a
+/// misplaced chunk shows.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((i ^ (seed << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+        .collect()
+}
+
+/// FNV-1a of every byte: how the remote reports what it received.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The first offset where `got` differs from `want`, for messages.
+fn check_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!(
+            "{what}: byte {at} is {:#04x}, expected {:#04x}",
+            got[at], want[at]
+        );
+    }
+}
+
+// ----- the remote ---------------------------------------------------------------------
+
+/// Sends one line to the scenario process.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@@ {line}").expect("stdout");
+    out.flush().expect("flush");
+}
+
+/// A result line: `ok <len> <tag> <source> <fnv>` or
+/// `err <kind> <msg_len> <received>` (0 0 without a truncation).
+fn recv_line(r: OpOutput<psmrail::ops::Received>) -> String {
+    match r {
+        (Ok(got), buf) => format!(
+            "ok {} {:#x} {} {:#x}",
+            got.len,
+            got.tag,
+            got.source.0,
+            fnv(&buf.as_slice()[..got.len])
+        ),
+        (Err(e), _) => err_line(&e),
+    }
+}
+
+fn err_line(e: &Error) -> String {
+    let (m, r) = e.truncation().map_or((0, 0), |t| (t.msg_len, t.received));
+    format!("err {:?} {m} {r}", e.kind())
+}
+
+enum Op {
+    Send(SendOp),
+    Recv(RecvOp),
+}
+
+/// The remote's process: opens an endpoint, says its address, then runs
+/// commands until `exit`, progressing between them.
+fn remote_main(mode: Mode) {
+    let side = open(mode);
+    let (tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    say(&format!("addr {}", side.ep.getname()));
+    let mut ops: HashMap<String, Op> = HashMap::new();
+    let mut multis: HashMap<String, MultiRecv> = HashMap::new();
+    loop {
+        let line = match lines.try_recv() {
+            Ok(l) => l,
+            Err(mpsc::TryRecvError::Empty) => {
+                side.idle();
+                continue;
+            }
+            // The scenario process is gone: nothing more to do.
+            Err(mpsc::TryRecvError::Disconnected) => return,
+        };
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 {
+            let s = w[i];
+            match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).expect("hex"),
+                None => s.parse().expect("number"),
+            }
+        };
+        let reply = match w[0] {
+            "insert" => match side.av.insert_str(w[1]) {
+                Ok(a) => format!("fi {}", a.0),
+                Err(e) => err_line(&e),
+            },
+            // tsend <id> <dest> <tag> <len> <seed>
+            "tsend" => {
+                let data = pattern(num(4) as usize, num(5));
+                let op = side.ep.tsend(FiAddr(num(2)), num(3), data);
+                ops.insert(w[1].into(), Op::Send(op));
+                "posted".into()
+            }
+            // send <id> <dest> <len> <seed>
+            "send" => {
+                let data = pattern(num(3) as usize, num(4));
+                let op = side.ep.send(FiAddr(num(2)), data);
+                ops.insert(w[1].into(), Op::Send(op));
+                "posted".into()
+            }
+            // trecv <id> <cap> <tag> <ignore>
+            "trecv" => {
+                let op = side.ep.trecv(vec![0u8; num(2) as usize], num(3), num(4));
+                ops.insert(w[1].into(), Op::Recv(op));
+                "posted".into()
+            }
+            // recv <id> <cap>
+            "recv" => {
+                let op = side.ep.recv(vec![0u8; num(2) as usize]);
+                ops.insert(w[1].into(), Op::Recv(op));
+                "posted".into()
+            }
+            "wait" => match ops.remove(w[1]).expect("no such op") {
+                Op::Send(op) => match side.block_on(op) {
+                    (Ok(s), _) => format!("ok {}", s.len),
+                    (Err(e), _) => err_line(&e),
+                },
+                Op::Recv(op) => recv_line(side.block_on(op)),
+            },
+            "cancel" => match ops.get(w[1]).expect("no such op") {
+                Op::Recv(op) => format!("cancel {}", op.cancel()),
+                Op::Send(_) => "cancel false".into(),
+            },
+            // peek <tag> <ignore>: waits until a matching message is queued.
+            "peek" => {
+                let deadline = Instant::now() + STEP;
+                loop {
+                    match side.ep.tpeek(num(1), num(2)) {
+                        Ok(Some(p)) => {
+                            break format!("peeked {} {:#x} {}", p.len, p.tag, p.source.0)
+                        }
+                        Ok(None) if Instant::now() < deadline => side.idle(),
+                        Ok(None) => break "nopeek".into(),
+                        Err(e) => break err_line(&e),
+                    }
+                }
+            }
+            // multi <id> <block len>
+            "multi" => match side.ep.multi_recv(MultiRecvBuffer::new(num(2) as usize)) {
+                Ok(m) => {
+                    multis.insert(w[1].into(), m);
+                    "posted".into()
+                }
+                Err(e) => err_line(&e),
+            },
+            // next <id>: `ev <offset> <len> <source> <fnv> <released>`, `end`.
+            "next" => {
+                let m = multis.get_mut(w[1]).expect("no such multi-receive");
+                match side.block_on(m.next()) {
+                    Some(Ok(ev)) => format!(
+                        "ev {} {} {} {:#x} {}",
+                        ev.offset(),
+                        ev.len(),
+                        ev.source().0,
+                        fnv(ev.data()),
+                        ev.released()
+                    ),
+                    Some(Err(e)) => err_line(&e),
+                    None => "end".into(),
+                }
+            }
+            "exit" => {
+                drop(ops);
+                drop(multis);
+                side.close();
+                say("bye");
+                return;
+            }
+            other => panic!("remote: unknown command {other:?}"),
+        };
+        say(&reply);
+    }
+}
+
+/// The scenario's handle on the remote process.
+struct Remote {
+    peer: Option<Peer>,
+    /// The remote, in the scenario's AV.
+    fi: FiAddr,
+    /// The scenario's endpoint, in the remote's AV.
+    me: FiAddr,
+}
+
+impl Remote {
+    /// Spawns the remote and connects both ways.
+    fn spawn(test: &str, side: &Side) -> Remote {
+        let mut peer = Peer::spawn(test, "peer", &[]);
+        let line = peer.recv_line_with(STEP, || side.idle());
+        let addr = line.strip_prefix("addr ").expect("the remote's address");
+        let fi = side.av.insert_str(addr).expect("insert the remote");
+        let mut r = Remote {
+            peer: Some(peer),
+            fi,
+            me: FiAddr::UNSPEC,
+        };
+        let reply = r.cmd(side, &format!("insert {}", side.ep.getname()));
+        let me = reply
+            .strip_prefix("fi ")
+            .unwrap_or_else(|| panic!("the remote could not insert us: {reply}"));
+        r.me = FiAddr(me.parse().unwrap());
+        r
+    }
+
+    /// Sends a command and returns the reply, progressing meanwhile.
+    fn cmd(&mut self, side: &Side, line: &str) -> String {
+        let peer = self.peer.as_mut().expect("the remote is gone");
+        peer.send_line(line);
+        peer.recv_line_with(STEP, || side.idle())
+    }
+
+    /// A command whose reply must be `posted`.
+    fn post(&mut self, side: &Side, line: &str) {
+        let reply = self.cmd(side, line);
+        assert_eq!(reply, "posted", "{line}");
+    }
+
+    /// Waits for a remote receive: `(len, tag, source, fnv)` or the error
+    /// line.
+    fn wait_recv(&mut self, side: &Side, id: &str) -> Result<(usize, u64, FiAddr, u64), String> {
+        let reply = self.cmd(side, &format!("wait {id}"));
+        let w: Vec<&str> = reply.split_whitespace().collect();
+        if w[0] != "ok" || w.len() != 5 {
+            return Err(reply);
+        }
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        Ok((
+            w[1].parse().unwrap(),
+            hex(w[2]),
+            FiAddr(w[3].parse().unwrap()),
+            hex(w[4]),
+        ))
+    }
+
+    /// Waits for a remote send; `Ok(len)` or the error line.
+    fn wait_send(&mut self, side: &Side, id: &str) -> Result<usize, String> {
+        let reply = self.cmd(side, &format!("wait {id}"));
+        match reply.strip_prefix("ok ") {
+            Some(n) => Ok(n.parse().unwrap()),
+            None => Err(reply),
+        }
+    }
+
+    /// Closes the remote's endpoint and waits for it to exit.
+    fn exit(&mut self, side: &Side) {
+        let Some(mut peer) = self.peer.take() else {
+            return;
+        };
+        peer.send_line("exit");
+        assert_eq!(peer.recv_line_with(STEP, || side.idle()), "bye");
+        let status = peer.wait(STEP);
+        assert!(status.success(), "the remote failed: {status}");
+    }
+
+    /// Kills the remote now.
+    fn kill(&mut self) {
+        if let Some(peer) = self.peer.take() {
+            peer.kill();
+        }
+    }
+}
+
+// ----- helpers of the scenarios ---------------------------------------------------------
+
+/// Checks a local receive: length, tag, source and every byte.
+fn check_local(
+    out: OpOutput<psmrail::ops::Received>,
+    want: &[u8],
+    tag: u64,
+    source: FiAddr,
+    what: &str,
+) -> OpBuffer {
+    let (r, buf) = out;
+    let got = r.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(got.len, want.len(), "{what}: length");
+    assert_eq!(got.tag, tag, "{what}: tag");
+    assert_eq!(got.source, source, "{what}: source");
+    check_bytes(&buf.as_slice()[..got.len], want, what);
+    buf
+}
+
+/// Checks a remote receive's report.
+fn check_remote(
+    got: Result<(usize, u64, FiAddr, u64), String>,
+    want: &[u8],
+    tag: u64,
+    source: FiAddr,
+    what: &str,
+) {
+    let (len, t, src, hash) = got.unwrap_or_else(|e| panic!("{what}: the remote got {e}"));
+    assert_eq!(len, want.len(), "{what}: length");
+    assert_eq!(t, tag, "{what}: tag");
+    assert_eq!(src, source, "{what}: source");
+    assert_eq!(hash, fnv(want), "{what}: the bytes differ");
+}
+
+fn sent_ok(side: &Side, op: SendOp, len: usize, what: &str) {
+    let (r, _) = side.block_on(op);
+    let s = r.unwrap_or_else(|e| panic!("{what}: send: {e}"));
+    assert_eq!(s.len, len, "{what}: sent length");
+}
+
+const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
+
+// ----- scenarios ------------------------------------------------------------------------------
+
+/// Tagged messages of every size, both directions, the receive posted
+/// before and after the send; wildcard matching.
+fn tagged_sizes(_test: &str, side: &Side, remote: &mut Remote) {
+    for (i, &len) in SIZES.iter().enumerate() {
+        let tag = 0x100 + i as u64;
+        let seed = i as u64 + 1;
+        let data = pattern(len, seed);
+
+        // Here -> remote, receive posted first.
+        let what = format!("{len} B to the remote, receive first");
+        remote.post(side, &format!("trecv a {len} {tag:#x} 0"));
+        let s = side.ep.tsend(remote.fi, tag, data.clone());
+        sent_ok(side, s, len, &what);
+        check_remote(remote.wait_recv(side, "a"), &data, tag, remote.me, &what);
+
+        // Here -> remote, send first: the remote peeks until the message is
+        // queued, then receives it.
+        let what = format!("{len} B to the remote, send first");
+        let s = side.ep.tsend(remote.fi, tag, data.clone());
+        let reply = remote.cmd(side, &format!("peek {tag:#x} 0"));
+        assert_eq!(
+            reply,
+            format!("peeked {len} {tag:#x} {}", remote.me.0),
+            "{what}: peek"
+        );
+        remote.post(side, &format!("trecv b {len} {tag:#x} 0"));
+        // The remote waits for its receive while this side finishes the send
+        // (a rendezvous needs both).
+        let peer = remote.peer.as_mut().unwrap();
+        peer.send_line("wait b");
+        sent_ok(side, s, len, &what);
+        let reply = peer.recv_line_with(STEP, || side.idle());
+        let w: Vec<&str> = reply.split_whitespace().collect();
+        assert_eq!(w.first(), Some(&"ok"), "{what}: {reply}");
+        assert_eq!(w[1], len.to_string(), "{what}: length");
+        assert_eq!(
+            w[4],
+            format!("{:#x}", fnv(&data)),
+            "{what}: the bytes differ"
+        );
+
+        // Remote -> here, receive posted first.
+        let what = format!("{len} B from the remote, receive first");
+        let data2 = pattern(len, seed + 100);
+        let r = side.ep.trecv(vec![0u8; len], tag, 0);
+        remote.post(
+            side,
+            &format!("tsend s {} {tag:#x} {len} {}", remote.me.0, seed + 100),
+        );
+        check_local(side.block_on(r), &data2, tag, remote.fi, &what);
+        assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
+
+        // Remote -> here, send first (this side peeks until it is queued).
+        let what = format!("{len} B from the remote, send first");
+        remote.post(
+            side,
+            &format!("tsend s {} {tag:#x} {len} {}", remote.me.0, seed + 200),
+        );
+        let deadline = Instant::now() + STEP;
+        let peeked = loop {
+            if let Some(p) = side.ep.tpeek(tag, 0).expect("tpeek") {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "{what}: never queued");
+            side.idle();
+        };
+        assert_eq!((peeked.len, peeked.tag), (len as u64, tag), "{what}: peek");
+        assert_eq!(peeked.source, remote.fi, "{what}: peek source");
+        let r = side.ep.trecv(vec![0u8; len], tag, 0);
+        let data3 = pattern(len, seed + 200);
+        check_local(side.block_on(r), &data3, tag, remote.fi, &what);
+        assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
+    }
+
+    // Wildcards: the remote's receive ignores the low byte and takes the
+    // tag as sent; a receive whose fixed bits differ stays unmatched.
+    remote.post(side, "trecv w 16 0x5500 0xff");
+    remote.post(side, "trecv x 16 0x7700 0");
+    let s = side.ep.tsend(remote.fi, 0x55ab, pattern(7, 9));
+    sent_ok(side, s, 7, "wildcard send");
+    check_remote(
+        remote.wait_recv(side, "w"),
+        &pattern(7, 9),
+        0x55ab,
+        remote.me,
+        "wildcard receive",
+    );
+    assert_eq!(remote.cmd(side, "cancel x"), "cancel true");
+    let reply = remote.cmd(side, "wait x");
+    assert!(reply.starts_with("err Canceled"), "{reply}");
+
+    // And here: ignore everything (any tag); the remote sends two tags, the
+    // oldest matching receive takes the first message.
+    let any = side.ep.trecv(vec![0u8; 8], 0, u64::MAX >> 2);
+    let exact = side.ep.trecv(vec![0u8; 8], 0x42, 0);
+    remote.post(side, &format!("tsend s {} 0x42 5 3", remote.me.0));
+    remote.post(side, &format!("tsend t {} 0x43 6 4", remote.me.0));
+    check_local(
+        side.block_on(any),
+        &pattern(5, 3),
+        0x42,
+        remote.fi,
+        "the wildcard receive takes the first message",
+    );
+    let mut exact = exact;
+    // 0x43 does not match the exact receive: it waits unexpected.
+    assert!(
+        side.poll_for(&mut exact, Duration::from_millis(200))
+            .is_none(),
+        "a receive for tag 0x42 took another tag"
+    );
+    assert!(exact.cancel());
+    let (r, _) = side.block_on(exact);
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Canceled);
+    let r = side.ep.trecv(vec![0u8; 8], 0x43, 0);
+    check_local(
+        side.block_on(r),
+        &pattern(6, 4),
+        0x43,
+        remote.fi,
+        "tag 0x43",
+    );
+    assert_eq!(remote.wait_send(side, "s"), Ok(5));
+    assert_eq!(remote.wait_send(side, "t"), Ok(6));
+}
+
+/// Untagged messages both ways: the source is the receiver's address of
+/// the sender, every byte arrives; posted before and after the send.
+fn untagged(_test: &str, side: &Side, remote: &mut Remote) {
+    for (i, &len) in SIZES[..4].iter().enumerate() {
+        let seed = 10 + i as u64;
+        let data = pattern(len, seed);
+        let what = format!("untagged {len} B to the remote");
+        remote.post(side, &format!("recv a {len}"));
+        let s = side.ep.send(remote.fi, data.clone());
+        sent_ok(side, s, len, &what);
+        check_remote(remote.wait_recv(side, "a"), &data, 0, remote.me, &what);
+
+        let what = format!("untagged {len} B from the remote, receive first");
+        let r = side.ep.recv(vec![0u8; len]);
+        remote.post(side, &format!("send s {} {len} {seed}", remote.me.0));
+        check_local(side.block_on(r), &data, 0, remote.fi, &what);
+        assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
+
+        let what = format!("untagged {len} B from the remote, send first");
+        remote.post(side, &format!("send s {} {len} {}", remote.me.0, seed + 1));
+        // Let it reach this side's queue before the receive is posted.
+        for _ in 0..1000 {
+            side.idle();
+        }
+        let r = side.ep.recv(vec![0u8; len]);
+        check_local(
+            side.block_on(r),
+            &pattern(len, seed + 1),
+            0,
+            remote.fi,
+            &what,
+        );
+        assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
+    }
+    // A directed receive names the remote.
+    let r = side.ep.recv_from(remote.fi, vec![0u8; 32]);
+    remote.post(side, &format!("send s {} 32 77", remote.me.0));
+    check_local(
+        side.block_on(r),
+        &pattern(32, 77),
+        0,
+        remote.fi,
+        "recv_from",
+    );
+    assert_eq!(remote.wait_send(side, "s"), Ok(32));
+    // Messages keep their order.
+    let rs: Vec<RecvOp> = (0..8).map(|_| side.ep.recv(vec![0u8; 64])).collect();
+    for k in 0..8u64 {
+        remote.post(
+            side,
+            &format!("send s{k} {} {} {}", remote.me.0, 10 + k, 300 + k),
+        );
+    }
+    for (k, r) in rs.into_iter().enumerate() {
+        let k = k as u64;
+        check_local(
+            side.block_on(r),
+            &pattern(10 + k as usize, 300 + k),
+            0,
+            remote.fi,
+            &format!("ordered message {k}"),
+        );
+        assert_eq!(
+            remote.wait_send(side, &format!("s{k}")),
+            Ok(10 + k as usize)
+        );
+    }
+}
+
+/// Truncation both ways with both lengths; a cancelled receive in the
+/// remote, then a later message still received.
+fn truncation_cancel(_test: &str, side: &Side, remote: &mut Remote) {
+    let expect_trunc = |r: OpOutput<psmrail::ops::Received>, msg: u64, cap: usize, what: &str| {
+        let (r, buf) = r;
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Trunc, "{what}: {e}");
+        let t = e.truncation().expect("truncation lengths");
+        assert_eq!((t.msg_len, t.received), (msg, cap), "{what}");
+        buf
+    };
+    for &(len, cap) in &[(100usize, 10usize), (1 << 20, 4096)] {
+        // Tagged, to the remote.
+        let what = format!("tagged {len} B into {cap} B at the remote");
+        remote.post(side, &format!("trecv a {cap} 0x9 0"));
+        let s = side.ep.tsend(remote.fi, 9, pattern(len, 5));
+        let _ = side.block_on(s); // the sender may see success or not
+        let reply = remote.cmd(side, "wait a");
+        assert_eq!(reply, format!("err Trunc {len} {cap}"), "{what}");
+
+        // Tagged, from the remote.
+        let what = format!("tagged {len} B into {cap} B here");
+        let r = side.ep.trecv(vec![0u8; cap], 9, 0);
+        remote.post(side, &format!("tsend s {} 0x9 {len} 6", remote.me.0));
+        let buf = expect_trunc(side.block_on(r), len as u64, cap, &what);
+        check_bytes(buf.as_slice(), &pattern(len, 6)[..cap], &what);
+        let _ = remote.cmd(side, "wait s");
+
+        // Untagged, both ways.
+        let what = format!("untagged {len} B into {cap} B at the remote");
+        remote.post(side, &format!("recv a {cap}"));
+        let s = side.ep.send(remote.fi, pattern(len, 7));
+        let _ = side.block_on(s);
+        let reply = remote.cmd(side, "wait a");
+        assert_eq!(reply, format!("err Trunc {len} {cap}"), "{what}");
+
+        let what = format!("untagged {len} B into {cap} B here");
+        let r = side.ep.recv(vec![0u8; cap]);
+        remote.post(side, &format!("send s {} {len} 8", remote.me.0));
+        let buf = expect_trunc(side.block_on(r), len as u64, cap, &what);
+        check_bytes(buf.as_slice(), &pattern(len, 8)[..cap], &what);
+        let _ = remote.cmd(side, "wait s");
+    }
+
+    // Cancel in the remote, then a later message goes to a new receive.
+    for (post, post2, send) in [
+        ("trecv c 64 0x77 0", "trecv d 64 0x77 0", "tsend"),
+        ("recv c 64", "recv d 64", "send"),
+    ] {
+        remote.post(side, post);
+        assert_eq!(remote.cmd(side, "cancel c"), "cancel true", "{post}");
+        let reply = remote.cmd(side, "wait c");
+        assert_eq!(reply, "err Canceled 0 0", "{post}");
+        remote.post(side, post2);
+        let s = if send == "tsend" {
+            side.ep.tsend(remote.fi, 0x77, pattern(40, 11))
+        } else {
+            side.ep.send(remote.fi, pattern(40, 11))
+        };
+        sent_ok(side, s, 40, post2);
+        let tag = if send == "tsend" { 0x77 } else { 0 };
+        check_remote(
+            remote.wait_recv(side, "d"),
+            &pattern(40, 11),
+            tag,
+            remote.me,
+            post2,
+        );
+    }
+
+    // Cancel here too: a receive never matched, cancelled, then the next
+    // message is received by a later receive.
+    let r = side.ep.recv(vec![0u8; 64]);
+    assert!(r.cancel());
+    let (res, _) = side.block_on(r);
+    assert_eq!(res.unwrap_err().kind(), ErrorKind::Canceled);
+    let r = side.ep.recv(vec![0u8; 64]);
+    remote.post(side, &format!("send s {} 12 13", remote.me.0));
+    check_local(
+        side.block_on(r),
+        &pattern(12, 13),
+        0,
+        remote.fi,
+        "after cancel",
+    );
+    assert_eq!(remote.wait_send(side, "s"), Ok(12));
+}
+
+/// Several messages from the remote land one after another in a
+/// multi-receive block; the block is released when what is left is under
+/// the minimum.
+fn multi_recv(_test: &str, side: &Side, remote: &mut Remote) {
+    let lens = [100usize, 0, 1, 4000, 37];
+    let block = 4096 + 100 + 1 + 37 + 200; // the last message leaves 200 B
+    side.ep.setopt_min_multi_recv(256).expect("min multi recv");
+    let mut m = side
+        .ep
+        .multi_recv(MultiRecvBuffer::new(block))
+        .expect("multi_recv");
+    for (k, &len) in lens.iter().enumerate() {
+        remote.post(side, &format!("send s{k} {} {len} {}", remote.me.0, 40 + k));
+    }
+    let mut offset = 0;
+    for (k, &len) in lens.iter().enumerate() {
+        let ev = side
+            .block_on(m.next())
+            .expect("the stream ended early")
+            .unwrap_or_else(|e| panic!("message {k}: {e}"));
+        assert_eq!(ev.offset(), offset, "message {k}: offset");
+        assert_eq!(ev.len(), len, "message {k}: length");
+        assert_eq!(ev.source(), remote.fi, "message {k}: source");
+        check_bytes(
+            ev.data(),
+            &pattern(len, 40 + k as u64),
+            &format!("message {k}"),
+        );
+        assert_eq!(ev.released(), k == lens.len() - 1, "message {k}: released");
+        offset += len;
+    }
+    assert!(
+        side.block_on(m.next()).is_none(),
+        "the stream goes on after release"
+    );
+    for k in 0..lens.len() {
+        assert_eq!(remote.wait_send(side, &format!("s{k}")), Ok(lens[k]));
+    }
+
+    // The other way: the remote multi-receives what this side sends.
+    remote.post(side, "multi m 1024");
+    let sends: Vec<SendOp> = (0..3)
+        .map(|k| side.ep.send(remote.fi, pattern(200 + k, 60 + k as u64)))
+        .collect();
+    let mut offset = 0;
+    for (k, s) in sends.into_iter().enumerate() {
+        sent_ok(side, s, 200 + k, "send to the multi-receive");
+        let reply = remote.cmd(side, "next m");
+        let data = pattern(200 + k, 60 + k as u64);
+        assert_eq!(
+            reply,
+            format!(
+                "ev {offset} {} {} {:#x} false",
+                200 + k,
+                remote.me.0,
+                fnv(&data)
+            ),
+            "remote multi-receive message {k}"
+        );
+        offset += 200 + k;
+    }
+}
+
+/// The remote is killed while this side has a receive from it pending and
+/// a large send to it in flight: nothing hangs, the receive stays
+/// cancellable, the send fails or stays pending (reported), and the domain
+/// closes.
+fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
+    // A rendezvous-sized send the remote never receives.
+    let mut send = side.ep.tsend(remote.fi, 0x66, pattern(16 << 20, 1));
+    let mut trecv = side.ep.trecv(vec![0u8; 64], 0x67, 0);
+    let mut recv = side.ep.recv_from(remote.fi, vec![0u8; 64]);
+    // Both sides have seen the send's header before the remote dies.
+    let reply = remote.cmd(side, "peek 0x66 0");
+    assert!(reply.starts_with("peeked"), "{reply}");
+    remote.kill();
+
+    let send_out = side.poll_for(&mut send, Duration::from_secs(3));
+    let trecv_out = side.poll_for(&mut trecv, Duration::from_millis(300));
+    let recv_out = side.poll_for(&mut recv, Duration::from_millis(300));
+    let show = |o: &Option<OpOutput<_>>| -> String {
+        match o {
+            None => "pending".into(),
+            Some((Ok(v), _)) => format!("ok {v:?}"),
+            Some((Err(e), _)) => format!("{:?}", e.kind()),
+        }
+    };
+    eprintln!(
+        "{test}: after the peer died: send {}, trecv {}, recv_from {}",
+        show(&send_out),
+        show(&trecv_out),
+        show(&recv_out)
+    );
+    // A send to a dead peer never reports success for a message nobody
+    // received.
+    if let Some((r, _)) = &send_out {
+        assert!(r.is_err(), "a send to a dead peer succeeded");
+    }
+    for (name, out, op) in [("trecv", trecv_out, trecv), ("recv_from", recv_out, recv)] {
+        match out {
+            Some((r, _)) => {
+                let e = r.expect_err(name);
+                assert!(
+                    matches!(e.kind(), ErrorKind::Io | ErrorKind::Canceled),
+                    "{name}: {e}"
+                );
+            }
+            None => {
+                let mut op = op;
+                assert!(op.cancel(), "{name}: pending but not cancellable");
+                let (r, _) = side
+                    .poll_for(&mut op, STEP)
+                    .unwrap_or_else(|| panic!("{name}: cancelled but never completes"));
+                assert_eq!(r.unwrap_err().kind(), ErrorKind::Canceled, "{name}");
+            }
+        }
+    }
+    // A later send to the dead peer fails or stays pending; dropping it is
+    // safe and the close (in `run`) must not hang.
+    let mut later = side.ep.tsend(remote.fi, 0x68, vec![1u8; 16]);
+    let later_out = side.poll_for(&mut later, Duration::from_secs(2));
+    eprintln!("{test}: a later send: {}", show(&later_out));
+    drop(later);
+    drop(send);
+}
+
+// ----- tests ----------------------------------------------------------------------------------
+
+macro_rules! tests {
+    ($($name:ident: $mode:expr => $scenario:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run(stringify!($name), $mode, $scenario);
+            }
+        )*
+    };
+}
+
+use Eng::{Native, Soft, SoftTcp};
+
+tests! {
+    native_tagged_sizes: mode(Native, false, false) => tagged_sizes;
+    native_tagged_sizes_auto: mode(Native, false, true) => tagged_sizes;
+    native_untagged_mq: mode(Native, false, false) => untagged;
+    native_untagged_am: mode(Native, true, false) => untagged;
+    native_untagged_am_auto: mode(Native, true, true) => untagged;
+    native_truncation_cancel_mq: mode(Native, false, false) => truncation_cancel;
+    native_truncation_cancel_am: mode(Native, true, false) => truncation_cancel;
+    native_multi_recv_mq: mode(Native, false, false) => multi_recv;
+    native_multi_recv_am: mode(Native, true, false) => multi_recv;
+    native_dead_peer_mq: mode(Native, false, false) => dead_peer;
+    native_dead_peer_am: mode(Native, true, false) => dead_peer;
+
+    soft_tagged_sizes: mode(Soft, false, false) => tagged_sizes;
+    soft_tagged_sizes_auto: mode(Soft, false, true) => tagged_sizes;
+    soft_tcp_tagged_sizes: mode(SoftTcp, false, false) => tagged_sizes;
+    soft_untagged_mq: mode(Soft, false, false) => untagged;
+    soft_untagged_am: mode(Soft, true, false) => untagged;
+    soft_untagged_am_auto: mode(Soft, true, true) => untagged;
+    soft_truncation_cancel_mq: mode(Soft, false, false) => truncation_cancel;
+    soft_truncation_cancel_am: mode(Soft, true, false) => truncation_cancel;
+    soft_multi_recv_mq: mode(Soft, false, false) => multi_recv;
+    soft_multi_recv_am: mode(Soft, true, false) => multi_recv;
+    soft_dead_peer_mq: mode(Soft, false, false) => dead_peer;
+    soft_dead_peer_am: mode(Soft, true, false) => dead_peer;
+}
