@@ -36,7 +36,7 @@ use futures::StreamExt;
 use peer::Peer;
 use psmrail::config::PsmConfig;
 use psmrail::engine::soft::SoftConfig;
-use psmrail::engine::OpBuffer;
+use psmrail::engine::{EngineKind, OpBuffer};
 use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
     ProgressKind,
@@ -153,7 +153,7 @@ fn open(mode: Mode) -> Side {
         .build()
         .expect("config");
     let mut hints = Hints::new()
-        .caps(Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV | Caps::DIRECTED_RECV)
+        .caps(Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV)
         .config(config)
         .engine(match mode.engine {
             Eng::Native => EngineChoice::Native,
@@ -557,12 +557,23 @@ const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
 // ----- scenarios ------------------------------------------------------------------------------
 
 /// Tagged messages of every size, both directions, the receive posted
-/// before and after the send; wildcard matching.
+/// before and after the send (up to 1 MiB: 16 MiB in a debug build costs
+/// seconds per transfer); wildcard matching.
 fn tagged_sizes(_test: &str, side: &Side, remote: &mut Remote) {
-    for (i, &len) in SIZES.iter().enumerate() {
+    tagged(side, remote, 16 << 20);
+}
+
+/// [`tagged_sizes`] up to 1 MiB (auto mode, TCP).
+fn tagged_sizes_1mib(_test: &str, side: &Side, remote: &mut Remote) {
+    tagged(side, remote, 1 << 20);
+}
+
+fn tagged(side: &Side, remote: &mut Remote, max: usize) {
+    for (i, &len) in SIZES.iter().enumerate().filter(|(_, l)| **l <= max) {
         let tag = 0x100 + i as u64;
         let seed = i as u64 + 1;
         let data = pattern(len, seed);
+        let send_first = len <= 1 << 20;
 
         // Here -> remote, receive posted first.
         let what = format!("{len} B to the remote, receive first");
@@ -574,28 +585,30 @@ fn tagged_sizes(_test: &str, side: &Side, remote: &mut Remote) {
         // Here -> remote, send first: the remote peeks until the message is
         // queued, then receives it.
         let what = format!("{len} B to the remote, send first");
-        let s = side.ep.tsend(remote.fi, tag, data.clone());
-        let reply = remote.cmd(side, &format!("peek {tag:#x} 0"));
-        assert_eq!(
-            reply,
-            format!("peeked {len} {tag:#x} {}", remote.me.0),
-            "{what}: peek"
-        );
-        remote.post(side, &format!("trecv b {len} {tag:#x} 0"));
-        // The remote waits for its receive while this side finishes the send
-        // (a rendezvous needs both).
-        let peer = remote.peer.as_mut().unwrap();
-        peer.send_line("wait b");
-        sent_ok(side, s, len, &what);
-        let reply = peer.recv_line_with(STEP, || side.idle());
-        let w: Vec<&str> = reply.split_whitespace().collect();
-        assert_eq!(w.first(), Some(&"ok"), "{what}: {reply}");
-        assert_eq!(w[1], len.to_string(), "{what}: length");
-        assert_eq!(
-            w[4],
-            format!("{:#x}", fnv(&data)),
-            "{what}: the bytes differ"
-        );
+        if send_first {
+            let s = side.ep.tsend(remote.fi, tag, data.clone());
+            let reply = remote.cmd(side, &format!("peek {tag:#x} 0"));
+            assert_eq!(
+                reply,
+                format!("peeked {len} {tag:#x} {}", remote.me.0),
+                "{what}: peek"
+            );
+            remote.post(side, &format!("trecv b {len} {tag:#x} 0"));
+            // The remote waits for its receive while this side finishes the send
+            // (a rendezvous needs both).
+            let peer = remote.peer.as_mut().unwrap();
+            peer.send_line("wait b");
+            sent_ok(side, s, len, &what);
+            let reply = peer.recv_line_with(STEP, || side.idle());
+            let w: Vec<&str> = reply.split_whitespace().collect();
+            assert_eq!(w.first(), Some(&"ok"), "{what}: {reply}");
+            assert_eq!(w[1], len.to_string(), "{what}: length");
+            assert_eq!(
+                w[4],
+                format!("{:#x}", fnv(&data)),
+                "{what}: the bytes differ"
+            );
+        }
 
         // Remote -> here, receive posted first.
         let what = format!("{len} B from the remote, receive first");
@@ -609,6 +622,9 @@ fn tagged_sizes(_test: &str, side: &Side, remote: &mut Remote) {
         assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
 
         // Remote -> here, send first (this side peeks until it is queued).
+        if !send_first {
+            continue;
+        }
         let what = format!("{len} B from the remote, send first");
         remote.post(
             side,
@@ -716,17 +732,6 @@ fn untagged(_test: &str, side: &Side, remote: &mut Remote) {
         );
         assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
     }
-    // A directed receive names the remote.
-    let r = side.ep.recv_from(remote.fi, vec![0u8; 32]);
-    remote.post(side, &format!("send s {} 32 77", remote.me.0));
-    check_local(
-        side.block_on(r),
-        &pattern(32, 77),
-        0,
-        remote.fi,
-        "recv_from",
-    );
-    assert_eq!(remote.wait_send(side, "s"), Ok(32));
     // Messages keep their order.
     let rs: Vec<RecvOp> = (0..8).map(|_| side.ep.recv(vec![0u8; 64])).collect();
     for k in 0..8u64 {
@@ -754,6 +759,19 @@ fn untagged(_test: &str, side: &Side, remote: &mut Remote) {
 /// Truncation both ways with both lengths; a cancelled receive in the
 /// remote, then a later message still received.
 fn truncation_cancel(_test: &str, side: &Side, remote: &mut Remote) {
+    // libpsm2 reports a truncated rendezvous message that matched a posted
+    // receive with the delivered length, not the sent one (documented on the
+    // native engine; tests/conformance/remote.rs `truncation`): on the MQ,
+    // above 64 KiB, the native engine's "sent length" is the buffer's.
+    let native = side.domain.engine_kind() == EngineKind::Native;
+    let am = side.domain.info().config().am_msg();
+    let sent_len = |len: usize, cap: usize, tagged: bool| -> u64 {
+        if native && len > 64 << 10 && (tagged || !am) {
+            cap as u64
+        } else {
+            len as u64
+        }
+    };
     let expect_trunc = |r: OpOutput<psmrail::ops::Received>, msg: u64, cap: usize, what: &str| {
         let (r, buf) = r;
         let e = r.expect_err(what);
@@ -769,13 +787,14 @@ fn truncation_cancel(_test: &str, side: &Side, remote: &mut Remote) {
         let s = side.ep.tsend(remote.fi, 9, pattern(len, 5));
         let _ = side.block_on(s); // the sender may see success or not
         let reply = remote.cmd(side, "wait a");
-        assert_eq!(reply, format!("err Trunc {len} {cap}"), "{what}");
+        let msg = sent_len(len, cap, true);
+        assert_eq!(reply, format!("err Trunc {msg} {cap}"), "{what}");
 
         // Tagged, from the remote.
         let what = format!("tagged {len} B into {cap} B here");
         let r = side.ep.trecv(vec![0u8; cap], 9, 0);
         remote.post(side, &format!("tsend s {} 0x9 {len} 6", remote.me.0));
-        let buf = expect_trunc(side.block_on(r), len as u64, cap, &what);
+        let buf = expect_trunc(side.block_on(r), msg, cap, &what);
         check_bytes(buf.as_slice(), &pattern(len, 6)[..cap], &what);
         let _ = remote.cmd(side, "wait s");
 
@@ -785,12 +804,13 @@ fn truncation_cancel(_test: &str, side: &Side, remote: &mut Remote) {
         let s = side.ep.send(remote.fi, pattern(len, 7));
         let _ = side.block_on(s);
         let reply = remote.cmd(side, "wait a");
-        assert_eq!(reply, format!("err Trunc {len} {cap}"), "{what}");
+        let msg = sent_len(len, cap, false);
+        assert_eq!(reply, format!("err Trunc {msg} {cap}"), "{what}");
 
         let what = format!("untagged {len} B into {cap} B here");
         let r = side.ep.recv(vec![0u8; cap]);
         remote.post(side, &format!("send s {} {len} 8", remote.me.0));
-        let buf = expect_trunc(side.block_on(r), len as u64, cap, &what);
+        let buf = expect_trunc(side.block_on(r), msg, cap, &what);
         check_bytes(buf.as_slice(), &pattern(len, 8)[..cap], &what);
         let _ = remote.cmd(side, "wait s");
     }
@@ -843,8 +863,9 @@ fn truncation_cancel(_test: &str, side: &Side, remote: &mut Remote) {
 /// multi-receive block; the block is released when what is left is under
 /// the minimum.
 fn multi_recv(_test: &str, side: &Side, remote: &mut Remote) {
-    let lens = [100usize, 0, 1, 4000, 37];
-    let block = 4096 + 100 + 1 + 37 + 200; // the last message leaves 200 B
+    let lens = [100usize, 0, 1, 4000, 100];
+    // The last message leaves 200 B, under the minimum of 256.
+    let block = lens.iter().sum::<usize>() + 200;
     side.ep.setopt_min_multi_recv(256).expect("min multi recv");
     let mut m = side
         .ep
@@ -874,8 +895,8 @@ fn multi_recv(_test: &str, side: &Side, remote: &mut Remote) {
         side.block_on(m.next()).is_none(),
         "the stream goes on after release"
     );
-    for k in 0..lens.len() {
-        assert_eq!(remote.wait_send(side, &format!("s{k}")), Ok(lens[k]));
+    for (k, &len) in lens.iter().enumerate() {
+        assert_eq!(remote.wait_send(side, &format!("s{k}")), Ok(len));
     }
 
     // The other way: the remote multi-receives what this side sends.
@@ -910,24 +931,17 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
     // A rendezvous-sized send the remote never receives.
     let mut send = side.ep.tsend(remote.fi, 0x66, pattern(16 << 20, 1));
     let mut trecv = side.ep.trecv(vec![0u8; 64], 0x67, 0);
-    let mut recv = side.ep.recv_from(remote.fi, vec![0u8; 64]);
+    let mut recv = side.ep.recv(vec![0u8; 64]);
     // Both sides have seen the send's header before the remote dies.
     let reply = remote.cmd(side, "peek 0x66 0");
     assert!(reply.starts_with("peeked"), "{reply}");
     remote.kill();
 
-    let send_out = side.poll_for(&mut send, Duration::from_secs(3));
-    let trecv_out = side.poll_for(&mut trecv, Duration::from_millis(300));
-    let recv_out = side.poll_for(&mut recv, Duration::from_millis(300));
-    let show = |o: &Option<OpOutput<_>>| -> String {
-        match o {
-            None => "pending".into(),
-            Some((Ok(v), _)) => format!("ok {v:?}"),
-            Some((Err(e), _)) => format!("{:?}", e.kind()),
-        }
-    };
+    let send_out = side.poll_for(&mut send, Duration::from_secs(1));
+    let trecv_out = side.poll_for(&mut trecv, Duration::from_millis(100));
+    let recv_out = side.poll_for(&mut recv, Duration::from_millis(100));
     eprintln!(
-        "{test}: after the peer died: send {}, trecv {}, recv_from {}",
+        "{test}: after the peer died: send {}, trecv {}, recv {}",
         show(&send_out),
         show(&trecv_out),
         show(&recv_out)
@@ -937,7 +951,7 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
     if let Some((r, _)) = &send_out {
         assert!(r.is_err(), "a send to a dead peer succeeded");
     }
-    for (name, out, op) in [("trecv", trecv_out, trecv), ("recv_from", recv_out, recv)] {
+    for (name, out, op) in [("trecv", trecv_out, trecv), ("recv", recv_out, recv)] {
         match out {
             Some((r, _)) => {
                 let e = r.expect_err(name);
@@ -959,10 +973,19 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
     // A later send to the dead peer fails or stays pending; dropping it is
     // safe and the close (in `run`) must not hang.
     let mut later = side.ep.tsend(remote.fi, 0x68, vec![1u8; 16]);
-    let later_out = side.poll_for(&mut later, Duration::from_secs(2));
+    let later_out = side.poll_for(&mut later, Duration::from_millis(500));
     eprintln!("{test}: a later send: {}", show(&later_out));
     drop(later);
     drop(send);
+}
+
+/// An outcome for the report of [`dead_peer`].
+fn show<T: std::fmt::Debug>(o: &Option<OpOutput<T>>) -> String {
+    match o {
+        None => "pending".into(),
+        Some((Ok(v), _)) => format!("ok {v:?}"),
+        Some((Err(e), _)) => format!("{:?}: {e}", e.kind()),
+    }
 }
 
 // ----- tests ----------------------------------------------------------------------------------
@@ -982,7 +1005,7 @@ use Eng::{Native, Soft, SoftTcp};
 
 tests! {
     native_tagged_sizes: mode(Native, false, false) => tagged_sizes;
-    native_tagged_sizes_auto: mode(Native, false, true) => tagged_sizes;
+    native_tagged_sizes_auto: mode(Native, false, true) => tagged_sizes_1mib;
     native_untagged_mq: mode(Native, false, false) => untagged;
     native_untagged_am: mode(Native, true, false) => untagged;
     native_untagged_am_auto: mode(Native, true, true) => untagged;
@@ -994,8 +1017,8 @@ tests! {
     native_dead_peer_am: mode(Native, true, false) => dead_peer;
 
     soft_tagged_sizes: mode(Soft, false, false) => tagged_sizes;
-    soft_tagged_sizes_auto: mode(Soft, false, true) => tagged_sizes;
-    soft_tcp_tagged_sizes: mode(SoftTcp, false, false) => tagged_sizes;
+    soft_tagged_sizes_auto: mode(Soft, false, true) => tagged_sizes_1mib;
+    soft_tcp_tagged_sizes: mode(SoftTcp, false, false) => tagged_sizes_1mib;
     soft_untagged_mq: mode(Soft, false, false) => untagged;
     soft_untagged_am: mode(Soft, true, false) => untagged;
     soft_untagged_am_auto: mode(Soft, true, true) => untagged;
