@@ -497,9 +497,10 @@ fn av_insert_of_a_silent_peer_times_out() {
 }
 
 #[test]
-fn av_of_a_closed_domain_is_bad_state() {
-    let (_info, d) = domain();
+fn objects_of_a_closed_domain_are_bad_state() {
+    let (info, d) = domain();
     let av = d.av(AvAttr::new()).unwrap();
+    let cq = d.cq(CqAttr::new()).unwrap();
     let me = d.epid();
     let addr = av.insert(&[me]).remove(0).unwrap();
     let keep = d.clone();
@@ -507,6 +508,12 @@ fn av_of_a_closed_domain_is_bad_state() {
     assert_kind(av.insert(&[me]).remove(0), ErrorKind::OpBadState);
     assert_kind(keep.av(AvAttr::new()), ErrorKind::OpBadState);
     assert_kind(keep.cq(CqAttr::new()), ErrorKind::OpBadState);
+    assert_kind(keep.counter(CounterAttr::new()), ErrorKind::OpBadState);
+    // Not "another domain's queue": the domain is closed.
+    assert_kind(
+        keep.endpoint(&info).bind_cq(&cq, CqBind::TRANSMIT).enable(),
+        ErrorKind::OpBadState,
+    );
     // Lookups still answer: the entries are plain data.
     assert_eq!(av.lookup(addr).unwrap(), me);
 }

@@ -145,6 +145,25 @@ impl Inner {
 /// to endpoints; a cheap `Clone` handle (an `Arc` inside): clones are the
 /// same counter ([`same`](Self::same)). Safe to use from any number of
 /// threads.
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail::config::PsmConfig;
+/// use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
+/// use psmrail::ErrorKind;
+///
+/// let config = PsmConfig::builder().name_server(false).build()?;
+/// let hints = Hints::new().config(config).engine(EngineChoice::Soft);
+/// let info = getinfo(Some(&hints))?.remove(0);
+/// let domain = Fabric::open(&info)?.domain(&info)?;
+/// let c = domain.counter(CounterAttr::new())?;
+/// c.add(2);
+/// c.wait(2, None)?;
+/// domain.reactor().block_on(c.wait_for(1));
+/// let e = c.wait(3, Some(Duration::from_millis(1))).unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::TimedOut);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Counter {
     inner: Arc<Inner>,
@@ -209,11 +228,16 @@ impl Counter {
     /// Adds `n` to the success count (`fi_cntr_add`; wraps at 2^64).
     ///
     /// ```
-    /// # fn demo(c: &psmrail::fabric::Counter) {
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// # let c = domain.counter(CounterAttr::new())?;
     /// c.set(5);
     /// c.add(2);
     /// assert_eq!(c.read(), 7);
-    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn add(&self, n: u64) {
         let new = self.inner.value.fetch_add(n, SeqCst).wrapping_add(n);
@@ -251,10 +275,17 @@ impl Counter {
     /// * [`ErrorKind::TimedOut`]: the threshold was not reached in time.
     ///
     /// ```
-    /// # fn demo(c: &psmrail::fabric::Counter) -> psmrail::Result<()> {
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// # let c = domain.counter(CounterAttr::new())?;
     /// c.add(3);
     /// c.wait(3, Some(std::time::Duration::ZERO))?;
-    /// # Ok(()) }
+    /// c.add_err(1); // an operation failed: a wait started now sees no change
+    /// c.wait(3, None)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn wait(&self, threshold: u64, timeout: Option<Duration>) -> Result<()> {
         let inner = &*self.inner;
@@ -330,9 +361,17 @@ impl Counter {
     /// dropping it is always fine.
     ///
     /// ```
-    /// # async fn demo(c: psmrail::fabric::Counter) {
-    /// c.wait_for(10).await;
-    /// # }
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// # let c = domain.counter(CounterAttr::new())?;
+    /// let waiter = c.clone();
+    /// let t = std::thread::spawn(move || waiter.add(10));
+    /// domain.reactor().block_on(async { c.wait_for(10).await });
+    /// t.join().unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn wait_for(&self, threshold: u64) -> CounterWait {
         CounterWait {
@@ -419,8 +458,7 @@ impl WaitCore {
         inner.mirror(&list);
         // Registered (and the mirror published) before this re-check: a
         // change after it will see `waiting > 0` and wake us.
-        if false {
-            let r = Ok(());
+        if let Some(r) = inner.check(self.threshold, self.err_base) {
             list.disarm(key);
             inner.mirror(&list);
             self.key = None;

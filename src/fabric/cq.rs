@@ -263,14 +263,15 @@ struct State {
 impl State {
     /// The head entry if it is a success; `Err(Avail)` if it is an error;
     /// `None` if the queue is empty.
+    #[inline]
     fn take_head(&mut self) -> Option<Result<CqEntry>> {
-        match self.queue.pop_front()? {
-            Slot::Ok(e) => Some(Ok(e)),
-            err @ Slot::Err(_) => {
-                // Cannot allocate: the slot just freed is reused.
-                self.queue.push_front(err);
-                Some(Err(avail()))
-            }
+        match self.queue.front()? {
+            Slot::Err(_) => Some(Err(avail())),
+            Slot::Ok(_) => match self.queue.pop_front() {
+                Some(Slot::Ok(e)) => Some(Ok(e)),
+                // Not reached: the front was just seen to be a success.
+                _ => None,
+            },
         }
     }
 }
@@ -345,6 +346,20 @@ impl Inner {
 /// to endpoints; a cheap `Clone` handle (an `Arc` inside): clones are the
 /// same queue ([`same`](Self::same)). Safe to use from any number of
 /// threads. See the [module documentation](self) for the rules.
+///
+/// ```
+/// use psmrail::config::PsmConfig;
+/// use psmrail::fabric::{getinfo, CqAttr, CqFormat, EngineChoice, Fabric, Hints};
+///
+/// let config = PsmConfig::builder().name_server(false).build()?;
+/// let hints = Hints::new().config(config).engine(EngineChoice::Soft);
+/// let info = getinfo(Some(&hints))?.remove(0);
+/// let domain = Fabric::open(&info)?.domain(&info)?;
+/// let cq = domain.cq(CqAttr::new().format(CqFormat::Data))?;
+/// assert!(cq.read()?.is_none()); // nothing posted, nothing completed
+/// assert!(cq.same(&cq.clone()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct CompletionQueue {
     inner: Arc<Inner>,
@@ -479,14 +494,19 @@ impl CompletionQueue {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # fn demo(cq: &psmrail::fabric::CompletionQueue) {
+    /// use psmrail::ErrorKind;
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
     /// match cq.sread(Some(Duration::from_millis(10))) {
     ///     Ok(entry) => println!("context {} done", entry.context),
-    ///     Err(e) if e.kind() == psmrail::ErrorKind::TimedOut => println!("still waiting"),
-    ///     Err(e) if e.kind() == psmrail::ErrorKind::Avail => println!("{:?}", cq.readerr()),
-    ///     Err(e) => panic!("{e}"),
+    ///     Err(e) if e.kind() == ErrorKind::TimedOut => println!("nothing yet"),
+    ///     Err(e) if e.kind() == ErrorKind::Avail => println!("failed: {:?}", cq.readerr()),
+    ///     Err(e) => return Err(e.into()),
     /// }
-    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sread(&self, timeout: Option<Duration>) -> Result<CqEntry> {
         let deadline = deadline(timeout);
@@ -550,10 +570,22 @@ impl CompletionQueue {
     /// entry.
     ///
     /// ```
-    /// # async fn demo(cq: psmrail::fabric::CompletionQueue) -> psmrail::Result<()> {
-    /// let entry = cq.next().await?;
-    /// println!("{} bytes for context {}", entry.len, entry.context);
-    /// # Ok(()) }
+    /// use futures::FutureExt;
+    /// use psmrail::fabric::CompletionQueue;
+    ///
+    /// async fn on_completion(cq: &CompletionQueue) -> psmrail::Result<()> {
+    ///     let entry = cq.next().await?;
+    ///     println!("{} bytes for context {}", entry.len, entry.context);
+    ///     Ok(())
+    /// }
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
+    /// // Nothing was posted: one poll finds nothing.
+    /// assert!(on_completion(&cq).now_or_never().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn next(&self) -> CqNext {
         CqNext {

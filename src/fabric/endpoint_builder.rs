@@ -250,15 +250,17 @@ impl EndpointBuilder {
     /// Creates and enables the endpoint.
     ///
     /// # Errors
-    /// The first binding error; `OpBadState` if the domain was closed;
+    /// `OpBadState` if the domain was closed; the first binding error;
     /// `NoSys` for `FI_EP_MSG`; `OpNotSupp` for caps outside the domain's;
     /// `Busy` for a receive or target role already taken in the domain.
     pub fn enable(self) -> Result<Endpoint> {
+        // A closed domain explains every other failure (its queues no
+        // longer count as its own), so it is reported first.
+        self.domain.ensure_open()?;
         if let Some(e) = self.error {
             return Err(e);
         }
         let domain = self.domain;
-        domain.ensure_open()?;
         let ep_type = match self.ep_type {
             EpType::Unspec => EpType::Rdm,
             EpType::Rdm => EpType::Rdm,

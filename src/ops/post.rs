@@ -114,7 +114,7 @@ impl Route {
                         tag,
                         data: 0,
                         error,
-                        prov_errno: 0,
+                        prov_errno: CqErrEntry::PROV_INTERNAL,
                     });
                 }
             }

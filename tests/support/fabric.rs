@@ -167,9 +167,19 @@ pub fn open_with(
     cfg: Cfg,
     caps: Caps,
     n: usize,
+    build: impl FnMut(usize, &Domain, EndpointBuilder) -> EndpointBuilder,
+) -> Nodes {
+    open_info(cfg, info(cfg, caps), n, build)
+}
+
+/// [`open_with`] from an info of the caller's (e.g. from [`hints`] with
+/// another `PsmConfig`); `cfg` should describe it.
+pub fn open_info(
+    cfg: Cfg,
+    info: Info,
+    n: usize,
     mut build: impl FnMut(usize, &Domain, EndpointBuilder) -> EndpointBuilder,
 ) -> Nodes {
-    let info = info(cfg, caps);
     let fabric = Fabric::open(&info).expect("fabric");
     let mut nodes = Vec::with_capacity(n);
     for i in 0..n {

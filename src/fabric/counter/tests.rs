@@ -314,7 +314,7 @@ fn concurrent_increments_are_exact() {
 
 #[test]
 fn no_lost_wakeups_between_a_waiter_and_an_incrementer() {
-    const ROUNDS: u64 = 20_000;
+    const ROUNDS: u64 = 50_000;
     const LIMIT: Duration = Duration::from_secs(30);
     let c = auto();
     let barrier = Arc::new(Barrier::new(2));
