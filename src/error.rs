@@ -153,7 +153,11 @@ struct Inner {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Truncation {
-    /// The length the sender sent.
+    /// The length the sender sent. One engine limit: on the native engine
+    /// over libpsm2, a rendezvous message (above the eager threshold,
+    /// 64 KiB here) that matched a receive posted before it arrived reports
+    /// the delivered length instead (libpsm2's status gives no more), so
+    /// `msg_len == received` there.
     pub msg_len: u64,
     /// The bytes placed in the receive buffer (its length).
     pub received: usize,
