@@ -50,6 +50,7 @@ mod recv;
 mod send;
 mod submit;
 mod tagged;
+mod trigger_list;
 
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
@@ -57,3 +58,4 @@ pub use post::Posted;
 pub use recv::RecvOp;
 pub use send::SendOp;
 pub use tagged::{PeekFlags, Peeked};
+pub use trigger_list::TriggerList;
