@@ -263,6 +263,12 @@ fn spawn_peer(
         None => cmd.arg("--no-pin"),
     };
     let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn the peer");
+    let epid = read_epid(&mut child, phase);
+    (child, epid)
+}
+
+/// The `EPID=` line of the peer.
+fn read_epid(child: &mut std::process::Child, phase: &str) -> u64 {
     let mut lines = BufReader::new(child.stdout.take().expect("peer stdout"));
     loop {
         let mut line = String::new();
@@ -270,8 +276,7 @@ fn spawn_peer(
             panic!("the {phase} peer exited before sending its epid");
         }
         if let Some(v) = line.trim().strip_prefix("EPID=") {
-            let epid = u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
-            return (child, epid);
+            return u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
         }
     }
 }

@@ -53,10 +53,6 @@
 //! * **Engine.** At least 4 AM arguments (both engines carry 10; PSM
 //!   guarantees 2, so a minimal PSM gets `NoSys` at registration).
 
-// `PostError` (the contract's post failure, which hands the buffer back)
-// is large; it is what the layers above expect, so it is returned as is.
-#![allow(clippy::result_large_err)]
-
 mod hook;
 mod ids;
 mod protocol;
