@@ -33,6 +33,7 @@ use crate::engine::{
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
 /// Most requests one progress step sends (a 1 MiB message is 130 of
@@ -47,10 +48,21 @@ struct Shared {
     completions: Arc<CompletionTable<MqCompletion>>,
     /// Our handler id, known once registration returned.
     id: OnceLock<AmHandlerId>,
+    /// Set by every access that may give the pump work (posts, handlers,
+    /// cancels); the progress step skips the locks while it is clear, so
+    /// a domain that never uses AM messages pays one atomic load per round.
+    dirty: AtomicBool,
 }
 
 impl Shared {
+    /// The core, for a change that may give the pump work.
     fn core(&self) -> MutexGuard<'_, Core> {
+        self.dirty.store(true, Ordering::Release);
+        self.core_quiet()
+    }
+
+    /// The core, for the pump itself.
+    fn core_quiet(&self) -> MutexGuard<'_, Core> {
         // The core never panics by design; if a bug made it, its state is
         // still consistent between calls, so go on.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
@@ -60,7 +72,7 @@ impl Shared {
     fn deliver(&self) -> bool {
         let mut any = false;
         loop {
-            let next = self.core().pop_completion();
+            let next = self.core_quiet().pop_completion();
             let Some((key, completion)) = next else {
                 return any;
             };
@@ -146,6 +158,7 @@ impl AmMsgQueue {
             core: Mutex::new(Core::new(config)),
             completions: engine.completions().clone(),
             id: OnceLock::new(),
+            dirty: AtomicBool::new(true),
         });
         let id = engine.am_register(Arc::new(Handler(shared.clone())))?;
         // Set once, here; the handler waits for it.
@@ -228,9 +241,13 @@ impl AmMsgQueue {
             // Another thread is sending; it sends ours too.
             Err(TryLockError::WouldBlock) => None,
         };
-        if guard.is_some() {
+        if guard.is_none() {
+            // Whatever the other sender leaves (it may not send stream
+            // chunks) is ours next round.
+            self.shared.dirty.store(true, Ordering::Release);
+        } else {
             for _ in 0..budget {
-                let next = self.shared.core().poll_transmit(data);
+                let next = self.shared.core_quiet().poll_transmit(data);
                 let Some(t) = next else {
                     break;
                 };
@@ -238,8 +255,10 @@ impl AmMsgQueue {
                     .engine
                     .am_request(t.peer(), self.id, t.args(), t.payload());
                 let again = matches!(&result, Err(e) if e.kind() == ErrorKind::Again);
-                self.shared.core().transmitted(t, result);
+                self.shared.core_quiet().transmitted(t, result);
                 if again {
+                    // Retry next round.
+                    self.shared.dirty.store(true, Ordering::Release);
                     break;
                 }
                 moved = true;
@@ -255,6 +274,15 @@ impl ProgressSource for AmMsgQueue {
     /// delivers completions. Never blocks: a pump running elsewhere is
     /// skipped.
     fn progress(&self) -> Progress {
-        self.pump(true, PROGRESS_BUDGET).into()
+        if !self.shared.dirty.swap(false, Ordering::AcqRel) {
+            return Progress::Idle;
+        }
+        let moved = self.pump(true, PROGRESS_BUDGET);
+        if moved {
+            // Something moved: look again next round (the budget may have
+            // left work).
+            self.shared.dirty.store(true, Ordering::Release);
+        }
+        moved.into()
     }
 }
