@@ -25,9 +25,7 @@ pub(crate) fn check_inject_len(ep: &EndpointCore, len: usize) -> Result<()> {
 }
 
 fn counted(ep: &EndpointCore) {
-    if let Some(c) = ep.counter(CounterKind::Send) {
-        c.inc();
-    }
+    super::outcome::count(ep.counter(CounterKind::Send), true);
 }
 
 /// Injects over the MQ with `tag`.

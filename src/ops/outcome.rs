@@ -2,7 +2,7 @@
 //! `Result`.
 
 use crate::engine::{MqStatus, OpBuffer};
-use crate::fabric::FiAddr;
+use crate::fabric::{Counter, FiAddr};
 use crate::{Error, ErrorKind, Result, Truncation};
 
 /// The output of every operation future: the result and the buffer it was
@@ -71,4 +71,14 @@ pub(crate) fn status_error(status: &MqStatus, op: OpName) -> Option<Error> {
         ),
         other => Error::new(other, format!("{}: failed", op.as_str())),
     })
+}
+
+/// Counts a finished operation on the endpoint's counter, if one is bound:
+/// a success or an error.
+pub(crate) fn count(counter: Option<&Counter>, ok: bool) {
+    match counter {
+        Some(c) if ok => c.inc(),
+        Some(c) => c.inc_err(),
+        None => {}
+    }
 }

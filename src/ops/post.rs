@@ -16,7 +16,7 @@
 //! counters. A route never calls into the engine, so it is safe to run
 //! inside the engine's progress.
 
-use super::outcome::{status_error, OpName};
+use super::outcome::{count, status_error, OpName};
 use super::pending::Carrier;
 use super::recv::{source_of, RecvKind};
 use crate::engine::{MqCompletion, OpBuffer, PostError};
@@ -79,9 +79,7 @@ impl Route {
         };
         match status_error(&done.status, self.name) {
             None => {
-                if let Some(c) = counter {
-                    c.inc();
-                }
+                count(counter, true);
                 if let Some(cq) = ep.cq(dir) {
                     cq.push(CqEntry {
                         context: self.context,
@@ -98,9 +96,7 @@ impl Route {
                 }
             }
             Some(error) => {
-                if let Some(c) = counter {
-                    c.inc_err();
-                }
+                count(counter, false);
                 if let Some(cq) = ep.cq(dir) {
                     cq.push_err(CqErrEntry {
                         context: self.context,

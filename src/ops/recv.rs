@@ -1,6 +1,6 @@
 //! [`RecvOp`]: the future of `recv`, `recv_from` and `trecv`.
 
-use super::outcome::{status_error, OpName, OpOutput, Received};
+use super::outcome::{count, status_error, OpName, OpOutput, Received};
 use super::pending::PendingOp;
 use crate::engine::{Epid, MqStatus, OpBuffer};
 use crate::fabric::{CounterKind, EndpointCore, FiAddr, MSG_BIT};
@@ -110,12 +110,8 @@ impl Future for RecvOp {
             State::Posted { op, name, kind } => {
                 let done = std::task::ready!(op.poll(cx));
                 let ep = op.endpoint();
-                let counter = ep.counter(CounterKind::Recv);
                 let result = match status_error(&done.status, *name) {
                     None => {
-                        if let Some(c) = counter {
-                            c.inc();
-                        }
                         let tag = match kind {
                             RecvKind::Tagged => done.status.tag & ep.domain().tags().user_mask(),
                             _ => 0,
@@ -126,13 +122,9 @@ impl Future for RecvOp {
                             source: source_of(ep, *kind, &done.status),
                         })
                     }
-                    Some(e) => {
-                        if let Some(c) = counter {
-                            c.inc_err();
-                        }
-                        Err(e)
-                    }
+                    Some(e) => Err(e),
                 };
+                count(ep.counter(CounterKind::Recv), result.is_ok());
                 this.state = State::Done;
                 Poll::Ready((result, done.buffer))
             }

@@ -1,6 +1,6 @@
 //! [`SendOp`]: the future of `send` and `tsend`.
 
-use super::outcome::{status_error, OpName, OpOutput, Sent};
+use super::outcome::{count, status_error, OpName, OpOutput, Sent};
 use super::pending::PendingOp;
 use crate::engine::OpBuffer;
 use crate::fabric::CounterKind;
@@ -70,23 +70,13 @@ impl Future for SendOp {
         match &mut this.state {
             State::Posted { op, name } => {
                 let done = std::task::ready!(op.poll(cx));
-                let counter = op.endpoint().counter(CounterKind::Send);
                 let result = match status_error(&done.status, *name) {
-                    None => {
-                        if let Some(c) = counter {
-                            c.inc();
-                        }
-                        Ok(Sent {
-                            len: done.status.nbytes,
-                        })
-                    }
-                    Some(e) => {
-                        if let Some(c) = counter {
-                            c.inc_err();
-                        }
-                        Err(e)
-                    }
+                    None => Ok(Sent {
+                        len: done.status.nbytes,
+                    }),
+                    Some(e) => Err(e),
                 };
+                count(op.endpoint().counter(CounterKind::Send), result.is_ok());
                 this.state = State::Done;
                 Poll::Ready((result, done.buffer))
             }
