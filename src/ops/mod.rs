@@ -40,6 +40,7 @@
 //! [`Endpoint::post_trecv`]: crate::fabric::Endpoint::post_trecv
 
 pub(crate) mod am_msg;
+pub mod atomic;
 mod inject;
 mod msg;
 mod multi_recv;
