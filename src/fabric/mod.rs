@@ -13,6 +13,7 @@ mod completion_flags;
 mod counter;
 mod cq;
 mod info;
+mod mr;
 mod slots;
 mod tag_layout;
 mod wait_list;
@@ -48,3 +49,6 @@ pub(crate) use endpoint::EndpointCore;
 pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
 pub use endpoint_builder::EndpointBuilder;
 pub use fabric::Fabric;
+pub use mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
+#[allow(unused_imports)] // used by the RMA ops once wired
+pub(crate) use mr::{MrTable, MrTarget};

@@ -48,6 +48,7 @@ mod outcome;
 mod pending;
 mod post;
 mod recv;
+pub mod rma;
 mod send;
 mod submit;
 mod tagged;

@@ -1,0 +1,34 @@
+//! Memory registration (`fi_mr_reg`): regions that own the memory they
+//! expose to peers' RMA, their keys, and the check a target runs before any
+//! remote access.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mr/access.rs` | [`MrAccess`]: `FI_READ`, `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE` |
+//! | `mr/memory.rs` | the region's bytes and the rule that keeps copies and engine transfers from racing |
+//! | `mr/region.rs` | [`MemoryRegion`], the application's handle; [`RawKey`] |
+//! | `mr/table.rs` | `MrTable`, a domain's regions by key; `MrTarget`, a checked range |
+//!
+//! Design points (study §5 "MR validation", "MR keys and addresses"):
+//! * A region **owns** its memory (taken over from a `Vec`/`Box`, never
+//!   copied), so nothing a peer does can reach freed memory: an operation in
+//!   flight holds the memory (`Arc`) past the region's close.
+//! * Remote addresses are **offsets** into the region; the target checks
+//!   key, then range (overflow included), then rights, each failure an
+//!   `FI_EACCES` naming what was wrong, and touches nothing on failure.
+//! * Keys: provider-assigned 1, 2, … or the application's requested key
+//!   (`FI_EBUSY` when in use). Raw keys are the key's 8 little-endian bytes
+//!   so a multi-rail layer can concatenate per-rail keys.
+
+// `MrTable::register` is called by the domain once wired (issue 5).
+#![allow(dead_code)]
+
+mod access;
+mod memory;
+mod region;
+mod table;
+
+pub use access::MrAccess;
+pub use region::{MemoryRegion, RawKey, RAW_KEY_SIZE};
+#[allow(unused_imports)] // used by the domain and the RMA ops once wired
+pub(crate) use table::{MrTable, MrTarget};
