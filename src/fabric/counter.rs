@@ -28,7 +28,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,9 @@ struct Inner {
     has_listener: AtomicBool,
     listener: RwLock<Option<Listener>>,
     reactor: Reactor,
+    /// The triggered operations waiting on this counter (`crate::ops::
+    /// triggered`), created at the first one; dropped with the counter.
+    triggers: OnceLock<Arc<crate::ops::triggered::Triggers>>,
 }
 
 impl Inner {
@@ -193,6 +196,7 @@ impl Counter {
                 has_listener: AtomicBool::new(false),
                 listener: RwLock::new(None),
                 reactor,
+                triggers: OnceLock::new(),
             }),
         }
     }
@@ -413,6 +417,26 @@ impl Counter {
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(f);
         self.inner.has_listener.store(true, SeqCst);
+    }
+}
+
+impl Counter {
+    /// The success count without progressing: for code that may run where
+    /// a progress round must not start (under a lock the progress path
+    /// takes).
+    pub(crate) fn value(&self) -> u64 {
+        self.inner.value.load(SeqCst)
+    }
+
+    /// The reactor that progresses this counter (the domain's).
+    pub(crate) fn reactor(&self) -> &Reactor {
+        &self.inner.reactor
+    }
+
+    /// Where the triggered operations of this counter live
+    /// (`crate::ops::triggered` fills it).
+    pub(crate) fn triggers(&self) -> &OnceLock<Arc<crate::ops::triggered::Triggers>> {
+        &self.inner.triggers
     }
 }
 

@@ -53,6 +53,7 @@ mod send;
 mod submit;
 mod tagged;
 mod trigger_list;
+pub(crate) mod triggered;
 
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
@@ -61,3 +62,4 @@ pub use recv::RecvOp;
 pub use send::SendOp;
 pub use tagged::{PeekFlags, Peeked};
 pub use trigger_list::TriggerList;
+pub use triggered::Triggered;
