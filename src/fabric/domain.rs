@@ -15,7 +15,8 @@
 //!    `FI_PSM_PROG_THREAD` allows a thread, else manual);
 //! 3. add the engine endpoint to the reactor as a progress source;
 //! 4. register the AM handlers, always in the same order so their ids agree
-//!    across processes: the AM message queue first.
+//!    across processes: the AM message queue first, then the one handler of
+//!    RMA and atomics (when the engine carries 5 AM arguments).
 //!
 //! Closing ([`Domain::close`], or dropping the last handle), in order (§9):
 //! take the domain's sources out of the reactor (no progress call runs on
@@ -27,10 +28,12 @@
 
 use super::av::{AddressVector, AvAttr};
 use super::endpoint::Endpoint;
+use super::endpoint::EndpointCore;
 use super::endpoint_builder::EndpointBuilder;
 use super::fabric::FabricCore;
 use super::{
-    CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, ProgressKind, TagLayout,
+    CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, MemoryRegion, MrAccess,
+    MrTable, ProgressKind, TagLayout,
 };
 use crate::config::PsmConfig;
 use crate::engine::native::NativeEngine;
@@ -39,6 +42,7 @@ use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
 };
 use crate::ops::am_msg::AmMsgQueue;
+use crate::ops::rma_transport::RmaTransport;
 use crate::reactor::{CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId};
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
@@ -54,10 +58,17 @@ pub(crate) struct DomainCore {
     engine: Arc<dyn EngineEndpoint>,
     reactor: Reactor,
     am_msg: Arc<AmMsgQueue>,
+    /// RMA and atomics; `None` when the engine cannot carry them (fewer
+    /// than 5 AM arguments), and every RMA call then fails with `NoSys`.
+    rma: std::result::Result<Arc<RmaTransport>, Error>,
+    /// The registered memory regions (`fi_mr_reg`), by key.
+    mr: MrTable,
     /// Our sources in the reactor, removed at close (AM queue last added).
     sources: Mutex<Vec<SourceId>>,
     tags: TagLayout,
-    slots: Mutex<DomainSlots>,
+    /// Shared with the RMA handler, which serves the memory table only
+    /// while an endpoint holds the RMA (atomic) target slot.
+    slots: Arc<Mutex<DomainSlots>>,
     epid: Epid,
     limits: EngineLimits,
     closed: AtomicBool,
@@ -115,6 +126,26 @@ impl DomainCore {
     /// The AM message queue (`FI_PSM_AM_MSG=1`).
     pub(crate) fn am_msg(&self) -> &Arc<AmMsgQueue> {
         &self.am_msg
+    }
+
+    /// The RMA and atomic transport.
+    ///
+    /// # Errors
+    /// `NoSys` when the engine cannot carry RMA (fewer than 5 AM
+    /// arguments).
+    pub(crate) fn rma(&self) -> Result<&Arc<RmaTransport>> {
+        self.rma
+            .as_ref()
+            .map_err(|e| Error::new(e.kind(), e.message()))
+    }
+
+    /// Makes `ep` the endpoint that receives remote RMA events (its
+    /// `FI_RMA_EVENT` counters and remote CQ data). The endpoint builder
+    /// calls this for the endpoint that claims the RMA target slot.
+    pub(crate) fn set_rma_target(&self, ep: &Arc<EndpointCore>) {
+        if let Ok(rma) = &self.rma {
+            rma.set_target_endpoint(ep);
+        }
     }
 
     /// The engine endpoint's id.
@@ -308,7 +339,17 @@ impl Domain {
                 return Err(e);
             }
         };
-        // (The RMA and atomic handlers are registered here, after it.)
+        // Then one handler for RMA and atomics (ops/rma_transport.rs).
+        // Engines with too few AM arguments get no handler and NoSys on
+        // every RMA call (no handler follows, so ids still agree).
+        let mr = MrTable::new();
+        let slots = Arc::new(Mutex::new(DomainSlots::new()));
+        let rma = RmaTransport::register(
+            engine.clone(),
+            mr.clone(),
+            slots.clone(),
+            config.tagged_rma(),
+        );
         let am_source: Arc<dyn ProgressSource> = am_msg.clone();
         match reactor.add_source(am_source) {
             Ok(id) => sources.push(id),
@@ -321,6 +362,20 @@ impl Domain {
                 ));
             }
         }
+        if let Ok(rma) = &rma {
+            let rma_source: Arc<dyn ProgressSource> = rma.clone();
+            match reactor.add_source(rma_source) {
+                Ok(id) => sources.push(id),
+                Err(e) => {
+                    let _ = engine.close(Duration::ZERO);
+                    return Err(Error::with_source(
+                        ErrorKind::Other,
+                        "opening the domain: cannot add the RMA transport to the reactor",
+                        e,
+                    ));
+                }
+            }
+        }
         let epid = engine.epid();
         let limits = engine.limits();
         tracing::debug!("domain {epid} opened on the {} engine", engine.kind());
@@ -331,9 +386,11 @@ impl Domain {
                 engine,
                 reactor,
                 am_msg,
+                rma,
+                mr,
                 sources: Mutex::new(sources),
                 tags: TagLayout::new(),
-                slots: Mutex::new(DomainSlots::new()),
+                slots,
                 epid,
                 limits,
                 closed: AtomicBool::new(false),
@@ -356,6 +413,49 @@ impl Domain {
         let c = Counter::new(attr, self.core.reactor.clone());
         relock(&self.core.made).counters.push(c.clone());
         Ok(c)
+    }
+
+    /// Registers memory for remote access (`fi_mr_reg`): the region takes
+    /// `bytes` over (no copy) and exposes them to peers' RMA and atomics
+    /// with `access`, under `key` (`None`: the provider picks 1, 2, ...).
+    /// Remote addresses are offsets into the region. Peers reach it only
+    /// while an endpoint of this domain is an RMA (atomic) target.
+    ///
+    /// ```
+    /// # use psmrail::fabric::{getinfo, EngineChoice, Fabric, Hints, MrAccess};
+    /// # use psmrail::config::PsmConfig;
+    /// # let config = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let mr = domain.register(vec![0u8; 4096], MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE, Some(7))?;
+    /// assert_eq!((mr.key(), mr.len()), (7, 4096));
+    /// let busy = domain.register(vec![0u8; 16], MrAccess::REMOTE_READ, Some(7));
+    /// assert_eq!(busy.unwrap_err().kind(), psmrail::ErrorKind::Busy);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Busy` when `key` is in use; `Inval` for unknown access bits;
+    /// `OpBadState` after close.
+    pub fn register(
+        &self,
+        bytes: impl Into<Box<[u8]>>,
+        access: MrAccess,
+        key: Option<u64>,
+    ) -> Result<MemoryRegion> {
+        self.core.ensure_open()?;
+        self.core.mr.register(bytes.into(), access, key)
+    }
+
+    /// `fi_mr_reg`: the same as [`register`](Self::register).
+    pub fn mr_reg(
+        &self,
+        bytes: impl Into<Box<[u8]>>,
+        access: MrAccess,
+        key: Option<u64>,
+    ) -> Result<MemoryRegion> {
+        self.register(bytes, access, key)
     }
 
     /// An address vector (`fi_av_open`).

@@ -286,28 +286,32 @@ impl EndpointBuilder {
         let (tx_cq, tx_selective) = split(self.tx_cq);
         let (rx_cq, rx_selective) = split(self.rx_cq);
         let inject_size = self.info.inject_size;
-        Ok(Endpoint {
-            core: Arc::new(EndpointCore {
-                domain,
-                info: self.info,
-                caps,
-                ep_type,
-                av: self.av,
-                tx_cq,
-                rx_cq,
-                tx_selective,
-                rx_selective,
-                counters: self.counters,
-                min_multi_recv: AtomicUsize::new(0),
-                inject_size,
-                service,
-                closed: AtomicBool::new(false),
-                held: Mutex::new(Held {
-                    claim: Some(claim),
-                    registration,
-                }),
+        let core = Arc::new(EndpointCore {
+            domain,
+            info: self.info,
+            caps,
+            ep_type,
+            av: self.av,
+            tx_cq,
+            rx_cq,
+            tx_selective,
+            rx_selective,
+            counters: self.counters,
+            min_multi_recv: AtomicUsize::new(0),
+            inject_size,
+            service,
+            closed: AtomicBool::new(false),
+            held: Mutex::new(Held {
+                claim: Some(claim),
+                registration,
             }),
-        })
+        });
+        // Remote RMA and atomic events (counters, remote CQ data) reach the
+        // endpoint holding the target slot.
+        if caps.rma_target() || caps.atomic_target() {
+            core.domain().set_rma_target(&core);
+        }
+        Ok(Endpoint { core })
     }
 }
 

@@ -41,6 +41,7 @@
 
 pub(crate) mod am_msg;
 pub mod atomic;
+mod atomic_ops;
 mod inject;
 mod msg;
 mod multi_recv;
@@ -49,6 +50,8 @@ mod pending;
 mod post;
 mod recv;
 pub mod rma;
+mod rma_ops;
+pub(crate) mod rma_transport;
 mod send;
 mod submit;
 mod tagged;
@@ -59,6 +62,7 @@ pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
 pub use post::Posted;
 pub use recv::RecvOp;
+pub use rma_ops::{RmaIov, RmaOp};
 pub use send::SendOp;
 pub use tagged::{PeekFlags, Peeked};
 pub use trigger_list::TriggerList;

@@ -1,0 +1,860 @@
+//! [`RmaTransport`]: RMA and atomics over active messages for one domain —
+//! the I/O edge around the sans-IO cores in [`crate::ops::rma`]
+//! (`Initiator`, `RmaTarget`) and the atomic packets of
+//! `ops/atomic_ops/wire.rs`.
+//!
+//! # Handler
+//! One AM handler, registered by the domain right after the AM message
+//! queue (fixed order, so its id agrees across processes), carries both
+//! protocols; the command word's protocol byte tells them apart (`'R'`
+//! RMA, `'A'` atomics). Requests go to the target side (the domain's
+//! [`MrTable`], offered only while an endpoint holds the RMA / atomic
+//! target slot, else the peer gets `FI_EOPNOTSUPP`); replies go to the
+//! initiator side. A reply may also arrive as a request (the end of a long
+//! write, or a reply the engine could not send from a handler).
+//!
+//! # Locks and re-entrancy
+//! The engine runs handlers inside its own calls with its lock held, and
+//! handlers take the state lock; so the state lock is never held across an
+//! engine call (order: engine, then state). Handlers only update state,
+//! reply through [`AmReply`] and complete futures; every request, MQ post
+//! and cancel is made from [`ProgressSource::progress`] (or right after a
+//! post), under the *pump* lock so one thread at a time does it.
+//!
+//! Because the state lock is released while a request is sent, its reply
+//! can come back before the initiator core has recorded (`commit`) that it
+//! was sent. Replies for the operation being sent are therefore held back
+//! and replayed right after the commit.
+//!
+//! # Progress cost
+//! A `dirty` flag is set by everything that may give the pump work; the
+//! progress step of an idle domain is one atomic swap. While MQ transfers
+//! of long operations are in flight the flag stays set (their completions
+//! are looked up in the engine's completion table each round).
+
+use super::atomic_ops::wire::{self as awire, AtomicPacket, AtomicRequest, ATOMIC_PROTO};
+use super::rma::{
+    kind_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, RmaKind, RmaParams, RmaTarget, Step,
+    TargetPost, NARGS,
+};
+use crate::engine::{
+    AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
+    SendMode, TagMatch,
+};
+use crate::fabric::{
+    Caps, CompletionFlags, CounterKind, CqEntry, DomainSlots, EndpointCore, MrTable, Role,
+};
+use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
+use crate::{Error, ErrorKind, Result};
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
+
+/// Most engine calls one progress step makes.
+const PROGRESS_BUDGET: usize = 64;
+/// Most engine calls a post makes before returning (the rest go from
+/// progress).
+const POST_BUDGET: usize = 4;
+
+/// What an RMA or atomic future receives: the result and its buffer.
+pub(crate) type Done = (Result<()>, OpBuffer);
+
+/// An AM request waiting to leave.
+#[derive(Debug)]
+struct Outgoing {
+    dest: PeerAddr,
+    args: [u64; NARGS],
+    nargs: usize,
+    payload: Vec<u8>,
+    /// The atomic it carries, to fail if it cannot be sent.
+    atomic: Option<u64>,
+}
+
+impl Outgoing {
+    fn new(dest: PeerAddr, args: &[u64], payload: Vec<u8>, atomic: Option<u64>) -> Self {
+        let mut words = [0u64; NARGS];
+        let nargs = args.len().min(NARGS);
+        words[..nargs].copy_from_slice(&args[..nargs]);
+        Outgoing {
+            dest,
+            args: words,
+            nargs,
+            payload,
+            atomic,
+        }
+    }
+}
+
+/// An MQ transfer this transport posted, by its engine key.
+#[derive(Debug)]
+enum MqWork {
+    /// Of initiator operation `id`.
+    Init(u64),
+    /// A long write's receive at the target.
+    TargetRecv(u64),
+    /// A long read's send at the target.
+    TargetSend(RemoteEvent),
+}
+
+/// What an initiator operation wants, copied out of the core's `Step`
+/// (the request's words and payload go to the pump's buffers).
+enum Next {
+    Request(usize),
+    Post { tag: u64, send: bool },
+    Cancel,
+}
+
+/// Reused buffers of the pump (no allocation per round once warm).
+#[derive(Debug, Default)]
+struct PumpBufs {
+    /// The payload of the request being sent.
+    payload: Vec<u8>,
+    /// The initiator's operation ids, walked this round.
+    ids: Vec<u64>,
+}
+
+/// An atomic this domain initiated.
+#[derive(Debug)]
+struct PendingAtomic {
+    peer: PeerAddr,
+    key: OpKey,
+    buffer: OpBuffer,
+    /// Bytes of old values due back (0 for write calls).
+    fetch_len: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    init: Initiator,
+    target: RmaTarget,
+    /// Live initiator operations: id -> the future's key.
+    ops: HashMap<u64, OpKey>,
+    /// Their ids, in start order (the pump walks them).
+    order: Vec<u64>,
+    mq: Vec<(OpKey, MqWork)>,
+    posts: VecDeque<TargetPost>,
+    out: VecDeque<Outgoing>,
+    events: Vec<RemoteEvent>,
+    atomics: HashMap<u64, PendingAtomic>,
+    next_atomic: u64,
+    /// The operation whose request is being sent, and replies for it that
+    /// came meanwhile.
+    sending: Option<u64>,
+    stash: Vec<(PeerAddr, Reply, Vec<u8>)>,
+    /// Read data for replies.
+    scratch: Vec<u8>,
+    /// Futures to complete, outside the lock.
+    finished: Vec<(OpKey, Done)>,
+}
+
+/// Buffers of the atomic lock (one per domain: every atomic this domain is
+/// the target of runs under it).
+#[derive(Debug, Default)]
+struct AtomicScratch {
+    target: Vec<u8>,
+    fetched: Vec<u8>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    mr: MrTable,
+    slots: Arc<Mutex<DomainSlots>>,
+    id: OnceLock<AmHandlerId>,
+    dirty: AtomicBool,
+    done: Arc<CompletionTable<Done>>,
+    /// The engine's MQ completions (for long transfers).
+    mq_table: Arc<CompletionTable<MqCompletion>>,
+    target_ep: Mutex<Weak<EndpointCore>>,
+    atomic_lock: Mutex<AtomicScratch>,
+    /// Largest atomic payload (request and reply).
+    max_atomic: usize,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these locks is a single step; a panic leaves them
+    // consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn reply_id(r: &Reply) -> u64 {
+    match *r {
+        Reply::Write { id, .. } | Reply::Read { id, .. } | Reply::WriteGo { id, .. } => id,
+    }
+}
+
+fn mq_result(c: &MqCompletion) -> Result<usize> {
+    match c.status.error {
+        None => Ok(c.status.nbytes),
+        Some(kind) => Err(Error::new(
+            kind,
+            format!("RMA: the long transfer's MQ operation failed ({kind})"),
+        )),
+    }
+}
+
+impl State {
+    /// Feeds the MQ transfers that finished into the cores (the table is
+    /// only looked at, so handlers may call this too).
+    fn poll_mq(&mut self, table: &CompletionTable<MqCompletion>) -> bool {
+        let st = self;
+        let mut moved = false;
+        let mut i = 0;
+        while i < st.mq.len() {
+            let Some(c) = table.try_take(st.mq[i].0) else {
+                i += 1;
+                continue;
+            };
+            moved = true;
+            let (_, work) = st.mq.swap_remove(i);
+            let result = mq_result(&c);
+            match work {
+                MqWork::Init(id) => {
+                    if let Err(b) = st.init.on_mq_done(id, result, c.buffer) {
+                        drop(b);
+                    }
+                    st.reap(id);
+                }
+                MqWork::TargetRecv(tid) => {
+                    let from = c.status.source;
+                    drop(c.buffer);
+                    if let Some(done) = st.target.on_long_recv_done(tid, from, result) {
+                        if let Some(e) = done.event {
+                            st.events.push(e);
+                        }
+                        st.out.push_back(Outgoing::new(
+                            done.dest,
+                            done.args.as_slice(),
+                            Vec::new(),
+                            None,
+                        ));
+                    }
+                }
+                MqWork::TargetSend(event) => {
+                    drop(c.buffer);
+                    match result {
+                        Ok(_) => st.events.push(event),
+                        Err(e) => tracing::debug!("RMA: long read send failed: {e}"),
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Moves operation `id` out if it finished.
+    fn reap(&mut self, id: u64) {
+        if let Some((result, mut bufs)) = self.init.take_finished(id) {
+            self.order.retain(|&o| o != id);
+            if let Some(key) = self.ops.remove(&id) {
+                let buffer = if bufs.is_empty() {
+                    OpBuffer::empty()
+                } else {
+                    bufs.swap_remove(0)
+                };
+                self.finished.push((key, (result, buffer)));
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.dirty.store(true, Ordering::Release);
+        relock(&self.state)
+    }
+
+    fn deliver(&self) -> bool {
+        let done = std::mem::take(&mut relock(&self.state).finished);
+        let any = !done.is_empty();
+        for (key, value) in done {
+            // A dropped future abandoned its key: the value (buffer) is
+            // dropped here.
+            let _ = self.done.complete(key, value);
+        }
+        any
+    }
+
+    fn table_if(&self, role: Role) -> Option<&MrTable> {
+        relock(&self.slots).is_taken(role).then_some(&self.mr)
+    }
+
+    fn on_rma_reply(&self, source: PeerAddr, reply: &Reply, payload: &[u8]) {
+        let id = reply_id(reply);
+        let mut st = self.state();
+        if st.sending == Some(id) {
+            st.stash.push((source, *reply, payload.to_vec()));
+            return;
+        }
+        let d = st.init.on_reply(source, reply, payload);
+        tracing::trace!(?d, "RMA reply");
+        st.reap(id);
+        drop(st);
+        self.deliver();
+    }
+
+    fn on_atomic_reply(&self, source: PeerAddr, id: u64, status: u32, payload: &[u8]) {
+        let mut st = self.state();
+        match st.atomics.get(&id) {
+            Some(p) if p.peer == source => {}
+            _ => {
+                tracing::debug!(?source, id, "atomic reply for no atomic of this peer");
+                return;
+            }
+        }
+        let Some(mut p) = st.atomics.remove(&id) else {
+            return;
+        };
+        let result = if status != 0 {
+            let kind = kind_of(status);
+            Err(Error::new(
+                kind,
+                format!("atomic: the target refused the operation ({kind})"),
+            ))
+        } else if payload.len() != p.fetch_len {
+            Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "atomic: the target sent {} bytes of old values, {} were due",
+                    payload.len(),
+                    p.fetch_len
+                ),
+            ))
+        } else {
+            if let Some(dst) = p.buffer.as_mut_slice() {
+                dst[..payload.len()].copy_from_slice(payload);
+            }
+            Ok(())
+        };
+        st.finished.push((p.key, (result, p.buffer)));
+        drop(st);
+        self.deliver();
+    }
+
+    fn on_packet(&self, msg: &AmMessage<'_>, reply: Option<&mut dyn AmReply>) {
+        let Some(&hid) = self.id.get() else {
+            return;
+        };
+        if awire::proto_of(msg.args) == Some(ATOMIC_PROTO) {
+            match awire::decode(msg.args) {
+                Ok(AtomicPacket::Reply { id, status }) => {
+                    self.on_atomic_reply(msg.source, id, status, msg.payload)
+                }
+                Ok(AtomicPacket::Request(req)) => self.on_atomic_request(msg, &req, hid, reply),
+                Err(e) => tracing::debug!(source = ?msg.source, "atomic packet dropped: {e}"),
+            }
+            return;
+        }
+        match Packet::decode(msg.args, msg.payload.len()) {
+            Ok(Packet::Reply(r)) => self.on_rma_reply(msg.source, &r, msg.payload),
+            Ok(Packet::Request(req)) => {
+                let table = self.table_if(Role::RmaTarget);
+                let mut st = self.state();
+                // A long read's send that ended frees its window before a
+                // following write to the same bytes pins them.
+                if !st.mq.is_empty() {
+                    st.poll_mq(&self.mq_table);
+                }
+                let mut scratch = std::mem::take(&mut st.scratch);
+                let h = st
+                    .target
+                    .handle(table, msg.source, &req, msg.payload, &mut scratch);
+                if let Some(p) = h.post {
+                    st.posts.push_back(p);
+                }
+                if let Some(e) = h.event {
+                    st.events.push(e);
+                }
+                drop(st);
+                if let Some((args, n)) = h.reply {
+                    let bytes = &scratch[..n.min(scratch.len())];
+                    let sent = match reply {
+                        Some(r) => r.reply(hid, args.as_slice(), bytes).is_ok(),
+                        None => false,
+                    };
+                    if !sent {
+                        let o = Outgoing::new(msg.source, args.as_slice(), bytes.to_vec(), None);
+                        self.state().out.push_back(o);
+                    }
+                }
+                self.state().scratch = scratch;
+            }
+            Err(e) => tracing::debug!(source = ?msg.source, "RMA packet dropped: {e}"),
+        }
+    }
+
+    fn on_atomic_request(
+        &self,
+        msg: &AmMessage<'_>,
+        req: &AtomicRequest,
+        hid: AmHandlerId,
+        reply: Option<&mut dyn AmReply>,
+    ) {
+        let table = self.table_if(Role::AtomicTarget);
+        let mut guard = relock(&self.atomic_lock);
+        let s = &mut *guard;
+        let status = awire::execute(
+            table,
+            req,
+            msg.payload,
+            self.max_atomic,
+            &mut s.target,
+            &mut s.fetched,
+        );
+        let args = awire::encode_reply(req.id, status);
+        let sent = match reply {
+            Some(r) => r.reply(hid, &args, &s.fetched).is_ok(),
+            None => false,
+        };
+        if !sent {
+            let o = Outgoing::new(msg.source, &args, s.fetched.clone(), None);
+            drop(guard);
+            self.state().out.push_back(o);
+        }
+    }
+}
+
+struct Handler(Arc<Shared>);
+
+impl AmHandler for Handler {
+    fn on_request(&self, msg: AmMessage<'_>, reply: &mut dyn AmReply) {
+        self.0.on_packet(&msg, Some(reply));
+    }
+
+    fn on_reply(&self, msg: AmMessage<'_>) {
+        self.0.on_packet(&msg, None);
+    }
+}
+
+/// RMA and atomics of one domain (see the [module docs](self)).
+pub(crate) struct RmaTransport {
+    engine: Arc<dyn EngineEndpoint>,
+    shared: Arc<Shared>,
+    id: AmHandlerId,
+    /// Held by whoever makes the engine calls; guards the send buffer.
+    pump: Mutex<PumpBufs>,
+    params: RmaParams,
+}
+
+impl std::fmt::Debug for RmaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RmaTransport")
+            .field("handler", &self.id)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+impl RmaTransport {
+    /// Registers the RMA/atomic handler on `engine` (the domain calls this
+    /// right after the AM message queue). `NoSys` if the engine carries
+    /// fewer than 5 AM arguments.
+    pub(crate) fn register(
+        engine: Arc<dyn EngineEndpoint>,
+        mr: MrTable,
+        slots: Arc<Mutex<DomainSlots>>,
+        tagged_rma: bool,
+    ) -> Result<Arc<RmaTransport>> {
+        let limits = engine.limits();
+        if limits.max_am_args < NARGS || limits.max_am_request == 0 || limits.max_am_reply == 0 {
+            return Err(Error::new(
+                ErrorKind::NoSys,
+                format!(
+                    "RMA and atomics need {NARGS} AM arguments and a payload; the {} engine \
+                     carries {} arguments",
+                    engine.kind(),
+                    limits.max_am_args
+                ),
+            ));
+        }
+        let params = RmaParams::new(&limits, tagged_rma);
+        // Salt the id generations so ids differ between runs and processes.
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let salt = std::collections::hash_map::RandomState::new().hash_one((engine.epid().0, time));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                init: Initiator::new(params, salt as u32),
+                target: RmaTarget::new(limits.max_am_reply, (salt >> 32) as u32),
+                ops: HashMap::new(),
+                order: Vec::new(),
+                mq: Vec::new(),
+                posts: VecDeque::new(),
+                out: VecDeque::new(),
+                events: Vec::new(),
+                atomics: HashMap::new(),
+                next_atomic: salt | 1,
+                sending: None,
+                stash: Vec::new(),
+                scratch: Vec::new(),
+                finished: Vec::new(),
+            }),
+            mr,
+            slots,
+            id: OnceLock::new(),
+            dirty: AtomicBool::new(false),
+            done: Arc::new(CompletionTable::new()),
+            mq_table: engine.completions().clone(),
+            target_ep: Mutex::new(Weak::new()),
+            atomic_lock: Mutex::new(AtomicScratch::default()),
+            max_atomic: limits.max_am_request.min(limits.max_am_reply),
+        });
+        let id = engine.am_register(Arc::new(Handler(shared.clone())))?;
+        let _ = shared.id.set(id);
+        Ok(Arc::new(RmaTransport {
+            engine,
+            shared,
+            id,
+            pump: Mutex::new(PumpBufs::default()),
+            params,
+        }))
+    }
+
+    /// Largest payload of one atomic (request or reply).
+    pub(crate) fn max_atomic(&self) -> usize {
+        self.shared.max_atomic
+    }
+
+    /// The table futures wait in.
+    pub(crate) fn done(&self) -> &Arc<CompletionTable<Done>> {
+        &self.shared.done
+    }
+
+    /// The endpoint that receives remote events (counters, CQ data).
+    pub(crate) fn set_target_endpoint(&self, ep: &Arc<EndpointCore>) {
+        *relock(&self.shared.target_ep) = Arc::downgrade(ep);
+    }
+
+    /// Starts an RMA operation; its future waits on the returned key.
+    pub(crate) fn start_rma(
+        &self,
+        kind: RmaKind,
+        peer: PeerAddr,
+        buffer: OpBuffer,
+        remote: &[RemoteIov],
+        data: Option<u64>,
+    ) -> std::result::Result<OpKey, (Error, OpBuffer)> {
+        let mut st = self.shared.state();
+        let id = match st.init.start(kind, peer, vec![buffer], remote, data) {
+            Ok(id) => id,
+            Err((e, mut bufs)) => {
+                let b = if bufs.is_empty() {
+                    OpBuffer::empty()
+                } else {
+                    bufs.swap_remove(0)
+                };
+                return Err((e, b));
+            }
+        };
+        let key = self.shared.done.insert();
+        st.ops.insert(id, key);
+        st.order.push(id);
+        drop(st);
+        self.pump(POST_BUDGET);
+        Ok(key)
+    }
+
+    /// Starts an atomic: `payload` (operand, compare) goes to `peer`;
+    /// `fetch_len` old-value bytes come back into `buffer`.
+    pub(crate) fn start_atomic(
+        &self,
+        peer: PeerAddr,
+        req: AtomicRequest,
+        payload: Vec<u8>,
+        buffer: OpBuffer,
+        fetch_len: usize,
+    ) -> OpKey {
+        let key = self.shared.done.insert();
+        let mut st = self.shared.state();
+        let id = st.next_atomic;
+        st.next_atomic = st.next_atomic.wrapping_add(2);
+        let req = AtomicRequest { id, ..req };
+        st.atomics.insert(
+            id,
+            PendingAtomic {
+                peer,
+                key,
+                buffer,
+                fetch_len,
+            },
+        );
+        st.out
+            .push_back(Outgoing::new(peer, &req.encode(), payload, Some(id)));
+        drop(st);
+        self.pump(POST_BUDGET);
+        key
+    }
+
+    /// Makes up to `budget` engine calls, then delivers completions and
+    /// remote events. Whether anything moved.
+    fn pump(&self, budget: usize) -> bool {
+        let mut guard = match self.pump.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // The other pumper may miss what we just queued.
+                self.shared.dirty.store(true, Ordering::Release);
+                return false;
+            }
+        };
+        let PumpBufs { payload, ids } = &mut *guard;
+        let mut left = budget;
+        let mut moved = self.poll_mq();
+        moved |= self.send_out(&mut left);
+        moved |= self.post_target(&mut left);
+        moved |= self.step_initiator(&mut left, payload, ids);
+        drop(guard);
+        if left == 0 {
+            self.shared.dirty.store(true, Ordering::Release);
+        }
+        moved |= self.deliver_events();
+        self.shared.deliver() | moved
+    }
+
+    /// Feeds finished MQ transfers into the cores.
+    fn poll_mq(&self) -> bool {
+        let mut st = relock(&self.shared.state);
+        if st.mq.is_empty() {
+            return false;
+        }
+        // Keep looking next round while transfers are in flight.
+        self.shared.dirty.store(true, Ordering::Release);
+        st.poll_mq(self.engine.completions())
+    }
+
+    /// Sends queued AM requests (atomics, ends of long writes, replies the
+    /// engine could not send from a handler).
+    fn send_out(&self, left: &mut usize) -> bool {
+        let mut moved = false;
+        while *left > 0 {
+            let Some(o) = relock(&self.shared.state).out.pop_front() else {
+                break;
+            };
+            *left -= 1;
+            let r = self
+                .engine
+                .am_request(o.dest, self.id, &o.args[..o.nargs], &o.payload);
+            match r {
+                Ok(()) => moved = true,
+                Err(e) if e.kind() == ErrorKind::Again => {
+                    relock(&self.shared.state).out.push_front(o);
+                    self.shared.dirty.store(true, Ordering::Release);
+                    *left = 0;
+                }
+                Err(e) => {
+                    moved = true;
+                    let mut st = relock(&self.shared.state);
+                    if let Some(p) = o.atomic.and_then(|id| st.atomics.remove(&id)) {
+                        let e = Error::with_source(
+                            e.kind(),
+                            format!("atomic: cannot send the request ({})", e.kind()),
+                            e,
+                        );
+                        st.finished.push((p.key, (Err(e), p.buffer)));
+                    } else {
+                        tracing::debug!("RMA: cannot send a reply: {e}");
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Posts the MQ transfers of long operations at the target.
+    fn post_target(&self, left: &mut usize) -> bool {
+        let table = self.engine.completions();
+        let mut moved = false;
+        while *left > 0 {
+            let Some(post) = relock(&self.shared.state).posts.pop_front() else {
+                break;
+            };
+            *left -= 1;
+            moved = true;
+            let key = table.insert();
+            match post {
+                TargetPost::Recv { tid, tag, buffer } => {
+                    relock(&self.shared.state)
+                        .mq
+                        .push((key, MqWork::TargetRecv(tid)));
+                    if let Err(pe) = self.engine.irecv(TagMatch::exact(tag), buffer, key) {
+                        drop(table.retire(key));
+                        let mut st = relock(&self.shared.state);
+                        st.mq.retain(|(k, _)| *k != key);
+                        if let Some(done) = st.target.on_long_recv_done(tid, None, Err(pe.error)) {
+                            st.out.push_back(Outgoing::new(
+                                done.dest,
+                                done.args.as_slice(),
+                                Vec::new(),
+                                None,
+                            ));
+                        }
+                    }
+                }
+                TargetPost::Send {
+                    dest,
+                    tag,
+                    buffer,
+                    event,
+                } => {
+                    relock(&self.shared.state)
+                        .mq
+                        .push((key, MqWork::TargetSend(event)));
+                    if let Err(pe) = self
+                        .engine
+                        .isend(dest, tag, SendMode::Standard, buffer, key)
+                    {
+                        drop(table.retire(key));
+                        relock(&self.shared.state).mq.retain(|(k, _)| *k != key);
+                        tracing::debug!("RMA: cannot send a long read: {}", pe.error);
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Walks the initiator's operations: what each wants next, done.
+    fn step_initiator(&self, left: &mut usize, buf: &mut Vec<u8>, ids: &mut Vec<u64>) -> bool {
+        let table = self.engine.completions();
+        ids.clear();
+        ids.extend_from_slice(&relock(&self.shared.state).order);
+        let mut moved = false;
+        'ops: for &id in ids.iter() {
+            while *left > 0 {
+                let mut st = relock(&self.shared.state);
+                let Some(peer) = st.init.peer(id) else {
+                    continue 'ops;
+                };
+                let mut words = [0u64; NARGS];
+                let step = match st.init.peek(id) {
+                    None => {
+                        st.reap(id);
+                        continue 'ops;
+                    }
+                    Some(Step::Request { args, payload }) => {
+                        let a = args.as_slice();
+                        words[..a.len()].copy_from_slice(a);
+                        buf.clear();
+                        buf.extend_from_slice(payload);
+                        Next::Request(a.len())
+                    }
+                    Some(Step::PostSend { tag }) => Next::Post { tag, send: true },
+                    Some(Step::PostRecv { tag }) => Next::Post { tag, send: false },
+                    Some(Step::CancelRecv) => Next::Cancel,
+                };
+                *left -= 1;
+                moved = true;
+                match step {
+                    Next::Request(n) => {
+                        st.sending = Some(id);
+                        drop(st);
+                        let r = self.engine.am_request(peer, self.id, &words[..n], buf);
+                        let mut st = relock(&self.shared.state);
+                        st.sending = None;
+                        match r {
+                            Ok(()) => {
+                                st.init.commit(id);
+                            }
+                            Err(e) if e.kind() == ErrorKind::Again => {
+                                self.shared.dirty.store(true, Ordering::Release);
+                                *left = 0;
+                            }
+                            Err(e) => st.init.fail(id, e),
+                        }
+                        for (src, reply, payload) in std::mem::take(&mut st.stash) {
+                            st.init.on_reply(src, &reply, &payload);
+                        }
+                        st.reap(id);
+                    }
+                    Next::Post { tag, send } => {
+                        let Some(buffer) = st.init.commit(id) else {
+                            continue 'ops;
+                        };
+                        let key = table.insert();
+                        st.mq.push((key, MqWork::Init(id)));
+                        drop(st);
+                        let posted = if send {
+                            self.engine
+                                .isend(peer, tag, SendMode::Standard, buffer, key)
+                        } else {
+                            self.engine.irecv(TagMatch::exact(tag), buffer, key)
+                        };
+                        if let Err(pe) = posted {
+                            drop(table.retire(key));
+                            let mut st = relock(&self.shared.state);
+                            st.mq.retain(|(k, _)| *k != key);
+                            let _ = st.init.on_mq_done(id, Err(pe.error), pe.buffer);
+                            st.reap(id);
+                        }
+                    }
+                    Next::Cancel => {
+                        st.init.commit(id);
+                        let key = st.mq.iter().find_map(|(k, w)| match w {
+                            MqWork::Init(i) if *i == id => Some(*k),
+                            _ => None,
+                        });
+                        drop(st);
+                        if let Some(key) = key {
+                            let _ = self.engine.cancel(key);
+                        }
+                    }
+                }
+            }
+            break;
+        }
+        moved
+    }
+
+    /// Remote events to the target endpoint's counters and CQ.
+    fn deliver_events(&self) -> bool {
+        let events = std::mem::take(&mut relock(&self.shared.state).events);
+        if events.is_empty() {
+            return false;
+        }
+        let Some(ep) = relock(&self.shared.target_ep).upgrade() else {
+            return true;
+        };
+        for e in events {
+            if ep.caps().contains(Caps::RMA_EVENT) {
+                let kind = match e.kind {
+                    RmaKind::Write => CounterKind::RemoteWrite,
+                    RmaKind::Read => CounterKind::RemoteRead,
+                };
+                if let Some(c) = ep.counter(kind) {
+                    c.inc();
+                }
+            }
+            if let (Some(data), RmaKind::Write) = (e.data, e.kind) {
+                if let Some(cq) = ep.cq(crate::fabric::Direction::Recv) {
+                    let mut entry = CqEntry::new(
+                        0,
+                        CompletionFlags::REMOTE_WRITE
+                            | CompletionFlags::RMA
+                            | CompletionFlags::REMOTE_CQ_DATA,
+                    );
+                    entry.data = data;
+                    entry.len = e.len as usize;
+                    entry.source = ep.source_of(Some(e.source), None);
+                    cq.push(entry);
+                }
+            }
+        }
+        true
+    }
+}
+
+impl ProgressSource for RmaTransport {
+    /// Posts and sends what the cores and handlers queued, within a
+    /// budget; completes futures. Never blocks.
+    fn progress(&self) -> Progress {
+        if !self.shared.dirty.swap(false, Ordering::AcqRel) {
+            return Progress::Idle;
+        }
+        let moved = self.pump(PROGRESS_BUDGET);
+        if moved {
+            self.shared.dirty.store(true, Ordering::Release);
+        }
+        moved.into()
+    }
+}
