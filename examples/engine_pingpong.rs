@@ -10,10 +10,10 @@
 //!   `psm_mq_wait`; the server mirrors it (as psm-sys's `raw_pingpong`).
 //! * **engine**: the same exchange through the engine contract: both sides
 //!   post `irecv` and `isend` on a [`NativeEndpoint`] with owned buffers
-//!   (moved in, handed back by the completion: no allocation per round
-//!   trip) and wait with [`Reactor::poll_completion`] in manual mode until
-//!   both complete (each poll a progress round: `psm_mq_ipeek`, the
-//!   completion table).
+//!   (moved in, handed back by the completion and reused as they are: no
+//!   allocation per round trip) and wait with [`Reactor::poll_completion`]
+//!   in manual mode until both complete (each poll a progress round:
+//!   `psm_mq_ipeek`, the completion table).
 //! * **fast**: the engine contract's fast path: messages up to
 //!   [`EngineEndpoint::max_inject`] go out with
 //!   [`EngineEndpoint::inject`] (PSM's blocking send, no completion),
@@ -27,10 +27,15 @@
 //! trip`, and each phase / raw. The phases alternate (`--rounds`, default
 //! 3) and each figure is the median over the rounds, so a noisy moment on
 //! the machine hits every phase alike. `--phases` picks (and orders) the
-//! phases, e.g. `--phases fast` alone under `perf record`.
+//! phases and `--sizes` the sizes, e.g. `--phases fast --sizes 8` alone
+//! under `perf record`. `--verbose` prints every round: the VM these
+//! figures come from switches between a fast and a slow state (about 2x
+//! at 8 B and 64 KiB, 3x at 4 MiB) from one process pair to the next, so
+//! compare phases within rounds that agree.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,engine,fast --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong -- --help
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,engine,fast --sizes 8,65536,4194304 --no-pin]
 //! ```
 
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
@@ -46,6 +51,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// (message size, round trips per repetition)
+/// The default sizes (`--sizes` picks among them).
 const SIZES: &[(usize, usize)] = &[(8, 200_000), (64 * 1024, 5_000), (4 * 1024 * 1024, 100)];
 const TAG_PING: u64 = 0x50;
 const TAG_PONG: u64 = 0x51;
@@ -59,6 +65,10 @@ struct Args {
     pin: bool,
     /// The phases to run, in this order in every round.
     phases: Vec<Phase>,
+    /// Print every round's figures, not only the medians.
+    verbose: bool,
+    /// (message size, round trips per repetition), a subset of [`SIZES`].
+    sizes: Vec<(usize, usize)>,
     /// Set in the peer: which phase to serve.
     serve: Option<String>,
     peer: Option<u64>,
@@ -71,6 +81,8 @@ fn parse_args() -> Args {
         rounds: 3,
         pin: true,
         phases: vec![Phase::Raw, Phase::Engine, Phase::Fast],
+        verbose: false,
+        sizes: SIZES.to_vec(),
         serve: None,
         peer: None,
         cpu: None,
@@ -94,6 +106,7 @@ fn parse_args() -> Args {
                     .expect("--rounds N")
             }
             "--no-pin" => args.pin = false,
+            "--verbose" | "-v" => args.verbose = true,
             "--phases" => {
                 args.phases = it
                     .next()
@@ -101,6 +114,16 @@ fn parse_args() -> Args {
                     .split(',')
                     .map(|p| Phase::parse(p).unwrap_or_else(|| usage(p)))
                     .collect()
+            }
+            "--sizes" => {
+                let list = it.next().expect("--sizes 8,65536,4194304");
+                args.sizes = list
+                    .split(',')
+                    .map(|v| {
+                        let n: usize = v.parse().unwrap_or_else(|_| usage(v));
+                        *SIZES.iter().find(|s| s.0 == n).unwrap_or_else(|| usage(v))
+                    })
+                    .collect();
             }
             "--help" | "-h" => usage(""),
             "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
@@ -163,7 +186,7 @@ fn usage(bad: &str) -> ! {
         eprintln!("unknown argument {bad}");
     }
     eprintln!(
-        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,engine,fast] [--no-pin]\n\
+        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,engine,fast] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
          \n\
          Ping-pong between two processes (this one and a copy of it), both spinning,\n\
          pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
@@ -219,6 +242,8 @@ fn spawn_peer(
     let mut cmd = Command::new(exe);
     cmd.args(["--serve", phase, "--peer", &format!("{epid:#x}")])
         .args(["--reps", &args.reps.to_string()]);
+    let sizes: Vec<String> = args.sizes.iter().map(|s| s.0.to_string()).collect();
+    cmd.args(["--sizes", &sizes.join(",")]);
     match cpu {
         Some(c) => cmd.args(["--cpu", &c.to_string()]),
         None => cmd.arg("--no-pin"),
@@ -277,7 +302,7 @@ fn raw_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
     mq.send(peer, 0, TAG_SYNC, b"s").unwrap();
     mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
     let mut medians = Vec::new();
-    for &(size, iters) in SIZES {
+    for &(size, iters) in &args.sizes {
         let out: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let mut inb = vec![0u8; size];
         let m = measure(args.reps, iters, || raw_round(&mq, peer, &out, &mut inb));
@@ -307,7 +332,7 @@ fn raw_server(args: &Args, client: u64) {
     let mut sync = [0u8; 1];
     mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
     mq.send(peer, 0, TAG_SYNC, b"s").unwrap();
-    for &(size, iters) in SIZES {
+    for &(size, iters) in &args.sizes {
         let mut bufs = [vec![0u8; size], vec![0u8; size]];
         let rounds = iters / 10 + 1 + iters * args.reps;
         // SAFETY: bufs[0] is only touched through the request, completed below.
@@ -399,58 +424,56 @@ impl Side {
         }
     }
 
-    fn irecv(&self, tag: u64, buf: Vec<u8>) -> OpKey {
+    fn irecv(&self, tag: u64, buf: OpBuffer) -> OpKey {
         let key = self.table.insert();
-        if let Err(e) = self
-            .ep
-            .irecv(TagMatch::exact(tag), OpBuffer::from(buf), key)
-        {
+        if let Err(e) = self.ep.irecv(TagMatch::exact(tag), buf, key) {
             panic!("irecv: {}", e.error);
         }
         key
     }
 
-    fn isend(&self, tag: u64, buf: Vec<u8>) -> OpKey {
+    fn isend(&self, tag: u64, buf: OpBuffer) -> OpKey {
         let key = self.table.insert();
-        if let Err(e) = self
-            .ep
-            .isend(self.peer, tag, SendMode::Standard, OpBuffer::from(buf), key)
-        {
+        if let Err(e) = self.ep.isend(self.peer, tag, SendMode::Standard, buf, key) {
             panic!("isend: {}", e.error);
         }
         key
     }
 
-    /// Polls `key` to completion (manual mode: each pending poll runs a
-    /// progress round); the vector back.
-    fn wait(&self, key: OpKey) -> Vec<u8> {
+    /// Polls `key` to completion (manual mode: every poll makes progress);
+    /// the buffer back (reused as is for the next operation, as a program
+    /// recycling its buffers would).
+    fn wait(&self, key: OpKey) -> OpBuffer {
         let mut cx = Context::from_waker(Waker::noop());
         loop {
             if let Poll::Ready(c) = self.poll(key, &mut cx) {
                 assert_eq!(c.status.error, None, "{:?}", c.status);
-                return c.buffer.into_vec().expect("a vector");
+                return c.buffer;
             }
         }
     }
 
     /// Waits for both; (send buffer, receive buffer).
-    fn wait_both(&self, send: OpKey, recv: OpKey) -> (Vec<u8>, Vec<u8>) {
+    fn wait_both(&self, send: OpKey, recv: OpKey) -> (OpBuffer, OpBuffer) {
         let mut cx = Context::from_waker(Waker::noop());
         let (mut s, mut r) = (None, None);
         while s.is_none() || r.is_none() {
             if s.is_none() {
                 if let Poll::Ready(c) = self.poll(send, &mut cx) {
-                    s = Some(c.buffer.into_vec().expect("a vector"));
+                    s = Some(c.buffer);
                 }
             }
             if r.is_none() {
                 if let Poll::Ready(c) = self.poll(recv, &mut cx) {
                     assert_eq!(c.status.error, None, "{:?}", c.status);
-                    r = Some(c.buffer.into_vec().expect("a vector"));
+                    r = Some(c.buffer);
                 }
             }
         }
-        (s.unwrap_or_default(), r.unwrap_or_default())
+        (
+            s.unwrap_or_else(OpBuffer::empty),
+            r.unwrap_or_else(OpBuffer::empty),
+        )
     }
 
     fn close(self) {
@@ -463,35 +486,35 @@ fn engine_client(args: &Args, peer_cpu: Option<usize>, fast: bool) -> Medians {
     let phase = if fast { "fast" } else { "engine" };
     let (mut child, peer_epid) = spawn_peer(phase, ep.epid().0, args, peer_cpu);
     let side = Side::new(ep, reactor, peer_epid, fast);
-    let k = side.isend(TAG_SYNC, b"s".to_vec());
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
     side.wait(k);
-    let k = side.irecv(TAG_SYNC, vec![0]);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
     side.wait(k);
     let mut medians = Vec::new();
-    for &(size, iters) in SIZES {
+    for &(size, iters) in &args.sizes {
         let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
-        let mut out = Some(want.clone());
-        let mut inb = Some(vec![0u8; size]);
+        let mut out = Some(OpBuffer::from(want.clone()));
+        let mut inb = Some(OpBuffer::from(vec![0u8; size]));
         let inject = side.injects(size);
         let m = measure(args.reps, iters, || {
-            let rk = side.irecv(TAG_PONG, inb.take().unwrap_or_default());
+            let rk = side.irecv(TAG_PONG, inb.take().unwrap_or_else(OpBuffer::empty));
             if inject {
-                side.inject(TAG_PING, out.as_deref().unwrap_or_default());
+                side.inject(TAG_PING, out.as_ref().map_or(&[], |b| b.as_slice()));
                 inb = Some(side.wait(rk));
             } else {
-                let sk = side.isend(TAG_PING, out.take().unwrap_or_default());
+                let sk = side.isend(TAG_PING, out.take().unwrap_or_else(OpBuffer::empty));
                 let (o, i) = side.wait_both(sk, rk);
                 out = Some(o);
                 inb = Some(i);
             }
         });
         assert!(
-            inb.as_deref() == Some(&want[..]),
+            inb.as_ref().map(|b| b.as_slice()) == Some(&want[..]),
             "the pong payload differs at {size} B"
         );
         medians.push(m);
     }
-    let k = side.irecv(TAG_SYNC, vec![0]);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
     side.wait(k);
     side.close();
     assert!(
@@ -506,24 +529,24 @@ fn engine_server(args: &Args, client: u64, fast: bool) {
     println!("EPID={:#x}", ep.epid().0);
     std::io::stdout().flush().unwrap();
     let side = Side::new(ep, reactor, client, fast);
-    let k = side.irecv(TAG_SYNC, vec![0]);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
     side.wait(k);
-    let k = side.isend(TAG_SYNC, b"s".to_vec());
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
     side.wait(k);
-    for &(size, iters) in SIZES {
+    for &(size, iters) in &args.sizes {
         let rounds = iters / 10 + 1 + iters * args.reps;
         let inject = side.injects(size);
         // Two buffers: the next ping's receive is posted before the pong is
         // sent, so pings never arrive unexpected.
-        let mut spare = Some(vec![0u8; size]);
-        let mut posted = side.irecv(TAG_PING, vec![0u8; size]);
+        let mut spare = Some(OpBuffer::from(vec![0u8; size]));
+        let mut posted = side.irecv(TAG_PING, OpBuffer::from(vec![0u8; size]));
         for round in 0..rounds {
             let filled = side.wait(posted);
             if round + 1 < rounds {
-                posted = side.irecv(TAG_PING, spare.take().unwrap_or_default());
+                posted = side.irecv(TAG_PING, spare.take().unwrap_or_else(OpBuffer::empty));
             }
             if inject {
-                side.inject(TAG_PONG, &filled);
+                side.inject(TAG_PONG, filled.as_slice());
                 spare = Some(filled);
             } else {
                 let sk = side.isend(TAG_PONG, filled);
@@ -531,13 +554,14 @@ fn engine_server(args: &Args, client: u64, fast: bool) {
             }
         }
     }
-    let k = side.isend(TAG_SYNC, b"d".to_vec());
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"d".to_vec()));
     side.wait(k);
     side.close();
 }
 
 fn main() {
     let args = parse_args();
+
     if let Some(phase) = args.serve.clone() {
         // Die with the client instead of spinning forever if it is killed.
         // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
@@ -550,6 +574,7 @@ fn main() {
             "raw" => raw_server(&args, client),
             "engine" => engine_server(&args, client, false),
             "fast" => engine_server(&args, client, true),
+
             other => panic!("unknown phase {other}"),
         }
         return;
@@ -571,10 +596,23 @@ fn main() {
             });
         }
     }
+    if args.verbose {
+        // This VM moves between a fast and a slow state (about 2x at 8 B)
+        // from one process pair to the next: compare phases within a round
+        // when they agree.
+        for round in 0..args.rounds {
+            let mut line = format!("round {round}:");
+            for (phase, r) in args.phases.iter().zip(&runs) {
+                let us: Vec<String> = r[round].iter().map(|m| format!("{:.3}", m * 1e6)).collect();
+                line += &format!("  {} {}", phase.name(), us.join("/"));
+            }
+            println!("{line}  (us per size)");
+        }
+    }
     let figures: Vec<Medians> = runs
         .iter()
         .map(|rounds| {
-            (0..SIZES.len())
+            (0..args.sizes.len())
                 .map(|i| median(rounds.iter().map(|r| r[i]).collect()))
                 .collect()
         })
@@ -611,7 +649,7 @@ fn main() {
         }
     }
     println!("{header}");
-    for (i, &(size, _)) in SIZES.iter().enumerate() {
+    for (i, &(size, _)) in args.sizes.iter().enumerate() {
         let mut row = format!("{size:>9}");
         for f in &figures {
             row += &format!(" {:>11.3}", f[i] * 1e6);

@@ -163,6 +163,7 @@ static PANIC_PAYLOAD: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
 /// Re-raises a panic caught in a handler, if any. Called by this crate's
 /// wrappers after PSM calls that may run handlers; callers of the raw API
 /// may call it themselves.
+#[inline]
 pub fn resume_handler_panic() {
     if PANICKED.load(Ordering::Acquire) {
         let payload = PANIC_PAYLOAD

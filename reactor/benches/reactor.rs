@@ -98,6 +98,13 @@ fn slot_benches(c: &mut Criterion) {
             black_box(table.poll_take(k, &mut cx))
         })
     });
+    g.bench_function("insert_retire", |b| {
+        // The manual fast path: the engine hands the value over itself.
+        b.iter(|| {
+            let k = table.insert();
+            black_box(table.retire(black_box(k)))
+        })
+    });
     let baseline = MutexSlab::default();
     g.bench_function("baseline_mutex_slab_insert_complete_take", |b| {
         b.iter(|| {
@@ -147,6 +154,16 @@ fn slot_benches(c: &mut Criterion) {
         // (the cost of each busy-poll).
         let pending = table.insert();
         b.iter(|| black_box(reactor.poll_completion(&table, pending, &mut cx)))
+    });
+    g.bench_function("manual_poll_completion_with_pending", |b| {
+        // The same pending op through the fast-path helper, whose own step
+        // finds nothing: a full round only every FULL_ROUND_EVERY polls.
+        let pending = table.insert();
+        b.iter(|| {
+            black_box(
+                reactor.poll_completion_with(&table, pending, &mut cx, || black_box(None::<u64>)),
+            )
+        })
     });
     g.bench_function("notify_auto_thread_awake", |b| {
         let auto = Reactor::auto(AutoProgress::new().interval(Duration::from_millis(1))).unwrap();

@@ -7,7 +7,12 @@
 //! sleeps after a round; going again at once after a productive round is
 //! psmrail's improvement (a burst of completions drains without sleeps).
 //!
-//! How it waits depends on the interval: see [`SleepStrategy`].
+//! How it waits depends on the interval: see [`SleepStrategy`]. Sleeps of
+//! 50 µs and more happen in the thread's mio `Poll`, so sockets that
+//! sources registered end them: epoll's own timeout counts whole
+//! milliseconds, so sleeps shorter than 1 ms are timed by a `timerfd`
+//! ([`SubMsTimer`]) registered in the same `Poll`. Shorter naps stay plain
+//! `nanosleep`s (measured faster there, see [`SleepStrategy`]).
 //!
 //! Stopping: dropping the last `Reactor` handle sets the stop flag, wakes
 //! the thread unconditionally and joins it. Source panics are caught per
@@ -30,6 +35,8 @@ use crate::stats::{bump, Counters};
 /// Token of the thread's mio `Waker`; sources get `Token(id)` (ids start at
 /// 0 and never reach this).
 pub(crate) const WAKER_TOKEN: Token = Token(usize::MAX);
+/// Token of the sub-millisecond timer ([`SubMsTimer`]).
+const TIMER_TOKEN: Token = Token(usize::MAX - 1);
 
 /// Below this an idle thread naps without the sleep gate.
 pub(crate) const NAP_LIMIT: Duration = Duration::from_micros(50);
@@ -40,25 +47,33 @@ pub(crate) const POLL_MIN: Duration = Duration::from_millis(1);
 ///
 /// Chosen from the interval:
 ///
-/// | interval        | strategy | ended early by                          |
-/// |-----------------|----------|-----------------------------------------|
-/// | 0               | `Spin`   | (never waits; `yield_now` between idle rounds) |
-/// | below 50 µs     | `Nap`    | nothing: `nanosleep`; a notify is seen after the nap, at most `interval` late |
-/// | 50 µs to 1 ms   | `Park`   | `notify` (`unpark`; futex timeout)      |
-/// | 1 ms and more   | `Poll`   | `notify` (mio `Waker`) and readiness of sockets that sources registered |
+/// | interval        | strategy | sleeps in                        | ended early by |
+/// |-----------------|----------|----------------------------------|----------------|
+/// | 0               | `Spin`   | (never; `yield_now` between idle rounds) | |
+/// | below 50 µs     | `Nap`    | `nanosleep`                      | nothing: a notify or a socket is seen after the nap, at most `interval` late |
+/// | 50 µs to 1 ms   | `Park`   | the `Poll`, timed by a `timerfd` | `notify` (mio `Waker`) and readiness of sockets that sources registered |
+/// | 1 ms and more   | `Poll`   | the `Poll`, epoll's own timeout  | `notify` (mio `Waker`) and socket readiness |
 ///
-/// epoll timeouts are whole milliseconds, hence `Park` below 1 ms; `Nap` and
-/// `Park` lower the thread's timer slack to 1 ns (`PR_SET_TIMERSLACK`) so
-/// short sleeps are not stretched by the default 50 µs slack. `Nap` does not
-/// take part in the sleep gate at all, so `notify` costs nothing there: the
-/// thread is back within the interval anyway.
+/// epoll timeouts are whole milliseconds (mio rounds shorter ones up to
+/// 1 ms), hence the timer for `Park`; it fires on time (`timerfd` ignores
+/// timer slack). So from 50 µs up a soft-engine socket wakes the thread at
+/// once whatever the interval, and a shorter interval only adds idle
+/// rounds (soft engine, 8 B ping-pong here: 36 µs at 100 µs, as at
+/// 1000 µs; 94 µs before the timer). `Nap` and `Park` lower the thread's
+/// timer slack to 1 ns (`PR_SET_TIMERSLACK`) so short sleeps are not
+/// stretched by the default 50 µs slack. `Nap` keeps `nanosleep`: at 10 µs
+/// the same ping-pong took 26 µs with it and 32 µs sleeping in the `Poll`
+/// (one more system call per nap to arm the timer), and a nap is short
+/// anyway. `Nap` does not take part in the sleep gate either, so `notify`
+/// costs nothing there.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SleepStrategy {
     /// Interval 0: `yield_now` between idle rounds.
     Spin,
     /// Interval below 50 µs: `nanosleep` with 1 ns timer slack.
     Nap,
-    /// 50 µs up to 1 ms: `park_timeout`, ended early by `notify`.
+    /// 50 µs up to 1 ms: a sleep in the `Poll` timed by a `timerfd`, ended
+    /// early by `notify` and by socket readiness.
     Park,
     /// 1 ms and more: `mio::Poll::poll(interval)`, ended early by `notify`
     /// and by socket readiness.
@@ -91,6 +106,80 @@ impl SleepStrategy {
     /// Whether the thread sleeps through the gate (so `notify` may wake it).
     pub(crate) fn uses_gate(self) -> bool {
         matches!(self, SleepStrategy::Park | SleepStrategy::Poll)
+    }
+
+    /// Whether the thread sleeps in a mio `Poll` (so sources may register
+    /// sockets).
+    pub(crate) fn uses_poll(self) -> bool {
+        matches!(self, SleepStrategy::Park | SleepStrategy::Poll)
+    }
+
+    /// Whether sleeps are timed by the sub-millisecond timer.
+    fn uses_timer(self) -> bool {
+        self == SleepStrategy::Park
+    }
+}
+
+/// A one-shot `timerfd` in the thread's `Poll`: it times sleeps shorter
+/// than epoll's 1 ms resolution, so that such sleeps still end on socket
+/// readiness (a plain `nanosleep` or futex wait would not).
+///
+/// Each sleep re-arms it (`timerfd_settime`), which also resets its
+/// expiration count: an expiry left over from a sleep that readiness ended
+/// early is then no longer readable, so it never cuts the next sleep short
+/// (epoll re-checks readiness before reporting an edge). Nothing is ever
+/// read from it.
+pub(crate) struct SubMsTimer {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl SubMsTimer {
+    /// A disarmed timer registered in `registry` under `TIMER_TOKEN`.
+    fn new(registry: &mio::Registry) -> io::Result<SubMsTimer> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: timerfd_create takes two integer flags and returns a new
+        // descriptor (or -1), which we own from here on.
+        let raw = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        registry.register(
+            &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+            TIMER_TOKEN,
+            mio::Interest::READABLE,
+        )?;
+        Ok(SubMsTimer { fd })
+    }
+
+    /// Arms the timer to fire once, `after` from now (which must not be
+    /// zero: a zero time disarms).
+    fn arm(&self, after: Duration) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: libc::c_long::from(after.subsec_nanos().max(1)),
+            },
+        };
+        // SAFETY: a valid timerfd we own and a valid itimerspec; the old
+        // value is not asked for.
+        let rc =
+            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 
@@ -150,9 +239,9 @@ fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
-/// Makes the registry and waker for strategy `Poll`.
+/// Makes the `Poll` and its registry for every strategy that sleeps.
 pub(crate) fn make_poll(strategy: SleepStrategy) -> io::Result<Option<(Poll, mio::Registry)>> {
-    if strategy != SleepStrategy::Poll {
+    if !strategy.uses_poll() {
         return Ok(None);
     }
     let poll = Poll::new()?;
@@ -171,12 +260,17 @@ impl AutoThread {
         name: String,
     ) -> io::Result<AutoThread> {
         let strategy = SleepStrategy::for_interval(interval);
-        let alarm = match (&poll, strategy) {
-            (Some(poll), SleepStrategy::Poll) => {
+        let alarm = match &poll {
+            Some(poll) if strategy.uses_gate() => {
                 Alarm::Waker(mio::Waker::new(poll.registry(), WAKER_TOKEN)?)
             }
-            (_, SleepStrategy::Park) => Alarm::Unpark,
+            // No `Poll` (it could not be made): the thread naps instead.
+            None if strategy.uses_gate() => Alarm::Unpark,
             _ => Alarm::None,
+        };
+        let timer = match &poll {
+            Some(poll) if strategy.uses_timer() => Some(SubMsTimer::new(poll.registry())?),
+            _ => None,
         };
         let (tx, rx) = mpsc::sync_channel(1);
         let handle = thread::Builder::new().name(name).spawn(move || {
@@ -186,7 +280,7 @@ impl AutoThread {
             if tx.send(setup).is_err() || !ok {
                 return;
             }
-            run(&shared, poll, strategy, interval);
+            run(&shared, poll, timer, strategy, interval);
         })?;
         let info = match rx.recv() {
             Ok(Ok(info)) => info,
@@ -289,7 +383,13 @@ fn set_up(
 }
 
 /// The thread's loop (see the module docs).
-fn run(shared: &Shared, mut poll: Option<Poll>, strategy: SleepStrategy, interval: Duration) {
+fn run(
+    shared: &Shared,
+    mut poll: Option<Poll>,
+    timer: Option<SubMsTimer>,
+    strategy: SleepStrategy,
+    interval: Duration,
+) {
     let mut events = Events::with_capacity(64);
     while !shared.stop.load(Acquire) {
         if shared.sources.round(&shared.counters, true).made() {
@@ -298,31 +398,12 @@ fn run(shared: &Shared, mut poll: Option<Poll>, strategy: SleepStrategy, interva
         match strategy {
             SleepStrategy::Spin => thread::yield_now(),
             SleepStrategy::Nap => thread::sleep(interval),
-            SleepStrategy::Park => {
-                if shared.gate.prepare_sleep() {
-                    bump(&shared.counters.sleeps);
-                    thread::park_timeout(interval);
-                    if shared.gate.wake_up() {
-                        bump(&shared.counters.notify_wakeups);
-                    } else {
-                        bump(&shared.counters.timeouts);
-                    }
-                }
-            }
-            SleepStrategy::Poll => {
+            SleepStrategy::Park | SleepStrategy::Poll => {
                 if !shared.gate.prepare_sleep() {
                     continue;
                 }
                 bump(&shared.counters.sleeps);
-                let mut io = false;
-                match poll.as_mut().map(|p| p.poll(&mut events, Some(interval))) {
-                    Some(Ok(())) => io = events.iter().any(|e| e.token() != WAKER_TOKEN),
-                    Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Some(Err(_)) | None => {
-                        bump(&shared.counters.poll_errors);
-                        thread::sleep(interval);
-                    }
-                }
+                let io = sleep(shared, &mut poll, timer.as_ref(), &mut events, interval);
                 if shared.gate.wake_up() {
                     bump(&shared.counters.notify_wakeups);
                 } else if io {
@@ -331,6 +412,42 @@ fn run(shared: &Shared, mut poll: Option<Poll>, strategy: SleepStrategy, interva
                     bump(&shared.counters.timeouts);
                 }
             }
+        }
+    }
+}
+
+/// One sleep of `interval` in the `Poll` (timed by `timer` when there is
+/// one); whether socket readiness ended it. Without a `Poll`, or when it
+/// fails, `nanosleep` (or `park_timeout`, for `notify`) instead.
+fn sleep(
+    shared: &Shared,
+    poll: &mut Option<Poll>,
+    timer: Option<&SubMsTimer>,
+    events: &mut Events,
+    interval: Duration,
+) -> bool {
+    let Some(p) = poll.as_mut() else {
+        thread::park_timeout(interval);
+        return false;
+    };
+    if let Some(timer) = timer {
+        if timer.arm(interval).is_err() {
+            bump(&shared.counters.poll_errors);
+            thread::sleep(interval);
+            return false;
+        }
+    }
+    // With the timer, epoll's own timeout (rounded up to 1 ms by mio) is
+    // only a backstop.
+    match p.poll(events, Some(interval)) {
+        Ok(()) => events
+            .iter()
+            .any(|e| e.token() != WAKER_TOKEN && e.token() != TIMER_TOKEN),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+        Err(_) => {
+            bump(&shared.counters.poll_errors);
+            thread::sleep(interval);
+            false
         }
     }
 }

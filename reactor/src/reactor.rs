@@ -347,10 +347,11 @@ impl Reactor {
         self.inner.thread.as_ref().map(|t| t.info)
     }
 
-    /// Adds a source. In auto mode with a [`Poll`-strategy
-    /// interval](crate::SleepStrategy::Poll) the source's
-    /// [`register`](ProgressSource::register) is called first with the
-    /// thread's registry and `Token(id)`. The thread is notified, so a new
+    /// Adds a source. In auto mode with an interval of 50 µs or more (the
+    /// [`Park`](crate::SleepStrategy::Park) and
+    /// [`Poll`](crate::SleepStrategy::Poll) strategies, which sleep in a mio
+    /// `Poll`) the source's [`register`](ProgressSource::register) is
+    /// called first with the thread's registry and `Token(id)`. The thread is notified, so a new
     /// source gets a round promptly.
     ///
     /// # Errors

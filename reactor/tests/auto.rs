@@ -1,6 +1,7 @@
 //! Auto-mode behaviour: pinning (read back with sched_getaffinity inside the
 //! thread and /proc from outside), pin failures reported, the thread joined
-//! on drop, notify and socket readiness ending long sleeps, the interval
+//! on drop, notify and socket readiness ending long and sub-millisecond
+//! sleeps, the interval
 //! honoured, productive rounds run back to back, panics caught,
 //! register/deregister calls, block_on parking.
 #![cfg(not(loom))]
@@ -349,11 +350,25 @@ fn register_and_deregister_are_paired() {
         (s.registered.load(SeqCst), s.deregistered.load(SeqCst)),
         (1, 1)
     );
-    // Manual mode and sub-millisecond intervals never sleep in epoll: no
-    // registration.
+    // Sub-millisecond intervals from 50 µs sleep in epoll too (timed by a
+    // timerfd).
+    for interval in [Duration::from_micros(50), Duration::from_micros(100)] {
+        let reactor = auto(interval, "rx-reg-subms");
+        let s = make();
+        let id = reactor.add_source(s.clone()).unwrap();
+        reactor.remove_source(id);
+        assert_eq!(
+            (s.registered.load(SeqCst), s.deregistered.load(SeqCst)),
+            (1, 1),
+            "{interval:?}"
+        );
+    }
+    // Manual mode, interval 0 (spinning) and naps below 50 µs never sleep
+    // in epoll: no registration.
     for reactor in [
         Reactor::manual(),
-        auto(Duration::from_micros(100), "rx-reg2"),
+        auto(Duration::ZERO, "rx-reg-spin"),
+        auto(Duration::from_micros(20), "rx-reg-nap"),
     ] {
         let s = make();
         let id = reactor.add_source(s.clone()).unwrap();
@@ -363,6 +378,41 @@ fn register_and_deregister_are_paired() {
             (0, 0)
         );
     }
+}
+
+#[test]
+fn socket_readiness_ends_sub_millisecond_sleeps() {
+    // Park (900 µs): a write while the thread sleeps ends the sleep as
+    // readiness (counted as an I/O wake-up), not as a timeout. A timer
+    // expiry landing in the same instant could win a round now and then,
+    // hence "most rounds".
+    let reactor = auto(Duration::from_micros(900), "rx-subms-io");
+    assert_eq!(reactor.auto_thread().unwrap().strategy, SleepStrategy::Park);
+    let (a, mut b) = mio::net::UnixStream::pair().unwrap();
+    let src = Arc::new(SocketSource {
+        sock: Mutex::new(a),
+        got: AtomicUsize::new(0),
+        registered: AtomicUsize::new(0),
+        deregistered: AtomicUsize::new(0),
+    });
+    reactor.add_source(src.clone()).unwrap();
+    let rounds = 10;
+    let mut by_io = 0;
+    for round in 1..=rounds {
+        assert!(wait_until(Duration::from_secs(2), || reactor
+            .stats()
+            .sleeping));
+        let io_before = reactor.stats().io_wakeups;
+        b.write_all(b"ping").unwrap();
+        assert!(wait_until(Duration::from_secs(2), || src.got.load(SeqCst) == 4 * round));
+        if reactor.stats().io_wakeups > io_before {
+            by_io += 1;
+        }
+    }
+    assert!(
+        by_io * 2 > rounds,
+        "only {by_io} of {rounds} sleeps ended by readiness"
+    );
 }
 
 #[test]

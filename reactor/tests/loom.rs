@@ -292,8 +292,9 @@ fn retire_vs_a_late_complete_drops_exactly_once() {
         };
         let got = table.retire(key);
         let accepted = engine.join().unwrap();
-        // Refused: the engine dropped its value; accepted: retire took it
-        // or it waits in the slot... which retire freed, so it must be ours.
+        // Retire first: the slot is free and the engine's value is refused
+        // (and dropped by the engine). Complete first (or while retire
+        // waits for its claim): retire hands the stored value back.
         assert_eq!(got.is_some(), accepted, "a stored value must come back");
         drop(got);
         assert_eq!(drops.load(SeqCst), 1);

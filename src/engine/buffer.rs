@@ -79,6 +79,7 @@ pub struct OpBuffer {
 
 impl OpBuffer {
     /// The whole of `owner`.
+    #[inline]
     pub fn new(owner: BufferOwner) -> Self {
         let len = match &owner {
             BufferOwner::Vec(v) => v.len(),
@@ -111,11 +112,13 @@ impl OpBuffer {
     }
 
     /// Length of the window in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the window is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -125,6 +128,7 @@ impl OpBuffer {
         self.offset
     }
 
+    #[inline]
     fn base_ptr(&self) -> *const u8 {
         match &self.owner {
             BufferOwner::Vec(v) => v.as_ptr(),
@@ -136,12 +140,14 @@ impl OpBuffer {
 
     /// Pointer to the window, for engines handing it to PSM or a socket.
     /// Valid for `len()` bytes for as long as this `OpBuffer` lives.
+    #[inline]
     pub fn as_ptr(&self) -> *const u8 {
         self.base_ptr().wrapping_add(self.offset)
     }
 
     /// Mutable pointer to the window, for receives. `None` for shared
     /// immutable `Bytes`, which cannot be written.
+    #[inline]
     pub fn as_mut_ptr(&mut self) -> Option<*mut u8> {
         let base = match &mut self.owner {
             BufferOwner::Vec(v) => v.as_mut_ptr(),
@@ -153,6 +159,7 @@ impl OpBuffer {
     }
 
     /// The window's bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
@@ -181,6 +188,7 @@ impl OpBuffer {
     }
 
     /// The vector back, if the owner was one.
+    #[inline]
     pub fn into_vec(self) -> Option<Vec<u8>> {
         match self.owner {
             BufferOwner::Vec(v) => Some(v),
@@ -190,6 +198,7 @@ impl OpBuffer {
 }
 
 impl From<Vec<u8>> for OpBuffer {
+    #[inline]
     fn from(v: Vec<u8>) -> Self {
         OpBuffer::new(BufferOwner::Vec(v))
     }

@@ -234,6 +234,11 @@ pub trait EngineEndpoint: ProgressSource {
     /// spins); in auto mode [`CompletionTable::poll_take`]. Built on
     /// [`Reactor::poll_completion_with`].
     ///
+    /// Only for operations this endpoint completes (its `isend`/`irecv`):
+    /// a key of the same table that another source completes (an AM-based
+    /// queue, say) would only be seen on those occasional full rounds; wait
+    /// for such keys with [`Reactor::poll_completion`].
+    ///
     /// # Panics
     /// As [`Reactor::poll_completion`] (a key that is not live).
     fn poll_completion(

@@ -2,7 +2,7 @@
 //! and its completion slot. Polling it makes progress (manual mode) or waits
 //! for the auto thread; dropping it before completion is always safe.
 
-use crate::engine::{MqCompletion, OpBuffer};
+use crate::engine::MqCompletion;
 use crate::fabric::EndpointCore;
 use crate::reactor::{CompletionTable, OpKey};
 use std::sync::Arc;
@@ -57,9 +57,16 @@ impl PendingOp {
     #[inline]
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
         let domain = self.ep.domain();
-        let r = domain
-            .reactor()
-            .poll_completion(domain.table(), self.key, cx);
+        let r = match self.carrier {
+            // The engine's fast path: in manual mode it tests this one
+            // request instead of running a whole progress round.
+            Carrier::Mq => domain
+                .engine()
+                .poll_completion(domain.reactor(), self.key, cx),
+            Carrier::AmMsg => domain
+                .reactor()
+                .poll_completion(domain.table(), self.key, cx),
+        };
         if r.is_ready() {
             self.live = false;
         }
@@ -104,19 +111,7 @@ impl Drop for PendingOp {
 }
 
 /// Frees a slot that was inserted but whose post failed (the engine will
-/// never complete it): complete it with a placeholder and take it back.
+/// never complete it).
 pub(crate) fn release_unposted(table: &CompletionTable<MqCompletion>, key: OpKey) {
-    let placeholder = MqCompletion {
-        status: crate::engine::MqStatus {
-            tag: 0,
-            msg_len: 0,
-            nbytes: 0,
-            source: None,
-            error: None,
-        },
-        buffer: OpBuffer::empty(),
-    };
-    if table.complete(key, placeholder).is_ok() {
-        drop(table.try_take(key));
-    }
+    drop(table.retire(key));
 }

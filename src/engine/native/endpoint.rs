@@ -16,6 +16,12 @@
 //! a single `psm_poll` (connections, active messages and unexpected
 //! messages still need PSM to run). Nothing allocates once the tables have
 //! grown to the largest number of operations in flight.
+//!
+//! The manual-mode fast path (`poll_op`) is one try-lock, `psm_mq_test` of
+//! the waiting operation's request (with a `psm_poll` and a second test
+//! while it runs), and, once it finished, the removal of its in-flight
+//! entry and the retirement of its key; `inject` is one lock, the peer
+//! lookup and `psm_mq_send`.
 
 use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
 use super::inflight::{Entry, InFlight, OpKind};
@@ -45,6 +51,8 @@ const HARVEST_BUDGET: usize = 64;
 const IDLE_WAIT: Duration = Duration::from_micros(20);
 
 static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
+/// EXPERIMENT
+pub static SPINS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
 
 thread_local! {
     /// The endpoint whose lock this thread holds (0: none).
@@ -75,12 +83,14 @@ struct Locked<'a> {
 
 impl Deref for Locked<'_> {
     type Target = Inner;
+    #[inline]
     fn deref(&self) -> &Inner {
         &self.guard
     }
 }
 
 impl DerefMut for Locked<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut Inner {
         &mut self.guard
     }
@@ -108,6 +118,7 @@ struct Peers {
 }
 
 impl Peers {
+    #[inline]
     fn addr(&self, peer: PeerAddr) -> Option<EpAddr> {
         self.by_addr
             .binary_search_by_key(&peer.0, |e| e.0)
@@ -133,6 +144,7 @@ impl Peers {
     }
 
     /// Remembers a message source (so `peer_epid` can resolve it).
+    #[inline]
     fn note_source(&mut self, addr: EpAddr) {
         let value = addr_value(addr);
         if value == self.last_source {
@@ -337,6 +349,7 @@ impl NativeEndpoint {
         self.close(Duration::ZERO)
     }
 
+    #[inline]
     fn lock(&self) -> Result<Locked<'_>> {
         if HELD.with(Cell::get) == self.id {
             return Err(reentry_error());
@@ -358,6 +371,7 @@ impl NativeEndpoint {
     }
 
     /// The lock for a post: open, not closing.
+    #[inline]
     fn lock_open(&self) -> Result<Locked<'_>> {
         let g = self.lock()?;
         if g.ep.is_none() {
@@ -374,6 +388,7 @@ impl NativeEndpoint {
         map_psm_error(psm_sys::Error::Psm(self.lib.error(rc, call)), call)
     }
 
+    #[inline]
     fn check_key(&self, key: OpKey, ops: &InFlight) -> Result<()> {
         if self.completions.status(key) != OpStatus::Pending {
             return Err(Error::new(
@@ -393,6 +408,7 @@ impl NativeEndpoint {
     }
 
     /// The source to report for a receive PSM gave no sender for.
+    #[inline]
     fn implied_source(&self, peers: &Peers) -> Option<PeerAddr> {
         if self.self_only {
             peers.by_epid.get(&self.epid).map(|v| PeerAddr(*v))
@@ -431,12 +447,17 @@ impl NativeEndpoint {
             // after this, and the entry holding it is consumed below.
             unsafe { self.raw.test(peeked.req) };
             done += 1;
-            let key = entry.key;
-            let (completion, rendezvous) = self.finish(ep, peers, entry, &peeked);
+            let (status, rendezvous) = self.finish(ep, peers, &entry, &peeked);
             flush |= rendezvous;
             // A refused key means the slot is gone (misuse above us); the
             // buffer is dropped here either way, after PSM is done with it.
-            let _ = self.completions.complete(key, completion);
+            let _ = self.completions.complete(
+                entry.key,
+                MqCompletion {
+                    status,
+                    buffer: entry.buffer,
+                },
+            );
         }
         psm_sys::am::resume_handler_panic();
         if flush {
@@ -451,16 +472,17 @@ impl NativeEndpoint {
         done
     }
 
-    /// The completion of a finished request: its entry and PSM's status.
+    /// The status of a finished request, from its entry and PSM's status.
     /// Also whether it was a rendezvous receive, after which PSM needs one
     /// more poll to send the sender its go-ahead (see `harvest`).
+    #[inline(always)]
     fn finish(
         &self,
         ep: &psm_sys::Endpoint,
         peers: &mut Peers,
-        entry: Entry,
+        entry: &Entry,
         peeked: &Peeked,
-    ) -> (MqCompletion, bool) {
+    ) -> (MqStatus, bool) {
         let len = entry.buffer.len();
         let error = (peeked.error != ffi::PSM_OK).then(|| code_kind(ErrorCode(peeked.error)));
         let mut rendezvous = false;
@@ -472,14 +494,14 @@ impl NativeEndpoint {
                 source: None,
                 error,
             },
-            OpKind::Recv { cancelled: true } => MqStatus {
+            OpKind::CancelledRecv => MqStatus {
                 tag: entry.tag,
                 msg_len: 0,
                 nbytes: 0,
                 source: None,
                 error: Some(ErrorKind::Canceled),
             },
-            OpKind::Recv { cancelled: false } => {
+            OpKind::Recv => {
                 rendezvous = peeked.msg_length as usize > self.limits.eager_threshold;
                 let source = match peeked.peer {
                     Some(p) => {
@@ -500,11 +522,7 @@ impl NativeEndpoint {
                 }
             }
         };
-        let completion = MqCompletion {
-            status,
-            buffer: entry.buffer,
-        };
-        (completion, rendezvous)
+        (status, rendezvous)
     }
 
     /// Delivers queued loopback AMs (TrueScale).
@@ -577,22 +595,33 @@ impl NativeEndpoint {
     }
 
     /// The fast path's step under the lock: `op`'s completion if its
-    /// request finished, testing it before and after one `psm_poll`.
-    /// `None` when it runs, or when it is not in flight here (harvested
-    /// into the table already, or not posted on this endpoint).
-    fn step_for(&self, inner: &mut Inner, op: OpKey) -> Option<MqCompletion> {
+    /// request finished, testing it before and after one `psm_poll`; its
+    /// key is retired then. `not_here` is cleared if `op` is in flight
+    /// here (else it was harvested into the table, or never posted here).
+    ///
+    /// The key is retired under the lock, as `harvest` completes keys under
+    /// it: a waker stored in the slot (there is none in manual mode) is
+    /// dropped here.
+    #[inline(always)]
+    fn step_for(&self, inner: &mut Inner, op: OpKey, not_here: &mut bool) -> Option<MqCompletion> {
         if !inner.loopback.is_empty() {
             self.run_loopback(inner);
         }
         let Inner { ep, ops, peers, .. } = inner;
-        let ep = ep.as_ref()?;
-        let entry = ops.get_mut(op)?;
+        let (Some(ep), Some(entry)) = (ep.as_ref(), ops.get_mut(op)) else {
+            return None;
+        };
+        *not_here = false;
         // SAFETY (both tests): the endpoint is open (lock held, `ep` is
         // `Some`) and the request is live (in the in-flight table); once a
         // test reports it finished it is spent, and its entry is removed
         // right below.
         let mut peeked = unsafe { self.raw.test_one(&entry.req) };
-        if peeked.is_none() {
+        let spins = SPINS.load(Ordering::Relaxed);
+        for _ in 0..spins {
+            if peeked.is_some() {
+                break;
+            }
             // SAFETY: the endpoint is open and we hold its lock.
             unsafe { self.raw.poll() };
             // SAFETY: as above; an AM handler run by the poll cannot have
@@ -601,13 +630,22 @@ impl NativeEndpoint {
         }
         let peeked = peeked?;
         let entry = ops.take(op)?;
-        let (completion, rendezvous) = self.finish(ep, peers, entry, &peeked);
+        // Out of the in-flight table: no harvest can complete the key any
+        // more, so its slot is freed without a value.
+        if let Some(stray) = self.completions.retire(op) {
+            debug_assert!(false, "{op:?} completed twice");
+            drop(stray);
+        }
+        let (status, rendezvous) = self.finish(ep, peers, &entry, &peeked);
         if rendezvous {
             // As in `harvest`: send the sender its go-ahead now.
             // SAFETY: the endpoint is open and we hold its lock.
             unsafe { self.raw.poll() };
         }
-        Some(completion)
+        Some(MqCompletion {
+            status,
+            buffer: entry.buffer,
+        })
     }
 
     /// Sends the job handshake to `addr`; the cookie to wait for.
@@ -803,12 +841,12 @@ impl NativeEndpoint {
             g.closing = true;
             // Receives that matched nothing end now.
             for entry in g.ops.iter_mut() {
-                if let OpKind::Recv { cancelled } = &mut entry.kind {
-                    // SAFETY: the endpoint is open (checked above, lock
-                    // held) and the request is live (in the table).
-                    if !*cancelled && matches!(unsafe { self.raw.cancel(&entry.req) }, Ok(true)) {
-                        *cancelled = true;
-                    }
+                // SAFETY: the endpoint is open (checked above, lock held)
+                // and the request is live (in the table).
+                if entry.kind == OpKind::Recv
+                    && matches!(unsafe { self.raw.cancel(&entry.req) }, Ok(true))
+                {
+                    entry.kind = OpKind::CancelledRecv;
                 }
             }
         }
@@ -842,7 +880,7 @@ impl NativeEndpoint {
         for entry in inner.ops.drain() {
             let error = match entry.kind {
                 OpKind::Send => ErrorKind::Io,
-                OpKind::Recv { .. } => ErrorKind::Canceled,
+                OpKind::Recv | OpKind::CancelledRecv => ErrorKind::Canceled,
             };
             let _ = self.completions.complete(
                 entry.key,
@@ -1127,7 +1165,7 @@ impl EngineEndpoint for NativeEndpoint {
                     key: op,
                     req,
                     tag: tags.tag,
-                    kind: OpKind::Recv { cancelled: false },
+                    kind: OpKind::Recv,
                     buffer,
                 });
                 Ok(())
@@ -1150,17 +1188,17 @@ impl EngineEndpoint for NativeEndpoint {
         let Some(entry) = g.ops.get_mut(op) else {
             return Ok(false);
         };
-        let OpKind::Recv { cancelled } = &mut entry.kind else {
-            return Ok(false);
-        };
-        if *cancelled {
+        if entry.kind != OpKind::Recv {
+            // A send, or cancelled already.
             return Ok(false);
         }
         // SAFETY: the endpoint is open (checked, lock held); the request is
         // live (in the table).
         let done = unsafe { self.raw.cancel(&entry.req) }
             .map_err(|rc| self.psm_error(rc, "psm_mq_cancel"))?;
-        *cancelled = done;
+        if done {
+            entry.kind = OpKind::CancelledRecv;
+        }
         Ok(done)
     }
 
@@ -1250,8 +1288,9 @@ impl EngineEndpoint for NativeEndpoint {
         self.close_inner(timeout)
     }
 
-    /// [`INJECT_CAP`] (64) bytes: above that `psm_mq_send` could wait for
-    /// the receiver (rendezvous) while holding the endpoint.
+    /// 64 bytes (the C provider's `PSMX_INJECT_SIZE`): above that
+    /// `psm_mq_send` could wait for the receiver (rendezvous) while holding
+    /// the endpoint.
     fn max_inject(&self) -> usize {
         INJECT_CAP
     }
@@ -1290,28 +1329,21 @@ impl EngineEndpoint for NativeEndpoint {
     /// table. If another thread holds the endpoint, or already harvested
     /// `op` into the table, the table is looked at instead.
     fn poll_op(&self, op: OpKey) -> Option<MqCompletion> {
-        let done = match self.inner.try_lock() {
-            Ok(guard) => {
-                let prev = HELD.with(|h| h.replace(self.id));
-                let mut g = Locked { guard, prev };
-                self.step_for(&mut g, op)
+        let mut not_here = true;
+        if let Ok(guard) = self.inner.try_lock() {
+            let prev = HELD.with(|h| h.replace(self.id));
+            let mut g = Locked { guard, prev };
+            let done = self.step_for(&mut g, op, &mut not_here);
+            if done.is_some() {
+                return done;
             }
-            // Someone else is in PSM for this endpoint: it may be
-            // harvesting `op` right now; the table will have it.
-            Err(_) => None,
-        };
-        match done {
-            Some(completion) => {
-                // Out of the in-flight table under the lock: no harvest
-                // can complete the key any more. Outside the lock, as it
-                // may drop a stored waker (foreign code).
-                if let Some(stray) = self.completions.retire(op) {
-                    debug_assert!(false, "{op:?} completed twice");
-                    drop(stray);
-                }
-                Some(completion)
-            }
-            None => self.completions.try_take(op),
+        }
+        // Someone else is in PSM for this endpoint (it may be harvesting
+        // `op` right now), or it did already: the table has it.
+        if not_here {
+            self.completions.try_take(op)
+        } else {
+            None
         }
     }
 }

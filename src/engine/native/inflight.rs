@@ -26,12 +26,11 @@ use crate::reactor::OpKey;
 pub(crate) enum OpKind {
     /// A tagged send.
     Send,
-    /// A tagged receive; `cancelled` once `psm_mq_cancel` succeeded on it
-    /// (it then completes without data).
-    Recv {
-        /// Whether it was cancelled.
-        cancelled: bool,
-    },
+    /// A tagged receive.
+    Recv,
+    /// A tagged receive on which `psm_mq_cancel` succeeded (it completes
+    /// without data).
+    CancelledRecv,
 }
 
 /// One request PSM is working on.
@@ -58,26 +57,31 @@ pub(crate) struct InFlight {
 
 impl InFlight {
     /// PSM's context for `key`.
+    #[inline]
     pub fn context(key: OpKey) -> usize {
         key.to_u64() as usize
     }
 
     /// The slot index a context (or key) names.
+    #[inline]
     fn index_of(context: usize) -> usize {
         context as u32 as usize
     }
 
     /// Number of live requests.
+    #[inline]
     pub fn len(&self) -> usize {
         self.live
     }
 
     /// Whether nothing is in flight.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
 
     /// Whether `key`'s slot holds an entry (of this or another generation).
+    #[inline]
     pub fn slot_taken(&self, key: OpKey) -> bool {
         self.slots
             .get(Self::index_of(Self::context(key)))
@@ -86,17 +90,26 @@ impl InFlight {
 
     /// Adds an entry. The caller checked that its key is pending in the
     /// completion table and that its slot is free.
+    #[inline(always)]
     pub fn insert(&mut self, entry: Entry) {
         let i = Self::index_of(Self::context(entry.key));
         if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
+            self.grow(i);
         }
         debug_assert!(self.slots[i].is_none(), "in-flight slot {i} is in use");
         self.slots[i] = Some(entry);
         self.live += 1;
     }
 
+    /// Makes room for slot `i` (only while warming up).
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize) {
+        self.slots.resize_with(i + 1, || None);
+    }
+
     /// The entry of `key`, if live.
+    #[inline]
     pub fn get_mut(&mut self, key: OpKey) -> Option<&mut Entry> {
         self.slots
             .get_mut(Self::index_of(Self::context(key)))?
@@ -106,6 +119,7 @@ impl InFlight {
 
     /// Removes the entry of `key`, if live (its request finished: the fast
     /// path tested it itself).
+    #[inline]
     pub fn take(&mut self, key: OpKey) -> Option<Entry> {
         let slot = self.slots.get_mut(Self::index_of(Self::context(key)))?;
         if slot.as_ref().is_some_and(|e| e.key == key) {
@@ -118,6 +132,7 @@ impl InFlight {
 
     /// Removes the entry PSM reports finished: the one whose slot the
     /// context names and whose request handle is `req`.
+    #[inline]
     pub fn take_finished(
         &mut self,
         context: usize,
@@ -169,7 +184,7 @@ mod tests {
         let mut ops = InFlight::default();
         let (a, b) = (table.insert(), table.insert());
         ops.insert(entry(a, 0x100, OpKind::Send));
-        ops.insert(entry(b, 0x200, OpKind::Recv { cancelled: false }));
+        ops.insert(entry(b, 0x200, OpKind::Recv));
         assert_eq!(ops.len(), 2);
         assert!(ops.slot_taken(a) && ops.slot_taken(b));
         // The right slot but another request handle: not ours.
@@ -188,15 +203,21 @@ mod tests {
             .take_finished(InFlight::context(a), 0x100 as _)
             .is_none());
         assert_eq!(ops.len(), 1);
-        if let Some(OpKind::Recv { cancelled }) = ops.get_mut(b).map(|e| &mut e.kind) {
-            *cancelled = true;
+        if let Some(e) = ops.get_mut(b) {
+            e.kind = OpKind::CancelledRecv;
         }
-        assert_eq!(
-            ops.get_mut(b).unwrap().kind,
-            OpKind::Recv { cancelled: true }
-        );
+        assert_eq!(ops.get_mut(b).unwrap().kind, OpKind::CancelledRecv);
         // Out-of-range contexts are nobody's.
         assert!(ops.take_finished(usize::MAX, 0x200 as _).is_none());
+        // By key: only the live generation.
+        assert!(ops.take(stale).is_none());
+        assert!(ops.take(OpKey::from_u64(u64::MAX)).is_none());
+        let c = table.insert();
+        ops.insert(entry(c, 0x300, OpKind::Send));
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops.take(c).map(|e| e.key), Some(c));
+        assert!(ops.take(c).is_none());
+        assert_eq!(ops.len(), 1);
         let left: Vec<Entry> = ops.drain().collect();
         assert_eq!(left.len(), 1);
         assert!(ops.is_empty());

@@ -89,6 +89,7 @@ impl<T> SpinLock<T> {
         }
     }
 
+    #[inline]
     fn guard(&self) -> Result<SpinGuard<'_, T>, LockError> {
         let guard = SpinGuard {
             lock: self,

@@ -34,6 +34,29 @@
 //! dropped there if the future was dropped (principle 3). After warm-up no
 //! step allocates. Details in `inflight.rs`.
 //!
+//! **Manual-mode fast path.** A future waiting in a manual reactor can ask
+//! for its own operation instead
+//! ([`EngineEndpoint::poll_op`](crate::engine::EngineEndpoint::poll_op),
+//! through [`EngineEndpoint::poll_completion`](crate::engine::EngineEndpoint::poll_completion)):
+//! under a try-lock, `psm_mq_test` on that request, and if it is not done a
+//! `psm_poll` and a second test. A finished request leaves the in-flight
+//! table, its key is retired
+//! ([`CompletionTable::retire`](crate::reactor::CompletionTable::retire))
+//! and its completion goes straight to the future: no `psm_mq_ipeek`, no
+//! trip through the table, no progress round over the reactor's other
+//! sources. It is still one harvester at a time (the test runs under the
+//! lock, as `ipeek` + `test` do); other finished requests stay in PSM's
+//! queue for the next progress step; an operation a progress step
+//! harvested meanwhile is found in the table.
+//!
+//! **Inject.** [`EngineEndpoint::inject`](crate::engine::EngineEndpoint::inject)
+//! sends at most 64 bytes with PSM's blocking `psm_mq_send`, as the C
+//! provider's inject did: PSM sends such messages eagerly and returns once
+//! it has copied them (waiting inside, like an eager `psm_mq_isend`, only
+//! when the peer's queue is full), so there is no request, key or
+//! completion. Larger messages could wait for the receiver (rendezvous)
+//! while holding the endpoint, hence the cap.
+//!
 //! Statuses: truncation (`PSM_MQ_TRUNCATION`) is `Trunc` with both
 //! lengths; a cancelled receive (`psm_mq_cancel` on an unmatched receive)
 //! is `Canceled` with no bytes; sends cannot be cancelled. The sender of a
@@ -85,11 +108,15 @@
 
 mod am;
 mod endpoint;
+#[cfg(test)]
+mod fast_tests;
 mod inflight;
 mod lock;
 mod raw;
 
 pub use endpoint::NativeEndpoint;
+#[doc(hidden)]
+pub use endpoint::SPINS;
 
 use crate::engine::{EndpointOptions, Engine, EngineKind};
 use crate::reactor::{ProgressMode, ProgressSource, Reactor};

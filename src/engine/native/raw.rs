@@ -115,6 +115,7 @@ impl RawMq {
     /// As [`RawMq::ipeek`]; `buf` is writable for `len` bytes, and not
     /// otherwise accessed, until the request is harvested or the endpoint
     /// closed.
+    #[inline]
     pub unsafe fn irecv(
         &self,
         tag: u64,
@@ -149,6 +150,7 @@ impl RawMq {
     /// As [`RawMq::ipeek`]; `dest` was connected on this endpoint; `buf` is
     /// readable for `len` bytes, and not written, until the request is
     /// harvested or the endpoint closed.
+    #[inline]
     pub unsafe fn isend(
         &self,
         dest: ffi::psm_epaddr_t,
@@ -184,6 +186,7 @@ impl RawMq {
     /// # Safety
     /// As [`RawMq::ipeek`]; `dest` was connected on this endpoint; `buf` is
     /// readable for `len` bytes during the call.
+    #[inline]
     pub unsafe fn send(
         &self,
         dest: ffi::psm_epaddr_t,
@@ -205,6 +208,7 @@ impl RawMq {
     ///
     /// # Safety
     /// As [`RawMq::ipeek`].
+    #[inline]
     pub unsafe fn poll(&self) -> bool {
         // SAFETY: the endpoint is open and calls on it are serialized
         // (caller).
@@ -220,23 +224,43 @@ impl RawMq {
     /// # Safety
     /// As [`RawMq::ipeek`]; `req` is a live request of this MQ; once this
     /// returns `Some` the handle is spent.
+    #[inline]
     pub unsafe fn test_one(&self, req: &Req) -> Option<Peeked> {
         let mut raw = req.0;
+        debug_assert!(!raw.is_null(), "a Req is never PSM's invalid request");
         match self.calls {
             Calls::Psm2 { test, .. } => {
-                let mut st = ffi::psm2_mq_status2_t::default();
+                // Left uninitialized: this runs on every spin of a waiting
+                // future, and libpsm2 writes the status only when the
+                // request finished.
+                let mut st = std::mem::MaybeUninit::<ffi::psm2_mq_status2_t>::uninit();
                 // SAFETY: a live request of the open MQ (caller); both
-                // outputs are valid.
-                let rc = unsafe { test(&mut raw, &mut st) };
-                (rc == ffi::PSM_OK).then(|| Peeked {
-                    req: req.0,
-                    context: st.context as usize,
-                    tag: st.msg_tag.to_u64(),
-                    msg_length: st.msg_length,
-                    nbytes: st.nbytes,
-                    error: st.error_code,
-                    peer: (!st.msg_peer.is_null()).then_some(st.msg_peer),
-                })
+                // outputs are valid for writing.
+                let rc = unsafe { test(&mut raw, st.as_mut_ptr()) };
+                if rc != ffi::PSM_OK {
+                    return None;
+                }
+                let st = st.as_ptr();
+                // SAFETY: `req` is never PSM's invalid (null) request, for
+                // which libpsm2 returns PSM_OK without writing the status;
+                // for any other, PSM_OK means it wrote every field
+                // (`mq_status2_copy`) except padding. Only those fields are
+                // read, each through a raw pointer, and of the tag only its
+                // two low words (the third is always written, the fourth
+                // is C padding).
+                unsafe {
+                    let peer = std::ptr::addr_of!((*st).msg_peer).read();
+                    let tag = std::ptr::addr_of!((*st).msg_tag.tag).cast::<u32>();
+                    Some(Peeked {
+                        req: req.0,
+                        context: std::ptr::addr_of!((*st).context).read() as usize,
+                        tag: u64::from(tag.read()) | (u64::from(tag.add(1).read()) << 32),
+                        msg_length: std::ptr::addr_of!((*st).msg_length).read(),
+                        nbytes: std::ptr::addr_of!((*st).nbytes).read(),
+                        error: std::ptr::addr_of!((*st).error_code).read(),
+                        peer: (!peer.is_null()).then_some(peer),
+                    })
+                }
             }
             Calls::Psm1 { test, .. } => {
                 let mut st = ffi::psm_mq_status_t::default();
@@ -276,6 +300,7 @@ impl RawMq {
     /// # Safety
     /// The endpoint the MQ belongs to is open, and the caller serializes
     /// PSM calls on it.
+    #[inline]
     pub unsafe fn ipeek(&self) -> Option<Peeked> {
         let mq = self.mq as ffi::psm_mq_t;
         let mut req: ffi::psm_mq_req_t = ptr::null_mut();
@@ -315,6 +340,7 @@ impl RawMq {
     ///
     /// # Safety
     /// As [`RawMq::ipeek`]; `req` came from it and was not tested since.
+    #[inline]
     pub unsafe fn test(&self, req: ffi::psm_mq_req_t) {
         let mut req = req;
         match self.calls {
