@@ -27,12 +27,13 @@ use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, Hints,
     ProgressKind,
 };
-use psmrail::reactor::Reactor;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 const TAG: u64 = 0x1234;
+/// Messages up to this size are injected.
+const INJECT: usize = 64;
 
 #[derive(Clone, Debug)]
 struct Args {
@@ -44,12 +45,16 @@ struct Args {
     auto_progress: bool,
     spawn: bool,
     server_addr: Option<String>,
+    /// Pin this process to that CPU (`--spawn` pins the client to 0 and
+    /// the server to 1 unless `--no-pin`).
+    cpu: Option<usize>,
+    no_pin: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: pingpong [-S sizes|all] [-I iterations] [-e rdm|dgram] [--engine auto|native|soft] \
-         [--tagged] [--auto-progress] [--spawn | SERVER_ADDR]"
+         [--tagged] [--auto-progress] [--cpu N] [--no-pin] [--spawn | SERVER_ADDR]"
     );
     std::process::exit(2)
 }
@@ -64,6 +69,8 @@ fn parse_args() -> Args {
         auto_progress: false,
         spawn: false,
         server_addr: None,
+        cpu: None,
+        no_pin: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -107,6 +114,8 @@ fn parse_args() -> Args {
             "--tagged" => a.tagged = true,
             "--auto-progress" => a.auto_progress = true,
             "--spawn" => a.spawn = true,
+            "--cpu" => a.cpu = Some(value().parse().unwrap_or_else(|_| usage())),
+            "--no-pin" => a.no_pin = true,
             "-h" | "--help" => usage(),
             s if !s.starts_with('-') && a.server_addr.is_none() => {
                 a.server_addr = Some(s.to_string())
@@ -122,7 +131,6 @@ struct Side {
     _fabric: Fabric,
     av: AddressVector,
     ep: Endpoint,
-    reactor: Reactor,
     engine: String,
 }
 
@@ -157,9 +165,12 @@ fn open(args: &Args) -> Result<Side, String> {
         .bind_av(&av)
         .enable()
         .map_err(|e| format!("endpoint: {e}"))?;
+    // After the open: PSM may set the affinity itself.
+    if let Some(cpu) = args.cpu {
+        pin(cpu);
+    }
     Ok(Side {
         engine: info.engine.to_string(),
-        reactor: domain.reactor().clone(),
         _fabric: fabric,
         av,
         ep,
@@ -167,12 +178,23 @@ fn open(args: &Args) -> Result<Side, String> {
 }
 
 fn send(side: &Side, args: &Args, to: FiAddr, buf: OpBuffer) -> Result<OpBuffer, String> {
+    // Small messages are injected (no completion to wait for), as an HPC
+    // code would.
+    if buf.len() <= INJECT {
+        let r = if args.tagged {
+            side.ep.tinject(to, TAG, buf.as_slice())
+        } else {
+            side.ep.inject(to, buf.as_slice())
+        };
+        r.map_err(|e| format!("inject: {e}"))?;
+        return Ok(buf);
+    }
     let fut = if args.tagged {
         side.ep.tsend(to, TAG, buf)
     } else {
         side.ep.send(to, buf)
     };
-    let (r, buf) = side.reactor.block_on(fut);
+    let (r, buf) = futures::executor::block_on(fut);
     r.map_err(|e| format!("send: {e}"))?;
     Ok(buf)
 }
@@ -183,7 +205,7 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
     } else {
         side.ep.recv(buf)
     };
-    let (r, buf) = side.reactor.block_on(fut);
+    let (r, buf) = futures::executor::block_on(fut);
     Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
 }
 
@@ -204,11 +226,11 @@ fn exchange(
     };
     if client {
         let out = send(side, args, peer, out)?;
-        let (res, inn) = side.reactor.block_on(r);
+        let (res, inn) = futures::executor::block_on(r);
         res.map_err(|e| format!("recv: {e}"))?;
         Ok((out, inn))
     } else {
-        let (res, inn) = side.reactor.block_on(r);
+        let (res, inn) = futures::executor::block_on(r);
         res.map_err(|e| format!("recv: {e}"))?;
         let out = send(side, args, peer, out)?;
         Ok((out, inn))
@@ -312,7 +334,7 @@ fn server(args: &Args) -> Result<(), String> {
     );
     std::io::stdout().flush().ok();
     // The client's address comes first (8 bytes), as fi_pingpong exchanges them.
-    let (r, hello) = side.reactor.block_on(side.ep.recv(vec![0u8; 8]));
+    let (r, hello) = futures::executor::block_on(side.ep.recv(vec![0u8; 8]));
     let got = r.map_err(|e| format!("address exchange: {e}"))?;
     let bytes: [u8; 8] = hello.as_slice()[..got.len]
         .try_into()
@@ -333,7 +355,7 @@ fn client(args: &Args, addr: &str) -> Result<(), String> {
         .map_err(|e| format!("av insert {addr}: {e}"))?;
     let me = side.ep.getname().0.to_le_bytes().to_vec();
     // Untagged, whatever the mode: the server receives it with `recv`.
-    let (r, _) = side.reactor.block_on(side.ep.send(server, me));
+    let (r, _) = futures::executor::block_on(side.ep.send(server, me));
     r.map_err(|e| format!("address exchange: {e}"))?;
     eprintln!("pingpong client: engine {}, server {addr}", side.engine);
     run_sizes(&side, args, server, true)
@@ -379,8 +401,19 @@ fn spawn(args: &Args) -> Result<(), String> {
     r
 }
 
+fn pin(cpu: usize) {
+    let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
+    if let Err(e) = psmrail::reactor::pin_current_thread(&set) {
+        eprintln!("pingpong: cannot pin to CPU {cpu}: {e} (running unpinned)");
+    }
+}
+
 fn main() -> ExitCode {
-    let args = parse_args();
+    let mut args = parse_args();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.spawn && !args.no_pin && args.cpu.is_none() && cores >= 2 {
+        args.cpu = Some(0);
+    }
     let r = if args.spawn {
         spawn(&args)
     } else if let Some(addr) = args.server_addr.clone() {
