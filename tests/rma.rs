@@ -311,3 +311,56 @@ fn remote_counters_count_at_the_target() {
         assert_eq!((writes.read(), reads.read()), (3, 3), "tagged_rma={tagged}");
     }
 }
+
+/// Runs `fut` on a thread; its output, or `None` if it did not finish in
+/// `limit` (the thread is then left spinning: the test fails anyway).
+fn finishes_within<F>(fut: F, limit: Duration) -> Option<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(futures::executor::block_on(fut));
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// Closing the initiator's domain ends its RMA and atomics that still wait
+/// for the (silent) target with `FI_ECANCELED`, buffers handed back;
+/// nothing waits forever.
+#[test]
+fn closing_the_domain_ends_waiting_rma_and_atomics() {
+    use psmrail::ops::atomic::{AtomicDatatype, AtomicOp};
+    for tagged in [false, true] {
+        let n = nodes(tagged);
+        let mr = region(&n, 1 << 20, RW, 3);
+        let dest = n.addr(0, 1);
+        // The target never progresses (manual mode, nobody drives it), so
+        // none of these can finish.
+        let w = n[0].ep.write(dest, pattern(1 << 20, 1), 0, mr.key());
+        let r = n[0].ep.read(dest, vec![0u8; 4096], 0, mr.key());
+        let a = n[0].ep.fetch_atomic(
+            dest,
+            AtomicOp::Sum,
+            AtomicDatatype::Uint64,
+            &1u64.to_ne_bytes(),
+            vec![0u8; 8],
+            0,
+            mr.key(),
+        );
+        n[0].domain.clone().close().expect("close");
+        for (what, op, len) in [
+            ("write", w, 1 << 20),
+            ("read", r, 4096),
+            ("fetch_atomic", a, 8),
+        ] {
+            let (res, buf) = finishes_within(op, Duration::from_secs(20)).unwrap_or_else(|| {
+                panic!("{what} still waits after its domain closed (tagged_rma={tagged})")
+            });
+            let e = res.expect_err(what);
+            assert_eq!(e.kind(), ErrorKind::Canceled, "{what}: {e}");
+            assert_eq!(buf.len(), len, "{what}: the buffer comes back");
+        }
+    }
+}

@@ -211,6 +211,11 @@ impl DomainCore {
         }
         // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0).
         let result = self.engine.close(config.timeout());
+        // 4. RMA and atomics still waiting for their peers end now (their
+        // MQ transfers were just completed by the engine's close).
+        if let Ok(rma) = &self.rma {
+            rma.fail_all("the domain closed");
+        }
         // Queues and counters of this domain may now be dropped by the
         // application alone.
         *relock(&self.made) = Made::default();

@@ -522,6 +522,27 @@ impl RmaTransport {
     }
 
     /// The endpoint that receives remote events (counters, CQ data).
+    /// Ends every RMA and atomic this domain initiated with `Canceled`
+    /// (the domain closed: no progress step will run for them again).
+    /// Transfers the engine already finished are accounted first, so
+    /// their buffers come back with the error.
+    pub(crate) fn fail_all(&self, why: &str) {
+        {
+            let mut st = relock(&self.shared.state);
+            st.poll_mq(self.engine.completions());
+            let error = || Error::new(ErrorKind::Canceled, format!("RMA: {why}"));
+            for id in st.order.clone() {
+                st.init.fail(id, error());
+                st.reap(id);
+            }
+            let atomics: Vec<PendingAtomic> = st.atomics.drain().map(|(_, p)| p).collect();
+            for p in atomics {
+                st.finished.push((p.key, (Err(error()), p.buffer)));
+            }
+        }
+        self.shared.deliver();
+    }
+
     pub(crate) fn set_target_endpoint(&self, ep: &Arc<EndpointCore>) {
         *relock(&self.shared.target_ep) = Arc::downgrade(ep);
     }
