@@ -542,22 +542,25 @@ impl Reactor {
         if !self.is_manual() {
             return table.poll_take(key, cx);
         }
-        if let Some(value) = own() {
-            return Poll::Ready(value);
-        }
+        // Every so many polls, ready or not, a full round: work no future
+        // waits for (abandoned sends, AM traffic, other sources) moves even
+        // when every operation completes on its first poll.
         if full_round_due() {
             self.progress();
             if let Some(value) = table.try_take_live(key) {
                 return Poll::Ready(value);
             }
         }
+        if let Some(value) = own() {
+            return Poll::Ready(value);
+        }
         cx.waker().wake_by_ref();
         Poll::Pending
     }
 
     /// How often [`poll_completion_with`](Self::poll_completion_with)
-    /// runs a full round in manual mode: once per this many polls that the
-    /// fast path left pending, per thread.
+    /// runs a full round in manual mode: once per this many polls, per
+    /// thread.
     pub const FULL_ROUND_EVERY: u32 = 64;
 
     /// Runs `future` to completion on the calling thread.

@@ -1313,6 +1313,35 @@ impl EngineEndpoint for NativeEndpoint {
         let Some(addr) = g.peers.addr(peer) else {
             return Err(not_connected(peer));
         };
+        if g.peers.epid_of(peer) == Some(self.epid) {
+            // libpsm2's self device never frees the request behind a
+            // blocking psm_mq_send: a million injects to oneself exhaust
+            // PSM2_MQ_SENDREQS_MAX and abort the process. Send to oneself
+            // with a request of our own instead (freed when it completes).
+            drop(g);
+            let table = self.completions();
+            let key = table.insert();
+            return match self.isend(
+                peer,
+                tag,
+                SendMode::Standard,
+                OpBuffer::from(data.to_vec()),
+                key,
+            ) {
+                Ok(()) => {
+                    drop(table.abandon(key));
+                    // Harvest finished requests (earlier injects to
+                    // oneself among them) so their descriptors go back
+                    // to PSM even when only fast-path polls run.
+                    self.progress();
+                    Ok(())
+                }
+                Err(e) => {
+                    drop(table.retire(key));
+                    Err(e.error)
+                }
+            };
+        }
         // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
         // was connected on it; `data` is borrowed for the whole call, which
         // returns only once PSM no longer reads it.
