@@ -3,7 +3,8 @@
 //! at the threshold, threshold-then-FIFO order, application `set`/`add`
 //! and operation completions as triggers, a chain of triggers (also with
 //! untagged messages over active messages), failures
-//! and cancellation reported through the CQ.
+//! and cancellation reported through the CQ; RMA writes and reads posted
+//! with a context and triggered (a chain ending in a write, a bad key).
 //!
 //! Message order is observed at the receiver: wildcard tagged receives
 //! posted up front match messages of one sender in the order they were
@@ -15,8 +16,8 @@ mod fabric;
 
 use fabric::{Cfg, Nodes};
 use psmrail::fabric::{
-    Caps, CompletionQueue, Counter, CounterAttr, CounterBind, CqAttr, CqBind, CqEntry, CqErrEntry,
-    FiAddr,
+    Caps, CompletionFlags, CompletionQueue, Counter, CounterAttr, CounterBind, CqAttr, CqBind,
+    CqEntry, CqErrEntry, FiAddr, MemoryRegion, MrAccess,
 };
 use psmrail::ErrorKind;
 use std::collections::BTreeMap;
@@ -329,4 +330,319 @@ fn bad_arguments_fail_at_once_with_the_buffer() {
         .unwrap_err();
     assert_eq!(e.error.kind(), ErrorKind::OpNotSupp);
     assert_eq!(e.buffer.into_vec().unwrap(), b"b");
+}
+
+/// RMA payloads stay under one AM chunk: the long path uses tagged MQ
+/// messages, which wildcard tagged receives of these tests could catch.
+const SMALL: usize = 1000;
+
+/// [`setup`] with `FI_RMA` too, node 1 exposing a region with key
+/// [`KEY`], and write and read counters bound on every node.
+struct RmaSetup {
+    s: Setup,
+    write_counters: Vec<Counter>,
+    read_counters: Vec<Counter>,
+    region: MemoryRegion,
+}
+
+const KEY: u64 = 5;
+
+fn rma_setup(cfg: Cfg) -> RmaSetup {
+    let (mut cqs, mut sc, mut rc, mut wc, mut rdc) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let caps = Caps::MSG | Caps::TAGGED | Caps::RMA;
+    let nodes = fabric::open_with(cfg, caps, 2, |_, domain, b| {
+        let cq = domain.cq(CqAttr::new()).expect("cq");
+        let counter = || domain.counter(CounterAttr::new()).expect("counter");
+        let (s, r, w, rd) = (counter(), counter(), counter(), counter());
+        let b = b
+            .bind_cq(&cq, CqBind::TRANSMIT | CqBind::RECV)
+            .bind_counter(&s, CounterBind::SEND)
+            .bind_counter(&r, CounterBind::RECV)
+            .bind_counter(&w, CounterBind::WRITE)
+            .bind_counter(&rd, CounterBind::READ);
+        cqs.push(cq);
+        sc.push(s);
+        rc.push(r);
+        wc.push(w);
+        rdc.push(rd);
+        b
+    });
+    let region = nodes[1]
+        .domain
+        .register(
+            vec![0u8; 4096],
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            Some(KEY),
+        )
+        .expect("register");
+    RmaSetup {
+        s: Setup {
+            nodes,
+            cqs,
+            send_counters: sc,
+            recv_counters: rc,
+        },
+        write_counters: wc,
+        read_counters: rdc,
+        region,
+    }
+}
+
+fn region_bytes(mr: &MemoryRegion, at: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    mr.read_at(at, &mut v).expect("read_at");
+    v
+}
+
+#[test]
+fn posted_and_triggered_rma_report_to_the_cq() {
+    for cfg in Cfg::PROGRESS {
+        let r = rma_setup(cfg);
+        let (nodes, cq) = (&r.s.nodes, &r.s.cqs[0]);
+        let (ep, to1) = (&nodes[0].ep, nodes.addr(0, 1));
+        let data = fabric::pattern(SMALL, 1);
+
+        // Posted with a context.
+        ep.post_write(to1, data.clone(), 8, KEY, 11).unwrap();
+        let e = next_ok(nodes, cq);
+        assert_eq!(e.context, 11, "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::WRITE | CompletionFlags::RMA);
+        assert_eq!(e.len, SMALL);
+        assert!(e.buffer.unwrap().into_vec().unwrap() == data, "buffer back");
+        assert!(
+            region_bytes(&r.region, 8, SMALL) == data,
+            "{cfg:?}: written"
+        );
+        ep.post_read(to1, vec![0u8; SMALL], 8, KEY, 12).unwrap();
+        let e = next_ok(nodes, cq);
+        assert_eq!(e.context, 12, "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::READ | CompletionFlags::RMA);
+        assert!(e.buffer.unwrap().into_vec().unwrap() == data, "read back");
+        assert_eq!(
+            (r.write_counters[0].read(), r.read_counters[0].read()),
+            (1, 1)
+        );
+
+        // Triggered: the read (threshold 2) sees the write (threshold 1).
+        let c = nodes[0].domain.counter(CounterAttr::new()).unwrap();
+        let other = fabric::pattern(SMALL, 2);
+        ep.triggered(&c, 2)
+            .post_read(to1, vec![0u8; SMALL], 2048, KEY, 14)
+            .unwrap();
+        ep.triggered(&c, 1)
+            .post_write(to1, other.clone(), 2048, KEY, 13)
+            .unwrap();
+        for _ in 0..20 {
+            nodes.progress();
+        }
+        assert!(cq.read().unwrap().is_none(), "nothing fires before 1");
+        assert!(
+            region_bytes(&r.region, 2048, SMALL) == vec![0u8; SMALL],
+            "not written yet"
+        );
+        c.add(1);
+        let e = next_ok(nodes, cq);
+        assert_eq!((e.context, e.len), (13, SMALL), "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::WRITE | CompletionFlags::RMA);
+        assert!(
+            e.buffer.unwrap().into_vec().unwrap() == other,
+            "buffer back"
+        );
+        assert!(
+            region_bytes(&r.region, 2048, SMALL) == other,
+            "{cfg:?}: written"
+        );
+        c.add(1);
+        let e = next_ok(nodes, cq);
+        assert_eq!(e.context, 14, "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::READ | CompletionFlags::RMA);
+        assert!(e.buffer.unwrap().into_vec().unwrap() == other, "read back");
+        assert_eq!(
+            (r.write_counters[0].read(), r.read_counters[0].read()),
+            (2, 2)
+        );
+        assert_eq!(r.write_counters[0].read_err(), 0);
+        assert!(cq.read().unwrap().is_none(), "no extra entries");
+    }
+}
+
+/// The issue's chain: a receive completes -> its receive counter triggers
+/// a tagged send -> whose send counter triggers an RMA write.
+#[test]
+fn a_receive_triggers_a_send_that_triggers_a_write() {
+    for cfg in Cfg::ALL {
+        let r = rma_setup(cfg);
+        let nodes = &r.s.nodes;
+        let (ep0, to1) = (&nodes[0].ep, nodes.addr(0, 1));
+        let data = fabric::pattern(SMALL, 7);
+        ep0.post_recv(vec![0u8; 8], 1).unwrap();
+        ep0.triggered(&r.s.recv_counters[0], 1)
+            .post_tsend(to1, 0xa, payload(0xa), 2)
+            .unwrap();
+        ep0.triggered(&r.s.send_counters[0], 1)
+            .post_write(to1, data.clone(), 64, KEY, 3)
+            .unwrap();
+        nodes[1].ep.post_trecv(vec![0u8; 8], 0xa, 0, 11).unwrap();
+        nodes[1]
+            .ep
+            .post_send(nodes.addr(1, 0), b"go".to_vec(), 10)
+            .unwrap();
+
+        // Node 0: the receive, the send it triggered, then the write.
+        let e = next_ok(nodes, &r.s.cqs[0]);
+        assert_eq!((e.context, e.len), (1, 2), "{cfg:?}");
+        assert_eq!(&e.buffer.unwrap().into_vec().unwrap()[..2], b"go");
+        let e = next_ok(nodes, &r.s.cqs[0]);
+        assert_eq!(e.context, 2, "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::SEND | CompletionFlags::TAGGED);
+        let e = next_ok(nodes, &r.s.cqs[0]);
+        assert_eq!(e.context, 3, "{cfg:?}");
+        assert_eq!(e.flags, CompletionFlags::WRITE | CompletionFlags::RMA);
+        assert!(
+            region_bytes(&r.region, 64, SMALL) == data,
+            "{cfg:?}: written"
+        );
+        // Node 1: its send and the triggered tsend's message.
+        let mut got = BTreeMap::new();
+        for _ in 0..2 {
+            let e = next_ok(nodes, &r.s.cqs[1]);
+            got.insert(e.context, e.tag);
+        }
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            vec![(10, 0), (11, 0xa)]
+        );
+        let counts = |i: usize| {
+            (
+                r.s.recv_counters[i].read(),
+                r.s.send_counters[i].read(),
+                r.write_counters[i].read(),
+            )
+        };
+        assert_eq!(counts(0), (1, 1, 1), "{cfg:?}");
+        assert!(r.s.cqs[0].read().unwrap().is_none(), "no extra entries");
+    }
+}
+
+#[test]
+fn a_triggered_write_to_a_bad_key_gives_an_error_entry() {
+    for cfg in Cfg::PROGRESS {
+        let r = rma_setup(cfg);
+        let nodes = &r.s.nodes;
+        let c = nodes[0].domain.counter(CounterAttr::new()).unwrap();
+        nodes[0]
+            .ep
+            .triggered(&c, 1)
+            .post_write(nodes.addr(0, 1), b"nowhere".to_vec(), 0, KEY + 1, 77)
+            .unwrap();
+        // Reads too: the key is the target's to judge, when the op fires.
+        nodes[0]
+            .ep
+            .triggered(&c, 1)
+            .post_read(nodes.addr(0, 1), vec![0u8; 4], 0, KEY + 1, 78)
+            .unwrap();
+        c.add(1);
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let e = next_err(nodes, &r.s.cqs[0]);
+            assert_eq!(e.error.kind(), ErrorKind::Access, "{cfg:?}: {}", e.error);
+            assert_eq!(e.err(), ErrorKind::Access.errno());
+            let buf = e.buffer.expect("the buffer comes back").into_vec().unwrap();
+            got.push((e.context, e.flags, buf));
+        }
+        got.sort_by_key(|g| g.0);
+        let rma = CompletionFlags::RMA;
+        assert_eq!(
+            got,
+            vec![
+                (77, CompletionFlags::WRITE | rma, b"nowhere".to_vec()),
+                (78, CompletionFlags::READ | rma, vec![0u8; 4]),
+            ],
+            "{cfg:?}"
+        );
+        assert_eq!(r.write_counters[0].read_err(), 1, "{cfg:?}");
+        assert_eq!(r.read_counters[0].read_err(), 1, "{cfg:?}");
+        assert_eq!(region_bytes(&r.region, 0, 8), vec![0u8; 8], "unchanged");
+        assert!(r.s.cqs[0].read().unwrap().is_none(), "reported once");
+    }
+}
+
+#[test]
+fn rma_checks_fail_at_once_with_the_buffer() {
+    // No FI_RMA: refused at posting, triggered or not.
+    let s = setup(Cfg::MANUAL_MQ, 2);
+    let c = s.nodes[0].domain.counter(CounterAttr::new()).unwrap();
+    let to1 = s.nodes.addr(0, 1);
+    let e = s.nodes[0]
+        .ep
+        .triggered(&c, 0)
+        .post_write(to1, b"w".to_vec(), 0, KEY, 1)
+        .unwrap_err();
+    assert_eq!(e.error.kind(), ErrorKind::OpNotSupp, "{}", e.error);
+    assert_eq!(e.buffer.into_vec().unwrap(), b"w");
+    let e = s.nodes[0]
+        .ep
+        .post_read(to1, b"r".to_vec(), 0, KEY, 2)
+        .unwrap_err();
+    assert_eq!(e.error.kind(), ErrorKind::OpNotSupp, "{}", e.error);
+    assert_eq!(e.buffer.into_vec().unwrap(), b"r");
+
+    // An address the AV never returned.
+    let r = rma_setup(Cfg::MANUAL_MQ);
+    let c = r.s.nodes[0].domain.counter(CounterAttr::new()).unwrap();
+    let t = r.s.nodes[0].ep.triggered(&c, 0);
+    let e = t
+        .post_read(FiAddr::UNSPEC, b"x".to_vec(), 0, KEY, 3)
+        .unwrap_err();
+    assert_eq!(e.buffer.into_vec().unwrap(), b"x");
+    let e = r.s.nodes[0]
+        .ep
+        .post_write(FiAddr::UNSPEC, b"y".to_vec(), 0, KEY, 4)
+        .unwrap_err();
+    assert_eq!(e.buffer.into_vec().unwrap(), b"y");
+    for _ in 0..5 {
+        r.s.nodes.progress();
+    }
+    assert!(r.s.cqs[0].read().unwrap().is_none(), "nothing reported");
+    assert!(r.s.cqs[0].readerr().is_none(), "nothing reported");
+}
+
+/// Closing the initiator's domain ends a posted write still waiting for
+/// its (silent) target and cancels a triggered one that never fired: both
+/// give error entries with their contexts, flags and buffers.
+#[test]
+fn closing_the_domain_ends_posted_and_waiting_rma() {
+    let r = rma_setup(Cfg::MANUAL_MQ);
+    let nodes = &r.s.nodes;
+    let c = nodes[0].domain.counter(CounterAttr::new()).unwrap();
+    let to1 = nodes.addr(0, 1);
+    // Node 1 is not progressed before the close: the write cannot finish.
+    nodes[0]
+        .ep
+        .post_write(to1, b"posted".to_vec(), 0, KEY, 1)
+        .unwrap();
+    nodes[0]
+        .ep
+        .triggered(&c, 5)
+        .post_read(to1, vec![7u8; 3], 0, KEY, 2)
+        .unwrap();
+    nodes[0].domain.clone().close().unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let e = next_err(nodes, &r.s.cqs[0]);
+        assert_eq!(e.error.kind(), ErrorKind::Canceled, "{}", e.error);
+        got.push((e.context, e.flags, e.buffer.unwrap().into_vec().unwrap()));
+    }
+    got.sort_by_key(|g| g.0);
+    let rma = CompletionFlags::RMA;
+    assert_eq!(
+        got,
+        vec![
+            (1, CompletionFlags::WRITE | rma, b"posted".to_vec()),
+            (2, CompletionFlags::READ | rma, vec![7u8; 3]),
+        ]
+    );
+    assert_eq!(r.write_counters[0].read_err(), 1);
+    assert_eq!(r.read_counters[0].read_err(), 1);
 }

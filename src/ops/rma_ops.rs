@@ -11,18 +11,27 @@
 //! then it is freed. Completion is *delivery complete*: a write's future
 //! resolves once the target has every byte; a read's once the bytes are in
 //! the buffer.
+//!
+//! [`Endpoint::post_write`] and [`Endpoint::post_read`] are the libfabric
+//! way instead (used by triggered operations): the completion goes to the
+//! endpoint's transmit CQ with a context, through a small route registered
+//! as the waker of the operation's slot in the transport's `done` table
+//! (as `post.rs` does for messages).
 
 use super::outcome::{count, OpOutput};
 use super::rma::{RemoteIov, RmaKind};
-use super::rma_transport::RmaTransport;
-use crate::engine::{OpBuffer, PeerAddr};
-use crate::fabric::{Caps, CounterKind, Endpoint, EndpointCore, FiAddr};
+use super::rma_transport::{Done, RmaTransport};
+use crate::engine::{OpBuffer, PeerAddr, PostError};
+use crate::fabric::{
+    Caps, CompletionFlags, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint, EndpointCore,
+    FiAddr,
+};
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind, Result};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 
 /// One remote range of an RMA message (`struct fi_rma_iov`): `len` bytes
 /// at `offset` in the region with `key`.
@@ -83,6 +92,94 @@ impl RmaOp {
     /// Whether the call failed before anything was sent.
     pub fn is_failed(&self) -> bool {
         matches!(self.state, State::Failed(..))
+    }
+
+    /// Hands the started operation to a route delivering its completion to
+    /// the transmit CQ with `context`; a call that failed at once gives its
+    /// error and buffer back instead.
+    fn route(mut self, context: u64, flags: CompletionFlags) -> std::result::Result<(), PostError> {
+        // Taken out of `self` so that its `Drop` does not abandon the key.
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Posted {
+                ep,
+                rma,
+                key,
+                counter,
+            } => {
+                let route = Arc::new(RmaRoute {
+                    ep,
+                    rma,
+                    key,
+                    counter,
+                    context,
+                    flags,
+                });
+                let waker = Waker::from(route.clone());
+                let mut cx = Context::from_waker(&waker);
+                if let Poll::Ready(done) = route.rma.done().poll_take(key, &mut cx) {
+                    route.deliver(done);
+                }
+                Ok(())
+            }
+            State::Failed(error, buffer) => Err(PostError { error, buffer }),
+            State::Done => unreachable!("a fresh RmaOp is never Done"),
+        }
+    }
+}
+
+/// The waker of a posted RMA operation's slot: turns its completion into a
+/// CQ entry and a counter bump. Never calls into the transport or the
+/// engine, so it may run inside their progress.
+struct RmaRoute {
+    ep: Arc<EndpointCore>,
+    rma: Arc<RmaTransport>,
+    key: OpKey,
+    counter: CounterKind,
+    context: u64,
+    flags: CompletionFlags,
+}
+
+impl Wake for RmaRoute {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(done) = self.rma.done().try_take(self.key) {
+            self.deliver(done);
+        }
+    }
+}
+
+impl RmaRoute {
+    fn deliver(&self, (result, buffer): Done) {
+        count(self.ep.counter(self.counter), result.is_ok());
+        let Some(cq) = self.ep.cq(Direction::Transmit) else {
+            return;
+        };
+        match result {
+            Ok(()) => cq.push(CqEntry {
+                context: self.context,
+                flags: self.flags,
+                len: buffer.len(),
+                buffer: Some(buffer),
+                offset: 0,
+                data: 0,
+                tag: 0,
+                source: FiAddr::UNSPEC,
+            }),
+            Err(error) => cq.push_err(CqErrEntry {
+                context: self.context,
+                flags: self.flags,
+                len: 0,
+                buffer: Some(buffer),
+                olen: 0,
+                tag: 0,
+                data: 0,
+                error,
+                prov_errno: CqErrEntry::PROV_INTERNAL,
+            }),
+        }
     }
 }
 
@@ -233,6 +330,56 @@ impl Endpoint {
     /// `remote` (their lengths must add up to `buf.len()`).
     pub fn readmsg(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote: &[RmaIov]) -> RmaOp {
         self.rma(RmaKind::Read, dest, buf.into(), remote, None)
+    }
+
+    /// `fi_write` with a context: [`write`](Self::write) whose completion
+    /// goes to the endpoint's transmit CQ (`FI_WRITE | FI_RMA`, with
+    /// `context` and the buffer) and its write counter, like
+    /// [`post_send`](Self::post_send).
+    ///
+    /// ```no_run
+    /// # fn f(ep: psmrail::fabric::Endpoint, cq: psmrail::fabric::CompletionQueue,
+    /// #      dest: psmrail::fabric::FiAddr) -> Result<(), Box<dyn std::error::Error>> {
+    /// ep.post_write(dest, vec![1u8; 64], 0, 1, 42).map_err(|e| e.error)?;
+    /// let e = loop {
+    ///     if let Some(e) = cq.read()? { break e; }
+    /// };
+    /// assert_eq!((e.context, e.len), (42, 64));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// What [`write`](Self::write) refuses before sending (a closed
+    /// endpoint, missing caps, an unknown `dest`); the buffer comes back.
+    /// Later failures (such as a bad key, `FI_EACCES`) are error entries.
+    pub fn post_write(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> std::result::Result<(), PostError> {
+        self.write(dest, buf, remote_offset, key)
+            .route(context, CompletionFlags::WRITE | CompletionFlags::RMA)
+    }
+
+    /// `fi_read` with a context: [`read`](Self::read) whose completion goes
+    /// to the endpoint's transmit CQ (`FI_READ | FI_RMA`, with `context` and
+    /// the filled buffer) and its read counter.
+    ///
+    /// # Errors
+    /// As [`post_write`](Self::post_write).
+    pub fn post_read(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> std::result::Result<(), PostError> {
+        self.read(dest, buf, remote_offset, key)
+            .route(context, CompletionFlags::READ | CompletionFlags::RMA)
     }
 
     fn rma(

@@ -8,6 +8,11 @@
 //! cq.sread(None)?;                         // the tsend's entry, with ctx
 //! ```
 //!
+//! Sends, receives (untagged and tagged) and RMA writes and reads can be
+//! triggered; the RMA ones post through [`Endpoint::post_write`] and
+//! [`Endpoint::post_read`], which report to the transmit CQ like the
+//! others.
+//!
 //! # How it fits
 //! Each counter with triggered operations owns one [`Triggers`] (created
 //! at the first one, kept in the counter). It holds a
@@ -39,6 +44,7 @@
 //! its arms in `Kind::post` and `Kind::report`.
 
 use super::outcome::{count, OpName};
+use super::rma_ops::prepare;
 use super::submit::{check_caps, Dir};
 use super::trigger_list::TriggerList;
 use crate::engine::{OpBuffer, PostError};
@@ -60,6 +66,8 @@ enum Kind {
     Recv,
     TSend { dest: FiAddr, tag: u64 },
     TRecv { tag: u64, ignore: u64 },
+    Write { dest: FiAddr, offset: u64, key: u64 },
+    Read { dest: FiAddr, offset: u64, key: u64 },
 }
 
 /// Where a triggered operation's error entry goes.
@@ -68,7 +76,7 @@ struct Report {
     counter: CounterKind,
     flags: CompletionFlags,
     tag: u64,
-    name: OpName,
+    name: &'static str,
 }
 
 impl Kind {
@@ -78,6 +86,8 @@ impl Kind {
             Kind::Recv => ep.post_recv(buf, context).map(drop),
             Kind::TSend { dest, tag } => ep.post_tsend(dest, tag, buf, context).map(drop),
             Kind::TRecv { tag, ignore } => ep.post_trecv(buf, tag, ignore, context).map(drop),
+            Kind::Write { dest, offset, key } => ep.post_write(dest, buf, offset, key, context),
+            Kind::Read { dest, offset, key } => ep.post_read(dest, buf, offset, key, context),
         }
     }
 
@@ -88,28 +98,42 @@ impl Kind {
                 CounterKind::Send,
                 CompletionFlags::SEND | CompletionFlags::MSG,
                 0,
-                OpName::Send,
+                OpName::Send.as_str(),
             ),
             Kind::Recv => (
                 Direction::Recv,
                 CounterKind::Recv,
                 CompletionFlags::RECV | CompletionFlags::MSG,
                 0,
-                OpName::Recv,
+                OpName::Recv.as_str(),
             ),
             Kind::TSend { tag, .. } => (
                 Direction::Transmit,
                 CounterKind::Send,
                 CompletionFlags::SEND | CompletionFlags::TAGGED,
                 tag,
-                OpName::TSend,
+                OpName::TSend.as_str(),
             ),
             Kind::TRecv { tag, .. } => (
                 Direction::Recv,
                 CounterKind::Recv,
                 CompletionFlags::RECV | CompletionFlags::TAGGED,
                 tag,
-                OpName::TRecv,
+                OpName::TRecv.as_str(),
+            ),
+            Kind::Write { .. } => (
+                Direction::Transmit,
+                CounterKind::Write,
+                CompletionFlags::WRITE | CompletionFlags::RMA,
+                0,
+                "RMA write",
+            ),
+            Kind::Read { .. } => (
+                Direction::Transmit,
+                CounterKind::Read,
+                CompletionFlags::READ | CompletionFlags::RMA,
+                0,
+                "RMA read",
             ),
         };
         Report {
@@ -152,7 +176,7 @@ impl TriggeredOp {
             }),
             None => tracing::warn!(
                 "triggered {} (context {:#x}) failed with no CQ bound to report it: {error}",
-                report.name.as_str(),
+                report.name,
                 self.context
             ),
         }
@@ -163,7 +187,7 @@ impl TriggeredOp {
             ErrorKind::Canceled,
             format!(
                 "triggered {} (threshold {}): cancelled, {why}",
-                self.kind.report().name.as_str(),
+                self.kind.report().name,
                 self.threshold
             ),
         );
@@ -441,7 +465,8 @@ impl Drop for Triggers {
 /// (`FI_TRIGGER`), from [`Endpoint::triggered`].
 ///
 /// Each method checks what posting-time code can get wrong — the endpoint
-/// is open, has the operation's caps, and knows `dest` — holds the buffer
+/// is open, has the operation's caps (and, for RMA, the domain an RMA
+/// transport), and knows `dest` — holds the buffer
 /// and returns at once (the operation's own argument checks, such as
 /// reserved tag bits or the message size, run when it fires); the operation is posted exactly once, when the
 /// counter's success count first reaches the threshold (at once if it is
@@ -485,15 +510,25 @@ impl Triggered<'_> {
     fn defer(&self, kind: Kind, buf: OpBuffer, context: u64) -> Result<(), PostError> {
         let core = &self.ep.core;
         let checked = (|| {
-            let (class, dir, name) = match kind {
-                Kind::Send { .. } => (Caps::MSG, Dir::Send, OpName::Send),
-                Kind::Recv => (Caps::MSG, Dir::Recv, OpName::Recv),
-                Kind::TSend { .. } => (Caps::TAGGED, Dir::Send, OpName::TSend),
-                Kind::TRecv { .. } => (Caps::TAGGED, Dir::Recv, OpName::TRecv),
-            };
-            check_caps(core, class, dir, name)?;
-            if let Kind::Send { dest } | Kind::TSend { dest, .. } = kind {
-                core.resolve(dest)?;
+            match kind {
+                Kind::Send { dest } => {
+                    check_caps(core, Caps::MSG, Dir::Send, OpName::Send)?;
+                    core.resolve(dest)?;
+                }
+                Kind::TSend { dest, .. } => {
+                    check_caps(core, Caps::TAGGED, Dir::Send, OpName::TSend)?;
+                    core.resolve(dest)?;
+                }
+                Kind::Recv => check_caps(core, Caps::MSG, Dir::Recv, OpName::Recv)?,
+                Kind::TRecv { .. } => check_caps(core, Caps::TAGGED, Dir::Recv, OpName::TRecv)?,
+                // Open, caps, an RMA transport and `dest`, as the RMA call
+                // itself checks them; the key is the target's to judge.
+                Kind::Write { dest, .. } => {
+                    prepare(core, Caps::RMA, Caps::WRITE, "triggered RMA write", dest).map(drop)?
+                }
+                Kind::Read { dest, .. } => {
+                    prepare(core, Caps::RMA, Caps::READ, "triggered RMA read", dest).map(drop)?
+                }
             }
             Triggers::of(self.counter)
         })();
@@ -564,6 +599,54 @@ impl Triggered<'_> {
         context: u64,
     ) -> Result<(), PostError> {
         self.defer(Kind::TRecv { tag, ignore }, buf.into(), context)
+    }
+
+    /// A triggered [`Endpoint::post_write`]: when it fires, writes `buf` to
+    /// `remote_offset` of the region with `key` at `dest`; the completion
+    /// (`FI_WRITE | FI_RMA`) goes to the transmit CQ with `context`.
+    ///
+    /// # Errors
+    /// Now: a closed endpoint, missing `FI_RMA` (with `FI_WRITE` if the
+    /// endpoint has direction bits), a `dest` the AV did not return; the
+    /// buffer comes back. Later failures, such as a key the target does not
+    /// know (`FI_EACCES`), go to the CQ.
+    pub fn post_write(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<(), PostError> {
+        let kind = Kind::Write {
+            dest,
+            offset: remote_offset,
+            key,
+        };
+        self.defer(kind, buf.into(), context)
+    }
+
+    /// A triggered [`Endpoint::post_read`]: when it fires, reads
+    /// `buf.len()` bytes at `remote_offset` of the region with `key` at
+    /// `dest` into `buf`; the completion (`FI_READ | FI_RMA`) goes to the
+    /// transmit CQ with `context` and the filled buffer.
+    ///
+    /// # Errors
+    /// As [`post_write`](Self::post_write), with `FI_READ`.
+    pub fn post_read(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+        context: u64,
+    ) -> Result<(), PostError> {
+        let kind = Kind::Read {
+            dest,
+            offset: remote_offset,
+            key,
+        };
+        self.defer(kind, buf.into(), context)
     }
 }
 
