@@ -46,6 +46,9 @@ mod peer;
 #[path = "support/spin_lock.rs"]
 mod spin_lock;
 
+#[path = "support/scenario.rs"]
+mod scenario;
+
 use peer::Peer;
 use psmrail::config::PsmConfig;
 use psmrail::engine::EngineKind;
@@ -88,25 +91,6 @@ const fn mode(engine: Eng, tagged_rma: bool) -> Mode {
     Mode { engine, tagged_rma }
 }
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
-/// Whether the native engine can run here; otherwise prints why (a failure
-/// with `PSMRAIL_REQUIRE_NATIVE=1`).
-fn native_available() -> bool {
-    let reason = match psm_sys::PsmLibrary::load() {
-        Ok(l) if l.build() == psm_sys::PsmBuild::Psm2Compat => return true,
-        Ok(_) => "the default PSM library is not the compat build (libpsm2-2-compat), \
-                  which two-process scenarios need for shared memory"
-            .to_owned(),
-        Err(e) => e.to_string(),
-    };
-    assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {reason}");
-    eprintln!("SKIPPED: {reason}");
-    false
-}
-
 /// Runs `scenario` for `test` in `mode`: in the test process, spawns the
 /// scenario process and checks its exit; in the scenario process, runs it;
 /// in the remote's process, plays the remote.
@@ -121,18 +105,7 @@ fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
             side.close();
         }
         Some(other) => panic!("unknown role {other}"),
-        None => {
-            if mode.engine == Eng::Native && !native_available() {
-                return;
-            }
-            let _lock = spin_lock::spin_lock();
-            let mut env = Vec::new();
-            if std::env::var_os("PSM2_DEVICES").is_none() {
-                env.push(("PSM2_DEVICES", "self,shm"));
-            }
-            let status = Peer::spawn(test, "solo", &env).wait(SCENARIO);
-            assert!(status.success(), "{test}: the scenario failed: {status}");
-        }
+        None => scenario::launch_solo(test, mode.engine == Eng::Native, SCENARIO),
     }
 }
 

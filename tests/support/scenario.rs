@@ -1,0 +1,45 @@
+//! Launching a two-process scenario of the public API from a test: the
+//! test process checks the native engine can run, takes the machine-wide
+//! spin lock and runs the scenario in a child (role `solo`), which then
+//! starts its own remote (role `peer`). Shared by `ops_remote.rs` and
+//! `rma_remote.rs` (included with `#[path]`, next to `peer.rs` and
+//! `spin_lock.rs`).
+
+use super::peer::Peer;
+use super::spin_lock;
+use std::time::Duration;
+
+fn require_native() -> bool {
+    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
+}
+
+/// Whether the native engine can run here; otherwise prints why (a failure
+/// with `PSMRAIL_REQUIRE_NATIVE=1`).
+pub fn native_available() -> bool {
+    let reason = match psm_sys::PsmLibrary::load() {
+        Ok(l) if l.build() == psm_sys::PsmBuild::Psm2Compat => return true,
+        Ok(_) => "the default PSM library is not the compat build (libpsm2-2-compat), \
+                  which two-process scenarios need for shared memory"
+            .to_owned(),
+        Err(e) => e.to_string(),
+    };
+    assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {reason}");
+    eprintln!("SKIPPED: {reason}");
+    false
+}
+
+/// In the test process: runs `test` as a scenario child (role `solo`)
+/// under the spin lock and checks it succeeded within `limit`. Skips (or
+/// fails, when required) a native scenario where the library cannot run.
+pub fn launch_solo(test: &str, native: bool, limit: Duration) {
+    if native && !native_available() {
+        return;
+    }
+    let _lock = spin_lock::spin_lock();
+    let mut env = Vec::new();
+    if std::env::var_os("PSM2_DEVICES").is_none() {
+        env.push(("PSM2_DEVICES", "self,shm"));
+    }
+    let status = Peer::spawn(test, "solo", &env).wait(limit);
+    assert!(status.success(), "{test}: the scenario failed: {status}");
+}
