@@ -266,13 +266,7 @@ impl Endpoint {
         remote_offset: u64,
         key: u64,
     ) -> RmaOp {
-        let buf = buf.into();
-        let iov = [RmaIov {
-            offset: remote_offset,
-            len: buf.len() as u64,
-            key,
-        }];
-        self.rma(RmaKind::Write, dest, buf, &iov, None)
+        self.rma_one(RmaKind::Write, dest, buf.into(), remote_offset, key, None)
     }
 
     /// `fi_writedata`: [`write`](Self::write) with remote CQ data: the
@@ -286,13 +280,14 @@ impl Endpoint {
         key: u64,
         data: u64,
     ) -> RmaOp {
-        let buf = buf.into();
-        let iov = [RmaIov {
-            offset: remote_offset,
-            len: buf.len() as u64,
+        self.rma_one(
+            RmaKind::Write,
+            dest,
+            buf.into(),
+            remote_offset,
             key,
-        }];
-        self.rma(RmaKind::Write, dest, buf, &iov, Some(data))
+            Some(data),
+        )
     }
 
     /// `fi_read`: reads `buf.len()` bytes at `remote_offset` of the region
@@ -304,13 +299,26 @@ impl Endpoint {
         remote_offset: u64,
         key: u64,
     ) -> RmaOp {
-        let buf = buf.into();
+        self.rma_one(RmaKind::Read, dest, buf.into(), remote_offset, key, None)
+    }
+
+    /// One contiguous remote range the size of `buf` (`write`, `writedata`,
+    /// `read`).
+    fn rma_one(
+        &self,
+        kind: RmaKind,
+        dest: FiAddr,
+        buf: OpBuffer,
+        remote_offset: u64,
+        key: u64,
+        data: Option<u64>,
+    ) -> RmaOp {
         let iov = [RmaIov {
             offset: remote_offset,
             len: buf.len() as u64,
             key,
         }];
-        self.rma(RmaKind::Read, dest, buf, &iov, None)
+        self.rma(kind, dest, buf, &iov, data)
     }
 
     /// `fi_writemsg`: writes `buf`, in order, to the remote ranges
