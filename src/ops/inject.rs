@@ -7,7 +7,7 @@
 //! counts the inject at once, as in C.
 
 use super::pending::{release_unposted, Carrier, PendingOp};
-use crate::engine::{OpBuffer, PeerAddr, SendMode};
+use crate::engine::{OpBuffer, PeerAddr};
 use crate::fabric::{CounterKind, EndpointCore};
 use crate::{Error, ErrorKind, Result};
 use std::sync::Arc;
@@ -28,7 +28,9 @@ fn counted(ep: &EndpointCore) {
     super::outcome::count(ep.counter(CounterKind::Send), true);
 }
 
-/// Injects over the MQ with `tag`.
+/// Injects over the MQ with `tag`: the engine's own inject (native: PSM's
+/// blocking `psm_mq_send`, no slot; soft: the contract's default, a copy
+/// sent under an abandoned key).
 pub(crate) fn inject_mq(
     ep: &Arc<EndpointCore>,
     peer: PeerAddr,
@@ -36,24 +38,10 @@ pub(crate) fn inject_mq(
     data: &[u8],
 ) -> Result<()> {
     let domain = ep.domain();
-    let table = domain.table();
-    let key = table.insert();
-    let buf = OpBuffer::from(data.to_vec());
-    match domain
-        .engine()
-        .isend(peer, tag, SendMode::Standard, buf, key)
-    {
-        Ok(()) => {
-            domain.reactor().notify();
-            drop(PendingOp::new(ep.clone(), key, Carrier::Mq, false));
-            counted(ep);
-            Ok(())
-        }
-        Err(e) => {
-            release_unposted(table, key);
-            Err(e.error)
-        }
-    }
+    domain.engine().inject(peer, tag, data)?;
+    domain.reactor().notify();
+    counted(ep);
+    Ok(())
 }
 
 /// Injects an untagged message over the AM message queue.
