@@ -294,12 +294,9 @@ impl<T: Send> CompletionTable<T> {
     /// assert_eq!(b.index(), a.index());
     /// assert_ne!(b, a);
     /// ```
+    #[inline]
     pub fn insert(&self) -> OpKey {
-        let index = self.slab.alloc(Slot::new);
-        let slot = self
-            .slab
-            .get(index)
-            .expect("the slab just handed out this index");
+        let (index, slot) = self.slab.alloc_get(Slot::new);
         // We own the slot: it came off the free list, where only its last
         // user put it, after setting the free state (the next generation).
         let free = slot.state.load(Acquire);
@@ -793,6 +790,7 @@ impl<T: Send> CompletionTable<T> {
     }
 
     /// What the table knows about `key` right now.
+    #[inline]
     pub fn status(&self, key: OpKey) -> OpStatus {
         let Some(slot) = self.slot(key) else {
             return OpStatus::Unknown;

@@ -546,16 +546,26 @@ impl Reactor {
         // waits for (abandoned sends, AM traffic, other sources) moves even
         // when every operation completes on its first poll.
         if full_round_due() {
-            self.progress();
-            if let Some(value) = table.try_take_live(key) {
+            if let Some(value) = self.full_round_take(table, key) {
                 return Poll::Ready(value);
             }
         }
-        if let Some(value) = own() {
-            return Poll::Ready(value);
+        match own() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
         }
-        cx.waker().wake_by_ref();
-        Poll::Pending
+    }
+
+    /// The full round of [`poll_completion_with`](Self::poll_completion_with),
+    /// out of line so that the common path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn full_round_take<T: Send>(&self, table: &CompletionTable<T>, key: OpKey) -> Option<T> {
+        self.progress();
+        table.try_take_live(key)
     }
 
     /// How often [`poll_completion_with`](Self::poll_completion_with)

@@ -125,13 +125,28 @@ impl<S> Slab<S> {
     /// When all `2^32 - BASE` indices are in use (memory runs out first).
     pub(crate) fn alloc(&self, init: impl Fn() -> S) -> u32 {
         match self.pop_free() {
-            Some(index) => index,
+            Some((index, _)) => index,
             None => self.grow(init),
         }
     }
 
-    /// Pops a free index.
-    fn pop_free(&self) -> Option<u32> {
+    /// [`alloc`](Self::alloc), with the entry: a reused index's entry comes
+    /// from the pop itself, not a second lookup.
+    #[inline]
+    pub(crate) fn alloc_get(&self, init: impl Fn() -> S) -> (u32, &S) {
+        if let Some((index, entry)) = self.pop_free() {
+            return (index, &entry.slot);
+        }
+        let index = self.grow(init);
+        let slot = self
+            .get(index)
+            .expect("a grown slab has a published segment for the index it hands out");
+        (index, slot)
+    }
+
+    /// Pops a free index, with its entry.
+    #[inline]
+    fn pop_free(&self) -> Option<(u32, &Entry<S>)> {
         let mut head = self.head.load(Acquire);
         loop {
             let enc = (head & INDEX_MASK) as u32;
@@ -140,10 +155,11 @@ impl<S> Slab<S> {
             }
             let index = enc - 1;
             // Every index on the list belongs to a published segment.
-            let next = self.entry(index)?.next_free.load(Relaxed);
+            let entry = self.entry(index)?;
+            let next = entry.next_free.load(Relaxed);
             let new = (head & !INDEX_MASK) | u64::from(next);
             match self.head.compare_exchange_weak(head, new, Acquire, Acquire) {
-                Ok(_) => return Some(index),
+                Ok(_) => return Some((index, entry)),
                 Err(actual) => head = actual,
             }
         }
@@ -179,7 +195,7 @@ impl<S> Slab<S> {
     fn grow(&self, init: impl Fn() -> S) -> u32 {
         let _guard = self.grow.lock().unwrap_or_else(|e| e.into_inner());
         // Another thread may have grown (or freed) while we waited.
-        if let Some(index) = self.pop_free() {
+        if let Some((index, _)) = self.pop_free() {
             return index;
         }
         let k = self.in_use.load(Relaxed);

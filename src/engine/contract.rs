@@ -241,6 +241,7 @@ pub trait EngineEndpoint: ProgressSource {
     ///
     /// # Panics
     /// As [`Reactor::poll_completion`] (a key that is not live).
+    #[inline]
     fn poll_completion(
         &self,
         reactor: &Reactor,

@@ -31,9 +31,10 @@ use super::domain::DomainCore;
 use super::{AvType, FiAddr};
 use crate::engine::{Epid, PeerAddr};
 use crate::{Error, ErrorKind, Result};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -122,6 +123,20 @@ pub(crate) struct AvCore {
     /// Serializes inserts (readers never take it).
     insert: Mutex<()>,
     reverse: RwLock<Reverse>,
+    /// Distinct per AV in this process (never 0): the key of the
+    /// per-thread source cache (see `source_of`).
+    id: u64,
+}
+
+/// Ids of AVs (see `AvCore::id`).
+static NEXT_AV_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The last source `source_of` found by engine peer handle on this
+    /// thread: (AV id, peer, address). A steady sender's completions then
+    /// skip the reverse map and its lock.
+    static LAST_SOURCE: Cell<(u64, PeerAddr, FiAddr)> =
+        const { Cell::new((0, PeerAddr(0), FiAddr(0))) };
 }
 
 #[derive(Default)]
@@ -238,14 +253,35 @@ impl AvCore {
 
     /// The `fi_addr` a completion source maps to: by engine peer handle
     /// first, else by epid; `UNSPEC` when this AV does not know it.
+    ///
+    /// A peer's mapping never changes once made (entries are only added;
+    /// `remove` keeps them), so the last one found by peer handle is
+    /// remembered per thread and reused without the lock.
+    #[inline]
     pub(crate) fn source_of(&self, peer: Option<PeerAddr>, epid: Option<Epid>) -> FiAddr {
+        if let Some(p) = peer {
+            let (id, last, addr) = LAST_SOURCE.get();
+            if id == self.id && last == p {
+                return addr;
+            }
+        }
+        self.source_of_slow(peer, epid)
+    }
+
+    #[inline(never)]
+    fn source_of_slow(&self, peer: Option<PeerAddr>, epid: Option<Epid>) -> FiAddr {
         let Ok(rev) = self.reverse.read() else {
             return FiAddr::UNSPEC;
         };
-        let idx = peer
-            .and_then(|p| rev.by_peer.get(&p))
-            .or_else(|| epid.and_then(|e| rev.by_epid.get(&e)));
-        idx.map_or(FiAddr::UNSPEC, |&i| self.addr_of(i))
+        if let Some(p) = peer {
+            if let Some(&i) = rev.by_peer.get(&p) {
+                let addr = self.addr_of(i);
+                LAST_SOURCE.set((self.id, p, addr));
+                return addr;
+            }
+        }
+        epid.and_then(|e| rev.by_epid.get(&e))
+            .map_or(FiAddr::UNSPEC, |&i| self.addr_of(i))
     }
 }
 
@@ -300,6 +336,7 @@ impl AddressVector {
                 entries: AvEntries::with_capacity(attr.count),
                 insert: Mutex::new(()),
                 reverse: RwLock::new(Reverse::default()),
+                id: NEXT_AV_ID.fetch_add(1, Ordering::Relaxed),
             }),
         })
     }

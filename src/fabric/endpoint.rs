@@ -170,16 +170,22 @@ impl EndpointCore {
     #[inline]
     pub(crate) fn ensure_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(Error::new(
-                ErrorKind::OpBadState,
-                format!(
-                    "endpoint {} (service {}): already closed",
-                    self.domain.epid(),
-                    self.service
-                ),
-            ));
+            return Err(self.closed_error());
         }
         self.domain.ensure_open()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn closed_error(&self) -> Error {
+        Error::new(
+            ErrorKind::OpBadState,
+            format!(
+                "endpoint {} (service {}): already closed",
+                self.domain.epid(),
+                self.service
+            ),
+        )
     }
 
     /// The engine peer `dest` names in the bound address vector: O(1),

@@ -13,15 +13,22 @@ use crate::{Error, ErrorKind, Result};
 use std::sync::Arc;
 
 /// Checks `len` against the endpoint's inject size.
+#[inline]
 pub(crate) fn check_inject_len(ep: &EndpointCore, len: usize) -> Result<()> {
     let max = ep.inject_size();
     if len > max {
-        return Err(Error::new(
-            ErrorKind::MsgSize,
-            format!("inject: {len} bytes exceed the inject size ({max} bytes); use a send"),
-        ));
+        return Err(inject_len_error(len, max));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn inject_len_error(len: usize, max: usize) -> Error {
+    Error::new(
+        ErrorKind::MsgSize,
+        format!("inject: {len} bytes exceed the inject size ({max} bytes); use a send"),
+    )
 }
 
 fn counted(ep: &EndpointCore) {

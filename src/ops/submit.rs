@@ -18,6 +18,7 @@ pub(crate) enum Dir {
 /// Checks that `ep` was opened with `class` (FI_MSG or FI_TAGGED) and the
 /// direction (`FI_SEND` / `FI_RECV`, or neither, which allows both: the
 /// man page's refinement rule).
+#[inline]
 pub(crate) fn check_caps(ep: &EndpointCore, class: Caps, dir: Dir, op: OpName) -> Result<()> {
     ep.ensure_open()?;
     let caps = ep.caps();
@@ -29,13 +30,19 @@ pub(crate) fn check_caps(ep: &EndpointCore, class: Caps, dir: Dir, op: OpName) -
     if caps.contains(class) && dir_ok {
         return Ok(());
     }
-    Err(Error::new(
+    Err(caps_error(caps, class, dir_bit, op))
+}
+
+#[cold]
+#[inline(never)]
+fn caps_error(caps: Caps, class: Caps, dir_bit: Caps, op: OpName) -> Error {
+    Error::new(
         ErrorKind::OpNotSupp,
         format!(
             "{}: the endpoint was opened with {caps} and needs {class} with {dir_bit} (or no direction bits)",
             op.as_str()
         ),
-    ))
+    )
 }
 
 /// Checks a send's length against the engine's message limit.
@@ -54,17 +61,24 @@ pub(crate) fn check_send_len(ep: &EndpointCore, len: usize, op: OpName) -> Resul
 }
 
 /// Checks that a receive buffer can be written.
+#[inline]
 pub(crate) fn check_writable(buf: &mut OpBuffer, op: OpName) -> Result<()> {
     if buf.as_mut_ptr().is_none() {
-        return Err(Error::new(
-            ErrorKind::Inval,
-            format!(
-                "{}: the buffer is shared read-only `Bytes`; receive into a Vec, BytesMut or region",
-                op.as_str()
-            ),
-        ));
+        return Err(read_only_error(op));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn read_only_error(op: OpName) -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        format!(
+            "{}: the buffer is shared read-only `Bytes`; receive into a Vec, BytesMut or region",
+            op.as_str()
+        ),
+    )
 }
 
 /// Posts an MQ send.

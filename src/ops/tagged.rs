@@ -40,20 +40,27 @@ pub struct Peeked {
 
 /// Rejects tags that use the domain's reserved bits: C cleared them and
 /// logged a warning, which silently sends a different tag; psmrail says so.
+#[inline]
 fn check_tag(ep: &EndpointCore, tag: u64, op: OpName) -> Result<u64> {
     let reserved = ep.domain().tags().reserved();
     if tag & reserved != 0 {
-        return Err(Error::new(
-            ErrorKind::Inval,
-            format!(
-                "{}: tag {tag:#x} uses bits {:#x} reserved by the provider (user tags are {:#x})",
-                op.as_str(),
-                tag & reserved,
-                !reserved
-            ),
-        ));
+        return Err(reserved_tag_error(tag, reserved, op));
     }
     Ok(tag)
+}
+
+#[cold]
+#[inline(never)]
+fn reserved_tag_error(tag: u64, reserved: u64, op: OpName) -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        format!(
+            "{}: tag {tag:#x} uses bits {:#x} reserved by the provider (user tags are {:#x})",
+            op.as_str(),
+            tag & reserved,
+            !reserved
+        ),
+    )
 }
 
 impl Endpoint {

@@ -38,26 +38,19 @@ use crate::reactor::{
 use crate::{Error, ErrorKind, Result};
 use psm_sys::device::Device;
 use psm_sys::{ffi, AmFlags, EpAddr, ErrorCode, HandlerIndex, PsmBuild, PsmLibrary};
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most completions one progress step harvests.
 const HARVEST_BUDGET: usize = 64;
+/// Most `psm_poll` calls one fast-path test makes while its request is not
+/// finished (see `step_for`).
+const FAST_POLLS: u32 = 8;
+/// Most fast-path keys whose slots wait to be freed (see `retire_later`).
+const RETIRE_BATCH: usize = 32;
 /// How long `connect` and `close` pause after a step that moved nothing.
 const IDLE_WAIT: Duration = Duration::from_micros(20);
-
-static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
-/// EXPERIMENT
-pub static SPINS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-
-thread_local! {
-    /// The endpoint whose lock this thread holds (0: none).
-    static HELD: Cell<u64> = const { Cell::new(0) };
-}
 
 /// The endpoint's state, behind its lock.
 struct Inner {
@@ -71,36 +64,16 @@ struct Inner {
     handlers: Vec<Arc<dyn AmHandler>>,
     /// Loopback AMs waiting for the next progress step (TrueScale).
     loopback: Vec<LoopbackAm>,
+    /// Keys of operations the fast path completed, whose table slots are
+    /// not yet freed (see `retire_later`).
+    retired: Vec<OpKey>,
     /// `close` has started: no new operations.
     closing: bool,
 }
 
-/// The lock held, marked in the thread so re-entry is refused.
-struct Locked<'a> {
-    guard: SpinGuard<'a, Inner>,
-    prev: u64,
-}
-
-impl Deref for Locked<'_> {
-    type Target = Inner;
-    #[inline]
-    fn deref(&self) -> &Inner {
-        &self.guard
-    }
-}
-
-impl DerefMut for Locked<'_> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut Inner {
-        &mut self.guard
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        HELD.with(|h| h.set(self.prev));
-    }
-}
+/// The endpoint's lock, held (a thread coming back for it is refused:
+/// see `lock.rs`).
+type Locked<'a> = SpinGuard<'a, Inner>;
 
 /// Peers this endpoint connected (and verified), refusals, and sources.
 #[derive(Default)]
@@ -127,10 +100,16 @@ impl Peers {
     }
 
     fn epid_of(&self, peer: PeerAddr) -> Option<Epid> {
+        self.lookup(peer).map(|(_, epid)| epid)
+    }
+
+    /// The address and epid of a verified peer.
+    #[inline]
+    fn lookup(&self, peer: PeerAddr) -> Option<(EpAddr, Epid)> {
         self.by_addr
             .binary_search_by_key(&peer.0, |e| e.0)
             .ok()
-            .map(|i| self.by_addr[i].2)
+            .map(|i| (self.by_addr[i].1, self.by_addr[i].2))
     }
 
     fn insert(&mut self, epid: Epid, addr: EpAddr) -> PeerAddr {
@@ -192,7 +171,6 @@ fn hex(bytes: &[u8]) -> String {
 /// A PSM endpoint serving the engine contract; see the
 /// [module docs](super) for how it works.
 pub struct NativeEndpoint {
-    id: u64,
     inner: SpinLock<Inner>,
     completions: Arc<CompletionTable<MqCompletion>>,
     lib: &'static PsmLibrary,
@@ -288,13 +266,13 @@ impl NativeEndpoint {
         let build = lib.build();
         let epid = Epid(ep.epid().0);
         Ok(NativeEndpoint {
-            id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
             inner: SpinLock::new(Inner {
                 ep: Some(ep),
                 ops: InFlight::default(),
                 peers: Peers::default(),
                 handlers: Vec::new(),
                 loopback: Vec::new(),
+                retired: Vec::with_capacity(RETIRE_BATCH),
                 closing: false,
             }),
             completions: Arc::new(CompletionTable::new()),
@@ -332,9 +310,17 @@ impl NativeEndpoint {
     }
 
     /// Operations PSM is working on (0 when asked from code the endpoint
-    /// runs under its lock).
+    /// runs under its lock). Also frees the table slots of fast-path
+    /// completions still waiting for it (see `retire_later`), so an idle
+    /// endpoint's completion table reads empty afterwards.
     pub fn in_flight(&self) -> usize {
-        self.lock_any().map_or(0, |g| g.ops.len())
+        self.lock_any().map_or(0, |mut g| {
+            let g = &mut *g;
+            if !g.retired.is_empty() {
+                self.retire_all(&mut g.retired);
+            }
+            g.ops.len()
+        })
     }
 
     /// Whether the endpoint is closed (`false` when asked from code the
@@ -349,29 +335,22 @@ impl NativeEndpoint {
         self.close(Duration::ZERO)
     }
 
-    #[inline]
+    #[inline(always)]
     fn lock(&self) -> Result<Locked<'_>> {
-        if HELD.with(Cell::get) == self.id {
-            return Err(reentry_error());
-        }
-        let guard = self.inner.lock().map_err(|_| poisoned_error())?;
-        let prev = HELD.with(|h| h.replace(self.id));
-        Ok(Locked { guard, prev })
+        self.inner.lock().map_err(|e| match e {
+            LockError::Reentry => reentry_error(),
+            _ => poisoned_error(),
+        })
     }
 
     /// The lock even if poisoned (to read state, or to close PSM after a
     /// handler panicked); `None` on re-entry.
     fn lock_any(&self) -> Option<Locked<'_>> {
-        if HELD.with(Cell::get) == self.id {
-            return None;
-        }
-        let guard = SpinGuard::ignore_poison(&self.inner);
-        let prev = HELD.with(|h| h.replace(self.id));
-        Some(Locked { guard, prev })
+        self.inner.lock_ignoring_poison()
     }
 
     /// The lock for a post: open, not closing.
-    #[inline]
+    #[inline(always)]
     fn lock_open(&self) -> Result<Locked<'_>> {
         let g = self.lock()?;
         if g.ep.is_none() {
@@ -568,6 +547,9 @@ impl NativeEndpoint {
     /// One progress step under the lock.
     fn step(&self, inner: &mut Inner) -> bool {
         let mut made = false;
+        if !inner.retired.is_empty() {
+            self.retire_all(&mut inner.retired);
+        }
         if !inner.loopback.is_empty() {
             made |= self.run_loopback(inner);
         }
@@ -594,58 +576,112 @@ impl NativeEndpoint {
         polled | made
     }
 
-    /// The fast path's step under the lock: `op`'s completion if its
-    /// request finished, testing it before and after one `psm_poll`; its
-    /// key is retired then. `not_here` is cleared if `op` is in flight
-    /// here (else it was harvested into the table, or never posted here).
+    /// Frees the table slot of `op`, which the fast path completed (it
+    /// left the in-flight table, so no harvest can complete it any more).
     ///
-    /// The key is retired under the lock, as `harvest` completes keys under
-    /// it: a waker stored in the slot (there is none in manual mode) is
-    /// dropped here.
+    /// Not at once: freeing a slot is two atomic read-modify-writes and a
+    /// hundred instructions on the path from a message's arrival to the
+    /// reply it triggers. The key waits in `retired` until this endpoint's
+    /// next idle moment (a fast-path test that found nothing, a progress
+    /// step, `in_flight`, close), or until `RETIRE_BATCH` keys wait. Until
+    /// then its slot reads as pending; nobody can complete or reuse it.
+    #[inline(always)]
+    fn retire_later(&self, retired: &mut Vec<OpKey>, op: OpKey) {
+        if retired.len() == RETIRE_BATCH {
+            self.retire_all(retired);
+        }
+        retired.push(op);
+    }
+
+    /// Frees the slots of every key in `retired`.
+    #[inline(never)]
+    fn retire_all(&self, retired: &mut Vec<OpKey>) {
+        for op in retired.drain(..) {
+            if let Some(stray) = self.completions.retire(op) {
+                debug_assert!(false, "{op:?} completed twice");
+                drop(stray);
+            }
+        }
+    }
+
+    /// The fast path's step under the lock: `op`'s completion if its
+    /// request finished, testing it, then polling PSM and testing again up
+    /// to [`FAST_POLLS`] times; its key is retired then (`retire_later`).
+    /// `not_here` is cleared if `op` is in flight here (else it was
+    /// harvested into the table, or never posted here).
+    ///
+    /// The loop keeps the lock across its polls: a waiting thread's turn
+    /// around it is then one `psm_poll` and one `psm_mq_test`, close to
+    /// `psm_mq_wait`'s own loop, rather than a lock, a table lookup and the
+    /// caller's executor as well; the time from a message's arrival to its
+    /// detection is half a turn on average. The bound keeps other threads'
+    /// posts waiting at most a few microseconds.
     #[inline(always)]
     fn step_for(&self, inner: &mut Inner, op: OpKey, not_here: &mut bool) -> Option<MqCompletion> {
         if !inner.loopback.is_empty() {
             self.run_loopback(inner);
         }
-        let Inner { ep, ops, peers, .. } = inner;
+        let Inner {
+            ep,
+            ops,
+            peers,
+            retired,
+            ..
+        } = inner;
         let (Some(ep), Some(entry)) = (ep.as_ref(), ops.get_mut(op)) else {
             return None;
         };
         *not_here = false;
-        // SAFETY (both tests): the endpoint is open (lock held, `ep` is
+        // SAFETY (every test): the endpoint is open (lock held, `ep` is
         // `Some`) and the request is live (in the in-flight table); once a
         // test reports it finished it is spent, and its entry is removed
         // right below.
         let mut peeked = unsafe { self.raw.test_one(&entry.req) };
-        let spins = SPINS.load(Ordering::Relaxed);
-        for _ in 0..spins {
-            if peeked.is_some() {
-                break;
-            }
+        let mut polls = FAST_POLLS;
+        while peeked.is_none() && polls > 0 {
+            polls -= 1;
             // SAFETY: the endpoint is open and we hold its lock.
             unsafe { self.raw.poll() };
             // SAFETY: as above; an AM handler run by the poll cannot have
             // touched the request (handlers cannot reach the endpoint).
             peeked = unsafe { self.raw.test_one(&entry.req) };
         }
-        let peeked = peeked?;
+        let Some(peeked) = peeked else {
+            // Not done: the thread is waiting anyway, so free the slots of
+            // earlier fast completions now.
+            if !retired.is_empty() {
+                self.retire_all(retired);
+            }
+            return None;
+        };
         let entry = ops.take(op)?;
-        // Out of the in-flight table: no harvest can complete the key any
-        // more, so its slot is freed without a value.
-        if let Some(stray) = self.completions.retire(op) {
-            debug_assert!(false, "{op:?} completed twice");
-            drop(stray);
-        }
-        let (status, rendezvous) = self.finish(ep, peers, &entry, &peeked);
+        Some(self.finish_fast(ep, peers, retired, entry, &peeked))
+    }
+
+    /// The completion of a request the fast path found finished (out of
+    /// the in-flight table already). Inlined, as the whole fast path is, so
+    /// the completion is built where the caller's `Poll` lives instead of
+    /// being copied up through each call.
+    #[inline(always)]
+    fn finish_fast(
+        &self,
+        ep: &psm_sys::Endpoint,
+        peers: &mut Peers,
+        retired: &mut Vec<OpKey>,
+        entry: Entry,
+        peeked: &Peeked,
+    ) -> MqCompletion {
+        self.retire_later(retired, entry.key);
+        let (status, rendezvous) = self.finish(ep, peers, &entry, peeked);
         if rendezvous {
             // As in `harvest`: send the sender its go-ahead now.
             // SAFETY: the endpoint is open and we hold its lock.
             unsafe { self.raw.poll() };
         }
-        Some(MqCompletion {
+        MqCompletion {
             status,
             buffer: entry.buffer,
-        })
+        }
     }
 
     /// Sends the job handshake to `addr`; the cookie to wait for.
@@ -877,6 +913,7 @@ impl NativeEndpoint {
             .map_err(|e| map_psm_error(e, "psm_ep_close"));
         // PSM is done with every buffer now.
         let inner = &mut *g;
+        self.retire_all(&mut inner.retired);
         for entry in inner.ops.drain() {
             let error = match entry.kind {
                 OpKind::Send => ErrorKind::Io,
@@ -916,15 +953,14 @@ fn open_error(e: psm_sys::Error) -> Error {
 
 impl ProgressSource for NativeEndpoint {
     fn progress(&self) -> Progress {
-        let guard = match self.inner.try_lock() {
+        let mut g = match self.inner.try_lock() {
             Ok(g) => g,
             // Someone else is in PSM for this endpoint (posting, harvesting,
             // connecting): come back soon rather than sleep.
             Err(LockError::WouldBlock) => return Progress::Made,
-            Err(LockError::Poisoned) => return Progress::Idle,
+            // Poisoned, or this thread is inside the endpoint already.
+            Err(LockError::Poisoned | LockError::Reentry) => return Progress::Idle,
         };
-        let prev = HELD.with(|h| h.replace(self.id));
-        let mut g = Locked { guard, prev };
         if g.ep.is_none() {
             return Progress::Idle;
         }
@@ -1310,10 +1346,10 @@ impl EngineEndpoint for NativeEndpoint {
             ));
         }
         let g = self.lock_open()?;
-        let Some(addr) = g.peers.addr(peer) else {
+        let Some((addr, epid)) = g.peers.lookup(peer) else {
             return Err(not_connected(peer));
         };
-        if g.peers.epid_of(peer) == Some(self.epid) {
+        if epid == self.epid {
             // libpsm2's self device never frees the request behind a
             // blocking psm_mq_send: a million injects to oneself exhaust
             // PSM2_MQ_SENDREQS_MAX and abort the process. Send to oneself
@@ -1357,11 +1393,10 @@ impl EngineEndpoint for NativeEndpoint {
     /// and its key retired, never going through `psm_mq_ipeek` or the
     /// table. If another thread holds the endpoint, or already harvested
     /// `op` into the table, the table is looked at instead.
+    #[inline(always)]
     fn poll_op(&self, op: OpKey) -> Option<MqCompletion> {
         let mut not_here = true;
-        if let Ok(guard) = self.inner.try_lock() {
-            let prev = HELD.with(|h| h.replace(self.id));
-            let mut g = Locked { guard, prev };
+        if let Ok(mut g) = self.inner.try_lock() {
             let done = self.step_for(&mut g, op, &mut not_here);
             if done.is_some() {
                 return done;

@@ -318,6 +318,7 @@ fn cancelled_receive_completes_through_the_fast_path() {
             assert_eq!(c.status.error, Some(ErrorKind::Canceled));
             assert_eq!(c.status.nbytes, 0);
             assert_eq!(c.buffer.into_vec().unwrap(), vec![7u8; 8], "handed back");
+            assert_eq!(ep.in_flight(), 0);
             assert!(ep.completions().is_empty());
             ep.close(Duration::from_secs(1)).unwrap();
         },

@@ -1,4 +1,5 @@
-//! The endpoint lock: a test-and-test-and-set spin lock with poisoning.
+//! The endpoint lock: a test-and-test-and-set spin lock that knows its
+//! holder, with poisoning.
 //!
 //! Every post and every progress step takes the endpoint's lock, so its
 //! cost is on the path of every message. An uncontended `std::sync::Mutex`
@@ -6,26 +7,46 @@
 //! whether to wake a sleeper); this lock releases with a plain store, one
 //! read-modify-write per lock/unlock pair. Holders are short (one PSM call
 //! plus bookkeeping, or one bounded progress step), so waiters spin, then
-//! yield the CPU; nobody sleeps in the kernel. A holder that panics (an AM
-//! handler's panic re-raised after the PSM call that ran it) poisons the
-//! lock, as `std::sync::Mutex` would: the state may be inconsistent.
+//! yield the CPU; nobody sleeps in the kernel.
+//!
+//! The lock word holds the holder's thread token (the address of a
+//! thread-local), so a thread that comes back for a lock it already holds
+//! (an AM handler, a waker or a buffer's drop calling into the endpoint
+//! from inside a PSM call) gets [`LockError::Reentry`] instead of spinning
+//! on itself forever; no per-thread bookkeeping is needed to know it. A
+//! holder that panics (an AM handler's panic re-raised after the PSM call
+//! that ran it) poisons the lock, as `std::sync::Mutex` would: the state
+//! may be inconsistent.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Spins before each yield while the lock is held.
 const SPINS: u32 = 64;
 
+thread_local! {
+    /// Its address is the calling thread's token (never 0, distinct per
+    /// live thread).
+    static TOKEN: u8 = const { 0 };
+}
+
+/// The calling thread's token.
+#[inline(always)]
+fn token() -> usize {
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
 /// A spin lock around `T`.
 pub(crate) struct SpinLock<T> {
-    locked: AtomicBool,
+    /// 0 when free, else the holder's thread token.
+    holder: AtomicUsize,
     poisoned: AtomicBool,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a guard, and at most one guard
-// exists at a time (the `locked` flag, taken with Acquire and released with
+// exists at a time (the `holder` word, taken with Acquire and released with
 // Release, orders every access); `T: Send` suffices to hand it between
 // threads, as for `std::sync::Mutex`.
 unsafe impl<T: Send> Sync for SpinLock<T> {}
@@ -35,8 +56,10 @@ unsafe impl<T: Send> Send for SpinLock<T> {}
 /// Why the lock could not be taken.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum LockError {
-    /// Another holder has it (`try_lock` only).
+    /// Another thread holds it (`try_lock` only).
     WouldBlock,
+    /// The calling thread holds it already.
+    Reentry,
     /// A holder panicked.
     Poisoned,
 }
@@ -45,32 +68,60 @@ impl<T> SpinLock<T> {
     /// An unlocked lock around `value`.
     pub fn new(value: T) -> Self {
         SpinLock {
-            locked: AtomicBool::new(false),
+            holder: AtomicUsize::new(0),
             poisoned: AtomicBool::new(false),
             value: UnsafeCell::new(value),
         }
     }
 
-    /// Takes the lock if it is free.
-    #[inline]
-    pub fn try_lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
-        if self
-            .locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
+    /// Takes the lock if it is free; `me` is the calling thread's token.
+    #[inline(always)]
+    fn acquire(&self, me: usize) -> Result<(), LockError> {
+        match self
+            .holder
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
         {
-            return Err(LockError::WouldBlock);
+            Ok(_) => Ok(()),
+            Err(h) if h == me => Err(LockError::Reentry),
+            Err(_) => Err(LockError::WouldBlock),
         }
+    }
+
+    /// Takes the lock if no other thread holds it.
+    #[inline(always)]
+    pub fn try_lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
+        self.acquire(token())?;
         self.guard()
     }
 
-    /// Takes the lock, spinning (and yielding) while it is held.
-    #[inline]
+    /// Takes the lock, spinning (and yielding) while another thread holds
+    /// it; `Reentry` if this thread does.
+    #[inline(always)]
     pub fn lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
+        let me = token();
         loop {
-            match self.try_lock() {
+            match self.acquire(me) {
+                Ok(()) => return self.guard(),
                 Err(LockError::WouldBlock) => self.wait(),
-                other => return other,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes the lock even if it is poisoned (closing must still release
+    /// PSM's resources); `None` if this thread holds it already.
+    pub fn lock_ignoring_poison(&self) -> Option<SpinGuard<'_, T>> {
+        let me = token();
+        loop {
+            match self.acquire(me) {
+                Ok(()) => {
+                    return Some(SpinGuard {
+                        lock: self,
+                        panicking: std::thread::panicking(),
+                    })
+                }
+                Err(LockError::WouldBlock) => self.wait(),
+                Err(_) => return None,
             }
         }
     }
@@ -78,7 +129,7 @@ impl<T> SpinLock<T> {
     #[cold]
     fn wait(&self) {
         let mut spins = 0;
-        while self.locked.load(Ordering::Relaxed) {
+        while self.holder.load(Ordering::Relaxed) != 0 {
             if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
@@ -89,7 +140,7 @@ impl<T> SpinLock<T> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn guard(&self) -> Result<SpinGuard<'_, T>, LockError> {
         let guard = SpinGuard {
             lock: self,
@@ -120,26 +171,6 @@ pub(crate) struct SpinGuard<'a, T> {
     panicking: bool,
 }
 
-impl<T> SpinGuard<'_, T> {
-    /// The value even though the lock is poisoned (closing must still
-    /// release PSM's resources).
-    pub fn ignore_poison(lock: &SpinLock<T>) -> SpinGuard<'_, T> {
-        loop {
-            if lock
-                .locked
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return SpinGuard {
-                    lock,
-                    panicking: std::thread::panicking(),
-                };
-            }
-            lock.wait();
-        }
-    }
-}
-
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;
     #[inline]
@@ -159,12 +190,12 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 }
 
 impl<T> Drop for SpinGuard<'_, T> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         if !self.panicking && std::thread::panicking() {
             self.lock.poisoned.store(true, Ordering::Relaxed);
         }
-        self.lock.locked.store(false, Ordering::Release);
+        self.lock.holder.store(0, Ordering::Release);
     }
 }
 
@@ -196,7 +227,14 @@ mod tests {
     fn try_lock_fails_while_held() {
         let lock = SpinLock::new(1);
         let g = lock.try_lock().unwrap();
-        assert!(matches!(lock.try_lock(), Err(LockError::WouldBlock)));
+        // The holder itself is told it holds the lock.
+        assert!(matches!(lock.try_lock(), Err(LockError::Reentry)));
+        assert!(matches!(lock.lock(), Err(LockError::Reentry)));
+        assert!(lock.lock_ignoring_poison().is_none());
+        // Another thread is told to wait.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(matches!(lock.try_lock(), Err(LockError::WouldBlock))));
+        });
         drop(g);
         assert_eq!(*lock.try_lock().unwrap(), 1);
     }
@@ -215,7 +253,7 @@ mod tests {
         assert!(matches!(lock.lock(), Err(LockError::Poisoned)));
         assert!(matches!(lock.try_lock(), Err(LockError::Poisoned)));
         // Still usable for cleanup.
-        assert_eq!(*SpinGuard::ignore_poison(&lock), 5);
-        assert!(!lock.locked.load(Ordering::Relaxed), "released");
+        assert_eq!(*lock.lock_ignoring_poison().unwrap(), 5);
+        assert_eq!(lock.holder.load(Ordering::Relaxed), 0, "released");
     }
 }

@@ -38,16 +38,25 @@
 //! for its own operation instead
 //! ([`EngineEndpoint::poll_op`](crate::engine::EngineEndpoint::poll_op),
 //! through [`EngineEndpoint::poll_completion`](crate::engine::EngineEndpoint::poll_completion)):
-//! under a try-lock, `psm_mq_test` on that request, and if it is not done a
-//! `psm_poll` and a second test. A finished request leaves the in-flight
-//! table, its key is retired
+//! under a try-lock, `psm_mq_test` on that request, and while it is not
+//! done a `psm_poll` and another test, up to 8 times before the lock is
+//! let go (a waiting thread's turn is then about `psm_mq_wait`'s own: one
+//! poll, one test). A finished request leaves the in-flight table and its
+//! completion goes straight to the future: no `psm_mq_ipeek`, no trip
+//! through the table, no progress round over the reactor's other sources.
+//! Its key is retired
 //! ([`CompletionTable::retire`](crate::reactor::CompletionTable::retire))
-//! and its completion goes straight to the future: no `psm_mq_ipeek`, no
-//! trip through the table, no progress round over the reactor's other
-//! sources. It is still one harvester at a time (the test runs under the
-//! lock, as `ipeek` + `test` do); other finished requests stay in PSM's
-//! queue for the next progress step; an operation a progress step
-//! harvested meanwhile is found in the table.
+//! at the endpoint's next idle moment rather than on the way from the
+//! message's arrival to the reply it triggers. It is still one harvester
+//! at a time (the test runs under the lock, as `ipeek` + `test` do); other
+//! finished requests stay in PSM's queue for the next progress step; an
+//! operation a progress step harvested meanwhile is found in the table.
+//!
+//! Every cycle on this path is on every small message's round trip, so the
+//! post and completion paths are written to be inlined whole (the
+//! completion is built where the caller's `Poll` lives), errors are built
+//! out of line, and the endpoint lock is one compare-exchange that also
+//! tells a thread coming back into the endpoint (see `lock.rs`).
 //!
 //! **Inject.** [`EngineEndpoint::inject`](crate::engine::EngineEndpoint::inject)
 //! sends at most 64 bytes with PSM's blocking `psm_mq_send`, as the C
@@ -115,8 +124,6 @@ mod lock;
 mod raw;
 
 pub use endpoint::NativeEndpoint;
-#[doc(hidden)]
-pub use endpoint::SPINS;
 
 use crate::engine::{EndpointOptions, Engine, EngineKind};
 use crate::reactor::{ProgressMode, ProgressSource, Reactor};
