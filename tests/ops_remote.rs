@@ -41,8 +41,8 @@ use psmrail::config::PsmConfig;
 use psmrail::engine::soft::SoftConfig;
 use psmrail::engine::{EngineKind, OpBuffer};
 use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
-    ProgressKind,
+    getinfo, AddressVector, AvAttr, Caps, CompletionQueue, Counter, CounterAttr, CounterBind,
+    CqAttr, CqBind, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints, ProgressKind,
 };
 use psmrail::ops::{MultiRecv, MultiRecvBuffer, OpOutput, RecvOp, SendOp};
 use psmrail::reactor::Reactor;
@@ -72,12 +72,20 @@ enum Eng {
     SoftTcp,
 }
 
-/// What a test runs on: engine, untagged carrier, progress mode.
+/// What a test runs on: engine, untagged carrier, progress mode, and the
+/// endpoint's caps: `FI_TAGGED | FI_MSG | FI_MULTI_RECV`, or with
+/// `directed`, `FI_MSG | FI_DIRECTED_RECV` (which excludes `FI_TAGGED`).
+///
+/// With `elsewhere` the remote looks like a process on another host to
+/// the peer watch (`PSMRAIL_WATCH_HOST`): its process cannot be looked
+/// at, only keepalives tell whether it lives.
 #[derive(Clone, Copy, Debug)]
 struct Mode {
     engine: Eng,
     am_msg: bool,
     auto: bool,
+    directed: bool,
+    elsewhere: bool,
 }
 
 const fn mode(engine: Eng, am_msg: bool, auto: bool) -> Mode {
@@ -85,6 +93,30 @@ const fn mode(engine: Eng, am_msg: bool, auto: bool) -> Mode {
         engine,
         am_msg,
         auto,
+        directed: false,
+        elsewhere: false,
+    }
+}
+
+/// Untagged messages only, with directed receives (manual progress).
+const fn directed(engine: Eng, am_msg: bool) -> Mode {
+    Mode {
+        engine,
+        am_msg,
+        auto: false,
+        directed: true,
+        elsewhere: false,
+    }
+}
+
+/// [`directed`], the remote on "another host" (see [`Mode`]).
+const fn elsewhere(engine: Eng) -> Mode {
+    Mode {
+        engine,
+        am_msg: false,
+        auto: false,
+        directed: true,
+        elsewhere: true,
     }
 }
 
@@ -96,7 +128,12 @@ fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
         Some("peer") => remote_main(mode),
         Some("solo") => {
             let side = open(mode);
-            let mut remote = Remote::spawn(test, &side);
+            let env: &[(&str, &str)] = if mode.elsewhere {
+                &[("PSMRAIL_WATCH_HOST", "elsewhere")]
+            } else {
+                &[]
+            };
+            let mut remote = Remote::spawn(test, &side, env);
             scenario(test, &side, &mut remote);
             remote.exit(&side);
             side.close();
@@ -109,12 +146,16 @@ fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
 // ----- one side's objects ---------------------------------------------------------
 
 /// An opened endpoint with what it needs.
+/// An opened endpoint with what it needs: its transmit CQ (completions of
+/// posts with a context) and send counter.
 struct Side {
     _fabric: Fabric,
     domain: Domain,
     av: AddressVector,
     ep: Endpoint,
     reactor: Reactor,
+    cq: CompletionQueue,
+    sends: Counter,
 }
 
 fn open(mode: Mode) -> Side {
@@ -125,8 +166,13 @@ fn open(mode: Mode) -> Side {
         .prog_thread(mode.auto)
         .build()
         .expect("config");
+    let caps = if mode.directed {
+        Caps::MSG | Caps::DIRECTED_RECV
+    } else {
+        Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV
+    };
     let mut hints = Hints::new()
-        .caps(Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV)
+        .caps(caps)
         .config(config)
         .engine(match mode.engine {
             Eng::Native => EngineChoice::Native,
@@ -149,9 +195,13 @@ fn open(mode: Mode) -> Side {
     let fabric = Fabric::open(&info).expect("fabric");
     let domain = fabric.domain(&info).expect("domain");
     let av = domain.av(AvAttr::new()).expect("av");
+    let cq = domain.cq(CqAttr::new()).expect("cq");
+    let sends = domain.counter(CounterAttr::new()).expect("counter");
     let ep = domain
         .endpoint(&info)
         .bind_av(&av)
+        .bind_cq(&cq, CqBind::TRANSMIT)
+        .bind_counter(&sends, CounterBind::SEND)
         .enable()
         .expect("endpoint");
     let reactor = domain.reactor().clone();
@@ -163,6 +213,8 @@ fn open(mode: Mode) -> Side {
         av,
         ep,
         reactor,
+        cq,
+        sends,
     }
 }
 
@@ -298,6 +350,41 @@ fn remote_main(mode: Mode) {
             Err(mpsc::TryRecvError::Disconnected) => return,
         };
         let w: Vec<&str> = line.split_whitespace().collect();
+        if w.first() == Some(&"close") {
+            // Closes the domain (peers get a bye) and lives on until `exit`.
+            drop(ops);
+            drop(multis);
+            side.close();
+            say("closed");
+            while let Ok(line) = lines.recv() {
+                if line.trim() == "exit" {
+                    break;
+                }
+            }
+            say("bye");
+            return;
+        }
+        if w.first() == Some(&"freeze") {
+            // Stops progressing (the process lives) until `thaw` or
+            // `exit`.
+            say("frozen");
+            // The scenario's next line: `thaw`, or `exit` (or gone).
+            let exit = match lines.recv() {
+                Ok(line) if line.trim() == "thaw" => false,
+                Ok(line) if line.trim() == "exit" => true,
+                Ok(other) => panic!("remote: {other:?} while frozen"),
+                Err(_) => true,
+            };
+            if !exit {
+                say("thawed");
+                continue;
+            }
+            drop(ops);
+            drop(multis);
+            side.close();
+            say("bye");
+            return;
+        }
         let num = |i: usize| -> u64 {
             let s = w[i];
             match s.strip_prefix("0x") {
@@ -408,9 +495,9 @@ struct Remote {
 }
 
 impl Remote {
-    /// Spawns the remote and connects both ways.
-    fn spawn(test: &str, side: &Side) -> Remote {
-        let mut peer = Peer::spawn(test, "peer", &[]);
+    /// Spawns the remote (with `env`) and connects both ways.
+    fn spawn(test: &str, side: &Side, env: &[(&str, &str)]) -> Remote {
+        let mut peer = Peer::spawn(test, "peer", env);
         let line = peer.recv_line_with(STEP, || side.idle());
         let addr = line.strip_prefix("addr ").expect("the remote's address");
         let fi = side.av.insert_str(addr).expect("insert the remote");
@@ -896,69 +983,217 @@ fn multi_recv(_test: &str, side: &Side, remote: &mut Remote) {
     }
 }
 
-/// The remote is killed while this side has a receive from it pending and
-/// a large send to it in flight: nothing hangs, the receive stays
-/// cancellable, the send fails or stays pending (reported), and the domain
-/// closes.
-fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
-    // A rendezvous-sized send the remote never receives.
-    let mut send = side.ep.tsend(remote.fi, 0x66, pattern(16 << 20, 1));
-    let mut trecv = side.ep.trecv(vec![0u8; 64], 0x67, 0);
-    let mut recv = side.ep.recv(vec![0u8; 64]);
-    // Both sides have seen the send's header before the remote dies.
-    let reply = remote.cmd(side, "peek 0x66 0");
-    assert!(reply.starts_with("peeked"), "{reply}");
-    remote.kill();
+/// How long operations towards a dead peer may take to fail: ten times
+/// the scenarios' `FI_PSM_TIMEOUT` (1 s). Not a timing test: a bound that
+/// catches "never".
+const DEAD_BOUND: Duration = Duration::from_secs(10);
 
-    let send_out = side.poll_for(&mut send, Duration::from_secs(1));
-    let trecv_out = side.poll_for(&mut trecv, Duration::from_millis(100));
-    let recv_out = side.poll_for(&mut recv, Duration::from_millis(100));
-    eprintln!(
-        "{test}: after the peer died: send {}, trecv {}, recv {}",
-        show(&send_out),
-        show(&trecv_out),
-        show(&recv_out)
-    );
-    // A send to a dead peer never reports success for a message nobody
-    // received.
-    if let Some((r, _)) = &send_out {
-        assert!(r.is_err(), "a send to a dead peer succeeded");
-    }
-    for (name, out, op) in [("trecv", trecv_out, trecv), ("recv", recv_out, recv)] {
-        match out {
-            Some((r, _)) => {
-                let e = r.expect_err(name);
-                assert!(
-                    matches!(e.kind(), ErrorKind::Io | ErrorKind::Canceled),
-                    "{name}: {e}"
-                );
-            }
-            None => {
-                let mut op = op;
-                assert!(op.cancel(), "{name}: pending but not cancellable");
-                let (r, _) = side
-                    .poll_for(&mut op, STEP)
-                    .unwrap_or_else(|| panic!("{name}: cancelled but never completes"));
-                assert_eq!(r.unwrap_err().kind(), ErrorKind::Canceled, "{name}");
-            }
-        }
-    }
-    // A later send to the dead peer fails or stays pending; dropping it is
-    // safe and the close (in `run`) must not hang.
-    let mut later = side.ep.tsend(remote.fi, 0x68, vec![1u8; 16]);
-    let later_out = side.poll_for(&mut later, Duration::from_millis(500));
-    eprintln!("{test}: a later send: {}", show(&later_out));
-    drop(later);
-    drop(send);
+/// An error saying the peer is gone (`FI_EIO`, naming it).
+fn expect_gone<T: std::fmt::Debug>(r: psmrail::Result<T>, what: &str) {
+    let e = r.expect_err(what);
+    assert_eq!(e.kind(), ErrorKind::Io, "{what}: {e}");
+    assert!(e.message().contains("is gone"), "{what}: {e}");
+    eprintln!("{what}: {e}");
 }
 
-/// An outcome for the report of [`dead_peer`].
-fn show<T: std::fmt::Debug>(o: &Option<OpOutput<T>>) -> String {
-    match o {
-        None => "pending".into(),
-        Some((Ok(v), _)) => format!("ok {v:?}"),
-        Some((Err(e), _)) => format!("{:?}: {e}", e.kind()),
+/// Polls an operation towards the dead peer until it ends (at most
+/// [`DEAD_BOUND`]) and checks it failed with `FI_EIO`; its buffer.
+fn ends_gone<F, T>(side: &Side, op: &mut F, what: &str) -> OpBuffer
+where
+    F: Future<Output = OpOutput<T>> + Unpin,
+    T: std::fmt::Debug,
+{
+    let (r, buf) = side
+        .poll_for(op, DEAD_BOUND)
+        .unwrap_or_else(|| panic!("{what}: still pending {DEAD_BOUND:?} after the peer died"));
+    expect_gone(r, what);
+    buf
+}
+
+/// Any-source receives stay posted when a peer dies: still cancellable
+/// (the soft engine may have ended one with `FI_EIO` already).
+fn stays_posted(side: &Side, mut op: RecvOp, what: &str) {
+    match side.poll_for(&mut op, Duration::from_millis(100)) {
+        Some((r, _)) => {
+            let e = r.expect_err(what);
+            assert!(
+                matches!(e.kind(), ErrorKind::Io | ErrorKind::Canceled),
+                "{what}: {e}"
+            );
+        }
+        None => {
+            assert!(op.cancel(), "{what}: pending but not cancellable");
+            let (r, _) = side
+                .poll_for(&mut op, STEP)
+                .unwrap_or_else(|| panic!("{what}: cancelled but never completes"));
+            assert_eq!(r.unwrap_err().kind(), ErrorKind::Canceled, "{what}");
+        }
     }
+}
+
+/// The remote is killed while this side has large sends to it in flight
+/// (a tagged rendezvous send, and an untagged one on the MQ or the AM
+/// path), a directed receive from it (with `directed` caps) and receives
+/// from any source: the sends and the directed receive fail with `FI_EIO`
+/// naming the peer within [`DEAD_BOUND`] (the peer watch sees the process
+/// exit), the any-source receives stay posted, and later operations
+/// towards the peer fail at once. The domain then closes.
+fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
+    let tagged = side.ep.caps().contains(Caps::TAGGED);
+    let directed = side.ep.caps().contains(Caps::DIRECTED_RECV);
+    let mut tsend = tagged.then(|| side.ep.tsend(remote.fi, 0x66, pattern(16 << 20, 1)));
+    let mut send = side.ep.send(remote.fi, pattern(16 << 20, 2));
+    // And one posted the libfabric way: its completion goes to the CQ.
+    side.ep
+        .post_send(remote.fi, pattern(1 << 20, 3), 0xc0ffee)
+        .map_err(|e| e.error)
+        .expect("post_send");
+    let errors_before = side.sends.read_err();
+    let mut from = directed.then(|| side.ep.recv_from(remote.fi, vec![0u8; 64]));
+    let trecv = tagged.then(|| side.ep.trecv(vec![0u8; 64], 0x67, 0));
+    let recv = side.ep.recv(vec![0u8; 64]);
+    if tagged {
+        // Both sides have seen the tagged send's header before the remote
+        // dies.
+        let reply = remote.cmd(side, "peek 0x66 0");
+        assert!(reply.starts_with("peeked"), "{reply}");
+    } else {
+        for _ in 0..1000 {
+            side.idle();
+        }
+    }
+    remote.kill();
+    let t = Instant::now();
+    if let Some(op) = &mut tsend {
+        ends_gone(side, op, "a tagged send in flight");
+    }
+    ends_gone(side, &mut send, "an untagged send in flight");
+    if let Some(op) = &mut from {
+        let buf = ends_gone(side, op, "a directed receive");
+        assert_eq!(buf.len(), 64, "the directed receive's buffer comes back");
+    }
+    // The posted send: an error entry with its context.
+    let deadline = Instant::now() + DEAD_BOUND;
+    let entry = loop {
+        if let Some(e) = side.cq.readerr() {
+            break e;
+        }
+        assert!(
+            side.cq.read().expect("cq").is_none(),
+            "a send to a dead peer completed successfully"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no CQ entry for a posted send {DEAD_BOUND:?} after the peer died"
+        );
+        side.idle();
+    };
+    assert_eq!(entry.context, 0xc0ffee);
+    expect_gone::<()>(Err(entry.error), "a posted send");
+    eprintln!(
+        "{test}: the operations towards the dead peer failed after {:?}",
+        t.elapsed()
+    );
+    // Every failed send counted as an error: the two futures and the post.
+    assert_eq!(
+        side.sends.read_err() - errors_before,
+        2 + u64::from(tagged),
+        "send counter errors"
+    );
+    if let Some(op) = trecv {
+        stays_posted(side, op, "trecv from any source");
+    }
+    stays_posted(side, recv, "recv from any source");
+
+    // Later operations towards the dead peer fail at once, buffers back.
+    let later = side.ep.send(remote.fi, vec![1u8; 16]);
+    assert!(later.is_failed(), "a later send was posted");
+    let (r, buf) = side.block_on(later);
+    expect_gone(r, "a later send");
+    assert_eq!(buf.len(), 16);
+    expect_gone(side.ep.inject(remote.fi, &[1u8; 8]), "a later inject");
+    if tagged {
+        let later = side.ep.tsend(remote.fi, 0x68, vec![1u8; 16]);
+        assert!(later.is_failed(), "a later tsend was posted");
+        expect_gone(side.block_on(later).0, "a later tsend");
+        expect_gone(
+            side.ep.tinject(remote.fi, 0x68, &[1u8; 8]),
+            "a later tinject",
+        );
+    }
+    if directed {
+        let later = side.ep.recv_from(remote.fi, vec![0u8; 8]);
+        assert!(later.is_failed(), "a later directed receive was posted");
+        expect_gone(side.block_on(later).0, "a later directed receive");
+    }
+}
+
+/// The remote stops progressing on "another host" (its process lives; see
+/// [`Mode`]): after `FI_PSM_TIMEOUT` (1 s) without an answer to
+/// keepalives, this side's send to it fails with `FI_EIO` — the rule for
+/// peers whose process cannot be looked at, and the reason a peer there
+/// that does not progress that long in manual mode looks dead.
+fn silent_peer(_test: &str, side: &Side, remote: &mut Remote) {
+    assert_eq!(remote.cmd(side, "freeze"), "frozen");
+    let mut send = side.ep.send(remote.fi, pattern(16 << 20, 4));
+    let t = Instant::now();
+    let (r, _) = side
+        .poll_for(&mut send, DEAD_BOUND)
+        .expect("a send to a silent peer still pending");
+    let e = r.expect_err("a send to a silent peer");
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(e.message().contains("keepalives"), "{e}");
+    eprintln!(
+        "a send to a silent peer failed after {:?}: {e}",
+        t.elapsed()
+    );
+    remote.exit(side);
+}
+
+/// The remote stops progressing on this host for twice `FI_PSM_TIMEOUT`
+/// (its process lives: it could be computing): a send to it is not
+/// failed, and completes once the remote progresses again.
+fn frozen_peer_lives(_test: &str, side: &Side, remote: &mut Remote) {
+    const LEN: usize = 16 << 20;
+    assert_eq!(remote.cmd(side, "freeze"), "frozen");
+    let data = pattern(LEN, 5);
+    let mut send = side.ep.send(remote.fi, data.clone());
+    assert!(
+        side.poll_for(&mut send, Duration::from_secs(2)).is_none(),
+        "a send to a live (frozen) peer on this host ended"
+    );
+    assert_eq!(remote.cmd(side, "thaw"), "thawed");
+    remote.post(side, &format!("recv a {LEN}"));
+    sent_ok(side, send, LEN, "a send to a peer that was frozen");
+    check_remote(
+        remote.wait_recv(side, "a"),
+        &data,
+        0,
+        remote.me,
+        "after the thaw",
+    );
+}
+
+/// The remote closes its domain while its process lives on: the
+/// operations this side has towards it fail with `FI_EIO` within
+/// [`DEAD_BOUND`] (the remote said bye), later ones at once.
+fn closed_peer(_test: &str, side: &Side, remote: &mut Remote) {
+    let directed = side.ep.caps().contains(Caps::DIRECTED_RECV);
+    let mut send = side.ep.send(remote.fi, pattern(16 << 20, 3));
+    let mut from = directed.then(|| side.ep.recv_from(remote.fi, vec![0u8; 64]));
+    for _ in 0..1000 {
+        side.idle();
+    }
+    assert_eq!(remote.cmd(side, "close"), "closed");
+    ends_gone(side, &mut send, "a send in flight");
+    if let Some(op) = &mut from {
+        ends_gone(side, op, "a directed receive");
+    }
+    let later = side.ep.send(remote.fi, vec![1u8; 16]);
+    assert!(later.is_failed(), "a later send was posted");
+    expect_gone(side.block_on(later).0, "a later send");
+    // The remote's process is still there and exits normally.
+    remote.exit(side);
 }
 
 // ----- tests ----------------------------------------------------------------------------------
@@ -988,6 +1223,13 @@ tests! {
     native_multi_recv_am: mode(Native, true, false) => multi_recv;
     native_dead_peer_mq: mode(Native, false, false) => dead_peer;
     native_dead_peer_am: mode(Native, true, false) => dead_peer;
+    native_dead_peer_mq_auto: mode(Native, false, true) => dead_peer;
+    native_dead_peer_directed_mq: directed(Native, false) => dead_peer;
+    native_dead_peer_directed_am: directed(Native, true) => dead_peer;
+    native_closed_peer_mq: directed(Native, false) => closed_peer;
+    native_closed_peer_am: directed(Native, true) => closed_peer;
+    native_silent_peer: elsewhere(Native) => silent_peer;
+    native_frozen_peer_lives: directed(Native, false) => frozen_peer_lives;
 
     soft_tagged_sizes: mode(Soft, false, false) => tagged_sizes;
     soft_tagged_sizes_auto: mode(Soft, false, true) => tagged_sizes_1mib;
@@ -1001,4 +1243,11 @@ tests! {
     soft_multi_recv_am: mode(Soft, true, false) => multi_recv;
     soft_dead_peer_mq: mode(Soft, false, false) => dead_peer;
     soft_dead_peer_am: mode(Soft, true, false) => dead_peer;
+    soft_dead_peer_mq_auto: mode(Soft, false, true) => dead_peer;
+    soft_dead_peer_directed_mq: directed(Soft, false) => dead_peer;
+    soft_dead_peer_directed_am: directed(Soft, true) => dead_peer;
+    soft_closed_peer_mq: directed(Soft, false) => closed_peer;
+    soft_closed_peer_am: directed(Soft, true) => closed_peer;
+    soft_silent_peer: elsewhere(Soft) => silent_peer;
+    soft_frozen_peer_lives: directed(Soft, false) => frozen_peer_lives;
 }

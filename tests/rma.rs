@@ -13,7 +13,9 @@ use psmrail::ops::RmaIov;
 use psmrail::ErrorKind;
 use std::time::Duration;
 
-const CHUNK: usize = 2032;
+/// The RMA protocol's AM chunk: the engine's short AM payload, 8128 bytes
+/// on the soft engine (`atomic_valid` on bytes reports it too).
+const CHUNK: usize = 8128;
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
 fn nodes_with(tagged_rma: bool, caps: Caps) -> Nodes {

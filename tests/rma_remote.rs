@@ -19,9 +19,10 @@
 //! test holds the machine-wide spin lock.
 //!
 //! # Sizes
-//! 1 B, around the 2032-byte AM chunk, 1 MiB, 16 MiB and 64 MiB; the soft
-//! engine's AM-chunk path stops at 16 MiB (64 MiB there took 4-5 s each
-//! way in a debug build).
+//! 1 B, around the AM chunk (the engine's short AM payload: 2032 bytes on
+//! the native engine, 8128 on the soft one), 1 MiB, 16 MiB and 64 MiB; the
+//! soft engine's AM-chunk path stops at 16 MiB (64 MiB there took 4-5 s
+//! each way in a debug build, in 2032-byte chunks).
 //!
 //! # The fetch-add race
 //! Two processes suffice: the remote runs its fetch-adds on its own region
@@ -52,24 +53,27 @@ mod scenario;
 use peer::Peer;
 use psmrail::config::PsmConfig;
 use psmrail::engine::EngineKind;
+use psmrail::engine::OpBuffer;
 use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, Counter, CounterAttr, CounterBind, Domain, Endpoint,
-    EngineChoice, Fabric, FiAddr, Hints, MemoryRegion, MrAccess,
+    getinfo, AddressVector, AvAttr, Caps, CompletionFlags, CompletionQueue, Counter, CounterAttr,
+    CounterBind, CqAttr, CqBind, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
+    MemoryRegion, MrAccess,
 };
 use psmrail::ops::atomic::{AtomicDatatype as Dt, AtomicOp as Op};
 use psmrail::reactor::Reactor;
 use psmrail::{Error, ErrorKind};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::io::{BufRead, Write};
+use std::pin::Pin;
 use std::sync::mpsc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// How long one command may take (a 64 MiB hash in a debug build included).
 const STEP: Duration = Duration::from_secs(30);
 /// How long a whole scenario process may run.
 const SCENARIO: Duration = Duration::from_secs(120);
-/// The AM chunk of the RMA protocol (`src/ops/rma`).
-const CHUNK: usize = 2032;
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
 // ----- modes ------------------------------------------------------------------
@@ -111,7 +115,9 @@ fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
 
 // ----- one side's objects ---------------------------------------------------------
 
-/// An opened endpoint with its remote-access counters.
+/// An opened endpoint with its remote-access counters, its write counter
+/// and its CQ (remote CQ data lands there; so do completions of posts with
+/// a context).
 struct Side {
     _fabric: Fabric,
     domain: Domain,
@@ -120,6 +126,9 @@ struct Side {
     reactor: Reactor,
     remote_writes: Counter,
     remote_reads: Counter,
+    cq: CompletionQueue,
+    /// Counts this side's writes and plain atomics.
+    writes: Counter,
 }
 
 fn open(mode: Mode) -> Side {
@@ -146,9 +155,13 @@ fn open(mode: Mode) -> Side {
     let av = domain.av(AvAttr::new()).expect("av");
     let remote_writes = domain.counter(CounterAttr::new()).expect("counter");
     let remote_reads = domain.counter(CounterAttr::new()).expect("counter");
+    let cq = domain.cq(CqAttr::new()).expect("cq");
+    let writes = domain.counter(CounterAttr::new()).expect("counter");
     let ep = domain
         .endpoint(&info)
         .bind_av(&av)
+        .bind_cq(&cq, CqBind::RECV | CqBind::TRANSMIT)
+        .bind_counter(&writes, CounterBind::WRITE)
         .bind_counter(&remote_writes, CounterBind::REMOTE_WRITE)
         .bind_counter(&remote_reads, CounterBind::REMOTE_READ)
         .enable()
@@ -164,6 +177,8 @@ fn open(mode: Mode) -> Side {
         reactor,
         remote_writes,
         remote_reads,
+        cq,
+        writes,
     }
 }
 
@@ -174,6 +189,22 @@ impl Side {
 
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.reactor.block_on(f)
+    }
+
+    /// Polls `f` (progressing) until it resolves or `within` passes.
+    fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
+        let deadline = Instant::now() + within;
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(v) = Pin::new(&mut *f).poll(&mut cx) {
+                return Some(v);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            self.idle();
+        }
     }
 
     fn close(self) {
@@ -291,6 +322,30 @@ fn remote_main(mode: Mode) {
             Err(mpsc::TryRecvError::Disconnected) => return,
         };
         let w: Vec<&str> = line.split_whitespace().collect();
+        if w.first() == Some(&"freeze") {
+            // Stops progressing (the process lives); then `close` closes
+            // the domain (peers get a bye) and `exit` ends.
+            say("frozen");
+            let mut side = Some(side);
+            while let Ok(line) = lines.recv() {
+                match line.trim() {
+                    "close" => {
+                        if let Some(s) = side.take() {
+                            s.close();
+                        }
+                        say("closed");
+                    }
+                    "exit" => break,
+                    other => panic!("remote: {other:?} while frozen"),
+                }
+            }
+            drop(regions);
+            if let Some(s) = side {
+                s.close();
+            }
+            say("bye");
+            return;
+        }
         let num = |i: usize| -> u64 { w[i].parse().expect("number") };
         let region = |key: u64| regions.get(&key).expect("no such region");
         let reply = match w[0] {
@@ -354,6 +409,27 @@ fn remote_main(mode: Mode) {
                 }
                 Err(e) => format!("err {:?} {e}", e.kind()),
             },
+            // cqdata: waits (bounded) for a receive-CQ entry; `cq <flags>
+            // <data> <len> <source>`.
+            "cqdata" => {
+                let deadline = Instant::now() + STEP;
+                loop {
+                    match side.cq.read() {
+                        Ok(Some(e)) => {
+                            break format!(
+                                "cq {:#x} {:#x} {} {}",
+                                e.flags.bits(),
+                                e.data,
+                                e.len,
+                                e.source.0
+                            )
+                        }
+                        Ok(None) if Instant::now() < deadline => side.idle(),
+                        Ok(None) => break "nocq".into(),
+                        Err(e) => break err_line(&e),
+                    }
+                }
+            }
             // counters <writes> <reads>: waits (bounded) until the remote
             // access counters reach these, then says what they are.
             "counters" => {
@@ -388,6 +464,8 @@ struct Remote {
     peer: Option<Peer>,
     /// The remote, in the scenario's AV.
     fi: FiAddr,
+    /// The scenario, in the remote's AV.
+    me: FiAddr,
 }
 
 impl Remote {
@@ -400,13 +478,21 @@ impl Remote {
         let mut r = Remote {
             peer: Some(peer),
             fi,
+            me: FiAddr::UNSPEC,
         };
         let reply = r.cmd(side, &format!("insert {}", side.ep.getname()));
-        assert!(
-            reply.starts_with("fi "),
-            "the remote could not insert us: {reply}"
-        );
+        let me = reply
+            .strip_prefix("fi ")
+            .unwrap_or_else(|| panic!("the remote could not insert us: {reply}"));
+        r.me = FiAddr(me.parse().expect("an fi_addr"));
         r
+    }
+
+    /// Kills the remote now.
+    fn kill(&mut self) {
+        if let Some(peer) = self.peer.take() {
+            peer.kill();
+        }
     }
 
     /// Sends a command and returns the reply, progressing meanwhile.
@@ -476,12 +562,24 @@ impl Remote {
 // ----- scenarios ------------------------------------------------------------------------------
 
 const MIB: usize = 1 << 20;
+
+/// The AM chunk of the RMA protocol (`src/ops/rma`): the engine's short
+/// AM payload, which `atomic_valid` on bytes reports too.
+fn chunk(side: &Side) -> usize {
+    side.ep
+        .atomic_valid(Op::Sum, Dt::Uint8)
+        .expect("atomic_valid")
+}
+
 /// Write-then-read sizes: around the AM chunk, and large.
-const SIZES: [usize; 7] = [1, CHUNK - 1, CHUNK, CHUNK + 1, MIB, 16 * MIB, 64 * MIB];
-/// The largest size on the soft engine's AM-chunk path: 64 MiB in 2032-byte
-/// chunks took 4-5 s each way there in a debug build (the native engine
-/// under 1 s), which would double this file's run time, so the soft engine
-/// stops at 16 MiB on that path (see [`sizes`]).
+fn sizes_around(chunk: usize) -> [usize; 7] {
+    [1, chunk - 1, chunk, chunk + 1, MIB, 16 * MIB, 64 * MIB]
+}
+
+/// The largest size on the soft engine's AM-chunk path: 64 MiB took 4-5 s
+/// each way there in a debug build (in 2032-byte chunks; the native
+/// engine under 1 s), which would double this file's run time, so the soft
+/// engine stops at 16 MiB on that path (see [`sizes`]).
 const SOFT_AM_MAX: usize = 16 * MIB;
 
 /// Writes then reads back every size at an odd offset; the remote hashes
@@ -491,7 +589,7 @@ fn sizes(test: &str, side: &Side, remote: &mut Remote) {
     const AT: usize = 3;
     let tagged = side.domain.info().config().tagged_rma();
     let native = side.domain.engine_kind() == EngineKind::Native;
-    let sizes: Vec<usize> = SIZES
+    let sizes: Vec<usize> = sizes_around(chunk(side))
         .into_iter()
         .filter(|&l| tagged || native || l <= SOFT_AM_MAX)
         .collect();
@@ -546,7 +644,7 @@ fn refusals(_test: &str, side: &Side, remote: &mut Remote) {
     let before: Vec<u64> = (1..=3).map(|k| remote.hash(side, k, 0, LEN)).collect();
     let dest = remote.fi;
     // Below the chunk, just above it, and long (the tagged path when on).
-    for len in [100, CHUNK + 1, 32 << 10] {
+    for len in [100, chunk(side) + 1, 32 << 10] {
         let cases = [
             (99, 0u64, "bad key"),
             (1, (LEN - len) as u64 + 1, "one past the end"),
@@ -751,6 +849,158 @@ fn cswap_min(_test: &str, side: &Side, remote: &mut Remote) {
     assert!(all[..8].iter().chain(&all[24..]).all(|&b| b == 0));
 }
 
+/// `writedata` below the AM chunk and above it (the tagged path when on):
+/// the remote's receive CQ gets one `FI_REMOTE_WRITE | FI_RMA |
+/// FI_REMOTE_CQ_DATA` entry with the data, the length and this side as
+/// source, after the bytes landed. The length is the operation's on the
+/// tagged path, the last chunk's on the AM path (as in C, study §5: the
+/// target only sees the last chunk then), which shows the chunk size.
+fn writedata(_test: &str, side: &Side, remote: &mut Remote) {
+    let chunk = chunk(side);
+    let tagged = side.domain.info().config().tagged_rma();
+    remote.ok(side, "reg 1 70000 rw");
+    for (k, len) in [100usize, chunk + 1, 64 << 10].into_iter().enumerate() {
+        let data = 0xd00d_0000_0000_0000 | k as u64;
+        let bytes = pattern(len, 40 + k as u64);
+        let (r, buf) = side.block_on(side.ep.writedata(remote.fi, bytes.clone(), 5, 1, data));
+        r.unwrap_or_else(|e| panic!("writedata of {len} B: {e}"));
+        assert_eq!(buf.len(), len, "the buffer comes back");
+        let reply = remote.cmd(side, "cqdata");
+        let want =
+            CompletionFlags::REMOTE_WRITE | CompletionFlags::RMA | CompletionFlags::REMOTE_CQ_DATA;
+        let reported = if tagged && len > chunk {
+            len
+        } else {
+            (len - 1) % chunk + 1
+        };
+        assert_eq!(
+            reply,
+            format!("cq {:#x} {data:#x} {reported} {}", want.bits(), remote.me.0),
+            "the remote's CQ entry for writedata of {len} B"
+        );
+        assert_eq!(
+            remote.hash(side, 1, 5, len),
+            fnv(&bytes),
+            "writedata of {len} B"
+        );
+    }
+}
+
+/// How long operations towards a dead peer may take to fail: ten times
+/// the scenarios' `FI_PSM_TIMEOUT` (1 s). Not a timing test: a bound that
+/// catches "never".
+const DEAD_BOUND: Duration = Duration::from_secs(10);
+
+/// An error saying the peer is gone (`FI_EIO`, naming it).
+fn expect_gone<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) {
+    let e = r.expect_err(what);
+    assert_eq!(e.kind(), ErrorKind::Io, "{what}: {e}");
+    assert!(e.message().contains("is gone"), "{what}: {e}");
+    eprintln!("{what}: {e}");
+}
+
+/// A write and a read of 1 MiB and a fetch-add are in flight towards the
+/// remote, which does not progress, when it dies (`close`: its domain
+/// closes and its process lives on; else it is killed): each fails with
+/// `FI_EIO` naming the peer within [`DEAD_BOUND`], its buffer handed back
+/// whole (none was lent to the engine: the remote never answered), and
+/// later operations towards it fail at once.
+fn dead_target_with(test: &str, side: &Side, remote: &mut Remote, close: bool) {
+    const LEN: usize = MIB;
+    remote.ok(side, &format!("reg 1 {LEN} rw"));
+    remote.ok(side, "reg 5 64 rw");
+    assert_eq!(remote.cmd(side, "freeze"), "frozen");
+    let one = 1u64.to_ne_bytes();
+    let mut ops = [
+        (
+            "write",
+            side.ep.write(remote.fi, pattern(LEN, 1), 0, 1),
+            LEN,
+        ),
+        ("read", side.ep.read(remote.fi, vec![0u8; LEN], 0, 1), LEN),
+        (
+            "fetch-add",
+            side.ep
+                .fetch_atomic(remote.fi, Op::Sum, Dt::Uint64, &one, vec![0u8; 8], 0, 5),
+            8,
+        ),
+    ];
+    // And a write posted the libfabric way: its completion goes to the CQ.
+    side.ep
+        .post_write(remote.fi, pattern(LEN, 2), 0, 1, 0xbeef)
+        .map_err(|e| e.error)
+        .expect("post_write");
+    let errors_before = side.writes.read_err();
+    for _ in 0..100 {
+        side.idle();
+    }
+    if close {
+        assert_eq!(remote.cmd(side, "close"), "closed");
+    } else {
+        remote.kill();
+    }
+    let t = Instant::now();
+    for (what, op, len) in &mut ops {
+        let (r, buf) = side
+            .poll_for(op, DEAD_BOUND)
+            .unwrap_or_else(|| panic!("{what}: still pending {DEAD_BOUND:?} after the peer died"));
+        expect_gone(r, what);
+        assert_eq!(buf.len(), *len, "{what}: the buffer comes back");
+    }
+    let deadline = Instant::now() + DEAD_BOUND;
+    let entry = loop {
+        if let Some(e) = side.cq.readerr() {
+            break e;
+        }
+        assert!(
+            side.cq.read().expect("cq").is_none(),
+            "a write to a dead peer completed successfully"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no CQ entry for a posted write {DEAD_BOUND:?} after the peer died"
+        );
+        side.idle();
+    };
+    assert_eq!(entry.context, 0xbeef);
+    assert_eq!(
+        entry.buffer.map(|b| b.len()),
+        Some(LEN),
+        "the posted write's buffer"
+    );
+    expect_gone::<()>(Err(entry.error), "a posted write");
+    eprintln!("{test}: failed after {:?}", t.elapsed());
+    // The write future and the posted write counted as errors.
+    assert_eq!(
+        side.writes.read_err() - errors_before,
+        2,
+        "write counter errors"
+    );
+    let later = side.ep.write(remote.fi, vec![1u8; 16], 0, 1);
+    assert!(later.is_failed(), "a later write was started");
+    let (r, buf): (Result<(), Error>, OpBuffer) = side.block_on(later);
+    expect_gone(r, "a later write");
+    assert_eq!(buf.len(), 16);
+    let later = side
+        .ep
+        .fetch_atomic(remote.fi, Op::Sum, Dt::Uint64, &one, vec![0u8; 8], 0, 5);
+    assert!(later.is_failed(), "a later fetch-add was started");
+    expect_gone(side.block_on(later).0, "a later fetch-add");
+    if close {
+        remote.exit(side);
+    }
+}
+
+/// [`dead_target_with`], the remote killed.
+fn dead_target(test: &str, side: &Side, remote: &mut Remote) {
+    dead_target_with(test, side, remote, false);
+}
+
+/// [`dead_target_with`], the remote's domain closed, its process alive.
+fn closed_target(test: &str, side: &Side, remote: &mut Remote) {
+    dead_target_with(test, side, remote, true);
+}
+
 // ----- tests ----------------------------------------------------------------------------------
 
 macro_rules! tests {
@@ -773,6 +1023,12 @@ tests! {
     native_refusals_tagged: mode(Native, true) => refusals;
     native_fetch_add_race: mode(Native, false) => fetch_add_race;
     native_cswap_min: mode(Native, false) => cswap_min;
+    native_writedata_am: mode(Native, false) => writedata;
+    native_writedata_tagged: mode(Native, true) => writedata;
+    native_dead_target_am: mode(Native, false) => dead_target;
+    native_dead_target_tagged: mode(Native, true) => dead_target;
+    native_closed_target_am: mode(Native, false) => closed_target;
+    native_closed_target_tagged: mode(Native, true) => closed_target;
 
     soft_sizes_am: mode(Soft, false) => sizes;
     soft_sizes_tagged: mode(Soft, true) => sizes;
@@ -780,4 +1036,10 @@ tests! {
     soft_refusals_tagged: mode(Soft, true) => refusals;
     soft_fetch_add_race: mode(Soft, false) => fetch_add_race;
     soft_cswap_min: mode(Soft, false) => cswap_min;
+    soft_writedata_am: mode(Soft, false) => writedata;
+    soft_writedata_tagged: mode(Soft, true) => writedata;
+    soft_dead_target_am: mode(Soft, false) => dead_target;
+    soft_dead_target_tagged: mode(Soft, true) => dead_target;
+    soft_closed_target_am: mode(Soft, false) => closed_target;
+    soft_closed_target_tagged: mode(Soft, true) => closed_target;
 }

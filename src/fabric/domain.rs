@@ -16,11 +16,18 @@
 //! 3. add the engine endpoint to the reactor as a progress source;
 //! 4. register the AM handlers, always in the same order so their ids agree
 //!    across processes: the AM message queue first, then the one handler of
-//!    RMA and atomics (when the engine carries 5 AM arguments).
+//!    RMA and atomics (when the engine carries 5 AM arguments), then the
+//!    peer watch's (`peer_watch/`: dead peers).
+//!
+//! Operations reach the engine endpoint through a [`PeerGate`], which
+//! refuses posts towards peers the domain's [`PeerBook`] knows dead; the
+//! reactor progresses the endpoint itself.
 //!
 //! Closing ([`Domain::close`], or dropping the last handle), in order (§9):
-//! take the domain's sources out of the reactor (no progress call runs on
-//! them afterwards), sleep `FI_PSM_DELAY`, then close the engine endpoint
+//! say bye to the peers the watch knows (so they fail what waits for this
+//! domain at once), take the domain's sources out of the reactor (no
+//! progress call runs on them afterwards), sleep `FI_PSM_DELAY`, then close
+//! the engine endpoint
 //! within `FI_PSM_TIMEOUT` (graceful, then forced; zero forces at once).
 //! Endpoints, address vectors and queues hold the domain (`Arc`), so the
 //! order in which an application drops them cannot crash anything; after
@@ -31,6 +38,7 @@ use super::endpoint::Endpoint;
 use super::endpoint::EndpointCore;
 use super::endpoint_builder::EndpointBuilder;
 use super::fabric::FabricCore;
+use super::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use super::{
     CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, MemoryRegion, MrAccess,
     MrTable, ProgressKind, TagLayout,
@@ -61,6 +69,10 @@ pub(crate) struct DomainCore {
     /// RMA and atomics; `None` when the engine cannot carry them (fewer
     /// than 5 AM arguments), and every RMA call then fails with `NoSys`.
     rma: std::result::Result<Arc<RmaTransport>, Error>,
+    /// Dead peers, and operations waiting for peers.
+    peers: Arc<PeerBook>,
+    /// Watches the peers operations wait for.
+    watch: Arc<PeerWatch>,
     /// The registered memory regions (`fi_mr_reg`), by key.
     mr: MrTable,
     /// Our sources in the reactor, removed at close (AM queue last added).
@@ -148,6 +160,12 @@ impl DomainCore {
         }
     }
 
+    /// The domain's record of dead peers (operations ask it before
+    /// posting and register with it while they wait).
+    pub(crate) fn peers(&self) -> &Arc<PeerBook> {
+        &self.peers
+    }
+
     /// The engine endpoint's id.
     pub(crate) fn epid(&self) -> Epid {
         self.epid
@@ -200,6 +218,12 @@ impl DomainCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // 0. Peers waiting for us learn at once that we are gone (and get
+        // no answer to RMA from here any more: they learn it that way).
+        if let Ok(rma) = &self.rma {
+            rma.stop_serving();
+        }
+        self.watch.say_goodbye();
         // 1. No progress call runs on our sources after this.
         for id in relock(&self.sources).drain(..).rev() {
             self.reactor.remove_source(id);
@@ -234,13 +258,25 @@ impl Drop for DomainCore {
     }
 }
 
+/// What [`open_engine`] opened: the gated endpoint (for the operations),
+/// the endpoint itself (for the watch), the reactor and the endpoint's
+/// source id.
+type Opened = (
+    Arc<dyn EngineEndpoint>,
+    Arc<dyn EngineEndpoint>,
+    Reactor,
+    SourceId,
+);
+
 /// Opens `engine`'s endpoint, then the reactor, then adds the endpoint to
-/// it: the order PSM needs (see the module docs).
+/// it: the order PSM needs (see the module docs). The operations get the
+/// endpoint behind a [`PeerGate`] with `book`.
 fn open_engine<E: Engine>(
     engine: &E,
     options: &EndpointOptions,
     mode: ProgressMode,
-) -> Result<(Arc<dyn EngineEndpoint>, Reactor, SourceId)> {
+    book: &Arc<PeerBook>,
+) -> Result<Opened> {
     let ep = engine.open(options)?;
     let fail = |ep: &Arc<E::Endpoint>, kind, what: &str, e: std::io::Error| {
         let _ = ep.close(Duration::ZERO);
@@ -263,7 +299,8 @@ fn open_engine<E: Engine>(
             e,
         )
     })?;
-    Ok((ep, reactor, id))
+    let gate: Arc<dyn EngineEndpoint> = Arc::new(PeerGate::new(ep.clone(), book.clone()));
+    Ok((gate, ep, reactor, id))
 }
 
 /// Device unit and port for the engine: from the info's `FI_SOURCE` name
@@ -326,12 +363,14 @@ impl Domain {
         } else {
             ProgressMode::Manual
         };
-        let (engine, reactor, engine_source) = match info.engine {
-            EngineKind::Native => open_engine(&NativeEngine::load()?, &options, mode)?,
+        let peers = Arc::new(PeerBook::new());
+        let (engine, raw_engine, reactor, engine_source) = match info.engine {
+            EngineKind::Native => open_engine(&NativeEngine::load()?, &options, mode, &peers)?,
             EngineKind::Soft => open_engine(
                 &SoftEngine::new(info.soft_config().clone())?,
                 &options,
                 mode,
+                &peers,
             )?,
         };
         let mut sources = vec![engine_source];
@@ -354,6 +393,15 @@ impl Domain {
             mr.clone(),
             slots.clone(),
             config.tagged_rma(),
+        );
+        // Then the peer watch's handler (last: it may be missing).
+        am_msg.set_book(peers.clone());
+        let watch = PeerWatch::register(
+            raw_engine,
+            peers.clone(),
+            config.timeout(),
+            am_msg.clone(),
+            rma.as_ref().ok().cloned(),
         );
         let am_source: Arc<dyn ProgressSource> = am_msg.clone();
         match reactor.add_source(am_source) {
@@ -381,6 +429,18 @@ impl Domain {
                 }
             }
         }
+        let watch_source: Arc<dyn ProgressSource> = watch.clone();
+        match reactor.add_source(watch_source) {
+            Ok(id) => sources.push(id),
+            Err(e) => {
+                let _ = engine.close(Duration::ZERO);
+                return Err(Error::with_source(
+                    ErrorKind::Other,
+                    "opening the domain: cannot add the peer watch to the reactor",
+                    e,
+                ));
+            }
+        }
         let epid = engine.epid();
         let limits = engine.limits();
         tracing::debug!("domain {epid} opened on the {} engine", engine.kind());
@@ -392,6 +452,8 @@ impl Domain {
                 reactor,
                 am_msg,
                 rma,
+                peers,
+                watch,
                 mr,
                 sources: Mutex::new(sources),
                 tags: TagLayout::new(),

@@ -41,6 +41,7 @@ mod endpoint_builder;
 #[allow(clippy::module_inception)]
 mod fabric;
 pub mod name_server;
+pub(crate) mod peer_watch;
 pub use av::{AddressVector, AvAttr, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT};
 pub use domain::Domain;
 #[allow(unused_imports)]

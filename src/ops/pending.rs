@@ -1,12 +1,107 @@
 //! One posted operation as its future sees it: the endpoint that posted it
 //! and its completion slot. Polling it makes progress (manual mode) or waits
 //! for the auto thread; dropping it before completion is always safe.
+//!
+//! # Dead peers
+//! An MQ send or directed receive knows its peer (the domain's engine gate
+//! hands it over at the post, `fabric/peer_watch`). Once its future has
+//! been pending a while — [`REGISTER_AFTER`] polls in manual progress, the
+//! first pending poll in auto progress, where the task is about to sleep —
+//! it registers with the domain's peer book, which tells it (and wakes its
+//! task) when the peer dies. It then ends with the book's `Io` error: a
+//! receive is cancelled and comes back with its buffer; a send, which PSM
+//! cannot cancel, gives up its slot — the engine keeps the buffer until
+//! it is done with it (at the latest when the domain closes) and the
+//! future hands back an empty buffer.
 
-use crate::engine::MqCompletion;
+use super::outcome::OpName;
+use crate::engine::{MqCompletion, MqStatus, OpBuffer};
+use crate::fabric::peer_watch::{take_handoff, Death, Doomed, PeerRef};
 use crate::fabric::EndpointCore;
 use crate::reactor::{CompletionTable, OpKey};
-use std::sync::Arc;
+use crate::{Error, ErrorKind};
+use futures::task::AtomicWaker;
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
+
+/// Pending polls (manual progress) before an operation with a peer
+/// registers with the peer book: operations that finish quickly never do.
+pub(crate) const REGISTER_AFTER: u16 = 64;
+
+/// A registered operation's line from the peer book.
+#[derive(Default)]
+pub(crate) struct OpToken {
+    death: OnceLock<Arc<Death>>,
+    waker: AtomicWaker,
+}
+
+impl Doomed for OpToken {
+    fn peer_died(&self, death: &Arc<Death>) -> bool {
+        let _ = self.death.set(death.clone());
+        self.waker.wake();
+        true
+    }
+}
+
+/// The completion of an operation whose peer died and whose slot was given
+/// up: no bytes, `Io`, an empty buffer (the engine keeps the real one).
+pub(crate) fn dead_completion() -> MqCompletion {
+    MqCompletion {
+        status: MqStatus {
+            tag: 0,
+            msg_len: 0,
+            nbytes: 0,
+            source: None,
+            error: Some(ErrorKind::Io),
+        },
+        buffer: OpBuffer::empty(),
+    }
+}
+
+/// The error of a completion that says its peer is gone, naming the peer
+/// and the evidence: `doomed` when the operation ended (or cancelled its
+/// receive) because of it; else the book's record of the peer, for an `Io`
+/// from the engine or the AM queue. An `Io` the book has not heard of
+/// (the soft engine saw a connection close) is recorded as the peer's
+/// death, so the rest of its operations end too. `None`: report the status
+/// as it is.
+pub(crate) fn peer_error(
+    ep: &EndpointCore,
+    peer: Option<PeerRef>,
+    doomed: Option<&Arc<Death>>,
+    status: &MqStatus,
+    op: OpName,
+) -> Option<Error> {
+    let kind = status.error?;
+    if let Some(d) = doomed {
+        if matches!(kind, ErrorKind::Io | ErrorKind::Canceled) {
+            return Some(d.error(op.as_str()));
+        }
+    }
+    if !matches!(
+        kind,
+        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused
+    ) {
+        return None;
+    }
+    let r = peer.or(status.source.map(PeerRef::Peer))?;
+    let book = ep.domain().peers();
+    if let Some(d) = book.death_of(r) {
+        return Some(d.error(op.as_str()));
+    }
+    let PeerRef::Peer(p) = r else {
+        return None;
+    };
+    if ep.domain().ensure_open().is_err() {
+        // The domain's close ended it, not the peer.
+        return None;
+    }
+    let evidence = crate::fabric::peer_watch::engine_evidence(format!(
+        "{} completed with {kind}",
+        op.as_str()
+    ));
+    Some(book.declare(p, evidence).error(op.as_str()))
+}
 
 /// Which queue carries the operation: it decides how a drop cancels it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,16 +128,43 @@ pub(crate) struct PendingOp {
     receive: bool,
     /// False once the value was taken: the slot is no longer ours.
     live: bool,
+    /// The peer of an MQ send or directed receive (module docs).
+    peer: Option<PeerRef>,
+    /// Pending polls so far, until registered.
+    polls: u16,
+    /// Registered with the peer book.
+    token: Option<Arc<OpToken>>,
+    /// The peer's death, once acted on.
+    doomed: Option<Arc<Death>>,
+}
+
+impl std::fmt::Debug for OpToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpToken")
+            .field("dead", &self.death.get().is_some())
+            .finish()
+    }
 }
 
 impl PendingOp {
+    /// The op posted under `key`; call right after the post (an MQ op
+    /// picks up its peer from the engine gate's hand-off then).
     pub(crate) fn new(ep: Arc<EndpointCore>, key: OpKey, carrier: Carrier, receive: bool) -> Self {
+        let peer = match carrier {
+            Carrier::Mq => take_handoff(key),
+            // The AM queue ends its operations with a dead peer itself.
+            Carrier::AmMsg => None,
+        };
         PendingOp {
             ep,
             key,
             carrier,
             receive,
             live: true,
+            peer,
+            polls: 0,
+            token: None,
+            doomed: None,
         }
     }
 
@@ -69,15 +191,85 @@ impl PendingOp {
         };
         if r.is_ready() {
             self.live = false;
+            return r;
         }
-        r
+        if self.peer.is_some() {
+            return self.watch_peer(cx);
+        }
+        Poll::Pending
+    }
+
+    /// The pending path of an op with a peer: registers with the peer book
+    /// when due, ends the op when the peer died.
+    fn watch_peer(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
+        let Some(peer) = self.peer else {
+            return Poll::Pending;
+        };
+        let manual = self.ep.domain().reactor().is_manual();
+        let death = match &self.token {
+            Some(t) => {
+                if !manual {
+                    t.waker.register(cx.waker());
+                }
+                t.death.get().cloned()
+            }
+            None => {
+                self.polls = self.polls.saturating_add(1);
+                if manual && self.polls < REGISTER_AFTER {
+                    return Poll::Pending;
+                }
+                let t = Arc::new(OpToken::default());
+                if !manual {
+                    t.waker.register(cx.waker());
+                }
+                let weak: Weak<dyn Doomed> = Arc::downgrade(&t) as Weak<OpToken>;
+                let d = self.ep.domain().peers().wait_for(peer, weak);
+                self.token = Some(t);
+                d
+            }
+        };
+        match death {
+            Some(d) => self.die(d, cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// The peer died: cancel a receive (its completion, `Canceled`, comes
+    /// back with the buffer), or give up the slot of what cannot be
+    /// cancelled.
+    #[cold]
+    fn die(&mut self, death: Arc<Death>, cx: &mut Context<'_>) -> Poll<MqCompletion> {
+        if self.doomed.is_some() {
+            // A receive cancelled for it: its completion is on the way.
+            return Poll::Pending;
+        }
+        self.doomed = Some(death);
+        if self.receive && self.cancel() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let done = self.ep.domain().table().abandon(self.key);
+        self.live = false;
+        Poll::Ready(done.unwrap_or_else(dead_completion))
+    }
+
+    /// The error to report for a completion `status` of this op, if its
+    /// peer is gone (see [`peer_error`]).
+    pub(crate) fn peer_error(&self, status: &MqStatus, op: OpName) -> Option<Error> {
+        peer_error(&self.ep, self.peer, self.doomed.as_ref(), status, op)
     }
 
     /// Gives up the future side of the op without abandoning its slot (a
     /// route takes it over).
-    pub(crate) fn detach(mut self) -> (Arc<EndpointCore>, OpKey, Carrier, bool) {
+    pub(crate) fn detach(mut self) -> Detached {
         self.live = false;
-        (self.ep.clone(), self.key, self.carrier, self.receive)
+        Detached {
+            ep: self.ep.clone(),
+            key: self.key,
+            carrier: self.carrier,
+            receive: self.receive,
+            peer: self.peer,
+        }
     }
 
     /// Asks the engine to cancel the receive if it has not matched yet;
@@ -108,6 +300,15 @@ impl Drop for PendingOp {
         // the table drops it when the engine completes.
         drop(self.ep.domain().table().abandon(self.key));
     }
+}
+
+/// What [`PendingOp::detach`] hands to a route.
+pub(crate) struct Detached {
+    pub ep: Arc<EndpointCore>,
+    pub key: OpKey,
+    pub carrier: Carrier,
+    pub receive: bool,
+    pub peer: Option<PeerRef>,
 }
 
 /// Frees a slot that was inserted but whose post failed (the engine will

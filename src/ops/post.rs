@@ -13,20 +13,36 @@
 //! own in manual mode — the route takes the completion and pushes a CQ
 //! entry carrying the context, the length, tag, source and the buffer
 //! handed back (or an error entry, readable with `readerr`), and bumps the
-//! counters. A route never calls into the engine, so it is safe to run
-//! inside the engine's progress.
+//! counters. A route never calls into the engine when woken, so it is safe
+//! to run inside the engine's progress.
+//!
+//! A route of an MQ send or directed receive that did not finish at once
+//! registers with the domain's peer book: when the peer dies (the watch
+//! tells it from progress) a receive is cancelled, and what cannot be
+//! cancelled gives up its slot; either way the CQ gets an `FI_EIO` error
+//! entry naming the peer (an empty buffer where the engine keeps the real
+//! one), and the counter an error. A small state word makes sure exactly
+//! one of the two paths delivers.
 
 use super::outcome::{count, status_error, OpName};
-use super::pending::Carrier;
+use super::pending::{dead_completion, peer_error, Carrier, Detached};
 use super::recv::{source_of, RecvKind};
 use crate::engine::{MqCompletion, OpBuffer, PostError};
+use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint, EndpointCore, FiAddr,
 };
-use crate::reactor::OpKey;
+use crate::reactor::{OpKey, OpStatus};
 use crate::{Error, ErrorKind};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll, Wake, Waker};
+
+/// Route states: waiting, being delivered (by the waker or the peer
+/// watch), delivered.
+const IDLE: u8 = 0;
+const BUSY: u8 = 1;
+const DONE: u8 = 2;
 
 /// A handle on an operation posted with a context, for [`Endpoint::cancel`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +59,14 @@ struct Route {
     context: u64,
     name: OpName,
     recv: Option<RecvKind>,
+    carrier: Carrier,
+    peer: Option<PeerRef>,
+    /// `IDLE`, `BUSY` or `DONE`.
+    state: AtomicU8,
+    /// The peer's death, once the watch told us.
+    doomed: OnceLock<Arc<Death>>,
+    /// A receive was cancelled (or tried) for it.
+    cancel_tried: AtomicBool,
 }
 
 impl Wake for Route {
@@ -51,8 +75,67 @@ impl Wake for Route {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(done) = self.ep.domain().table().try_take(self.key) {
-            self.deliver(done);
+        let table = self.ep.domain().table();
+        loop {
+            if self
+                .state
+                .compare_exchange(IDLE, BUSY, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                // Delivered, or the watch is giving up the slot (it takes
+                // whatever completed).
+                return;
+            }
+            if let Some(done) = table.try_take(self.key) {
+                self.deliver(done);
+                self.state.store(DONE, Ordering::Release);
+                return;
+            }
+            self.state.store(IDLE, Ordering::Release);
+            // A completion that arrived while we held the state woke a
+            // route that returned at once: look again.
+            if table.status(self.key) != OpStatus::Complete {
+                return;
+            }
+        }
+    }
+}
+
+impl Doomed for Route {
+    fn peer_died(&self, death: &Arc<Death>) -> bool {
+        if self.state.load(Ordering::Acquire) == DONE {
+            return true;
+        }
+        let _ = self.doomed.set(death.clone());
+        let domain = self.ep.domain();
+        if self.recv.is_some() && !self.cancel_tried.swap(true, Ordering::AcqRel) {
+            let cancelled = match self.carrier {
+                Carrier::Mq => domain.engine().cancel(self.key).unwrap_or(false),
+                Carrier::AmMsg => domain.am_msg().cancel(self.key),
+            };
+            if cancelled {
+                // Its `Canceled` completion comes through the waker, which
+                // reports the death.
+                domain.reactor().notify();
+                return true;
+            }
+        }
+        match self
+            .state
+            .compare_exchange(IDLE, BUSY, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                let done = domain
+                    .table()
+                    .abandon(self.key)
+                    .unwrap_or_else(dead_completion);
+                self.deliver(done);
+                self.state.store(DONE, Ordering::Release);
+                true
+            }
+            Err(DONE) => true,
+            // The waker is delivering right now; look again later.
+            Err(_) => false,
         }
     }
 }
@@ -77,7 +160,9 @@ impl Route {
             Some(RecvKind::Tagged) => done.status.tag & ep.domain().tags().user_mask(),
             _ => 0,
         };
-        match status_error(&done.status, self.name) {
+        let error = peer_error(ep, self.peer, self.doomed.get(), &done.status, self.name)
+            .or_else(|| status_error(&done.status, self.name));
+        match error {
             None => {
                 count(counter, true);
                 if let Some(cq) = ep.cq(dir) {
@@ -119,19 +204,49 @@ impl Route {
 }
 
 /// Attaches a route to a freshly posted op: from now on its completion goes
-/// to the CQ.
-fn route(ep: &Arc<EndpointCore>, key: OpKey, context: u64, name: OpName, recv: Option<RecvKind>) {
+/// to the CQ. An op with a peer that did not finish at once registers with
+/// the peer book.
+fn route(op: Detached, context: u64, name: OpName, recv: Option<RecvKind>) {
+    let Detached {
+        ep,
+        key,
+        carrier,
+        peer,
+        ..
+    } = op;
     let route = Arc::new(Route {
-        ep: ep.clone(),
+        ep,
         key,
         context,
         name,
         recv,
+        carrier,
+        peer,
+        state: AtomicU8::new(BUSY),
+        doomed: OnceLock::new(),
+        cancel_tried: AtomicBool::new(false),
     });
+    let domain = route.ep.domain().clone();
     let waker = Waker::from(route.clone());
     let mut cx = Context::from_waker(&waker);
-    if let Poll::Ready(done) = ep.domain().table().poll_take(key, &mut cx) {
+    // BUSY while the slot is first looked at: a completion arriving now
+    // wakes a route that leaves it to the check below.
+    if let Poll::Ready(done) = domain.table().poll_take(key, &mut cx) {
         route.deliver(done);
+        route.state.store(DONE, Ordering::Release);
+        return;
+    }
+    route.state.store(IDLE, Ordering::Release);
+    if domain.table().status(key) == OpStatus::Complete {
+        waker.wake_by_ref();
+    }
+    if let Some(p) = peer {
+        let weak: Weak<dyn Doomed> = Arc::downgrade(&route) as Weak<Route>;
+        if let Some(death) = domain.peers().wait_for(p, weak) {
+            if !route.peer_died(&death) {
+                domain.peers().retry_later();
+            }
+        }
     }
 }
 
@@ -222,12 +337,13 @@ impl Endpoint {
 impl super::pending::PendingOp {
     /// Hands the op to a route delivering to the CQ.
     fn route(self, context: u64, name: OpName, recv: Option<RecvKind>) -> Posted {
-        let (ep, key, carrier, receive) = self.detach();
-        route(&ep, key, context, name, recv);
-        Posted {
-            key,
-            carrier,
-            receive,
-        }
+        let op = self.detach();
+        let posted = Posted {
+            key: op.key,
+            carrier: op.carrier,
+            receive: op.receive,
+        };
+        route(op, context, name, recv);
+        posted
     }
 }

@@ -26,6 +26,10 @@ pub(crate) enum RecvKind {
 /// whose [`Error::truncation`] gives both lengths; the buffer then holds
 /// the message's first `buffer.len()` bytes.
 ///
+/// A directed receive (`recv_from`) from a peer that died completes within
+/// `FI_PSM_TIMEOUT` with an `FI_EIO` error naming the peer; receives from
+/// any source stay posted.
+///
 /// Dropping the future before it completes cancels the receive if it has
 /// not matched a message yet (no message is lost: a later message goes to
 /// another receive); a receive that already matched keeps its buffer in the
@@ -110,7 +114,10 @@ impl Future for RecvOp {
             State::Posted { op, name, kind } => {
                 let done = std::task::ready!(op.poll(cx));
                 let ep = op.endpoint();
-                let result = match status_error(&done.status, *name) {
+                let error = op
+                    .peer_error(&done.status, *name)
+                    .or_else(|| status_error(&done.status, *name));
+                let result = match error {
                     None => {
                         let tag = match kind {
                             RecvKind::Tagged => done.status.tag & ep.domain().tags().user_mask(),

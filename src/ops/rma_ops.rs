@@ -244,6 +244,7 @@ pub(crate) fn prepare(
     }
     let rma = ep.domain().rma()?.clone();
     let peer = ep.resolve(dest)?;
+    ep.domain().peers().refuse(peer, what)?;
     Ok((rma, peer))
 }
 

@@ -41,12 +41,13 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
     SendMode, TagMatch,
 };
+use crate::fabric::peer_watch::Death;
 use crate::fabric::{
     Caps, CompletionFlags, CounterKind, CqEntry, DomainSlots, EndpointCore, MrTable, Role,
 };
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
@@ -89,8 +90,9 @@ impl Outgoing {
 /// An MQ transfer this transport posted, by its engine key.
 #[derive(Debug)]
 enum MqWork {
-    /// Of initiator operation `id`.
-    Init(u64),
+    /// Of initiator operation `id` (a long write's send, or a long read's
+    /// receive).
+    Init { id: u64, send: bool },
     /// A long write's receive at the target.
     TargetRecv(u64),
     /// A long read's send at the target.
@@ -146,6 +148,8 @@ struct State {
     scratch: Vec<u8>,
     /// Futures to complete, outside the lock.
     finished: Vec<(OpKey, Done)>,
+    /// Peers the domain's watch declared dead.
+    dead: HashSet<PeerAddr>,
 }
 
 /// Buffers of the atomic lock (one per domain: every atomic this domain is
@@ -169,6 +173,10 @@ struct Shared {
     atomic_lock: Mutex<AtomicScratch>,
     /// Largest atomic payload (request and reply).
     max_atomic: usize,
+    /// The domain is closing: requests from peers are dropped unanswered
+    /// (the peers fail them when they get the domain's bye), so nothing
+    /// is served from memory the application is about to take back.
+    closing: AtomicBool,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -209,7 +217,7 @@ impl State {
             let (_, work) = st.mq.swap_remove(i);
             let result = mq_result(&c);
             match work {
-                MqWork::Init(id) => {
+                MqWork::Init { id, .. } => {
                     if let Err(b) = st.init.on_mq_done(id, result, c.buffer) {
                         drop(b);
                     }
@@ -240,6 +248,22 @@ impl State {
             }
         }
         moved
+    }
+
+    /// Gives up the MQ transfer `key` of initiator operation `id` (its
+    /// peer is dead): if the engine finished it, its result counts;
+    /// otherwise the engine keeps the buffer until it is done with it (at
+    /// the latest when the domain closes) and the operation ends with
+    /// `error` and an empty buffer.
+    fn orphan(&mut self, table: &CompletionTable<MqCompletion>, key: OpKey, id: u64, error: Error) {
+        self.mq.retain(|(k, _)| *k != key);
+        let _ = match table.abandon(key) {
+            Some(c) => {
+                let result = mq_result(&c);
+                self.init.on_mq_done(id, result, c.buffer)
+            }
+            None => self.init.on_mq_done(id, Err(error), OpBuffer::empty()),
+        };
     }
 
     /// Moves operation `id` out if it finished.
@@ -335,10 +359,14 @@ impl Shared {
         let Some(&hid) = self.id.get() else {
             return;
         };
+        let closing = self.closing.load(Ordering::Acquire);
         if awire::proto_of(msg.args) == Some(ATOMIC_PROTO) {
             match awire::decode(msg.args) {
                 Ok(AtomicPacket::Reply { id, status }) => {
                     self.on_atomic_reply(msg.source, id, status, msg.payload)
+                }
+                Ok(AtomicPacket::Request(_)) if closing => {
+                    tracing::debug!(source = ?msg.source, "atomic: a request while closing, dropped")
                 }
                 Ok(AtomicPacket::Request(req)) => self.on_atomic_request(msg, &req, hid, reply),
                 Err(e) => tracing::debug!(source = ?msg.source, "atomic packet dropped: {e}"),
@@ -347,6 +375,9 @@ impl Shared {
         }
         match Packet::decode(msg.args, msg.payload.len()) {
             Ok(Packet::Reply(r)) => self.on_rma_reply(msg.source, &r, msg.payload),
+            Ok(Packet::Request(_)) if closing => {
+                tracing::debug!(source = ?msg.source, "RMA: a request while closing, dropped")
+            }
             Ok(Packet::Request(req)) => {
                 let table = self.table_if(Role::RmaTarget);
                 let mut st = self.state();
@@ -489,6 +520,7 @@ impl RmaTransport {
                 stash: Vec::new(),
                 scratch: Vec::new(),
                 finished: Vec::new(),
+                dead: HashSet::new(),
             }),
             mr,
             slots,
@@ -499,6 +531,7 @@ impl RmaTransport {
             target_ep: Mutex::new(Weak::new()),
             atomic_lock: Mutex::new(AtomicScratch::default()),
             max_atomic: limits.max_am_request.min(limits.max_am_reply),
+            closing: AtomicBool::new(false),
         });
         let id = engine.am_register(Arc::new(Handler(shared.clone())))?;
         let _ = shared.id.set(id);
@@ -521,7 +554,6 @@ impl RmaTransport {
         &self.shared.done
     }
 
-    /// The endpoint that receives remote events (counters, CQ data).
     /// Ends every RMA and atomic this domain initiated with `Canceled`
     /// (the domain closed: no progress step will run for them again).
     /// Transfers the engine already finished are accounted first, so
@@ -543,6 +575,79 @@ impl RmaTransport {
         self.shared.deliver();
     }
 
+    /// The domain is closing: from now on requests from peers are dropped
+    /// unanswered (they learn from the domain's bye).
+    pub(crate) fn stop_serving(&self) {
+        self.shared.closing.store(true, Ordering::Release);
+    }
+
+    /// Appends the peers this domain's RMA and atomics wait for.
+    pub(crate) fn outstanding_peers(&self, out: &mut Vec<PeerAddr>) {
+        let st = relock(&self.shared.state);
+        out.extend(st.order.iter().filter_map(|&id| st.init.peer(id)));
+        out.extend(st.atomics.values().map(|p| p.peer));
+    }
+
+    /// Ends every RMA and atomic towards `peer` with `death`'s error (the
+    /// domain's watch declared it dead): short operations at once; a long
+    /// read once its receive is cancelled; a long write whose MQ send is
+    /// out at once too, the engine keeping that buffer (an empty one comes
+    /// back) until it is done with it. Long writes the peer started here
+    /// have their receives cancelled, so their pinned windows come back.
+    pub(crate) fn fail_peer(&self, peer: PeerAddr, death: &Death) {
+        let table = self.engine.completions();
+        let mut cancels = Vec::new();
+        {
+            let mut st = relock(&self.shared.state);
+            st.dead.insert(peer);
+            st.poll_mq(table);
+            for id in st.order.clone() {
+                if st.init.peer(id) != Some(peer) {
+                    continue;
+                }
+                st.init.fail(id, death.error("RMA"));
+                let sends: Vec<OpKey> = st
+                    .mq
+                    .iter()
+                    .filter_map(|(k, w)| match w {
+                        MqWork::Init { id: i, send: true } if *i == id => Some(*k),
+                        _ => None,
+                    })
+                    .collect();
+                for key in sends {
+                    st.orphan(table, key, id, death.error("RMA write"));
+                }
+                st.reap(id);
+            }
+            let atomics: Vec<u64> = st
+                .atomics
+                .iter()
+                .filter(|(_, p)| p.peer == peer)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in atomics {
+                if let Some(p) = st.atomics.remove(&id) {
+                    st.finished
+                        .push((p.key, (Err(death.error("atomic")), p.buffer)));
+                }
+            }
+            st.out.retain(|o| o.dest != peer);
+            for tid in st.target.long_writes_from(peer) {
+                cancels.extend(st.mq.iter().find_map(|(k, w)| match w {
+                    MqWork::TargetRecv(t) if *t == tid => Some(*k),
+                    _ => None,
+                }));
+            }
+        }
+        for key in cancels {
+            let _ = self.engine.cancel(key);
+        }
+        // The pump cancels long reads' receives.
+        self.shared.dirty.store(true, Ordering::Release);
+        self.shared.deliver();
+    }
+
+    /// The endpoint that receives remote events (counters, CQ data).
     pub(crate) fn set_target_endpoint(&self, ep: &Arc<EndpointCore>) {
         *relock(&self.shared.target_ep) = Arc::downgrade(ep);
     }
@@ -793,7 +898,7 @@ impl RmaTransport {
                             continue 'ops;
                         };
                         let key = table.insert();
-                        st.mq.push((key, MqWork::Init(id)));
+                        st.mq.push((key, MqWork::Init { id, send }));
                         drop(st);
                         let posted = if send {
                             self.engine
@@ -812,12 +917,24 @@ impl RmaTransport {
                     Next::Cancel => {
                         st.init.commit(id);
                         let key = st.mq.iter().find_map(|(k, w)| match w {
-                            MqWork::Init(i) if *i == id => Some(*k),
+                            MqWork::Init { id: i, .. } if *i == id => Some(*k),
                             _ => None,
                         });
+                        let dead = st.dead.contains(&peer);
                         drop(st);
                         if let Some(key) = key {
-                            let _ = self.engine.cancel(key);
+                            let cancelled = matches!(self.engine.cancel(key), Ok(true));
+                            if !cancelled && dead {
+                                // Matched already: a dead peer never
+                                // sends the rest.
+                                let mut st = relock(&self.shared.state);
+                                let e = Error::new(
+                                    ErrorKind::Io,
+                                    "RMA read: the peer died during the transfer",
+                                );
+                                st.orphan(table, key, id, e);
+                                st.reap(id);
+                            }
                         }
                     }
                 }

@@ -18,6 +18,12 @@ use std::task::{Context, Poll};
 /// cancelled, as in PSM): the buffer stays with the engine until it is
 /// done, then is freed; a bound send counter is not incremented for a send
 /// whose future was dropped.
+///
+/// A send towards a peer that died completes within `FI_PSM_TIMEOUT` with
+/// an `FI_EIO` error naming the peer and how its death was seen; where the
+/// engine still holds the buffer (PSM cannot cancel a send) an empty buffer
+/// comes back and the engine frees the real one when it is done with it,
+/// at the latest when the domain closes.
 #[must_use = "the send completes only when awaited (or its future is dropped and the buffer abandoned)"]
 #[derive(Debug)]
 pub struct SendOp {
@@ -70,7 +76,10 @@ impl Future for SendOp {
         match &mut this.state {
             State::Posted { op, name } => {
                 let done = std::task::ready!(op.poll(cx));
-                let result = match status_error(&done.status, *name) {
+                let error = op
+                    .peer_error(&done.status, *name)
+                    .or_else(|| status_error(&done.status, *name));
+                let result = match error {
                     None => Ok(Sent {
                         len: done.status.nbytes,
                     }),

@@ -107,6 +107,11 @@ impl<T> IdSlab<T> {
             .collect()
     }
 
+    /// The live entries.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> + '_ {
+        self.slots.iter().filter_map(|s| s.value.as_ref())
+    }
+
     /// Live entries.
     pub(crate) fn len(&self) -> usize {
         self.len

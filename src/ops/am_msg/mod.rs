@@ -43,13 +43,13 @@
 //!   sends `Go` as a request, so it must have connected to the sender
 //!   (the address vector connects every inserted address, as the C
 //!   provider's `fi_av_insert` did).
-//! * **Dead peers.** The engine contract reports a dead peer only as an
-//!   error from a request to it. When one fails with `Io`, `TimedOut` or
-//!   `ConnRefused`, every transfer with that peer fails with that error
-//!   (its sends, the receives getting data from it) and its unexpected
-//!   messages are dropped; [`AmMsgQueue::fail_peer`] does the same for a
-//!   layer that learned it otherwise. A send waiting for a dead peer's
-//!   answer, with nothing to send it, stays pending until then.
+//! * **Dead peers.** When a request to a peer fails with `Io`, `TimedOut`
+//!   or `ConnRefused`, every transfer with that peer fails with that error
+//!   (its sends, the receives getting data from it, the receives posted
+//!   for it alone) and its unexpected messages are dropped;
+//!   [`AmMsgQueue::fail_peer`] does the same for the domain's peer watch
+//!   (`fabric/peer_watch`), which also sees peers die silently, and the
+//!   queue refuses posts towards peers its book knows dead.
 //! * **Engine.** At least 4 AM arguments (both engines carry 10; PSM
 //!   guarantees 2, so a minimal PSM gets `NoSys` at registration).
 

@@ -381,8 +381,9 @@ impl Core {
     }
 
     /// Fails every transfer with `peer` with `kind`: its sends, the
-    /// receives getting data from it; its unexpected messages are dropped.
-    /// Receives posted for it alone stay posted (cancel them).
+    /// receives getting data from it, the receives posted for it alone
+    /// (directed); its unexpected messages are dropped. Receives from any
+    /// source stay posted.
     pub(crate) fn fail_peer(&mut self, peer: PeerAddr, kind: ErrorKind) {
         for id in self.sends.ids_where(|op| op.peer == peer) {
             self.finish_send(id, Some(kind));
@@ -392,9 +393,27 @@ impl Core {
                 self.complete_recv(op.key, op.buffer, peer, op.total, op.received, Some(kind));
             }
         }
+        let mut i = 0;
+        while i < self.posted.len() {
+            if self.posted[i].from != Some(peer) {
+                i += 1;
+                continue;
+            }
+            if let Some(p) = self.posted.remove(i) {
+                self.complete_recv(p.key, p.buffer, peer, 0, 0, Some(kind));
+            }
+        }
         self.unexpected.retain(|u| u.peer != peer);
         self.control
             .retain(|c| !matches!(c, Control::Done { peer: p, .. } if *p == peer));
+    }
+
+    /// Appends the peers this core waits for: those of its sends, of the
+    /// receives getting data, and of directed posted receives.
+    pub(crate) fn outstanding_peers(&self, out: &mut Vec<PeerAddr>) {
+        out.extend(self.sends.values().map(|op| op.peer));
+        out.extend(self.recvs.values().map(|op| op.peer));
+        out.extend(self.posted.iter().filter_map(|p| p.from));
     }
 
     /// Queues `reply` (from [`handle`](Self::handle)) to be sent to `peer`

@@ -30,6 +30,7 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
     PostError,
 };
+use crate::fabric::peer_watch::PeerBook;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::hash::BuildHasher;
@@ -129,6 +130,9 @@ pub(crate) struct AmMsgQueue {
     id: AmHandlerId,
     /// Held by whoever sends the core's requests.
     pump: Mutex<()>,
+    /// The domain's dead peers (none for a queue outside a domain): posts
+    /// towards them fail at once.
+    book: OnceLock<Arc<PeerBook>>,
 }
 
 impl AmMsgQueue {
@@ -168,7 +172,28 @@ impl AmMsgQueue {
             shared,
             id,
             pump: Mutex::new(()),
+            book: OnceLock::new(),
         }))
+    }
+
+    /// Makes posts towards peers `book` knows dead fail at once (the
+    /// domain calls this once, after registration).
+    pub(crate) fn set_book(&self, book: Arc<PeerBook>) {
+        let _ = self.book.set(book);
+    }
+
+    /// `Io` when `peer` is known dead.
+    fn refuse(&self, peer: PeerAddr, what: &str) -> Result<()> {
+        match self.book.get() {
+            Some(b) => b.refuse(peer, what),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends the peers transfers wait for (sends, receives getting data,
+    /// directed posted receives).
+    pub(crate) fn outstanding_peers(&self, out: &mut Vec<PeerAddr>) {
+        self.shared.core_quiet().outstanding_peers(out);
     }
 
     /// Sends `buffer` to `peer`; completes into `op` once the receiver has
@@ -179,6 +204,9 @@ impl AmMsgQueue {
         buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
+        if let Err(error) = self.refuse(peer, "send") {
+            return Err(PostError { error, buffer });
+        }
         self.shared.core().post_send(peer, buffer, op)?;
         self.pump(false, POST_BUDGET);
         Ok(())
@@ -192,6 +220,9 @@ impl AmMsgQueue {
         buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
+        if let Some(Err(error)) = from.map(|p| self.refuse(p, "recv")) {
+            return Err(PostError { error, buffer });
+        }
         self.shared.core().post_recv(from, buffer, op)?;
         self.pump(false, POST_BUDGET);
         Ok(())
@@ -208,8 +239,9 @@ impl AmMsgQueue {
         cancelled
     }
 
-    /// Fails every transfer with `peer` with `kind` (for a layer that
-    /// learned the peer is gone; requests to it that fail do this too).
+    /// Fails every transfer with `peer` with `kind`, directed receives
+    /// included (for a layer that learned the peer is gone; requests to it
+    /// that fail do this too).
     pub(crate) fn fail_peer(&self, peer: PeerAddr, kind: ErrorKind) {
         self.shared.core().fail_peer(peer, kind);
         self.shared.deliver();

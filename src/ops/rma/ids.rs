@@ -135,6 +135,18 @@ impl<T> Ids<T> {
         value
     }
 
+    /// Ids of the live entries for which `pred` holds.
+    pub(crate) fn ids_where(&self, mut pred: impl FnMut(&T) -> bool) -> Vec<u64> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let v = s.value.as_ref()?;
+                pred(v).then(|| self.id(i as u32, s.generation))
+            })
+            .collect()
+    }
+
     /// Live entries.
     pub(crate) fn len(&self) -> usize {
         self.len

@@ -42,7 +42,7 @@ mod wire;
 mod model_tests;
 
 pub(crate) use initiator::{Delivery, Initiator, RmaKind, Step};
-pub(crate) use plan::{RemoteIov, RmaParams, AM_CHUNK, DEFAULT_WINDOW};
+pub(crate) use plan::{RemoteIov, RmaParams, DEFAULT_WINDOW};
 pub(crate) use target::{Handled, LongDone, RemoteEvent, RmaTarget, TargetPost};
 pub(crate) use wire::{
     kind_of, long_rma_tag, status_of, DecodeError, Packet, Reply, Request, NARGS,

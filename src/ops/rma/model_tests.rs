@@ -968,3 +968,40 @@ proptest! {
         r.write_at(0, &vec![0; size]).unwrap();
     }
 }
+
+/// What the transport does for a long write whose MQ send a dead peer
+/// will never finish: the operation is failed, the engine keeps the
+/// buffer, and an empty one stands in so the operation ends now.
+#[test]
+fn a_long_write_whose_send_never_ends_fails_with_an_empty_buffer() {
+    let table = MrTable::new();
+    let _r = region(&table, 300, MrAccess::all());
+    let mut w = World::new(params(8, 2, true, 8), Some(table));
+    let id = w
+        .init
+        .start(
+            RmaKind::Write,
+            TARGET,
+            vec![OpBuffer::from(vec![1u8; 100])],
+            &[iov(1, 0, 100)],
+            None,
+        )
+        .unwrap();
+    w.drive(id);
+    assert!(w.deliver_request(), "the long write request");
+    assert!(w.deliver_reply(0), "GO: the initiator posts its send");
+    let (sid, _, stuck) = w.i_done.pop().expect("the posted send");
+    assert_eq!((sid, stuck.len()), (id, 100));
+    w.init.fail(id, Error::new(ErrorKind::Io, "peer died"));
+    assert!(!w.init.is_finished(id), "the engine still holds the buffer");
+    let gave_up = Err(Error::new(ErrorKind::Io, "peer died"));
+    assert!(w.init.on_mq_done(id, gave_up, OpBuffer::empty()).is_ok());
+    let (r, bufs) = finish(&mut w, id);
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(bufs.iter().map(OpBuffer::len).collect::<Vec<_>>(), [0]);
+    // A stray completion of the real send later is refused (the id is dead).
+    assert!(w
+        .init
+        .on_mq_done(id, Ok(100), stuck)
+        .is_err_and(|b| b.len() == 100));
+}

@@ -5,18 +5,15 @@
 use crate::engine::EngineLimits;
 use crate::{Error, ErrorKind, Result};
 
-/// The C provider's AM chunk, "the maximum that's actually working"
-/// (study §5).
-pub(crate) const AM_CHUNK: usize = 2032;
 /// Chunks of one operation in flight at most, by default.
 pub(crate) const DEFAULT_WINDOW: usize = 16;
 
 /// The knobs of the RMA protocol for one domain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RmaParams {
-    /// Payload of one write chunk: `min(AM_CHUNK, max_am_request)`.
+    /// Payload of one write chunk: the engine's `max_am_request`.
     pub(crate) write_chunk: usize,
-    /// Payload of one read reply: `min(AM_CHUNK, max_am_reply)`.
+    /// Payload of one read reply: the engine's `max_am_reply`.
     pub(crate) read_chunk: usize,
     /// Most unacknowledged chunks of one operation (at least 1).
     pub(crate) window: usize,
@@ -29,13 +26,16 @@ pub(crate) struct RmaParams {
 }
 
 impl RmaParams {
-    /// The parameters for an engine with `limits`, as the C provider chose
-    /// them (threshold = the chunk), with [`DEFAULT_WINDOW`].
+    /// The parameters for an engine with `limits`: chunks of the engine's
+    /// short AM payload (the native engine caps it at the C provider's
+    /// 2032 bytes, "the maximum that's actually working", study §5; the
+    /// soft engine carries 8128), the long threshold at the chunk as C
+    /// chose it, and [`DEFAULT_WINDOW`].
     pub(crate) fn new(limits: &EngineLimits, tagged_rma: bool) -> Self {
-        let write_chunk = AM_CHUNK.min(limits.max_am_request).max(1);
+        let write_chunk = limits.max_am_request.max(1);
         RmaParams {
             write_chunk,
-            read_chunk: AM_CHUNK.min(limits.max_am_reply).max(1),
+            read_chunk: limits.max_am_reply.max(1),
             window: DEFAULT_WINDOW,
             long_threshold: write_chunk,
             tagged_rma,
@@ -295,13 +295,23 @@ mod tests {
             (p.write_chunk, p.read_chunk, p.long_threshold),
             (256, 256, 256)
         );
-        l.max_am_request = 8128;
+        // The engine's short payload as it is (the native engine caps it
+        // at the C provider's 2032 bytes itself; the soft engine carries
+        // 8128).
+        l.max_am_request = 2032;
         l.max_am_reply = 0;
         l.max_message = u64::MAX;
         let p = RmaParams::new(&l, false);
         assert_eq!(
             (p.write_chunk, p.read_chunk, p.max_message),
             (2032, 1, u64::from(u32::MAX))
+        );
+        l.max_am_request = 8128;
+        l.max_am_reply = 8128;
+        let big = RmaParams::new(&l, true);
+        assert_eq!(
+            (big.write_chunk, big.read_chunk, big.long_threshold),
+            (8128, 8128, 8128)
         );
         let segs = pair(&[3000], &[r(1, 0, 3000)], u64::MAX).unwrap();
         assert!(!goes_long(&segs, &p));

@@ -106,6 +106,12 @@ impl RmaTarget {
         self.longs.len()
     }
 
+    /// The ids of the long writes `peer` started that wait for their
+    /// bytes (to cancel their receives when it dies).
+    pub(crate) fn long_writes_from(&self, peer: PeerAddr) -> Vec<u64> {
+        self.longs.ids_where(|lw| lw.source == peer)
+    }
+
     /// Handles `req` from `source` with its `payload`. `table` is `None`
     /// when the domain has no RMA target endpoint: every request then gets
     /// an `FI_EOPNOTSUPP` reply. `scratch` holds a read reply's bytes (it

@@ -869,13 +869,36 @@ fn a_peer_that_is_gone_fails_its_transfers() {
 }
 
 #[test]
-fn fail_peer_keeps_directed_receives_posted() {
+fn fail_peer_ends_directed_receives_but_not_any_source_ones() {
     let mut c = core(4);
-    c.post_recv(Some(B), OpBuffer::from(vec![0; 1]), key(1))
+    c.post_recv(Some(B), OpBuffer::from(vec![0; 3]), key(1))
         .unwrap();
+    c.post_recv(None, OpBuffer::from(vec![0; 1]), key(2))
+        .unwrap();
+    c.post_recv(Some(A), OpBuffer::from(vec![0; 1]), key(3))
+        .unwrap();
+    c.post_send(B, OpBuffer::from(vec![0; 1]), key(4)).unwrap();
+    let mut waiting = Vec::new();
+    c.outstanding_peers(&mut waiting);
+    waiting.sort_unstable_by_key(|p| p.0);
+    let mut want = vec![A, B, B];
+    want.sort_unstable_by_key(|p| p.0);
+    assert_eq!(waiting, want);
     c.fail_peer(B, ErrorKind::Io);
-    assert!(c.pop_completion().is_none());
-    assert!(c.cancel(key(1)));
+    let mut got = Vec::new();
+    while let Some((k, done)) = c.pop_completion() {
+        got.push((k, done.status.error, done.status.source, done.buffer.len()));
+    }
+    got.sort_by_key(|g| g.0.to_u64());
+    assert_eq!(
+        got,
+        vec![
+            (key(1), Some(ErrorKind::Io), Some(B), 3),
+            (key(4), Some(ErrorKind::Io), Some(B), 1)
+        ]
+    );
+    assert!(c.cancel(key(2)), "any-source receives stay posted");
+    assert!(c.cancel(key(3)), "receives for another peer stay posted");
 }
 
 #[test]
