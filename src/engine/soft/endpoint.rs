@@ -21,7 +21,27 @@
 //!   it is written), `AmRequest` runs the handler and answers exactly once,
 //!   `ConnectionClosed` flushes the last frames and lets the socket drain;
 //! * EOF or a socket error is `connection_lost`: every operation pending
-//!   towards that peer fails, the other peers are untouched.
+//!   towards that peer fails, the other peers are untouched. First,
+//!   though, everything the kernel still holds from that peer is read, on
+//!   that socket after a failed write and on the peer's other sockets
+//!   (`salvage`): the kernel returns the bytes that arrived before an EOF
+//!   or a reset, and a message the peer completed must not be failed
+//!   because one of its connections ended first.
+//!
+//! # Closing
+//!
+//! A send reported complete is never lost because its sender closed
+//! gracefully afterwards. A closed connection's link writes its last
+//! frames (the Bye after everything else), shuts its write half down so
+//! the peer reads them and then EOF, and drops what the peer still sends;
+//! the socket is closed only once that cannot lose anything: the peer
+//! closed its side, or (TCP) it acknowledged every byte. A socket still
+//! unsafe at the link's deadline, or when `close` runs out of time
+//! (frames of completed sends may still wait in the output buffer then),
+//! goes to the lingerer (`linger.rs`) with what is left to write, instead
+//! of being closed under bytes the peer has yet to read. Since the
+//! receiving side cannot progress while a single-threaded caller blocks in
+//! the sender's `close`, this is what keeps manual progress lossless.
 //!
 //! # Locking
 //!
@@ -56,7 +76,8 @@
 //! `connect` gives each dial its timeout as a deadline (TCP connect plus
 //! handshake); accepted connections get
 //! [`SoftConfig::handshake_timeout`]; closed connections get
-//! [`SoftConfig::linger`] to flush; `close` waits at most its timeout for
+//! [`SoftConfig::linger`] to flush (and the lingerer as much again);
+//! `close` waits at most its timeout for
 //! every peer's graceful close and forces the rest (dropping an endpoint
 //! that was not closed does the same within the options' `close_timeout`).
 //! Dead peers are found by EOF or reset at once, and by `TCP_USER_TIMEOUT`
@@ -71,7 +92,7 @@ use super::transport::{
     Remote, Stream, MIN_READ,
 };
 use super::wire::{HandshakeError, JobUuid};
-use super::{Role, SoftConfig, SoftCore, SoftEpid};
+use super::{linger, Role, SoftConfig, SoftCore, SoftEpid};
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EndpointOptions, EngineEndpoint, EngineKind,
     EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
@@ -95,6 +116,9 @@ const ACCEPT_EVERY: u32 = 16;
 const MAX_IOV: usize = 64;
 /// How long `connect` and `close` sleep after a step that did nothing.
 const IDLE_WAIT: Duration = Duration::from_micros(50);
+/// Most bytes read from one link when its peer's transport failed
+/// (`Inner::salvage`): everything the kernel can hold, bounded.
+const SALVAGE_LIMIT: usize = 64 << 20;
 
 static NEXT_ENDPOINT: AtomicU64 = AtomicU64::new(1);
 
@@ -170,6 +194,8 @@ pub(crate) struct Inner {
     pub peer_epids: Arc<RwLock<HashMap<PeerAddr, Epid>>>,
     /// The current step left work for the next (a budget ran out).
     pub more: bool,
+    /// A `salvage` runs: links that end meanwhile are lost after it.
+    pub salvaging: bool,
     /// `poll(2)` set of a step (scratch, kept for its capacity).
     pub pollfds: Vec<libc::pollfd>,
     /// The link index of each entry of `pollfds` (`usize::MAX`: a
@@ -271,6 +297,7 @@ impl SoftEndpoint {
                 close_timeout: options.close_timeout,
                 peer_epids: peer_epids.clone(),
                 more: false,
+                salvaging: false,
                 pollfds: Vec::new(),
                 poll_owners: Vec::new(),
                 stats: SoftStats::default(),
@@ -285,6 +312,28 @@ impl SoftEndpoint {
             return Err(closed_error());
         }
         Ok(g)
+    }
+
+    /// Bytes this endpoint's links have yet to write (tests).
+    #[cfg(test)]
+    pub(crate) fn unwritten(&self) -> usize {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.links
+            .iter()
+            .map(|l| l.output.len() + l.refs.iter().map(|r| r.range.len()).sum::<usize>())
+            .sum()
+    }
+
+    /// Bytes written to this endpoint's TCP sockets that their peers have
+    /// not acknowledged yet (tests: the lingerer's precondition).
+    #[cfg(test)]
+    pub(crate) fn unacked(&self) -> usize {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.links
+            .iter()
+            .filter_map(|l| l.stream())
+            .map(super::transport::Stream::unacked)
+            .sum()
     }
 
     /// Counters and buffer sizes (see [`SoftStats`]).
@@ -530,7 +579,13 @@ impl Inner {
                 self.loopback_input(i) | self.loopback_transmit(i)
             }
             LinkPhase::Handshaking | LinkPhase::Open => {
-                let read = self.links[i].readable && self.read_link(i);
+                if self.links[i].broken.is_some() {
+                    // A write failed: read what the peer sent before
+                    // (and its other links), then the link is lost.
+                    self.salvage(i);
+                    return true;
+                }
+                let read = self.links[i].readable && self.read_link(i, self.cfg.read_budget);
                 read | self.transmit(i)
             }
         }
@@ -572,13 +627,12 @@ impl Inner {
         }
     }
 
-    /// Reads what link `i`'s socket has (within the read budget).
-    fn read_link(&mut self, i: usize) -> bool {
+    /// Reads what link `i`'s socket has, up to about `budget` bytes.
+    fn read_link(&mut self, i: usize, mut budget: usize) -> bool {
         let mut made = false;
-        let mut budget = self.cfg.read_budget;
         loop {
             let link = &mut self.links[i];
-            let Some(conn) = link.conn.filter(|_| link.is_live()) else {
+            let Some(conn) = link.conn.filter(|_| link.is_live() && link.ended.is_none()) else {
                 return made;
             };
             let Pipe::Stream(stream) = &link.pipe else {
@@ -602,7 +656,7 @@ impl Inner {
                 };
                 match stream.read_slice(dst) {
                     Ok(0) => {
-                        self.lose_eof(i);
+                        self.end_link(i, None);
                         return true;
                     }
                     Ok(n) => {
@@ -625,7 +679,7 @@ impl Inner {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
                     Err(e) => {
-                        self.lose(i, ErrorKind::Io, format!("read failed: {e}"));
+                        self.end_link(i, Some(e));
                         return true;
                     }
                 }
@@ -633,7 +687,7 @@ impl Inner {
             let want = link.read_size.min(self.cfg.max_read).max(MIN_READ);
             match stream.read_buf(&mut link.input, want) {
                 Ok(0) => {
-                    self.lose_eof(i);
+                    self.end_link(i, None);
                     return true;
                 }
                 Ok(n) => {
@@ -663,7 +717,7 @@ impl Inner {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
                 Err(e) => {
-                    self.lose(i, ErrorKind::Io, format!("read failed: {e}"));
+                    self.end_link(i, Some(e));
                     return true;
                 }
             }
@@ -677,6 +731,7 @@ impl Inner {
     fn interleave(&mut self, i: usize) {
         let link = &self.links[i];
         if link.is_live()
+            && link.broken.is_none()
             && (link.has_output() || link.conn.is_some_and(|c| self.core.wants_transmit(c)))
         {
             self.transmit(i);
@@ -769,12 +824,27 @@ impl Inner {
     /// Writes what the core has for link `i` while the socket takes it.
     fn transmit(&mut self, i: usize) -> bool {
         let mut made = false;
+        if self.links[i].broken.is_some() {
+            return false;
+        }
         loop {
             match self.flush(i) {
                 Ok(true) => {}
                 Ok(false) => return true,
                 Err(e) => {
-                    self.lose(i, ErrorKind::Io, format!("write failed: {e}"));
+                    let link = &mut self.links[i];
+                    if link.conn.is_some() && link.is_live() {
+                        // The peer may be gone with its last frames
+                        // still unread here (a write to a closed Unix
+                        // socket fails at once; TCP answers with a
+                        // reset): nothing more is written, and the link is
+                        // lost only after they were read (`salvage`, at
+                        // its next service).
+                        link.broken = Some(format!("write failed: {e}"));
+                        self.more = true;
+                    } else {
+                        self.lose(i, ErrorKind::Io, format!("write failed: {e}"));
+                    }
                     return true;
                 }
             }
@@ -839,7 +909,11 @@ impl Inner {
         made
     }
 
-    /// A closed link: flush, shut down, wait for EOF (bounded).
+    /// A closed link: flush, shut down the write half (the peer reads
+    /// our last frames, then EOF), then drop what the peer still sends
+    /// until closing is safe: the peer closed its side, or (TCP) it
+    /// acknowledged everything. Bounded by the linger deadline; a socket
+    /// still unsafe then goes to the lingerer (`reap`).
     fn drain_link(&mut self, i: usize) -> bool {
         let mut made = false;
         match self.flush(i) {
@@ -859,32 +933,16 @@ impl Inner {
                 return true;
             }
         }
-        // Read and drop what the peer still sends, so closing does not
-        // reset the connection under our last frames.
         let link = &mut self.links[i];
-        if let (true, Pipe::Stream(s)) = (link.readable, &link.pipe) {
-            for _ in 0..16 {
-                match s.read_buf(&mut link.input, 64 << 10) {
-                    Ok(0) => {
-                        link.peer_gone = true;
-                        break;
-                    }
-                    Ok(n) => {
-                        link.input.clear();
-                        self.stats.bytes_read += n as u64;
-                        made = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        link.peer_gone = true;
-                        break;
-                    }
-                }
-            }
+        if !link.shut {
+            return made;
         }
-        if link.shut && link.peer_gone {
-            link.phase = LinkPhase::Dead;
-            made = true;
+        if let Pipe::Stream(s) = &link.pipe {
+            // The input buffer is free (the connection is gone): scratch.
+            if linger::safe_to_close(s, &mut link.input) {
+                link.phase = LinkPhase::Dead;
+                made = true;
+            }
         }
         made
     }
@@ -929,35 +987,149 @@ impl Inner {
                 continue;
             }
             let mut link = self.links.remove(i);
-            for r in std::mem::take(&mut link.refs) {
-                self.release_ref(r.op, Some(ErrorKind::Io));
-            }
-            if let Some(conn) = link.conn.take() {
-                self.core.connection_lost(conn, "the transport was closed");
-                self.drain_events();
-            }
-            if let Pipe::Loopback { partner } = link.pipe {
-                if let Some(j) = self.link_index(partner) {
-                    self.links[j].peer_gone = true;
-                }
-                self.loopback = None;
-            }
             if link.registered {
                 if let (Some((registry, _)), Pipe::Stream(s)) = (&self.registry, &mut link.pipe) {
                     let _ = s.deregister(registry);
                 }
             }
+            // What is left to write goes with the socket to the lingerer,
+            // unless the transport failed (nothing more reaches the peer).
+            let failed = link.ended.is_some() || link.broken.is_some() || link.peer_gone;
+            let output = match &link.pipe {
+                Pipe::Stream(_) if !failed && link.has_output() => self.pending_output(&link),
+                _ => Vec::new(),
+            };
+            let handed = !output.is_empty();
+            let refs = std::mem::take(&mut link.refs);
+            let mut partner = None;
+            let mut written = false;
+            match link.pipe {
+                Pipe::Stream(s) => {
+                    // Our last bytes, then EOF; the socket closes once the
+                    // peer has them (at once unless some wait to be
+                    // written, or TCP has them unacknowledged).
+                    let deadline = Instant::now() + self.cfg.linger;
+                    written =
+                        linger::close_when_safe(s, output, link.shut, deadline, &mut link.input);
+                }
+                Pipe::Loopback { partner: p } => partner = Some(p),
+            }
+            // Sends whose payload went to the lingerer count as written.
+            let unsent = (!(handed && written)).then_some(ErrorKind::Io);
+            for r in refs {
+                self.release_ref(r.op, unsent);
+            }
+            if let Some(conn) = link.conn.take() {
+                self.core.connection_lost(conn, "the transport was closed");
+                self.drain_events();
+            }
+            if let Some(partner) = partner {
+                if let Some(j) = self.link_index(partner) {
+                    self.links[j].peer_gone = true;
+                }
+                self.loopback = None;
+            }
         }
         true
     }
 
-    /// The peer closed link `i`.
-    fn lose_eof(&mut self, i: usize) {
-        let why = match self.links[i].phase {
-            LinkPhase::Handshaking => "the peer closed the connection during the handshake",
-            _ => "the peer closed the connection",
+    /// The bytes link `link` has yet to write, in wire order (the output
+    /// with the referred payloads in place).
+    fn pending_output(&self, link: &super::transport::Link) -> Vec<u8> {
+        let total = link.output.len() + link.refs.iter().map(|r| r.range.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(total);
+        let mut pos = 0;
+        for r in &link.refs {
+            out.extend_from_slice(&link.output[pos..r.at]);
+            pos = r.at;
+            match self
+                .ops
+                .get(r.op)
+                .and_then(|e| e.buffer.as_slice().get(r.range.clone()))
+            {
+                Some(p) => out.extend_from_slice(p),
+                // Cannot happen (a referred buffer stays until written);
+                // the stream would be garbage after this point.
+                None => return out,
+            }
+        }
+        out.extend_from_slice(&link.output[pos..]);
+        out
+    }
+
+    /// Reading link `i` ended: EOF (`None`) or a read error. The link is
+    /// lost after the peer's other links were read (`salvage`).
+    fn end_link(&mut self, i: usize, error: Option<io::Error>) {
+        let why = match (&error, self.links[i].phase) {
+            (Some(e), _) => format!("read failed: {e}"),
+            (None, LinkPhase::Handshaking) => {
+                "the peer closed the connection during the handshake".to_owned()
+            }
+            (None, _) => "the peer closed the connection".to_owned(),
         };
-        self.lose(i, ErrorKind::Io, why.to_owned());
+        self.links[i].ended = Some((ErrorKind::Io, why));
+        if !self.salvaging {
+            self.salvage(i);
+        }
+    }
+
+    /// Link `i`'s transport failed (its reading ended, or a write broke).
+    /// Before its peer goes down (which fails everything pending towards
+    /// it), every byte the kernel still holds from that peer is taken in:
+    /// the rest of this link's input after a broken write (the kernel
+    /// returns what arrived before the EOF or reset), and the input of the
+    /// peer's other links. Frames on different connections are not
+    /// ordered, so a message that arrived whole on one of them must not be
+    /// lost because another ended first. Then every link found ended or
+    /// broken meanwhile is lost.
+    fn salvage(&mut self, i: usize) {
+        self.salvaging = true;
+        let peer = self.links[i]
+            .conn
+            .and_then(|c| self.core.connection_peer(c));
+        self.read_rest(i);
+        if let Some(peer) = peer {
+            for j in 0..self.links.len() {
+                let same = self.links[j]
+                    .conn
+                    .is_some_and(|c| self.core.connection_peer(c) == Some(peer));
+                if j != i && same {
+                    self.read_rest(j);
+                }
+            }
+        }
+        self.salvaging = false;
+        for j in 0..self.links.len() {
+            let link = &mut self.links[j];
+            if !link.is_live() {
+                continue;
+            }
+            let failed = link
+                .ended
+                .clone()
+                .or_else(|| link.broken.clone().map(|why| (ErrorKind::Io, why)));
+            if let Some((kind, why)) = failed {
+                self.lose(j, kind, why);
+            }
+        }
+    }
+
+    /// Reads everything link `j`'s socket holds (bounded, against a peer
+    /// that never stops sending), until it would block or ends.
+    fn read_rest(&mut self, j: usize) {
+        let link = &self.links[j];
+        if !link.is_live() || link.ended.is_some() || link.stream().is_none() {
+            return;
+        }
+        let mut left = SALVAGE_LIMIT;
+        while left > 0 {
+            let before = self.stats.bytes_read;
+            if !self.read_link(j, left) {
+                return;
+            }
+            let n = (self.stats.bytes_read - before) as usize;
+            left = left.saturating_sub(n.max(1));
+        }
     }
 
     /// Link `i`'s transport failed: the core fails everything pending
@@ -1239,10 +1411,7 @@ impl Inner {
 
     /// Whether a graceful close has nothing left to wait for.
     fn quiesced(&self) -> bool {
-        self.core.stats().connections == 0
-            && self.links.iter().all(|l| {
-                l.phase == LinkPhase::Dead || (l.phase == LinkPhase::Draining && !l.has_output())
-            })
+        self.core.stats().connections == 0 && self.links.iter().all(|l| l.phase == LinkPhase::Dead)
     }
 
     /// Ends everything at once: transports closed, pending operations

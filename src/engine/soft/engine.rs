@@ -42,7 +42,10 @@ pub struct SoftConfig {
     /// long is dropped. Default 10 s.
     pub handshake_timeout: Duration,
     /// How long a connection the protocol closed may take to flush its
-    /// last frames and see the peer's EOF. Default 1 s.
+    /// last frames and see them safely with the peer (its EOF, or every
+    /// byte acknowledged); a socket still unsafe then is held open as long
+    /// again by a background thread, so bytes of completed sends are not
+    /// dropped under a peer that is slow to read. Default 1 s.
     pub linger: Duration,
     /// `TCP_USER_TIMEOUT`: a peer that acknowledges nothing for this long
     /// is declared dead (its pending operations fail). `None` keeps the

@@ -43,6 +43,7 @@
 //! | `endpoint` (edge) | [`SoftEndpoint`]: the contract, locking, progress, connect and close |
 //! | `transport` (edge) | listeners, streams (TCP, Unix), non-blocking reads and vectored writes |
 //! | `loopback` (edge) | the endpoint reaching itself without a socket |
+//! | `linger` (edge) | TCP sockets held open after their link until the peer has our bytes |
 //! | `optable` (edge) | live operations' buffers by id, completion routing |
 //!
 //! # Guarantees
@@ -66,6 +67,7 @@ mod engine;
 pub mod epid;
 #[doc(hidden)]
 pub mod fuzzing;
+mod linger;
 mod loopback;
 pub mod matcher;
 mod optable;
@@ -73,6 +75,8 @@ pub mod protocol;
 mod transport;
 pub mod wire;
 
+#[cfg(test)]
+mod close_tests;
 #[cfg(test)]
 mod direct_tests;
 #[cfg(test)]

@@ -35,7 +35,14 @@
 //!   [`connection_lost`](SoftCore::connection_lost).
 //! * **Failures.** When a socket fails or reaches EOF, call
 //!   `connection_lost`: the connection's peer goes down and every pending
-//!   operation towards it completes with an error.
+//!   operation towards it completes with an error. Frames on different
+//!   connections of one peer are not ordered, so feed the input the peer's
+//!   other connections already have first.
+//! * **Graceful close.** [`shutdown`](SoftCore::shutdown) or
+//!   [`close_peer`](SoftCore::close_peer): each connection says Bye once
+//!   nothing is in flight on it. A Bye received closes that connection
+//!   alone (what of ours is left on it fails); the peer goes down with its
+//!   last connection, so messages on its other ones still arrive.
 //!
 //! # Credit and back-pressure
 //!
@@ -557,9 +564,18 @@ impl SoftCore {
                     return Err(e);
                 }
             };
-            if let Err(e) = self.on_frame(conn, frame) {
-                self.close_conn(conn, e.clone());
-                return Err(e);
+            match self.on_frame(conn, frame) {
+                Ok(()) => {}
+                Err(ConnError::PeerClosed) => {
+                    // Nothing follows a Bye on this connection.
+                    input.clear();
+                    self.on_bye(conn);
+                    return Err(ConnError::PeerClosed);
+                }
+                Err(e) => {
+                    self.close_conn(conn, e.clone());
+                    return Err(e);
+                }
             }
         }
     }
@@ -1149,6 +1165,7 @@ impl SoftCore {
                 args: am.args,
                 payload: am.payload,
             }),
+            // A graceful close of this connection alone (`on_bye`).
             Frame::Bye => return Err(ConnError::PeerClosed),
             Frame::Hello(_) | Frame::HelloAck(_) | Frame::Refuse(_) => {
                 return Err(Violation::UnexpectedFrame(frame.kind()).into())
@@ -1340,66 +1357,90 @@ impl SoftCore {
 
     // ----- closing -------------------------------------------------------
 
-    /// Closes one connection with `error`, failing its operations; when it
-    /// carried a peer, the whole peer goes down.
-    fn close_conn(&mut self, id: ConnId, error: ConnError) {
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return;
-        };
+    /// Marks `id` closed and reports it (`ConnectionClosed` with
+    /// `error`): its credit goes back to the pool and the operations still
+    /// on it fail with `fail`. `None` when it was closed already, else the
+    /// peer it carried (if any).
+    fn retire(
+        &mut self,
+        id: ConnId,
+        error: Option<ConnError>,
+        fail: ErrorKind,
+    ) -> Option<Option<PeerAddr>> {
+        let conn = self.conns.get_mut(&id)?;
         if conn.phase == ConnPhase::Closed {
-            return;
+            return None;
         }
         conn.phase = ConnPhase::Closed;
         conn.direct = None;
-        // Only a Refuse is worth flushing from a failed connection.
-        conn.control.retain(|c| matches!(c.frame, Frame::Refuse(_)));
         self.granted -= conn.rx.eager;
         conn.rx = Credit::default();
         conn.give = Credit::default();
-        let failed = conn.take_ops(error.kind());
+        let failed = conn.take_ops(fail);
         let peer = conn.peer;
         self.pool_dirty = true;
-        self.events.push_back(Event::ConnectionClosed {
-            conn: id,
-            error: Some(error.clone()),
-        });
+        self.events
+            .push_back(Event::ConnectionClosed { conn: id, error });
         for (op, status) in failed {
             self.complete(op, status);
         }
-        if let Some(peer) = peer {
-            self.peer_down(peer, id, Some(error));
+        Some(peer)
+    }
+
+    /// Closes one connection with `error`, failing its operations; when it
+    /// carried a peer, the whole peer goes down.
+    fn close_conn(&mut self, id: ConnId, error: ConnError) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            // Only a Refuse is worth flushing from a failed connection.
+            conn.control.retain(|c| matches!(c.frame, Frame::Refuse(_)));
+        }
+        if let Some(Some(peer)) = self.retire(id, Some(error.clone()), error.kind()) {
+            self.peer_down(peer, id, error, true);
         }
     }
 
-    /// After a graceful Bye on `id`.
+    /// After our Bye on `id` (it was drained: nothing of ours is left on
+    /// it).
     fn finish_graceful(&mut self, id: ConnId) {
-        let Some(conn) = self.conns.get_mut(&id) else {
+        if let Some(Some(peer)) = self.retire(id, None, ErrorKind::Canceled) {
+            self.peer_down(peer, id, ConnError::Closed, false);
+        }
+    }
+
+    /// The peer said Bye on `id`: everything it sent on this connection
+    /// has arrived, and it reads nothing more there. Only this connection
+    /// closes: what of ours is still on it fails (the peer will not serve
+    /// it), and the peer goes down when this was its last connection.
+    /// Frames on different connections are not ordered, so the peer's
+    /// other connections may still carry messages (sent before its Bye
+    /// here); they are delivered as they arrive, up to their own Bye.
+    fn on_bye(&mut self, id: ConnId) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.control.clear();
+        }
+        let error = ConnError::PeerClosed;
+        let Some(peer) = self.retire(id, Some(error.clone()), error.kind()) else {
             return;
         };
-        conn.phase = ConnPhase::Closed;
-        self.granted -= conn.rx.eager;
-        conn.rx = Credit::default();
-        conn.give = Credit::default();
-        let peer = conn.peer;
-        self.pool_dirty = true;
-        self.events.push_back(Event::ConnectionClosed {
-            conn: id,
-            error: None,
-        });
+        // Rendezvous requests that came on it can no longer be served.
+        let stale = self
+            .matcher
+            .remove_unexpected_if(|u| matches!(u.payload, Pending::Rts { conn, .. } if conn == id));
+        drop(stale);
         if let Some(peer) = peer {
-            self.peer_down(peer, id, None);
+            self.peer_down(peer, id, error, false);
         }
     }
 
-    /// Connection `gone` of `peer` closed. A failure takes the whole peer
-    /// down (its other connections close with the same error); a graceful
-    /// close does when it was the last connection.
-    fn peer_down(&mut self, peer: PeerAddr, gone: ConnId, error: Option<ConnError>) {
+    /// Connection `gone` of `peer` closed with `error`. A `failure` takes
+    /// the whole peer down (its other connections close with the same
+    /// error); a graceful close does when it was the last connection.
+    fn peer_down(&mut self, peer: PeerAddr, gone: ConnId, error: ConnError, failure: bool) {
         let Some(p) = self.peers.get_mut(&peer) else {
             return;
         };
         p.conns.retain(|c| *c != gone);
-        if error.is_none() && !p.conns.is_empty() {
+        if !failure && !p.conns.is_empty() {
             if p.send_conn == Some(gone) {
                 p.send_conn = p.conns.first().copied();
             }
@@ -1408,7 +1449,6 @@ impl SoftCore {
         let was_up = p.send_conn.take().is_some();
         let siblings = std::mem::take(&mut p.conns);
         let epid = p.epid;
-        let error = error.unwrap_or(ConnError::Closed);
         if was_up {
             self.events.push_back(Event::PeerDown {
                 peer,

@@ -1024,6 +1024,98 @@ fn graceful_close_waits_for_transfers_then_says_bye() {
     ));
 }
 
+/// Two nodes that dialed each other: the peer has two connections, and
+/// node 0 sends on one of them only.
+fn crossed_pair() -> Net {
+    let mut net = Net::new(&[small(), small()]);
+    net.dial(0, 1);
+    net.dial(1, 0);
+    net.run();
+    assert_eq!(net.nodes[0].connected.len(), 2);
+    assert_eq!(net.nodes[1].connected.len(), 2);
+    net
+}
+
+/// Moves everything node `n` has to send on every link into flight.
+fn transmit_all(net: &mut Net, n: usize) {
+    for l in 0..net.links.len() {
+        let d = usize::from(net.links[l].ends[1].0 == n);
+        while net.transmit(l, d, 1 << 16) > 0 {}
+    }
+}
+
+/// Delivers everything in flight from node `n` on link `l`.
+fn deliver_from(net: &mut Net, l: usize, n: usize) {
+    let d = usize::from(net.links[l].ends[1].0 == n);
+    net.deliver(l, d, usize::MAX);
+}
+
+#[test]
+fn bye_on_one_connection_leaves_the_others_delivering() {
+    // Frames on different connections are not ordered: the Bye of the
+    // connection that carried nothing may be read before the messages
+    // on the other one. They must still arrive (the regression: the Bye
+    // took the whole peer down and the messages were lost unread).
+    for first in [0, 1] {
+        let mut net = crossed_pair();
+        let p = net.peer(0, 1);
+        let r_eager = net.nodes[1].recv(TagMatch::exact(1), 64);
+        let s_eager = net.nodes[0].send(p, 1, data(30, 1), SendMode::Standard);
+        transmit_all(&mut net, 0);
+        assert_eq!(
+            net.nodes[0].status(s_eager).error,
+            None,
+            "eager: complete once in the transmit buffer"
+        );
+        net.nodes[0].core.shutdown();
+        transmit_all(&mut net, 0);
+        assert_eq!(net.nodes[0].closed.len(), 2, "Bye on both connections");
+        deliver_from(&mut net, first, 0);
+        if !net.nodes[1].done.contains_key(&r_eager) {
+            // The message is on the other connection: the peer stays up
+            // with it, though its first connection said Bye.
+            assert!(net.nodes[1].down.is_empty(), "first {first}");
+            assert!(matches!(
+                &net.nodes[1].closed[..],
+                [(_, Some(ConnError::PeerClosed))]
+            ));
+        }
+        deliver_from(&mut net, 1 - first, 0);
+        let got = &net.nodes[1].done[&r_eager];
+        assert_eq!((got.status.error, &got.data), (None, &data(30, 1)));
+        assert!(
+            matches!(&net.nodes[1].down[..], [(_, ConnError::PeerClosed)]),
+            "one PeerDown, after the last Bye: {:?}",
+            net.nodes[1].down
+        );
+        assert_eq!(net.nodes[1].closed.len(), 2);
+        assert!(!net.nodes[1].core.is_peer_up(net.peer(1, 0)));
+    }
+}
+
+#[test]
+fn bye_fails_what_is_left_on_its_connection_only() {
+    let mut net = crossed_pair();
+    let p = net.peer(1, 0);
+    // Node 1 sends a rendezvous message node 0 never receives; node 0
+    // closes (its connections are drained: the Rts waits in its queue).
+    let s = net.nodes[1].send(p, 5, data(500, 3), SendMode::Standard);
+    net.run();
+    assert_eq!(net.nodes[0].core.stats().unexpected_msgs, 1);
+    assert!(!net.nodes[1].done.contains_key(&s));
+    net.nodes[0].core.shutdown();
+    transmit_all(&mut net, 0);
+    for l in 0..2 {
+        deliver_from(&mut net, l, 0);
+    }
+    let st = net.nodes[1].status(s);
+    assert_eq!(st.error, Some(ErrorKind::Io), "{st:?}");
+    assert!(matches!(
+        &net.nodes[1].down[..],
+        [(_, ConnError::PeerClosed)]
+    ));
+}
+
 #[test]
 fn shutdown_closes_handshaking_connections_at_once() {
     let mut net = Net::new(&[small(), small()]);

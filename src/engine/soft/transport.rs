@@ -121,6 +121,47 @@ impl Stream {
         };
     }
 
+    /// Reads and drops what the socket holds, at most about `limit`
+    /// bytes (`scratch` is the buffer, cleared after every read).
+    pub fn discard_input(&self, scratch: &mut BytesMut, limit: usize) -> Drained {
+        let mut total = 0;
+        while total < limit {
+            scratch.clear();
+            match self.read_buf(scratch, DISCARD_READ) {
+                Ok(0) => return Drained::PeerGone,
+                Ok(n) => total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Drained::Empty,
+                // Reset and the like: nothing more will come.
+                Err(_) => return Drained::PeerGone,
+            }
+        }
+        scratch.clear();
+        Drained::More
+    }
+
+    /// Bytes written that the peer's kernel has not acknowledged yet
+    /// (TCP; the FIN counts as one). Closing a TCP socket with such bytes
+    /// is safe only while the peer sends nothing more: data arriving at a
+    /// closed socket makes the kernel reset the connection and drop what
+    /// it had not sent. Always 0 for Unix sockets, where a write puts the
+    /// bytes straight into the peer's receive queue (they stay readable
+    /// after we close), and when the kernel cannot say.
+    pub fn unacked(&self) -> usize {
+        let Stream::Tcp(s) = self else {
+            return 0;
+        };
+        let mut n: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ on a TCP socket) writes one `c_int`
+        // through the pointer, which points at a live local `c_int`; the
+        // descriptor is an open socket owned by `s` for the call.
+        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+        if rc == 0 {
+            usize::try_from(n).unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
     /// How a non-blocking connect is doing (Unix sockets connect at once).
     pub fn connect_state(&self) -> ConnectState {
         let Stream::Tcp(s) = self else {
@@ -173,6 +214,20 @@ impl Stream {
     }
 }
 
+/// Size of one read that drops what it reads.
+const DISCARD_READ: usize = 64 << 10;
+
+/// What [`Stream::discard_input`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drained {
+    /// Nothing more to read for now.
+    Empty,
+    /// The limit was reached; more may wait.
+    More,
+    /// End of stream or an error: the peer sends nothing more.
+    PeerGone,
+}
+
 /// Reads from `fd` into the spare capacity of `buf`.
 fn read_spare(fd: RawFd, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
     buf.reserve(want);
@@ -222,6 +277,24 @@ pub(crate) fn poll_now(fds: &mut [libc::pollfd]) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// `poll(2)` waiting at most `timeout` (interrupted calls count as
+/// events: the caller looks again).
+pub(crate) fn poll_for(fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: as in `poll_now`: a live slice of pollfd structs and its
+    // exact length; poll(2) only writes their `revents`.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::Interrupted {
+        Ok(0)
+    } else {
+        Err(e)
     }
 }
 
@@ -445,6 +518,12 @@ pub(crate) struct Link {
     pub peer_gone: bool,
     /// The write half is shut down (draining).
     pub shut: bool,
+    /// A write failed with this error: nothing more is written; what the
+    /// peer sent before is still read (the endpoint's `salvage`).
+    pub broken: Option<String>,
+    /// Reading ended (EOF or a read error, and why): the link is lost once
+    /// the peer's other links were read (the endpoint's `salvage`).
+    pub ended: Option<(crate::ErrorKind, String)>,
     /// Registered with the auto thread's poll.
     pub registered: bool,
     /// Bytes composed for it this round (see `SoftConfig::write_budget`).
@@ -478,6 +557,8 @@ impl Link {
             read_size: FIRST_READ,
             peer_gone: false,
             shut: false,
+            broken: None,
+            ended: None,
             registered: false,
             round_out: 0,
             readable: true,
