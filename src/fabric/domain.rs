@@ -21,7 +21,9 @@
 //!
 //! Operations reach the engine endpoint through a [`PeerGate`], which
 //! refuses posts towards peers the domain's [`PeerBook`] knows dead; the
-//! reactor progresses the endpoint itself.
+//! message operations' MQ posts and polls, on every small message's path,
+//! skip that layer ([`DomainCore::direct`]) and ask the book themselves.
+//! The reactor progresses the endpoint itself.
 //!
 //! Closing ([`Domain::close`], or dropping the last handle), in order (§9):
 //! say bye to the peers the watch knows (so they fail what waits for this
@@ -64,6 +66,10 @@ pub(crate) struct DomainCore {
     fabric: Arc<FabricCore>,
     info: Info,
     engine: Arc<dyn EngineEndpoint>,
+    /// The same endpoint without the gate, for the message operations'
+    /// posts and polls, which ask the peer book themselves (one layer less
+    /// on every small message).
+    direct: Arc<dyn EngineEndpoint>,
     reactor: Reactor,
     am_msg: Arc<AmMsgQueue>,
     /// RMA and atomics; `None` when the engine cannot carry them (fewer
@@ -113,6 +119,14 @@ impl DomainCore {
     /// The engine endpoint every operation goes through.
     pub(crate) fn engine(&self) -> &Arc<dyn EngineEndpoint> {
         &self.engine
+    }
+
+    /// The engine endpoint without the [`PeerGate`]: for the MQ posts and
+    /// polls of `ops/`, which ask [`peers`](Self::peers) before posting
+    /// towards a peer.
+    #[inline]
+    pub(crate) fn direct(&self) -> &Arc<dyn EngineEndpoint> {
+        &self.direct
     }
 
     /// The reactor that progresses it.
@@ -397,7 +411,7 @@ impl Domain {
         // Then the peer watch's handler (last: it may be missing).
         am_msg.set_book(peers.clone());
         let watch = PeerWatch::register(
-            raw_engine,
+            raw_engine.clone(),
             peers.clone(),
             config.timeout(),
             am_msg.clone(),
@@ -449,6 +463,7 @@ impl Domain {
                 fabric,
                 info: info.clone(),
                 engine,
+                direct: raw_engine,
                 reactor,
                 am_msg,
                 rma,

@@ -45,7 +45,8 @@ pub(crate) fn inject_mq(
     data: &[u8],
 ) -> Result<()> {
     let domain = ep.domain();
-    domain.engine().inject(peer, tag, data)?;
+    domain.peers().refuse(peer, "inject")?;
+    domain.direct().inject(peer, tag, data)?;
     domain.reactor().notify();
     counted(ep);
     Ok(())
@@ -60,7 +61,7 @@ pub(crate) fn inject_am(ep: &Arc<EndpointCore>, peer: PeerAddr, data: &[u8]) -> 
     match domain.am_msg().send(peer, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            drop(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false));
+            drop(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false, None));
             counted(ep);
             Ok(())
         }

@@ -3,8 +3,8 @@
 //! for the auto thread; dropping it before completion is always safe.
 //!
 //! # Dead peers
-//! An MQ send or directed receive knows its peer (the domain's engine gate
-//! hands it over at the post, `fabric/peer_watch`). Once its future has
+//! An MQ send or directed receive knows its peer (the posting code names
+//! it, `ops/submit.rs`). Once its future has
 //! been pending a while — [`REGISTER_AFTER`] polls in manual progress, the
 //! first pending poll in auto progress, where the task is about to sleep —
 //! it registers with the domain's peer book, which tells it (and wakes its
@@ -16,7 +16,7 @@
 
 use super::outcome::OpName;
 use crate::engine::{MqCompletion, MqStatus, OpBuffer};
-use crate::fabric::peer_watch::{take_handoff, Death, Doomed, PeerRef};
+use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::EndpointCore;
 use crate::reactor::{CompletionTable, OpKey};
 use crate::{Error, ErrorKind};
@@ -147,14 +147,16 @@ impl std::fmt::Debug for OpToken {
 }
 
 impl PendingOp {
-    /// The op posted under `key`; call right after the post (an MQ op
-    /// picks up its peer from the engine gate's hand-off then).
-    pub(crate) fn new(ep: Arc<EndpointCore>, key: OpKey, carrier: Carrier, receive: bool) -> Self {
-        let peer = match carrier {
-            Carrier::Mq => take_handoff(key),
-            // The AM queue ends its operations with a dead peer itself.
-            Carrier::AmMsg => None,
-        };
+    /// The op posted under `key`. `peer`: the peer of an MQ send or
+    /// directed receive, whose death ends the op (`None` for any-source
+    /// receives, and for AM-queue ops, which the queue ends itself).
+    pub(crate) fn new(
+        ep: Arc<EndpointCore>,
+        key: OpKey,
+        carrier: Carrier,
+        receive: bool,
+        peer: Option<PeerRef>,
+    ) -> Self {
         PendingOp {
             ep,
             key,
@@ -183,7 +185,7 @@ impl PendingOp {
             // The engine's fast path: in manual mode it tests this one
             // request instead of running a whole progress round.
             Carrier::Mq => domain
-                .engine()
+                .direct()
                 .poll_completion(domain.reactor(), self.key, cx),
             Carrier::AmMsg => domain
                 .reactor()

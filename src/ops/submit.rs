@@ -4,6 +4,7 @@
 use super::outcome::OpName;
 use super::pending::{release_unposted, Carrier, PendingOp};
 use crate::engine::{OpBuffer, PeerAddr, SendMode, TagMatch};
+use crate::fabric::peer_watch::{directed, PeerRef};
 use crate::fabric::{Caps, EndpointCore};
 use crate::{Error, ErrorKind, Result};
 use std::sync::Arc;
@@ -81,7 +82,7 @@ fn read_only_error(op: OpName) -> Error {
     )
 }
 
-/// Posts an MQ send.
+/// Posts an MQ send (refused at once towards a dead peer).
 pub(crate) fn mq_send(
     ep: &Arc<EndpointCore>,
     peer: PeerAddr,
@@ -89,15 +90,24 @@ pub(crate) fn mq_send(
     buf: OpBuffer,
 ) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
     let domain = ep.domain();
+    if let Err(e) = domain.peers().refuse(peer, "send") {
+        return Err((e, buf));
+    }
     let table = domain.table();
     let key = table.insert();
     match domain
-        .engine()
+        .direct()
         .isend(peer, tag, SendMode::Standard, buf, key)
     {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::Mq, false))
+            Ok(PendingOp::new(
+                ep.clone(),
+                key,
+                Carrier::Mq,
+                false,
+                Some(PeerRef::Peer(peer)),
+            ))
         }
         Err(e) => {
             release_unposted(table, key);
@@ -106,19 +116,32 @@ pub(crate) fn mq_send(
     }
 }
 
-/// Posts an MQ receive.
+/// Posts an MQ receive (a directed one is refused at once when its peer
+/// is dead).
 pub(crate) fn mq_recv(
     ep: &Arc<EndpointCore>,
     tags: TagMatch,
     buf: OpBuffer,
 ) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
     let domain = ep.domain();
+    let from = directed(&tags);
+    if let Some(epid) = from {
+        if let Err(e) = domain.peers().refuse_epid(epid, "recv") {
+            return Err((e, buf));
+        }
+    }
     let table = domain.table();
     let key = table.insert();
-    match domain.engine().irecv(tags, buf, key) {
+    match domain.direct().irecv(tags, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::Mq, true))
+            Ok(PendingOp::new(
+                ep.clone(),
+                key,
+                Carrier::Mq,
+                true,
+                from.map(PeerRef::Epid),
+            ))
         }
         Err(e) => {
             release_unposted(table, key);
@@ -139,7 +162,7 @@ pub(crate) fn am_send(
     match domain.am_msg().send(peer, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false))
+            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false, None))
         }
         Err(e) => {
             release_unposted(table, key);
@@ -160,7 +183,7 @@ pub(crate) fn am_recv(
     match domain.am_msg().recv(from, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, true))
+            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, true, None))
         }
         Err(e) => {
             release_unposted(table, key);

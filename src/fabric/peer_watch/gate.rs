@@ -8,17 +8,15 @@
 //!   tag) fail at once with the book's `Io` error, the buffer handed back;
 //! * `am_request` errors that mean the peer is gone (`Io`, `TimedOut`,
 //!   `ConnRefused`) declare it dead;
-//! * `connect` results teach the book the peer handles' epids;
-//! * `isend` and directed `irecv` leave the peer of the key they posted in
-//!   a thread-local *hand-off*, which the operation built right after the
-//!   post picks up ([`take_handoff`]): that is how a pending MQ operation
-//!   knows its peer without the posting code passing it along (and without
-//!   any map per operation).
+//! * `connect` results teach the book the peer handles' epids.
 //!
-//! The cost on a live peer: one relaxed load and one thread-local store
-//! per post.
+//! The cost on a live peer: one relaxed load per post. The message
+//! operations (`ops/submit.rs`, `ops/inject.rs`) make the same check
+//! themselves and post on the endpoint directly, one call layer less on
+//! the small-message path; they also give each pending MQ operation its
+//! peer ([`directed`] names a directed receive's).
 
-use super::book::{PeerBook, PeerRef};
+use super::book::PeerBook;
 use super::core::Evidence;
 use crate::engine::{
     AmHandler, AmHandlerId, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion, MqStatus,
@@ -27,59 +25,15 @@ use crate::engine::{
 use crate::fabric::MSG_BIT;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource, Reactor};
 use crate::{ErrorKind, Result};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// The last post of this thread: its key and peer.
-#[derive(Clone, Copy)]
-struct Handoff {
-    key: u64,
-    /// 0: none, 1: a peer handle, 2: a masked epid.
-    what: u8,
-    value: u64,
-}
-
-thread_local! {
-    static HANDOFF: Cell<Handoff> = const { Cell::new(Handoff { key: 0, what: 0, value: 0 }) };
-}
-
-#[inline]
-fn hand_over(key: OpKey, peer: PeerRef) {
-    let (what, value) = match peer {
-        PeerRef::Peer(p) => (1, p.0),
-        PeerRef::Epid(e) => (2, e),
-    };
-    HANDOFF.with(|h| {
-        h.set(Handoff {
-            key: key.to_u64(),
-            what,
-            value,
-        })
-    });
-}
-
-/// The peer the gate last posted `key` towards on this thread, if `key`
-/// was that post (call right after the post returned).
-#[inline]
-pub(crate) fn take_handoff(key: OpKey) -> Option<PeerRef> {
-    let h = HANDOFF.with(Cell::get);
-    if h.key != key.to_u64() {
-        return None;
-    }
-    match h.what {
-        1 => Some(PeerRef::Peer(PeerAddr(h.value))),
-        2 => Some(PeerRef::Epid(h.value)),
-        _ => None,
-    }
-}
 
 /// The sender epid a receive matches, if it is a directed untagged MQ
 /// receive (`TagMatch::exact(MSG_BIT | epid)`; tagged receives never carry
 /// the reserved bit 63).
 #[inline]
-fn directed(tags: &TagMatch) -> Option<u64> {
+pub(crate) fn directed(tags: &TagMatch) -> Option<u64> {
     (tags.select == u64::MAX && tags.tag & MSG_BIT != 0).then_some(tags.tag & !MSG_BIT)
 }
 
@@ -162,7 +116,6 @@ impl<E: EngineEndpoint> EngineEndpoint for PeerGate<E> {
         if let Err(error) = self.book.refuse(peer, "send") {
             return Err(PostError { error, buffer });
         }
-        hand_over(op, PeerRef::Peer(peer));
         self.inner.isend(peer, tag, mode, buffer, op)
     }
 
@@ -177,7 +130,6 @@ impl<E: EngineEndpoint> EngineEndpoint for PeerGate<E> {
             if let Err(error) = self.book.refuse_epid(epid, "recv") {
                 return Err(PostError { error, buffer });
             }
-            hand_over(op, PeerRef::Epid(epid));
         }
         self.inner.irecv(tags, buffer, op)
     }
@@ -258,21 +210,5 @@ mod tests {
         );
         assert_eq!(directed(&TagMatch::exact(0x42)), None, "tagged");
         assert_eq!(directed(&TagMatch::ANY), None);
-    }
-
-    #[test]
-    fn the_handoff_names_only_its_own_key() {
-        let t = CompletionTable::<()>::new();
-        let (a, b) = (t.insert(), t.insert());
-        hand_over(a, PeerRef::Peer(PeerAddr(9)));
-        assert_eq!(take_handoff(b), None);
-        assert_eq!(take_handoff(a), Some(PeerRef::Peer(PeerAddr(9))));
-        hand_over(b, PeerRef::Epid(5));
-        assert_eq!(take_handoff(b), Some(PeerRef::Epid(5)));
-        assert_eq!(take_handoff(a), None);
-        // Another thread has its own.
-        std::thread::scope(|s| {
-            s.spawn(|| assert_eq!(take_handoff(b), None));
-        });
     }
 }
