@@ -50,9 +50,7 @@ use psmrail::{Error, ErrorKind};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::{BufRead, Write};
-use std::pin::Pin;
 use std::sync::mpsc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// How long one command may take (a 16 MiB transfer in a debug build
@@ -235,18 +233,7 @@ impl Side {
 
     /// Polls `f` (progressing) until it resolves or `within` passes.
     fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
-        let deadline = Instant::now() + within;
-        let waker = futures::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            if let Poll::Ready(v) = Pin::new(&mut *f).poll(&mut cx) {
-                return Some(v);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            self.idle();
-        }
+        scenario::poll_for(f, within, || self.idle())
     }
 
     fn close(self) {
@@ -1073,21 +1060,7 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
         assert_eq!(buf.len(), 64, "the directed receive's buffer comes back");
     }
     // The posted send: an error entry with its context.
-    let deadline = Instant::now() + DEAD_BOUND;
-    let entry = loop {
-        if let Some(e) = side.cq.readerr() {
-            break e;
-        }
-        assert!(
-            side.cq.read().expect("cq").is_none(),
-            "a send to a dead peer completed successfully"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no CQ entry for a posted send {DEAD_BOUND:?} after the peer died"
-        );
-        side.idle();
-    };
+    let entry = scenario::error_entry_within(&side.cq, DEAD_BOUND, || side.idle(), "a posted send");
     assert_eq!(entry.context, 0xc0ffee);
     expect_gone::<()>(Err(entry.error), "a posted send");
     eprintln!(

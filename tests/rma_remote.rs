@@ -65,9 +65,7 @@ use psmrail::{Error, ErrorKind};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io::{BufRead, Write};
-use std::pin::Pin;
 use std::sync::mpsc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// How long one command may take (a 64 MiB hash in a debug build included).
@@ -193,18 +191,7 @@ impl Side {
 
     /// Polls `f` (progressing) until it resolves or `within` passes.
     fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
-        let deadline = Instant::now() + within;
-        let waker = futures::task::noop_waker();
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            if let Poll::Ready(v) = Pin::new(&mut *f).poll(&mut cx) {
-                return Some(v);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            self.idle();
-        }
+        scenario::poll_for(f, within, || self.idle())
     }
 
     fn close(self) {
@@ -947,21 +934,8 @@ fn dead_target_with(test: &str, side: &Side, remote: &mut Remote, close: bool) {
         expect_gone(r, what);
         assert_eq!(buf.len(), *len, "{what}: the buffer comes back");
     }
-    let deadline = Instant::now() + DEAD_BOUND;
-    let entry = loop {
-        if let Some(e) = side.cq.readerr() {
-            break e;
-        }
-        assert!(
-            side.cq.read().expect("cq").is_none(),
-            "a write to a dead peer completed successfully"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no CQ entry for a posted write {DEAD_BOUND:?} after the peer died"
-        );
-        side.idle();
-    };
+    let entry =
+        scenario::error_entry_within(&side.cq, DEAD_BOUND, || side.idle(), "a posted write");
     assert_eq!(entry.context, 0xbeef);
     assert_eq!(
         entry.buffer.map(|b| b.len()),

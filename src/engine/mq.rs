@@ -62,6 +62,27 @@ pub struct MqStatus {
     pub error: Option<ErrorKind>,
 }
 
+impl MqStatus {
+    /// The status of a request that ended with `error` before moving any
+    /// byte (a cancelled receive, a send to a dead peer, a closed endpoint).
+    ///
+    /// ```
+    /// use psmrail::engine::MqStatus;
+    /// use psmrail::ErrorKind;
+    /// let s = MqStatus::failed(7, ErrorKind::Canceled);
+    /// assert_eq!((s.tag, s.nbytes, s.error), (7, 0, Some(ErrorKind::Canceled)));
+    /// ```
+    pub fn failed(tag: u64, error: ErrorKind) -> MqStatus {
+        MqStatus {
+            tag,
+            msg_len: 0,
+            nbytes: 0,
+            source: None,
+            error: Some(error),
+        }
+    }
+}
+
 /// A finished MQ request: its status and the memory it was given.
 #[derive(Debug)]
 pub struct MqCompletion {

@@ -47,13 +47,7 @@ impl Doomed for OpToken {
 /// up: no bytes, `Io`, an empty buffer (the engine keeps the real one).
 pub(crate) fn dead_completion() -> MqCompletion {
     MqCompletion {
-        status: MqStatus {
-            tag: 0,
-            msg_len: 0,
-            nbytes: 0,
-            source: None,
-            error: Some(ErrorKind::Io),
-        },
+        status: MqStatus::failed(0, ErrorKind::Io),
         buffer: OpBuffer::empty(),
     }
 }
@@ -78,10 +72,7 @@ pub(crate) fn peer_error(
             return Some(d.error(op.as_str()));
         }
     }
-    if !matches!(
-        kind,
-        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused
-    ) {
+    if !crate::fabric::peer_watch::peer_gone(kind) {
         return None;
     }
     let r = peer.or(status.source.map(PeerRef::Peer))?;

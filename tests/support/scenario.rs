@@ -43,3 +43,50 @@ pub fn launch_solo(test: &str, native: bool, limit: Duration) {
     let status = Peer::spawn(test, "solo", &env).wait(limit);
     assert!(status.success(), "{test}: the scenario failed: {status}");
 }
+
+/// Polls `f` until it resolves or `within` passes, calling `idle` (a
+/// progress call) between polls.
+pub fn poll_for<F: std::future::Future + Unpin>(
+    f: &mut F,
+    within: Duration,
+    idle: impl Fn(),
+) -> Option<F::Output> {
+    let deadline = std::time::Instant::now() + within;
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(v) = std::pin::Pin::new(&mut *f).poll(&mut cx) {
+            return Some(v);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        idle();
+    }
+}
+
+/// The next error entry of `cq` within `within`, calling `idle` between
+/// reads; panics naming `what` if a success entry comes instead or
+/// nothing comes in time.
+pub fn error_entry_within(
+    cq: &psmrail::fabric::CompletionQueue,
+    within: Duration,
+    idle: impl Fn(),
+    what: &str,
+) -> psmrail::fabric::CqErrEntry {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(e) = cq.readerr() {
+            return e;
+        }
+        assert!(
+            cq.read().expect("cq").is_none(),
+            "{what} towards a dead peer completed successfully"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no CQ entry for {what} {within:?} after the peer died"
+        );
+        idle();
+    }
+}

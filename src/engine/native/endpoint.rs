@@ -473,13 +473,7 @@ impl NativeEndpoint {
                 source: None,
                 error,
             },
-            OpKind::CancelledRecv => MqStatus {
-                tag: entry.tag,
-                msg_len: 0,
-                nbytes: 0,
-                source: None,
-                error: Some(ErrorKind::Canceled),
-            },
+            OpKind::CancelledRecv => MqStatus::failed(entry.tag, ErrorKind::Canceled),
             OpKind::Recv => {
                 rendezvous = peeked.msg_length as usize > self.limits.eager_threshold;
                 let source = match peeked.peer {
@@ -922,13 +916,7 @@ impl NativeEndpoint {
             let _ = self.completions.complete(
                 entry.key,
                 MqCompletion {
-                    status: MqStatus {
-                        tag: entry.tag,
-                        msg_len: 0,
-                        nbytes: 0,
-                        source: None,
-                        error: Some(error),
-                    },
+                    status: MqStatus::failed(entry.tag, error),
                     buffer: entry.buffer,
                 },
             );

@@ -1429,16 +1429,7 @@ impl Inner {
             if self.core.cancel(id) {
                 continue;
             }
-            self.finish(
-                id,
-                MqStatus {
-                    tag: 0,
-                    msg_len: 0,
-                    nbytes: 0,
-                    source: None,
-                    error: Some(ErrorKind::Canceled),
-                },
-            );
+            self.finish(id, MqStatus::failed(0, ErrorKind::Canceled));
         }
         self.drain_events();
         if let Some(mut l) = self.listeners.take() {

@@ -905,13 +905,7 @@ impl SoftCore {
         self.ops.remove(&op);
         self.events.push_back(Event::Complete {
             op,
-            status: MqStatus {
-                tag: tags.tag,
-                msg_len: 0,
-                nbytes: 0,
-                source: None,
-                error: Some(ErrorKind::Canceled),
-            },
+            status: MqStatus::failed(tags.tag, ErrorKind::Canceled),
         });
         true
     }

@@ -70,7 +70,7 @@ mod watch;
 mod wire;
 
 pub(crate) use book::{Death, Doomed, PeerBook, PeerRef};
-pub(crate) use gate::{directed, PeerGate};
+pub(crate) use gate::{directed, peer_gone, PeerGate};
 pub(crate) use watch::PeerWatch;
 
 /// The evidence of an engine error that says a peer is gone.

@@ -60,6 +60,7 @@
 use super::ids::IdSlab;
 use super::wire::{Args, Packet};
 use crate::engine::{MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError};
+use crate::fabric::peer_watch::peer_gone;
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind, Result};
 use std::collections::VecDeque;
@@ -219,15 +220,6 @@ enum Delivered {
     More { recv: u64, accept: usize },
 }
 
-/// Error kinds of a failed request that mean the peer is gone: every
-/// transfer with it fails.
-fn peer_gone(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused
-    )
-}
-
 /// One endpoint's AM message protocol (module docs).
 pub(crate) struct Core {
     chunk: usize,
@@ -367,13 +359,7 @@ impl Core {
         self.done.push_back((
             p.key,
             MqCompletion {
-                status: MqStatus {
-                    tag: 0,
-                    msg_len: 0,
-                    nbytes: 0,
-                    source: None,
-                    error: Some(ErrorKind::Canceled),
-                },
+                status: MqStatus::failed(0, ErrorKind::Canceled),
                 buffer: p.buffer,
             },
         ));
