@@ -177,7 +177,9 @@ fn open(args: &Args) -> Result<Side, String> {
     })
 }
 
-fn send(side: &Side, args: &Args, to: FiAddr, buf: OpBuffer) -> Result<OpBuffer, String> {
+/// Sends `buf` (the buffer stays in place: injected, or handed to the send
+/// and put back when it completes).
+fn send(side: &Side, args: &Args, to: FiAddr, buf: &mut OpBuffer) -> Result<(), String> {
     // Small messages are injected (no completion to wait for), as an HPC
     // code would.
     if buf.len() <= INJECT {
@@ -186,17 +188,17 @@ fn send(side: &Side, args: &Args, to: FiAddr, buf: OpBuffer) -> Result<OpBuffer,
         } else {
             side.ep.inject(to, buf.as_slice())
         };
-        r.map_err(|e| format!("inject: {e}"))?;
-        return Ok(buf);
+        return r.map_err(|e| format!("inject: {e}"));
     }
+    let owned = std::mem::replace(buf, OpBuffer::empty());
     let fut = if args.tagged {
-        side.ep.tsend(to, TAG, buf)
+        side.ep.tsend(to, TAG, owned)
     } else {
-        side.ep.send(to, buf)
+        side.ep.send(to, owned)
     };
-    let (r, buf) = futures::executor::block_on(fut);
-    r.map_err(|e| format!("send: {e}"))?;
-    Ok(buf)
+    let (r, back) = futures::executor::block_on(fut);
+    *buf = back;
+    r.map(drop).map_err(|e| format!("send: {e}"))
 }
 
 fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), String> {
@@ -210,31 +212,32 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
 }
 
 /// One timed exchange: the client sends first; both sides post the receive
-/// before sending.
+/// before sending. The buffers are used in place, as a loop recycling its
+/// buffers would.
 fn exchange(
     side: &Side,
     args: &Args,
     peer: FiAddr,
     client: bool,
-    out: OpBuffer,
-    inn: OpBuffer,
-) -> Result<(OpBuffer, OpBuffer), String> {
+    out: &mut OpBuffer,
+    inn: &mut OpBuffer,
+) -> Result<(), String> {
+    let posted = std::mem::replace(inn, OpBuffer::empty());
     let r = if args.tagged {
-        side.ep.trecv(inn, TAG, 0)
+        side.ep.trecv(posted, TAG, 0)
     } else {
-        side.ep.recv(inn)
+        side.ep.recv(posted)
     };
     if client {
-        let out = send(side, args, peer, out)?;
-        let (res, inn) = futures::executor::block_on(r);
-        res.map_err(|e| format!("recv: {e}"))?;
-        Ok((out, inn))
-    } else {
-        let (res, inn) = futures::executor::block_on(r);
-        res.map_err(|e| format!("recv: {e}"))?;
-        let out = send(side, args, peer, out)?;
-        Ok((out, inn))
+        send(side, args, peer, out)?;
     }
+    let (res, back) = futures::executor::block_on(r);
+    *inn = back;
+    res.map_err(|e| format!("recv: {e}"))?;
+    if !client {
+        send(side, args, peer, out)?;
+    }
+    Ok(())
 }
 
 fn pattern(size: usize, seed: u8) -> Vec<u8> {
@@ -264,7 +267,7 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
             OpBuffer::from(vec![0u8; size]),
         );
         if client {
-            out = send(side, args, peer, out)?;
+            send(side, args, peer, &mut out)?;
             let (n, back) = recv(side, args, inn)?;
             if n != size || back.as_slice() != mine.as_slice() {
                 return Err(format!("{size} B: the echo differs from what was sent"));
@@ -277,16 +280,17 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
                     "{size} B: the message differs from the client's pattern"
                 ));
             }
-            out = send(side, args, peer, got)?;
+            out = got;
+            send(side, args, peer, &mut out)?;
             inn = OpBuffer::from(vec![0u8; size]);
         }
         // Warm-up, then the timed loop.
         for _ in 0..(iters / 10).max(1) {
-            (out, inn) = exchange(side, args, peer, client, out, inn)?;
+            exchange(side, args, peer, client, &mut out, &mut inn)?;
         }
         let start = Instant::now();
         for _ in 0..iters {
-            (out, inn) = exchange(side, args, peer, client, out, inn)?;
+            exchange(side, args, peer, client, &mut out, &mut inn)?;
         }
         let elapsed = start.elapsed();
         if client {
