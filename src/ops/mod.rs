@@ -42,6 +42,7 @@
 pub(crate) mod am_msg;
 pub mod atomic;
 mod atomic_ops;
+pub(crate) mod gen_slab;
 mod inject;
 mod msg;
 mod multi_recv;

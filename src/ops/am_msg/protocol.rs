@@ -57,7 +57,7 @@
 //! handlers inside `am_request`) is applied at once; a completion waits for
 //! the buffer to come back.
 
-use super::ids::IdSlab;
+use super::ids::{id_slab, IdSlab};
 use super::wire::{Args, Packet};
 use crate::engine::{MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError};
 use crate::fabric::peer_watch::peer_gone;
@@ -243,8 +243,8 @@ impl Core {
         Core {
             chunk: config.chunk.max(1),
             max_message: config.max_message,
-            sends: IdSlab::new(config.salt),
-            recvs: IdSlab::new(config.salt.rotate_left(16) ^ 0x5a5a_5a5a),
+            sends: id_slab(config.salt),
+            recvs: id_slab(config.salt.rotate_left(16) ^ 0x5a5a_5a5a),
             posted: VecDeque::new(),
             unexpected: VecDeque::new(),
             control: VecDeque::new(),
@@ -294,7 +294,7 @@ impl Core {
             );
             return Err(PostError { error, buffer });
         }
-        let id = self.sends.insert(SendOp {
+        let id = match self.sends.insert(SendOp {
             peer,
             key,
             total,
@@ -302,7 +302,14 @@ impl Core {
             phase: SendPhase::Queued,
             recv: 0,
             finish: None,
-        });
+        }) {
+            Ok(id) => id,
+            Err(op) => {
+                let error = Error::new(ErrorKind::Again, "AM message: too many sends in flight");
+                let buffer = op.buffer.unwrap_or_else(OpBuffer::empty);
+                return Err(PostError { error, buffer });
+            }
+        };
         self.firsts.push_back(id);
         Ok(())
     }
@@ -712,7 +719,7 @@ impl Core {
             self.complete_recv(key, buffer, peer, total, accept, None);
             return Delivered::Complete;
         }
-        let recv = self.recvs.insert(RecvOp {
+        match self.recvs.insert(RecvOp {
             peer,
             send,
             key,
@@ -720,8 +727,14 @@ impl Core {
             total,
             accept,
             received: n,
-        });
-        Delivered::More { recv, accept }
+        }) {
+            Ok(recv) => Delivered::More { recv, accept },
+            Err(op) => {
+                // 2^32 transfers in flight: this one ends with what came.
+                self.complete_recv(key, op.buffer, peer, total, n, Some(ErrorKind::Again));
+                Delivered::Complete
+            }
+        }
     }
 
     fn on_data(

@@ -12,6 +12,8 @@
 //! the initiator's id, long writes under the target's), so they must not
 //! collide.
 
+use crate::ops::gen_slab::GenSlab;
+
 /// Which kind of entry an id names (bit 61).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Space {
@@ -22,7 +24,8 @@ pub(crate) enum Space {
 }
 
 const SPACE_BIT: u64 = 1 << 61;
-const GEN_MASK: u32 = (1 << 29) - 1;
+const GEN_BITS: u32 = 29;
+const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
 
 impl Space {
     /// The space an id claims to be from; `None` for bits 62–63 set or a
@@ -39,122 +42,60 @@ impl Space {
     }
 }
 
-fn next_generation(g: u32) -> u32 {
-    match g.wrapping_add(1) & GEN_MASK {
-        0 => 1,
-        n => n,
-    }
-}
-
-/// Entries of type `T` under ids of one [`Space`].
+/// Entries of type `T` under ids of one [`Space`]: a
+/// [`GenSlab`](crate::ops::gen_slab::GenSlab) with 29 bits of generation
+/// and the space's bit 61.
 #[derive(Debug)]
 pub(crate) struct Ids<T> {
-    space: Space,
-    slots: Vec<Slot<T>>,
-    free: Vec<u32>,
-    first_generation: u32,
-    len: usize,
-}
-
-#[derive(Debug)]
-struct Slot<T> {
-    generation: u32,
-    value: Option<T>,
+    slab: GenSlab<T>,
 }
 
 impl<T> Ids<T> {
     /// An empty slab whose generations start at `salt` (masked; 0 skipped),
     /// so ids differ between runs when the salt does.
     pub(crate) fn new(space: Space, salt: u32) -> Self {
-        Ids {
-            space,
-            slots: Vec::new(),
-            free: Vec::new(),
-            first_generation: next_generation(salt.wrapping_sub(1)),
-            len: 0,
-        }
-    }
-
-    fn id(&self, index: u32, generation: u32) -> u64 {
-        let space = match self.space {
+        let prefix = match space {
             Space::Initiator => 0,
             Space::Target => SPACE_BIT,
         };
-        space | (u64::from(generation) << 32) | u64::from(index)
+        Ids {
+            slab: GenSlab::new(GEN_BITS, prefix, salt),
+        }
     }
 
     /// Stores `value`; its id. `None` when 2^32 entries are live.
     pub(crate) fn insert(&mut self, value: T) -> Option<u64> {
-        if let Some(index) = self.free.pop() {
-            let slot = &mut self.slots[index as usize];
-            slot.value = Some(value);
-            self.len += 1;
-            let generation = slot.generation;
-            return Some(self.id(index, generation));
-        }
-        let index = u32::try_from(self.slots.len()).ok()?;
-        let generation = self.first_generation;
-        self.first_generation = next_generation(generation);
-        self.slots.push(Slot {
-            generation,
-            value: Some(value),
-        });
-        self.len += 1;
-        Some(self.id(index, generation))
-    }
-
-    fn slot_index(&self, id: u64) -> Option<usize> {
-        if Space::of(id) != Some(self.space) {
-            return None;
-        }
-        let index = (id as u32) as usize;
-        let slot = self.slots.get(index)?;
-        (slot.generation == ((id >> 32) as u32 & GEN_MASK) && slot.value.is_some()).then_some(index)
+        self.slab.insert(value).ok()
     }
 
     /// The live entry `id` names.
     pub(crate) fn get(&self, id: u64) -> Option<&T> {
-        let i = self.slot_index(id)?;
-        self.slots[i].value.as_ref()
+        self.slab.get(id)
     }
 
     /// The live entry `id` names, mutably.
     pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
-        let i = self.slot_index(id)?;
-        self.slots[i].value.as_mut()
+        self.slab.get_mut(id)
     }
 
     /// Removes the entry; `id` is dead from now on.
     pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
-        let i = self.slot_index(id)?;
-        let slot = &mut self.slots[i];
-        let value = slot.value.take();
-        slot.generation = next_generation(slot.generation);
-        self.free.push(i as u32);
-        self.len -= 1;
-        value
+        self.slab.remove(id)
     }
 
     /// Ids of the live entries for which `pred` holds.
-    pub(crate) fn ids_where(&self, mut pred: impl FnMut(&T) -> bool) -> Vec<u64> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let v = s.value.as_ref()?;
-                pred(v).then(|| self.id(i as u32, s.generation))
-            })
-            .collect()
+    pub(crate) fn ids_where(&self, pred: impl FnMut(&T) -> bool) -> Vec<u64> {
+        self.slab.ids_where(pred)
     }
 
     /// Live entries.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.slab.len()
     }
 
     /// Whether no entry is live.
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.slab.is_empty()
     }
 }
 
