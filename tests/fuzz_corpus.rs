@@ -93,3 +93,8 @@ fn name_server_frame_corpus() {
         psmrail::fabric::name_server::fuzzing::check_frame,
     );
 }
+
+#[test]
+fn peer_packets_corpus() {
+    replay("peer_packets", psmrail::ops::fuzzing::check_peer_packet);
+}

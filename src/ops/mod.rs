@@ -42,6 +42,8 @@
 pub(crate) mod am_msg;
 pub mod atomic;
 mod atomic_ops;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod gen_slab;
 mod inject;
 mod msg;

@@ -65,9 +65,9 @@
 mod book;
 mod core;
 mod gate;
-mod identity;
+pub(crate) mod identity;
 mod watch;
-mod wire;
+pub(crate) mod wire;
 
 pub(crate) use book::{Death, Doomed, PeerBook, PeerRef};
 pub(crate) use gate::{directed, peer_gone, PeerGate};

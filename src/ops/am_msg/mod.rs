@@ -57,7 +57,7 @@ mod hook;
 mod ids;
 mod protocol;
 mod queue;
-mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod model_tests;

@@ -36,7 +36,7 @@ mod ids;
 mod initiator;
 mod plan;
 mod target;
-mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod model_tests;
