@@ -345,7 +345,17 @@ impl Inner {
 /// Opened through a domain (which hands it the domain's reactor) and bound
 /// to endpoints; a cheap `Clone` handle (an `Arc` inside): clones are the
 /// same queue ([`same`](Self::same)). Safe to use from any number of
-/// threads. See the [module documentation](self) for the rules.
+/// threads.
+///
+/// Entries come out in completion order. An error entry at the head makes
+/// [`read`](Self::read), [`read_many`](Self::read_many),
+/// [`sread`](Self::sread) and [`next`](Self::next) fail with
+/// [`ErrorKind::Avail`](crate::ErrorKind::Avail) (`FI_EAVAIL`) until
+/// [`readerr`](Self::readerr) takes it. With a manual reactor, `read` and
+/// `read_many` run one progress round when the queue is empty and `sread`
+/// and `next` keep progressing while they wait (fi_psm(7): reading a CQ
+/// makes progress); with an auto reactor the progress thread pushes and
+/// wakes them. The queue is unbounded, as in C.
 ///
 /// ```
 /// use psmrail::config::PsmConfig;

@@ -12,7 +12,7 @@ use crate::reactor::{OpKey, ProgressSource};
 use crate::{ErrorKind, Result};
 use std::sync::Arc;
 
-/// An [`AmMsgQueue`] for tests and benchmarks (not API).
+/// An `AmMsgQueue` for tests and benchmarks (not API).
 ///
 /// ```no_run
 /// # fn demo(ep: std::sync::Arc<psmrail::engine::soft::SoftEndpoint>, peer: psmrail::engine::PeerAddr) {
