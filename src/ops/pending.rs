@@ -248,7 +248,10 @@ impl PendingOp {
 
     /// The error to report for a completion `status` of this op, if its
     /// peer is gone (see [`peer_error`]).
+    #[inline]
     pub(crate) fn peer_error(&self, status: &MqStatus, op: OpName) -> Option<Error> {
+        // The common case, a successful completion, stays inline.
+        status.error?;
         peer_error(&self.ep, self.peer, self.doomed.as_ref(), status, op)
     }
 
