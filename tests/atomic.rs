@@ -6,6 +6,10 @@
 #[path = "support/fabric.rs"]
 mod fabric;
 
+#[path = "support/atomic_values.rs"]
+mod atomic_values;
+use atomic_values::encode;
+
 use fabric::{Cfg, Nodes};
 use psmrail::config::PsmConfig;
 use psmrail::fabric::{getinfo, Caps, EngineChoice, Hints, MemoryRegion, MrAccess, ProgressKind};
@@ -301,31 +305,10 @@ fn every_op_and_datatype_end_to_end() {
             }
             for dt in Dt::ALL {
                 let len = 2 * dt.size();
-                // Small, exact-in-every-type values (1..=9 as integers and
-                // floats), with element 0 of `compare` equal to the target
-                // so the compare ops take both branches.
-                let enc = |vals: [u8; 2]| -> Vec<u8> {
-                    let mut out = Vec::new();
-                    for v in vals {
-                        let one: Vec<u8> = match dt {
-                            Dt::Float => f32::from(v).to_ne_bytes().to_vec(),
-                            Dt::Double => f64::from(v).to_ne_bytes().to_vec(),
-                            Dt::FloatComplex => {
-                                [f32::from(v).to_ne_bytes(), 1f32.to_ne_bytes()].concat()
-                            }
-                            Dt::DoubleComplex => {
-                                [f64::from(v).to_ne_bytes(), 1f64.to_ne_bytes()].concat()
-                            }
-                            _ => {
-                                let mut b = vec![0u8; dt.size()];
-                                b[0] = v;
-                                b
-                            }
-                        };
-                        out.extend(one);
-                    }
-                    out
-                };
+                // Small, exact-in-every-type values, with element 0 of
+                // `compare` equal to the target so the compare ops take
+                // both branches.
+                let enc = |vals: [u8; 2]| encode(dt, vals);
                 let init = enc([6, 3]);
                 let operand = if op == Op::AtomicRead {
                     Vec::new()

@@ -50,6 +50,10 @@ mod spin_lock;
 #[path = "support/scenario.rs"]
 mod scenario;
 
+#[path = "support/atomic_values.rs"]
+mod atomic_values;
+use atomic_values::encode;
+
 use peer::Peer;
 use psmrail::config::PsmConfig;
 use psmrail::engine::EngineKind;
@@ -836,32 +840,6 @@ fn cswap_min(_test: &str, side: &Side, remote: &mut Remote) {
     // Nothing else in the region moved.
     let all = remote.get(side, 6, 0, 64);
     assert!(all[..8].iter().chain(&all[24..]).all(|&b| b == 0));
-}
-
-/// Two elements of `dt` holding `vals` (small values exact in every type;
-/// complex values get imaginary part 1).
-fn encode(dt: Dt, vals: [u8; 2]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in vals {
-        match dt {
-            Dt::Float => out.extend(f32::from(v).to_ne_bytes()),
-            Dt::Double => out.extend(f64::from(v).to_ne_bytes()),
-            Dt::FloatComplex => {
-                out.extend(f32::from(v).to_ne_bytes());
-                out.extend(1f32.to_ne_bytes());
-            }
-            Dt::DoubleComplex => {
-                out.extend(f64::from(v).to_ne_bytes());
-                out.extend(1f64.to_ne_bytes());
-            }
-            _ => {
-                let mut b = vec![0u8; dt.size()];
-                b[0] = v;
-                out.extend(b);
-            }
-        }
-    }
-    out
 }
 
 /// Every atomic kind x op x datatype against the other process's memory,
