@@ -105,6 +105,15 @@ pub trait EngineEndpoint: ProgressSource {
     /// The epid of a connected peer.
     fn peer_epid(&self, peer: PeerAddr) -> Option<Epid>;
 
+    /// A count that grows whenever anything arrives from `peer`; 0 when
+    /// the engine does not count (the default). The peer watch takes a
+    /// change as proof of life, so a peer whose keepalive answers queue
+    /// behind a long transfer is not declared dead.
+    fn peer_activity(&self, peer: PeerAddr) -> u64 {
+        let _ = peer;
+        0
+    }
+
     /// Posts a send of `buffer` with `tag` to `peer`; completes into `op`.
     fn isend(
         &self,

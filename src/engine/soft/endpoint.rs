@@ -1667,6 +1667,10 @@ impl EngineEndpoint for SoftEndpoint {
         self.peer_epids.read().ok()?.get(&peer).copied()
     }
 
+    fn peer_activity(&self, peer: PeerAddr) -> u64 {
+        self.lock_any().map_or(0, |g| g.core.peer_activity(peer))
+    }
+
     fn isend(
         &self,
         peer: PeerAddr,

@@ -396,6 +396,9 @@ struct Peer {
     send_conn: Option<ConnId>,
     conns: Vec<ConnId>,
     closing: bool,
+    /// Grows with every frame and direct payload read from the peer
+    /// ([`SoftCore::peer_activity`]).
+    activity: u64,
 }
 
 /// One soft endpoint's protocol core (see the module docs).
@@ -523,6 +526,13 @@ impl SoftCore {
     /// A peer's epid.
     pub fn peer_epid(&self, peer: PeerAddr) -> Option<Epid> {
         self.peers.get(&peer).map(|p| p.epid)
+    }
+
+    /// A count that grows with every frame and direct payload read from
+    /// `peer` (0 for an unknown peer): proof of life while a long transfer
+    /// keeps its connections busy.
+    pub fn peer_activity(&self, peer: PeerAddr) -> u64 {
+        self.peers.get(&peer).map_or(0, |p| p.activity)
     }
 
     /// Whether a peer is connected and not closing.
@@ -745,6 +755,9 @@ impl SoftCore {
         let Some(c) = self.conns.get_mut(&conn).filter(|c| c.is_open()) else {
             return;
         };
+        if let Some(p) = c.peer.and_then(|p| self.peers.get_mut(&p)) {
+            p.activity = p.activity.wrapping_add(1);
+        }
         let (token, left) = c.direct.expect("direct_data without take_direct");
         assert!(n <= left, "direct_data: {n} bytes, only {left} announced");
         c.direct = (left > n).then_some((token, left - n));
@@ -1031,6 +1044,9 @@ impl SoftCore {
             return self.on_handshake(id, frame);
         }
         let source = conn.peer.expect("an open connection has a peer");
+        if let Some(p) = self.peers.get_mut(&source) {
+            p.activity = p.activity.wrapping_add(1);
+        }
         match frame {
             Frame::Credit {
                 eager_bytes,
@@ -1209,6 +1225,7 @@ impl SoftCore {
                         send_conn: None,
                         conns: Vec::new(),
                         closing: false,
+                        activity: 0,
                     },
                 );
                 p

@@ -519,6 +519,20 @@ fn check_delivery(len: usize, cap: usize, recv_first: bool, mode: SendMode) {
 }
 
 #[test]
+fn peer_activity_grows_with_what_arrives_from_the_peer() {
+    let mut net = Net::pair(small(), small());
+    let (to_b, to_a) = (net.peer(0, 1), net.peer(1, 0));
+    let before = net.nodes[1].core.peer_activity(to_a);
+    net.nodes[1].recv(TagMatch::exact(5), 64);
+    net.nodes[0].send(to_b, 5, data(40, 1), SendMode::Standard);
+    net.run();
+    let after = net.nodes[1].core.peer_activity(to_a);
+    assert!(after > before, "activity {before} -> {after}");
+    // Unknown peers have none.
+    assert_eq!(net.nodes[1].core.peer_activity(PeerAddr(0xdead)), 0);
+}
+
+#[test]
 fn eager_before_and_after_the_receive() {
     check_delivery(40, 100, true, SendMode::Standard);
     check_delivery(40, 100, false, SendMode::Standard);

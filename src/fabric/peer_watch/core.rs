@@ -129,6 +129,8 @@ struct PeerState {
     /// The first keepalive sent since it was last heard.
     awaiting: Option<Instant>,
     last_check: Option<Instant>,
+    /// The engine's activity count for it when last looked at.
+    activity: u64,
     /// We greeted it or heard from it: it gets a bye when we close.
     contact: bool,
     dead: bool,
@@ -254,6 +256,22 @@ impl WatchCore {
         st.contact = true;
         if identity.is_some() {
             st.identity = identity;
+        }
+    }
+
+    /// The engine's activity count for `peer` at `now`
+    /// ([`EngineEndpoint::peer_activity`](crate::engine::EngineEndpoint::peer_activity)):
+    /// a change since the last look is proof of life, as an answer to a
+    /// keepalive is (what it sent may be queued behind a long transfer).
+    /// 0, an engine that does not count, says nothing.
+    pub(crate) fn on_activity(&mut self, peer: PeerAddr, activity: u64, now: Instant) {
+        let Some(st) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if activity != 0 && activity != st.activity {
+            st.activity = activity;
+            st.last_heard = Some(now);
+            st.awaiting = None;
         }
     }
 
@@ -430,6 +448,39 @@ mod tests {
         }
         // Last heard at 4800, keepalive at 5050: dead at 5800.
         assert_eq!(deaths(&tick(&mut c, t0 + MS * 5800, &[P])).len(), 1);
+    }
+
+    #[test]
+    fn engine_activity_keeps_a_peer_alive_and_zero_says_nothing() {
+        // No keepalive is ever answered (the answers are stuck behind a
+        // long transfer), but the engine keeps reading from the peer.
+        let mut c = core(1000);
+        let t0 = Instant::now();
+        tick(&mut c, t0, &[P, Q]);
+        for k in 1..5000u32 {
+            let now = t0 + MS * k;
+            c.on_activity(P, u64::from(k / 100) + 1, now);
+            // An engine that does not count reports 0: not proof of life.
+            c.on_activity(Q, 0, now);
+            let out = tick(&mut c, now, &[P, Q]);
+            let dead = deaths(&out);
+            assert!(dead.iter().all(|(p, _)| *p == Q), "P dead at {k} ms");
+        }
+        assert!(c.is_dead(Q), "Q stayed silent: dead after the timeout");
+        assert!(!c.is_dead(P));
+        // The transfer ends, the count stops: silence counts from there.
+        let last = t0 + MS * 4999;
+        let mut died = None;
+        for k in 1..2000u32 {
+            let now = last + MS * k;
+            c.on_activity(P, 50, now);
+            if !deaths(&tick(&mut c, now, &[P])).is_empty() {
+                died = Some(k);
+                break;
+            }
+        }
+        let k = died.expect("P dies once its activity stops");
+        assert!((700..=1100).contains(&k), "P died {k} ms after its last activity");
     }
 
     #[test]

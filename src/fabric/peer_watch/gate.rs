@@ -104,6 +104,10 @@ impl<E: EngineEndpoint> EngineEndpoint for PeerGate<E> {
         self.inner.peer_epid(peer)
     }
 
+    fn peer_activity(&self, peer: PeerAddr) -> u64 {
+        self.inner.peer_activity(peer)
+    }
+
     #[inline]
     fn isend(
         &self,

@@ -109,6 +109,8 @@ impl AmHandler for Handler {
 #[derive(Default)]
 struct TickBufs {
     peers: Vec<PeerAddr>,
+    /// The engine's activity count of each of `peers`.
+    activity: Vec<u64>,
     actions: Vec<Action>,
 }
 
@@ -303,7 +305,11 @@ impl PeerWatch {
 
     /// One tick at `now` (module docs).
     fn run_tick(&self, now: Instant, bufs: &mut TickBufs) {
-        let TickBufs { peers, actions } = bufs;
+        let TickBufs {
+            peers,
+            activity,
+            actions,
+        } = bufs;
         peers.clear();
         self.shared.book.waiting_peers(peers);
         self.am_msg.outstanding_peers(peers);
@@ -312,8 +318,14 @@ impl PeerWatch {
         }
         peers.sort_unstable_by_key(|p| p.0);
         peers.dedup();
+        // Asked before taking the core's lock (lock order, module docs).
+        activity.clear();
+        activity.extend(peers.iter().map(|&p| self.engine.peer_activity(p)));
         let watched = {
             let mut core = self.shared.core();
+            for (&p, &a) in peers.iter().zip(activity.iter()) {
+                core.on_activity(p, a, now);
+            }
             core.tick(now, peers, actions);
             core.watched()
         };
