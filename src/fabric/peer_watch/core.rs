@@ -480,7 +480,10 @@ mod tests {
             }
         }
         let k = died.expect("P dies once its activity stops");
-        assert!((700..=1100).contains(&k), "P died {k} ms after its last activity");
+        assert!(
+            (700..=1100).contains(&k),
+            "P died {k} ms after its last activity"
+        );
     }
 
     #[test]
