@@ -8,7 +8,7 @@ mod fabric;
 
 #[path = "support/atomic_values.rs"]
 mod atomic_values;
-use atomic_values::encode;
+use atomic_values::Case;
 
 use fabric::{Cfg, Nodes};
 use psmrail::config::PsmConfig;
@@ -293,77 +293,29 @@ fn dropped_atomic_futures_still_apply() {
 /// as it was (never a silent no-op reported as success).
 #[test]
 fn every_op_and_datatype_end_to_end() {
-    use psmrail::ops::atomic::op_supports_datatype;
     let n = nodes(Caps::ATOMIC, 2);
     let dest = n.addr(0, 1);
     let mr = n[1].domain.register(vec![0u8; 64], RW, Some(9)).unwrap();
     let (mut supported, mut refused) = (0, 0);
-    for kind in AtomicKind::ALL {
-        for op in Op::ALL {
-            if !kind.accepts(op) {
-                continue;
-            }
-            for dt in Dt::ALL {
-                let len = 2 * dt.size();
-                // Small, exact-in-every-type values, with element 0 of
-                // `compare` equal to the target so the compare ops take
-                // both branches.
-                let enc = |vals: [u8; 2]| encode(dt, vals);
-                let init = enc([6, 3]);
-                let operand = if op == Op::AtomicRead {
-                    Vec::new()
-                } else {
-                    enc([2, 9])
-                };
-                let compare = if kind == AtomicKind::Compare {
-                    enc([6, 1])
-                } else {
-                    Vec::new()
-                };
-                mr.write_at(16, &init).unwrap();
-                let before = snapshot(&mr);
-                let ep = &n[0].ep;
-                let fut = match kind {
-                    AtomicKind::Write => ep.atomic(dest, op, dt, operand.clone(), 16, 9),
-                    AtomicKind::Fetch => {
-                        ep.fetch_atomic(dest, op, dt, &operand, vec![0u8; len], 16, 9)
-                    }
-                    AtomicKind::Compare => {
-                        ep.compare_atomic(dest, op, dt, &operand, &compare, vec![0u8; len], 16, 9)
-                    }
-                };
-                let (r, buf) = n.drive(fut);
-                if !op_supports_datatype(op, dt) {
-                    let e = r.expect_err("an unsupported pair is refused");
-                    assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{kind} {op} {dt}: {e}");
-                    assert_eq!(snapshot(&mr), before, "{kind} {op} {dt}: target untouched");
-                    refused += 1;
-                    continue;
-                }
-                r.unwrap_or_else(|e| panic!("{kind} {op} {dt}: {e}"));
-                let mut want = before.clone();
-                let mut want_old = vec![0u8; if kind.fetches() { len } else { 0 }];
-                apply(
-                    kind,
-                    op,
-                    dt,
-                    &mut want[16..16 + len],
-                    &operand,
-                    &compare,
-                    &mut want_old,
-                )
-                .unwrap();
-                assert_eq!(snapshot(&mr), want, "{kind} {op} {dt}: target");
-                if kind.fetches() {
-                    assert_eq!(
-                        buf.as_slice(),
-                        &want_old[..],
-                        "{kind} {op} {dt}: old values"
-                    );
-                }
-                supported += 1;
-            }
+    for case in Case::all() {
+        let what = case.name();
+        mr.write_at(16, &case.init).unwrap();
+        let before = snapshot(&mr);
+        let (r, buf) = n.drive(case.post(&n[0].ep, dest, 16, 9));
+        if !case.supported() {
+            let e = r.expect_err("an unsupported pair is refused");
+            assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{what}: {e}");
+            assert_eq!(snapshot(&mr), before, "{what}: target untouched");
+            refused += 1;
+            continue;
         }
+        r.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (want, want_old) = case.expected(&before, 16);
+        assert_eq!(snapshot(&mr), want, "{what}: target");
+        if case.kind.fetches() {
+            assert_eq!(buf.as_slice(), &want_old[..], "{what}: old values");
+        }
+        supported += 1;
     }
     // Write takes 11 ops, fetch 12, compare 7: 30 x 12 datatypes, of which
     // the study's table supports 292.

@@ -35,6 +35,10 @@ mod spin_lock;
 #[path = "support/scenario.rs"]
 mod scenario;
 
+#[path = "support/payload.rs"]
+mod payload;
+use payload::{check_bytes, fnv, pattern};
+
 use futures::StreamExt;
 use peer::Peer;
 use psmrail::config::PsmConfig;
@@ -49,7 +53,7 @@ use psmrail::reactor::Reactor;
 use psmrail::{Error, ErrorKind};
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -250,32 +254,6 @@ impl Side {
 
 // ----- payloads ---------------------------------------------------------------------
 
-/// `len` bytes that differ at every offset modulo any small period, so a
-/// misplaced chunk shows.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| ((i ^ (seed << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
-        .collect()
-}
-
-/// FNV-1a of every byte: how the remote reports what it received.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The first offset where `got` differs from `want`, for messages.
-fn check_bytes(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!(
-            "{what}: byte {at} is {:#04x}, expected {:#04x}",
-            got[at], want[at]
-        );
-    }
-}
-
 // ----- the remote ---------------------------------------------------------------------
 
 /// Sends one line to the scenario process.
@@ -314,15 +292,7 @@ enum Op {
 /// commands until `exit`, progressing between them.
 fn remote_main(mode: Mode) {
     let side = open(mode);
-    let (tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = peer::stdin_lines();
     say(&format!("addr {}", side.ep.getname()));
     let mut ops: HashMap<String, Op> = HashMap::new();
     let mut multis: HashMap<String, MultiRecv> = HashMap::new();

@@ -50,9 +50,13 @@ mod spin_lock;
 #[path = "support/scenario.rs"]
 mod scenario;
 
+#[path = "support/payload.rs"]
+mod payload;
+use payload::{check_bytes, fnv, hex, pattern, unhex};
+
 #[path = "support/atomic_values.rs"]
 mod atomic_values;
-use atomic_values::encode;
+use atomic_values::Case;
 
 use peer::Peer;
 use psmrail::config::PsmConfig;
@@ -63,14 +67,12 @@ use psmrail::fabric::{
     CounterBind, CqAttr, CqBind, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
     MemoryRegion, MrAccess,
 };
-use psmrail::ops::atomic::{
-    apply, op_supports_datatype, AtomicDatatype as Dt, AtomicKind, AtomicOp as Op,
-};
+use psmrail::ops::atomic::{AtomicDatatype as Dt, AtomicOp as Op};
 use psmrail::reactor::Reactor;
 use psmrail::{Error, ErrorKind};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -214,43 +216,6 @@ impl Side {
 
 // ----- payloads ---------------------------------------------------------------------
 
-/// `len` bytes that differ at every offset modulo any small period, so a
-/// misplaced chunk shows.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| ((i ^ (seed << 40)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
-        .collect()
-}
-
-/// FNV-1a of every byte: how the remote reports a range of its region.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex byte"))
-        .collect()
-}
-
-/// The first offset where `got` differs from `want`, for messages.
-fn check_bytes(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!(
-            "{what}: byte {at} is {:#04x}, expected {:#04x}",
-            got[at], want[at]
-        );
-    }
-}
-
 // ----- the remote (the target) -----------------------------------------------------------
 
 /// Sends one line to the scenario process.
@@ -293,15 +258,7 @@ fn self_adds(side: &Side, key: u64, offset: u64, n: usize) -> Result<Vec<u64>, E
 /// commands until `exit`, progressing between them.
 fn remote_main(mode: Mode) {
     let side = open(mode);
-    let (tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = peer::stdin_lines();
     say(&format!("addr {}", side.ep.getname()));
     let mut regions: HashMap<u64, MemoryRegion> = HashMap::new();
     loop {
@@ -849,75 +806,26 @@ fn cswap_min(_test: &str, side: &Side, remote: &mut Remote) {
 /// `FI_EOPNOTSUPP`, the target untouched.
 fn every_atomic_pair(test: &str, side: &Side, remote: &mut Remote) {
     remote.ok(side, "reg 7 64 rw");
-    let dest = remote.fi;
     let (mut supported, mut refused) = (0, 0);
-    for kind in AtomicKind::ALL {
-        for op in Op::ALL {
-            if !kind.accepts(op) {
-                continue;
-            }
-            for dt in Dt::ALL {
-                let what = format!("{kind} {op} {dt}");
-                let len = 2 * dt.size();
-                let operand = if op == Op::AtomicRead {
-                    Vec::new()
-                } else {
-                    encode(dt, [2, 9])
-                };
-                // Element 0 of `compare` equals the target's, element 1
-                // does not: the compare ops take both branches.
-                let compare = if kind == AtomicKind::Compare {
-                    encode(dt, [6, 1])
-                } else {
-                    Vec::new()
-                };
-                remote.ok(side, &format!("set 7 16 {}", hex(&encode(dt, [6, 3]))));
-                let before = remote.get(side, 7, 0, 64);
-                let fut = match kind {
-                    AtomicKind::Write => side.ep.atomic(dest, op, dt, operand.clone(), 16, 7),
-                    AtomicKind::Fetch => {
-                        side.ep
-                            .fetch_atomic(dest, op, dt, &operand, vec![0u8; len], 16, 7)
-                    }
-                    AtomicKind::Compare => side.ep.compare_atomic(
-                        dest,
-                        op,
-                        dt,
-                        &operand,
-                        &compare,
-                        vec![0u8; len],
-                        16,
-                        7,
-                    ),
-                };
-                let (r, old) = side.block_on(fut);
-                if !op_supports_datatype(op, dt) {
-                    let e = r.expect_err(&what);
-                    assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{what}: {e}");
-                    assert_eq!(remote.get(side, 7, 0, 64), before, "{what}: untouched");
-                    refused += 1;
-                    continue;
-                }
-                r.unwrap_or_else(|e| panic!("{what}: {e}"));
-                let mut want = before.clone();
-                let mut want_old = vec![0u8; if kind.fetches() { len } else { 0 }];
-                apply(
-                    kind,
-                    op,
-                    dt,
-                    &mut want[16..16 + len],
-                    &operand,
-                    &compare,
-                    &mut want_old,
-                )
-                .unwrap_or_else(|e| panic!("{what}: the local reference: {e}"));
-                assert_eq!(remote.get(side, 7, 0, 64), want, "{what}: target memory");
-                if kind.fetches() {
-                    assert_eq!(old.as_slice(), &want_old[..], "{what}: old values");
-                }
-                supported += 1;
-            }
+    for case in Case::all() {
+        let what = case.name();
+        remote.ok(side, &format!("set 7 16 {}", hex(&case.init)));
+        let before = remote.get(side, 7, 0, 64);
+        let (r, old) = side.block_on(case.post(&side.ep, remote.fi, 16, 7));
+        if !case.supported() {
+            let e = r.expect_err(&what);
+            assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{what}: {e}");
+            assert_eq!(remote.get(side, 7, 0, 64), before, "{what}: untouched");
+            refused += 1;
+            continue;
         }
+        r.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (want, want_old) = case.expected(&before, 16);
+        assert_eq!(remote.get(side, 7, 0, 64), want, "{what}: target memory");
+        if case.kind.fetches() {
+            assert_eq!(old.as_slice(), &want_old[..], "{what}: old values");
+        }
+        supported += 1;
     }
     eprintln!("{test}: {supported} pairs executed, {refused} refused");
     assert_eq!((supported, refused), (292, 68));

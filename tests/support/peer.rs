@@ -19,6 +19,22 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE_VAR).ok()
 }
 
+/// The parent's lines, read on a thread of their own: for a child that
+/// must keep progressing while it waits for the next command
+/// (`try_recv`); disconnected once the parent is gone.
+pub fn stdin_lines() -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A child process running `test` in `role`.
 pub struct Peer {
     child: Child,
