@@ -26,7 +26,7 @@
 use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
 use super::inflight::{Entry, InFlight, OpKind};
 use super::lock::{LockError, SpinGuard, SpinLock};
-use super::raw::{Peeked, RawMq};
+use super::raw::{Peeked, RawMq, Req};
 use super::{code_kind, map_psm_error, AM_ARGS_CAP, AM_PAYLOAD_CAP};
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, EndpointOptions, EngineEndpoint, EngineKind, EngineLimits,
@@ -67,6 +67,9 @@ struct Inner {
     /// Keys of operations the fast path completed, whose table slots are
     /// not yet freed (see `retire_later`).
     retired: Vec<OpKey>,
+    /// Receives in the in-flight table not yet handed to PSM, in posting
+    /// order, with their tag-select masks (see `post_unposted`).
+    unposted: Vec<(OpKey, u64)>,
     /// `close` has started: no new operations.
     closing: bool,
 }
@@ -273,6 +276,7 @@ impl NativeEndpoint {
                 handlers: Vec::new(),
                 loopback: Vec::new(),
                 retired: Vec::with_capacity(RETIRE_BATCH),
+                unposted: Vec::new(),
                 closing: false,
             }),
             completions: Arc::new(CompletionTable::new()),
@@ -538,8 +542,83 @@ impl NativeEndpoint {
         made
     }
 
+    /// Hands PSM the receives posted since its last call, in posting order.
+    ///
+    /// `irecv` only records a receive: PSM gets it here, at the start of
+    /// the endpoint's next call into PSM (a progress step, a fast-path
+    /// test, a probe, a cancel, an AM request, connect, close), or right
+    /// after the send of an `isend`/`inject`. PSM matches arriving
+    /// messages only inside its own calls, and every one of them but
+    /// those sends comes after this, so a message always meets the
+    /// receives posted before it, as if each had been handed over at
+    /// once. A message PSM takes in during a send lands in its unexpected
+    /// queue and the receive matches it from there, in arrival order: the
+    /// outcome is the same, at the price of a copy.
+    ///
+    /// Why: a receive posted for the reply to the message sent next (every
+    /// request/response exchange, every ping-pong) costs its sender
+    /// nothing before the send; PSM's `psm_mq_irecv` runs while the
+    /// message travels.
+    ///
+    /// A receive PSM refuses here completes with the error (its buffer
+    /// back) instead of failing its `irecv`.
+    #[inline]
+    fn post_unposted(&self, inner: &mut Inner) {
+        if !inner.unposted.is_empty() {
+            self.post_unposted_now(inner);
+        }
+    }
+
+    #[inline(never)]
+    fn post_unposted_now(&self, inner: &mut Inner) {
+        let Inner {
+            ep, ops, unposted, ..
+        } = inner;
+        if ep.is_none() {
+            // Closed: `close` completes what is left of the table.
+            unposted.clear();
+            return;
+        }
+        for (key, select) in unposted.drain(..) {
+            let Some(entry) = ops.get_mut(key) else {
+                continue;
+            };
+            let len = entry.buffer.len();
+            let Some(ptr) = recv_ptr(&mut entry.buffer) else {
+                // `irecv` checked it; nothing else touches the buffer.
+                continue;
+            };
+            // SAFETY: the endpoint is open (`ep` is `Some`, lock held);
+            // `ptr` is valid for `len` bytes of writing; the buffer stays in
+            // the in-flight table, not otherwise accessed and its memory not
+            // moving, until PSM reports the request finished or the
+            // endpoint is closed.
+            let posted = unsafe {
+                self.raw
+                    .irecv(entry.tag, select, ptr, len as u32, InFlight::context(key))
+            };
+            match posted {
+                Ok(req) => entry.req = req,
+                Err(rc) => {
+                    let error = self.psm_error(rc, "psm_mq_irecv");
+                    tracing::debug!("native engine: posting {key:?}: {error}");
+                    if let Some(entry) = ops.take(key) {
+                        let _ = self.completions.complete(
+                            key,
+                            MqCompletion {
+                                status: MqStatus::failed(entry.tag, error.kind()),
+                                buffer: entry.buffer,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// One progress step under the lock.
     fn step(&self, inner: &mut Inner) -> bool {
+        self.post_unposted(inner);
         let mut made = false;
         if !inner.retired.is_empty() {
             self.retire_all(&mut inner.retired);
@@ -612,6 +691,7 @@ impl NativeEndpoint {
     /// posts waiting at most a few microseconds.
     #[inline(always)]
     fn step_for(&self, inner: &mut Inner, op: OpKey, not_here: &mut bool) -> Option<MqCompletion> {
+        self.post_unposted(inner);
         if !inner.loopback.is_empty() {
             self.run_loopback(inner);
         }
@@ -626,6 +706,7 @@ impl NativeEndpoint {
             return None;
         };
         *not_here = false;
+        debug_assert!(entry.req.is_posted(), "{op:?} was not handed to PSM");
         // SAFETY (every test): the endpoint is open (lock held, `ep` is
         // `Some`) and the request is live (in the in-flight table); once a
         // test reports it finished it is spent, and its entry is removed
@@ -715,6 +796,7 @@ impl NativeEndpoint {
             }
         };
         let inner = &mut *g;
+        self.post_unposted(inner);
         let Some(ep) = inner.ep.as_ref() else {
             return handshakes;
         };
@@ -869,6 +951,7 @@ impl NativeEndpoint {
                 return Ok(());
             }
             g.closing = true;
+            self.post_unposted(&mut g);
             // Receives that matched nothing end now.
             for entry in g.ops.iter_mut() {
                 // SAFETY: the endpoint is open (checked above, lock held)
@@ -1110,6 +1193,7 @@ impl EngineEndpoint for NativeEndpoint {
                 InFlight::context(op),
             )
         };
+        self.post_unposted(inner);
         match posted {
             Ok(req) => {
                 inner.ops.insert(Entry {
@@ -1155,50 +1239,27 @@ impl EngineEndpoint for NativeEndpoint {
                 buffer,
             });
         }
-        let ptr = match buffer.as_mut_ptr() {
-            Some(p) => p,
-            None if len == 0 => std::ptr::NonNull::<u8>::dangling().as_ptr(),
-            None => {
-                return Err(PostError {
-                    error: Error::new(
-                        ErrorKind::Inval,
-                        "native engine: a receive buffer must be writable (shared Bytes are \
-                         read-only)",
-                    ),
-                    buffer,
-                })
-            }
-        };
-        // SAFETY: the endpoint is open (`lock_open`, lock held); `ptr` is
-        // valid for `len` bytes of writing; the buffer goes into the
-        // in-flight table right below and stays there, not otherwise
-        // accessed and its memory not moving, until PSM reports the request
-        // finished or the endpoint is closed.
-        let posted = unsafe {
-            self.raw.irecv(
-                tags.tag,
-                tags.select,
-                ptr,
-                len as u32,
-                InFlight::context(op),
-            )
-        };
-        match posted {
-            Ok(req) => {
-                inner.ops.insert(Entry {
-                    key: op,
-                    req,
-                    tag: tags.tag,
-                    kind: OpKind::Recv,
-                    buffer,
-                });
-                Ok(())
-            }
-            Err(rc) => Err(PostError {
-                error: self.psm_error(rc, "psm_mq_irecv"),
+        if recv_ptr(&mut buffer).is_none() {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::Inval,
+                    "native engine: a receive buffer must be writable (shared Bytes are \
+                     read-only)",
+                ),
                 buffer,
-            }),
+            });
         }
+        // PSM gets the receive at this endpoint's next call into PSM (see
+        // `post_unposted`); until then it waits in the in-flight table.
+        inner.ops.insert(Entry {
+            key: op,
+            req: Req::unposted(),
+            tag: tags.tag,
+            kind: OpKind::Recv,
+            buffer,
+        });
+        inner.unposted.push((op, tags.select));
+        Ok(())
     }
 
     /// `psm_mq_cancel` on the receive posted as `op` if it matched nothing
@@ -1209,6 +1270,7 @@ impl EngineEndpoint for NativeEndpoint {
         if g.ep.is_none() {
             return Ok(false);
         }
+        self.post_unposted(&mut g);
         let Some(entry) = g.ops.get_mut(op) else {
             return Ok(false);
         };
@@ -1216,6 +1278,7 @@ impl EngineEndpoint for NativeEndpoint {
             // A send, or cancelled already.
             return Ok(false);
         }
+        debug_assert!(entry.req.is_posted(), "{op:?} was not handed to PSM");
         // SAFETY: the endpoint is open (checked, lock held); the request is
         // live (in the table).
         let done = unsafe { self.raw.cancel(&entry.req) }
@@ -1229,6 +1292,7 @@ impl EngineEndpoint for NativeEndpoint {
     fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>> {
         let mut g = self.lock_open()?;
         let inner = &mut *g;
+        self.post_unposted(inner);
         let Some(ep) = inner.ep.as_ref() else {
             return Err(closed_error());
         };
@@ -1294,6 +1358,7 @@ impl EngineEndpoint for NativeEndpoint {
             });
             return Ok(());
         }
+        self.post_unposted(inner);
         let Some(ep) = inner.ep.as_ref() else {
             return Err(closed_error());
         };
@@ -1333,7 +1398,7 @@ impl EngineEndpoint for NativeEndpoint {
                 ),
             ));
         }
-        let g = self.lock_open()?;
+        let mut g = self.lock_open()?;
         let Some((addr, epid)) = g.peers.lookup(peer) else {
             return Err(not_connected(peer));
         };
@@ -1369,11 +1434,12 @@ impl EngineEndpoint for NativeEndpoint {
         // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
         // was connected on it; `data` is borrowed for the whole call, which
         // returns only once PSM no longer reads it.
-        unsafe {
+        let sent = unsafe {
             self.raw
                 .send(addr.as_raw(), tag, data.as_ptr(), data.len() as u32)
-        }
-        .map_err(|rc| self.psm_error(rc, "psm_mq_send"))
+        };
+        self.post_unposted(&mut g);
+        sent.map_err(|rc| self.psm_error(rc, "psm_mq_send"))
     }
 
     /// Tests `op`'s own request (`psm_mq_test`), polls PSM once if it is
@@ -1397,6 +1463,18 @@ impl EngineEndpoint for NativeEndpoint {
         } else {
             None
         }
+    }
+}
+
+/// Where PSM writes a receive into `buffer`: its memory, a dangling
+/// pointer for an empty buffer, `None` for read-only memory.
+#[inline]
+fn recv_ptr(buffer: &mut OpBuffer) -> Option<*mut u8> {
+    let empty = buffer.len() == 0;
+    match buffer.as_mut_ptr() {
+        Some(p) => Some(p),
+        None if empty => Some(std::ptr::NonNull::<u8>::dangling().as_ptr()),
+        None => None,
     }
 }
 

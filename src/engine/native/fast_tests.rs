@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 /// Set in the child process that runs a scenario.
 const CHILD_VAR: &str = "PSMRAIL_NATIVE_FAST_CHILD";
 /// How long any one wait may take before the scenario fails.
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(super) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Runs `body` in a child process of this test binary (filtered to exactly
 /// `test`, which must be this test's full path); in that child, runs it.
-fn isolated(test: &str, body: impl FnOnce()) {
+pub(super) fn isolated(test: &str, body: impl FnOnce()) {
     if std::env::var_os(CHILD_VAR).is_some() {
         return body();
     }
@@ -62,7 +62,7 @@ fn options() -> EndpointOptions {
 }
 
 /// An endpoint with a reactor in `mode`, connected to itself.
-fn open_self(mode: ProgressMode) -> (Arc<NativeEndpoint>, Reactor, PeerAddr) {
+pub(super) fn open_self(mode: ProgressMode) -> (Arc<NativeEndpoint>, Reactor, PeerAddr) {
     let engine = NativeEngine::load().expect("the native engine loads");
     let (ep, reactor) = engine
         .open_with_reactor(&options(), mode)
@@ -74,11 +74,11 @@ fn open_self(mode: ProgressMode) -> (Arc<NativeEndpoint>, Reactor, PeerAddr) {
     (ep, reactor, me)
 }
 
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
+pub(super) fn pattern(n: usize, seed: u64) -> Vec<u8> {
     (0..n).map(|i| (i as u64 ^ seed) as u8).collect()
 }
 
-fn irecv<P: EngineEndpoint + ?Sized>(ep: &P, tag: u64, buffer: OpBuffer) -> OpKey {
+pub(super) fn irecv<P: EngineEndpoint + ?Sized>(ep: &P, tag: u64, buffer: OpBuffer) -> OpKey {
     let key = ep.completions().insert();
     if let Err(e) = ep.irecv(TagMatch::exact(tag), buffer, key) {
         panic!("irecv: {}", e.error);
@@ -86,7 +86,12 @@ fn irecv<P: EngineEndpoint + ?Sized>(ep: &P, tag: u64, buffer: OpBuffer) -> OpKe
     key
 }
 
-fn isend<P: EngineEndpoint + ?Sized>(ep: &P, peer: PeerAddr, tag: u64, data: Vec<u8>) -> OpKey {
+pub(super) fn isend<P: EngineEndpoint + ?Sized>(
+    ep: &P,
+    peer: PeerAddr,
+    tag: u64,
+    data: Vec<u8>,
+) -> OpKey {
     let key = ep.completions().insert();
     if let Err(e) = ep.isend(peer, tag, SendMode::Standard, OpBuffer::from(data), key) {
         panic!("isend: {}", e.error);
@@ -96,7 +101,11 @@ fn isend<P: EngineEndpoint + ?Sized>(ep: &P, peer: PeerAddr, tag: u64, data: Vec
 
 /// Polls `key` through the fast path until it completes (manual mode: a
 /// noop waker, each poll its own step).
-fn wait_fast<P: EngineEndpoint + ?Sized>(ep: &P, reactor: &Reactor, key: OpKey) -> MqCompletion {
+pub(super) fn wait_fast<P: EngineEndpoint + ?Sized>(
+    ep: &P,
+    reactor: &Reactor,
+    key: OpKey,
+) -> MqCompletion {
     let mut cx = Context::from_waker(Waker::noop());
     let start = Instant::now();
     loop {
@@ -108,7 +117,12 @@ fn wait_fast<P: EngineEndpoint + ?Sized>(ep: &P, reactor: &Reactor, key: OpKey) 
 }
 
 /// Checks a receive's completion; its bytes.
-fn check_recv(c: MqCompletion, tag: u64, want: &[u8], source: Option<PeerAddr>) -> Vec<u8> {
+pub(super) fn check_recv(
+    c: MqCompletion,
+    tag: u64,
+    want: &[u8],
+    source: Option<PeerAddr>,
+) -> Vec<u8> {
     assert_eq!(c.status.error, None, "{:?}", c.status);
     assert_eq!(c.status.tag, tag);
     assert_eq!(c.status.msg_len, want.len() as u64);

@@ -122,6 +122,8 @@ mod fast_tests;
 mod inflight;
 mod lock;
 mod raw;
+#[cfg(test)]
+mod unposted_tests;
 
 pub use endpoint::NativeEndpoint;
 

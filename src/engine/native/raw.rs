@@ -31,6 +31,19 @@ impl Req {
         self.0
     }
 
+    /// The handle of a receive not yet handed to PSM (see `unposted` in
+    /// the endpoint): PSM's null request, which it never returns for a
+    /// posted one.
+    pub fn unposted() -> Req {
+        Req(ptr::null_mut())
+    }
+
+    /// Whether PSM has the request (it is not [`Req::unposted`]).
+    #[inline]
+    pub fn is_posted(&self) -> bool {
+        !self.0.is_null()
+    }
+
     /// A handle with the value `n`, never handed to PSM (unit tests).
     #[cfg(test)]
     pub fn fake(n: usize) -> Req {
