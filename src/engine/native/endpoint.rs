@@ -1470,7 +1470,7 @@ impl EngineEndpoint for NativeEndpoint {
 /// pointer for an empty buffer, `None` for read-only memory.
 #[inline]
 fn recv_ptr(buffer: &mut OpBuffer) -> Option<*mut u8> {
-    let empty = buffer.len() == 0;
+    let empty = buffer.is_empty();
     match buffer.as_mut_ptr() {
         Some(p) => Some(p),
         None if empty => Some(std::ptr::NonNull::<u8>::dangling().as_ptr()),
