@@ -27,6 +27,7 @@ use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, Hints,
     ProgressKind,
 };
+use psmrail::ops::RecvOp;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -211,31 +212,65 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
     Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
 }
 
-/// One timed exchange: the client sends first; both sides post the receive
-/// before sending. The buffers are used in place, as a loop recycling its
-/// buffers would.
-fn exchange(
+/// Posts a receive into `buf`.
+fn post(side: &Side, args: &Args, buf: OpBuffer) -> RecvOp {
+    if args.tagged {
+        side.ep.trecv(buf, TAG, 0)
+    } else {
+        side.ep.recv(buf)
+    }
+}
+
+/// `n` timed exchanges of the client: post the receive, send, wait for the
+/// echo. The buffers are used in place, as a loop recycling its buffers
+/// would.
+fn client_rounds(
     side: &Side,
     args: &Args,
     peer: FiAddr,
-    client: bool,
+    n: usize,
     out: &mut OpBuffer,
     inn: &mut OpBuffer,
 ) -> Result<(), String> {
-    let posted = std::mem::replace(inn, OpBuffer::empty());
-    let r = if args.tagged {
-        side.ep.trecv(posted, TAG, 0)
-    } else {
-        side.ep.recv(posted)
-    };
-    if client {
+    for _ in 0..n {
+        let r = post(side, args, std::mem::replace(inn, OpBuffer::empty()));
         send(side, args, peer, out)?;
+        let (res, back) = futures::executor::block_on(r);
+        *inn = back;
+        res.map_err(|e| format!("recv: {e}"))?;
     }
-    let (res, back) = futures::executor::block_on(r);
-    *inn = back;
-    res.map_err(|e| format!("recv: {e}"))?;
-    if !client {
-        send(side, args, peer, out)?;
+    Ok(())
+}
+
+/// `n` exchanges of the server, as the raw floor of `engine_pingpong`
+/// runs them: the receive for the next message is posted before the
+/// answer to this one goes out (so no message arrives unexpected), with
+/// two buffers taking turns; each answer sends back the buffer just
+/// received.
+fn server_rounds(
+    side: &Side,
+    args: &Args,
+    peer: FiAddr,
+    n: usize,
+    bufs: &mut [OpBuffer; 2],
+) -> Result<(), String> {
+    if n == 0 {
+        return Ok(());
+    }
+    let first = std::mem::replace(&mut bufs[0], OpBuffer::empty());
+    let mut posted = Some(post(side, args, first));
+    for i in 0..n {
+        let Some(r) = posted.take() else {
+            return Err("no receive posted".into());
+        };
+        let (res, mut filled) = futures::executor::block_on(r);
+        res.map_err(|e| format!("recv: {e}"))?;
+        if i + 1 < n {
+            let spare = std::mem::replace(&mut bufs[(i + 1) % 2], OpBuffer::empty());
+            posted = Some(post(side, args, spare));
+        }
+        send(side, args, peer, &mut filled)?;
+        bufs[i % 2] = filled;
     }
     Ok(())
 }
@@ -285,13 +320,18 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
             inn = OpBuffer::from(vec![0u8; size]);
         }
         // Warm-up, then the timed loop.
-        for _ in 0..(iters / 10).max(1) {
-            exchange(side, args, peer, client, &mut out, &mut inn)?;
-        }
+        let mut bufs = [out, inn];
+        let mut rounds = |n: usize| -> Result<(), String> {
+            if client {
+                let [out, inn] = &mut bufs;
+                client_rounds(side, args, peer, n, out, inn)
+            } else {
+                server_rounds(side, args, peer, n, &mut bufs)
+            }
+        };
+        rounds((iters / 10).max(1))?;
         let start = Instant::now();
-        for _ in 0..iters {
-            exchange(side, args, peer, client, &mut out, &mut inn)?;
-        }
+        rounds(iters)?;
         let elapsed = start.elapsed();
         if client {
             let secs = elapsed.as_secs_f64();
