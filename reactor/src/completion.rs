@@ -792,6 +792,35 @@ impl<T: Send> CompletionTable<T> {
     /// What the table knows about `key` right now.
     #[inline]
     pub fn status(&self, key: OpKey) -> OpStatus {
+        if self.is_pending(key) {
+            return OpStatus::Pending;
+        }
+        self.status_slow(key)
+    }
+
+    /// Whether `key` is [`Pending`](OpStatus::Pending): live, neither
+    /// completed nor abandoned. The check an engine makes before it posts
+    /// an operation under `key`, kept small for that hot path.
+    ///
+    /// ```
+    /// use psmrail_reactor::CompletionTable;
+    /// let table = CompletionTable::<u8>::new();
+    /// let key = table.insert();
+    /// assert!(table.is_pending(key));
+    /// table.complete(key, 1).unwrap();
+    /// assert!(!table.is_pending(key));
+    /// ```
+    #[inline]
+    pub fn is_pending(&self, key: OpKey) -> bool {
+        self.slot(key).is_some_and(|slot| {
+            let s = slot.state.load(Acquire);
+            // Live under this generation, and none of the later flags.
+            s & (LIVE | COMPLETE | ABANDONED) == LIVE && (s >> 32) as u32 == key.generation()
+        })
+    }
+
+    #[cold]
+    fn status_slow(&self, key: OpKey) -> OpStatus {
         let Some(slot) = self.slot(key) else {
             return OpStatus::Unknown;
         };

@@ -70,6 +70,9 @@ pub(crate) struct DomainCore {
     /// posts and polls, which ask the peer book themselves (one layer less
     /// on every small message).
     direct: Arc<dyn EngineEndpoint>,
+    /// The engine's completion table (`engine.completions()`, kept here so
+    /// a post reaches it without two dynamic calls).
+    table: Arc<CompletionTable<MqCompletion>>,
     reactor: Reactor,
     am_msg: Arc<AmMsgQueue>,
     /// RMA and atomics; `None` when the engine cannot carry them (fewer
@@ -135,8 +138,9 @@ impl DomainCore {
     }
 
     /// The engine's MQ completion table (post with keys from it).
+    #[inline]
     pub(crate) fn table(&self) -> &Arc<CompletionTable<MqCompletion>> {
-        self.engine.completions()
+        &self.table
     }
 
     /// The domain's reserved tag bits.
@@ -206,14 +210,21 @@ impl DomainCore {
     }
 
     /// `OpBadState` once the domain was closed.
+    #[inline]
     pub(crate) fn ensure_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(Error::new(
-                ErrorKind::OpBadState,
-                format!("domain {}: already closed", self.epid),
-            ));
+            return Err(self.closed_error());
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn closed_error(&self) -> Error {
+        Error::new(
+            ErrorKind::OpBadState,
+            format!("domain {}: already closed", self.epid),
+        )
     }
 
     /// Whether `cq` was made by this domain.
@@ -462,6 +473,7 @@ impl Domain {
             core: Arc::new(DomainCore {
                 fabric,
                 info: info.clone(),
+                table: engine.completions().clone(),
                 engine,
                 direct: raw_engine,
                 reactor,

@@ -66,11 +66,13 @@ impl TagLayout {
     }
 
     /// The reserved bits: empty, or a run ending at bit 63.
+    #[inline]
     pub(crate) fn reserved(&self) -> u64 {
         self.reserved.load(Ordering::Acquire)
     }
 
     /// The bits a user tag may use (`!reserved`).
+    #[inline]
     pub(crate) fn user_mask(&self) -> u64 {
         !self.reserved()
     }

@@ -53,9 +53,16 @@ impl OpName {
 }
 
 /// The error of a failed status; `None` on success.
+#[inline]
 pub(crate) fn status_error(status: &MqStatus, op: OpName) -> Option<Error> {
     let kind = status.error?;
-    Some(match kind {
+    Some(error_of(kind, status, op))
+}
+
+#[cold]
+#[inline(never)]
+fn error_of(kind: ErrorKind, status: &MqStatus, op: OpName) -> Error {
+    match kind {
         ErrorKind::Trunc => Error::truncated(
             Truncation {
                 msg_len: status.msg_len,
@@ -70,7 +77,7 @@ pub(crate) fn status_error(status: &MqStatus, op: OpName) -> Option<Error> {
             format!("{}: the peer did not answer in time", op.as_str()),
         ),
         other => Error::new(other, format!("{}: failed", op.as_str())),
-    })
+    }
 }
 
 /// Counts a finished operation on the endpoint's counter, if one is bound:

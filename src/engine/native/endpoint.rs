@@ -33,7 +33,7 @@ use crate::engine::{
     Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
 };
 use crate::reactor::{
-    current_thread_affinity, CompletionTable, CpuSet, OpKey, OpStatus, Progress, ProgressSource,
+    current_thread_affinity, CompletionTable, CpuSet, OpKey, Progress, ProgressSource,
 };
 use crate::{Error, ErrorKind, Result};
 use psm_sys::device::Device;
@@ -373,7 +373,7 @@ impl NativeEndpoint {
 
     #[inline]
     fn check_key(&self, key: OpKey, ops: &InFlight) -> Result<()> {
-        if self.completions.status(key) != OpStatus::Pending {
+        if !self.completions.is_pending(key) {
             return Err(Error::new(
                 ErrorKind::Inval,
                 format!(
@@ -715,11 +715,16 @@ impl NativeEndpoint {
         let mut polls = FAST_POLLS;
         while peeked.is_none() && polls > 0 {
             polls -= 1;
+            // Only a poll that moved something can have finished the
+            // request: an idle turn is one `psm_poll`, as in
+            // `psm_mq_wait`'s own loop.
             // SAFETY: the endpoint is open and we hold its lock.
-            unsafe { self.raw.poll() };
-            // SAFETY: as above; an AM handler run by the poll cannot have
-            // touched the request (handlers cannot reach the endpoint).
-            peeked = unsafe { self.raw.test_one(&entry.req) };
+            if unsafe { self.raw.poll() } {
+                // SAFETY: as above; an AM handler run by the poll cannot
+                // have touched the request (handlers cannot reach the
+                // endpoint).
+                peeked = unsafe { self.raw.test_one(&entry.req) };
+            }
         }
         let Some(peeked) = peeked else {
             // Not done: the thread is waiting anyway, so free the slots of
@@ -1196,13 +1201,7 @@ impl EngineEndpoint for NativeEndpoint {
         self.post_unposted(inner);
         match posted {
             Ok(req) => {
-                inner.ops.insert(Entry {
-                    key: op,
-                    req,
-                    tag,
-                    kind: OpKind::Send,
-                    buffer,
-                });
+                inner.ops.insert_parts(op, req, tag, OpKind::Send, buffer);
                 Ok(())
             }
             Err(rc) => Err(PostError {
@@ -1251,13 +1250,9 @@ impl EngineEndpoint for NativeEndpoint {
         }
         // PSM gets the receive at this endpoint's next call into PSM (see
         // `post_unposted`); until then it waits in the in-flight table.
-        inner.ops.insert(Entry {
-            key: op,
-            req: Req::unposted(),
-            tag: tags.tag,
-            kind: OpKind::Recv,
-            buffer,
-        });
+        inner
+            .ops
+            .insert_parts(op, Req::unposted(), tags.tag, OpKind::Recv, buffer);
         inner.unposted.push((op, tags.select));
         Ok(())
     }

@@ -90,18 +90,40 @@ impl InFlight {
 
     /// Adds an entry. The caller checked that its key is pending in the
     /// completion table and that its slot is free.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn insert(&mut self, entry: Entry) {
-        let i = Self::index_of(Self::context(entry.key));
+        let slot = self.free_slot(entry.key);
+        // The caller checked the slot was free: nothing to drop (and no
+        // drop glue on the post path).
+        std::mem::forget(slot.replace(entry));
+    }
+
+    /// Adds the entry of a post from its parts, written straight into its
+    /// slot (the post path builds no entry on the stack to copy). The
+    /// caller checked as for [`insert`](Self::insert).
+    #[inline(always)]
+    pub fn insert_parts(&mut self, key: OpKey, req: Req, tag: u64, kind: OpKind, buffer: OpBuffer) {
+        let slot = self.free_slot(key);
+        std::mem::forget(slot.replace(Entry {
+            key,
+            req,
+            tag,
+            kind,
+            buffer,
+        }));
+    }
+
+    /// The slot of `key`, grown into if needed and counted as live.
+    #[inline(always)]
+    fn free_slot(&mut self, key: OpKey) -> &mut Option<Entry> {
+        let i = Self::index_of(Self::context(key));
         if i >= self.slots.len() {
             self.grow(i);
         }
-        let old = self.slots[i].replace(entry);
-        debug_assert!(old.is_none(), "in-flight slot {i} is in use");
-        // The caller checked the slot was free: nothing to drop (and no
-        // drop glue on the post path).
-        std::mem::forget(old);
         self.live += 1;
+        let slot = &mut self.slots[i];
+        debug_assert!(slot.is_none(), "in-flight slot {i} is in use");
+        slot
     }
 
     /// Makes room for slot `i` (only while warming up).

@@ -97,7 +97,7 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EndpointOptions, EngineEndpoint, EngineKind,
     EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
 };
-use crate::reactor::{CompletionTable, OpKey, OpStatus, Progress, ProgressSource};
+use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -373,7 +373,7 @@ impl SoftEndpoint {
     }
 
     fn check_key(&self, key: OpKey, inner: &Inner) -> Result<()> {
-        if self.completions.status(key) != OpStatus::Pending {
+        if !self.completions.is_pending(key) {
             return Err(Error::new(
                 ErrorKind::Inval,
                 format!(
