@@ -28,6 +28,7 @@ use psmrail::fabric::{
     ProgressKind,
 };
 use psmrail::ops::RecvOp;
+use psmrail::reactor::Reactor;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -50,12 +51,15 @@ struct Args {
     /// the server to 1 unless `--no-pin`).
     cpu: Option<usize>,
     no_pin: bool,
+    /// Await with `futures::executor::block_on` instead of the domain's
+    /// reactor (`Reactor::block_on`).
+    futures_executor: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: pingpong [-S sizes|all] [-I iterations] [-e rdm|dgram] [--engine auto|native|soft] \
-         [--tagged] [--auto-progress] [--cpu N] [--no-pin] [--spawn | SERVER_ADDR]"
+         [--tagged] [--auto-progress] [--futures-executor] [--cpu N] [--no-pin] [--spawn | SERVER_ADDR]"
     );
     std::process::exit(2)
 }
@@ -72,6 +76,7 @@ fn parse_args() -> Args {
         server_addr: None,
         cpu: None,
         no_pin: false,
+        futures_executor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -117,6 +122,7 @@ fn parse_args() -> Args {
             "--spawn" => a.spawn = true,
             "--cpu" => a.cpu = Some(value().parse().unwrap_or_else(|_| usage())),
             "--no-pin" => a.no_pin = true,
+            "--futures-executor" => a.futures_executor = true,
             "-h" | "--help" => usage(),
             s if !s.starts_with('-') && a.server_addr.is_none() => {
                 a.server_addr = Some(s.to_string())
@@ -133,6 +139,20 @@ struct Side {
     av: AddressVector,
     ep: Endpoint,
     engine: String,
+    /// The domain's reactor: runs the futures unless `--futures-executor`.
+    reactor: Reactor,
+    futures_executor: bool,
+}
+
+impl Side {
+    /// Runs `f` to completion on the chosen executor.
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        if self.futures_executor {
+            futures::executor::block_on(f)
+        } else {
+            self.reactor.block_on(f)
+        }
+    }
 }
 
 fn open(args: &Args) -> Result<Side, String> {
@@ -175,6 +195,8 @@ fn open(args: &Args) -> Result<Side, String> {
         _fabric: fabric,
         av,
         ep,
+        reactor: domain.reactor().clone(),
+        futures_executor: args.futures_executor,
     })
 }
 
@@ -197,7 +219,7 @@ fn send(side: &Side, args: &Args, to: FiAddr, buf: &mut OpBuffer) -> Result<(), 
     } else {
         side.ep.send(to, owned)
     };
-    let (r, back) = futures::executor::block_on(fut);
+    let (r, back) = side.block_on(fut);
     *buf = back;
     r.map(drop).map_err(|e| format!("send: {e}"))
 }
@@ -208,7 +230,7 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
     } else {
         side.ep.recv(buf)
     };
-    let (r, buf) = futures::executor::block_on(fut);
+    let (r, buf) = side.block_on(fut);
     Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
 }
 
@@ -235,7 +257,7 @@ fn client_rounds(
     for _ in 0..n {
         let r = post(side, args, std::mem::replace(inn, OpBuffer::empty()));
         send(side, args, peer, out)?;
-        let (res, back) = futures::executor::block_on(r);
+        let (res, back) = side.block_on(r);
         *inn = back;
         res.map_err(|e| format!("recv: {e}"))?;
     }
@@ -263,7 +285,7 @@ fn server_rounds(
         let Some(r) = posted.take() else {
             return Err("no receive posted".into());
         };
-        let (res, mut filled) = futures::executor::block_on(r);
+        let (res, mut filled) = side.block_on(r);
         res.map_err(|e| format!("recv: {e}"))?;
         if i + 1 < n {
             let spare = std::mem::replace(&mut bufs[(i + 1) % 2], OpBuffer::empty());
@@ -378,7 +400,7 @@ fn server(args: &Args) -> Result<(), String> {
     );
     std::io::stdout().flush().ok();
     // The client's address comes first (8 bytes), as fi_pingpong exchanges them.
-    let (r, hello) = futures::executor::block_on(side.ep.recv(vec![0u8; 8]));
+    let (r, hello) = side.block_on(side.ep.recv(vec![0u8; 8]));
     let got = r.map_err(|e| format!("address exchange: {e}"))?;
     let bytes: [u8; 8] = hello.as_slice()[..got.len]
         .try_into()
@@ -399,7 +421,7 @@ fn client(args: &Args, addr: &str) -> Result<(), String> {
         .map_err(|e| format!("av insert {addr}: {e}"))?;
     let me = side.ep.getname().0.to_le_bytes().to_vec();
     // Untagged, whatever the mode: the server receives it with `recv`.
-    let (r, _) = futures::executor::block_on(side.ep.send(server, me));
+    let (r, _) = side.block_on(side.ep.send(server, me));
     r.map_err(|e| format!("address exchange: {e}"))?;
     eprintln!("pingpong client: engine {}, server {addr}", side.engine);
     run_sizes(&side, args, server, true)

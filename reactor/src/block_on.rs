@@ -1,13 +1,17 @@
 //! `Reactor::block_on`: run one future to completion on the calling thread.
 //!
-//! The waker sets a flag and unparks the blocked thread. Manual mode never
-//! parks: between polls it runs progress rounds (that is the only way
-//! anything completes), yielding the CPU after a streak of idle rounds.
-//! Auto mode parks until woken; the progress thread does the work.
+//! The waker sets a flag and unparks the blocked thread; each thread makes
+//! its waker once and reuses it (a `block_on` costs no allocation). Manual
+//! mode never parks: a future that woke itself (every manual-mode
+//! operation does, after its own progress step) is polled again at once;
+//! otherwise a progress round runs before the next look (that is the only
+//! way anything completes), and the CPU is yielded after a streak of idle
+//! rounds. Auto mode parks until woken; the progress thread does the work.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering::AcqRel, Ordering::Acquire};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
@@ -20,6 +24,9 @@ const IDLE_ROUNDS_BEFORE_YIELD: u32 = 64;
 struct ThreadWaker {
     thread: Thread,
     woken: AtomicBool,
+    /// Whether the `block_on` using this waker may park (auto mode); a
+    /// manual-mode one never does, so waking it needs no unpark.
+    parks: AtomicBool,
 }
 
 impl Wake for ThreadWaker {
@@ -30,28 +37,82 @@ impl Wake for ThreadWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         // Unpark only on the false -> true edge: repeated wakes between two
         // polls (every manual-mode poll wakes itself) cost no system call.
-        if !self.woken.swap(true, AcqRel) {
+        if !self.woken.swap(true, Ordering::AcqRel) && self.parks.load(Ordering::Acquire) {
             self.thread.unpark();
         }
     }
 }
 
+thread_local! {
+    /// This thread's waker for [`run`], made once, and whether a `run` on
+    /// this thread is using it (a nested `run` makes its own).
+    static THREAD_WAKER: (Arc<ThreadWaker>, Cell<bool>) = (
+        Arc::new(ThreadWaker {
+            thread: thread::current(),
+            woken: AtomicBool::new(false),
+            parks: AtomicBool::new(true),
+        }),
+        Cell::new(false),
+    );
+}
+
+/// Marks the thread's cached waker free again when `run` returns or
+/// unwinds.
+struct Release<'a>(Option<&'a Cell<bool>>);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if let Some(busy) = self.0 {
+            busy.set(false);
+        }
+    }
+}
+
 pub(crate) fn run<F: Future>(reactor: &Reactor, future: F) -> F::Output {
+    THREAD_WAKER.with(|(cached, busy)| {
+        if busy.replace(true) {
+            // Nested in another `run` on this thread: a waker of its own,
+            // so neither consumes the other's wake-ups.
+            let own = Arc::new(ThreadWaker {
+                thread: thread::current(),
+                woken: AtomicBool::new(false),
+                parks: AtomicBool::new(true),
+            });
+            return drive(reactor, future, &own, Release(None));
+        }
+        drive(reactor, future, cached, Release(Some(busy)))
+    })
+}
+
+fn drive<F: Future>(
+    reactor: &Reactor,
+    future: F,
+    state: &Arc<ThreadWaker>,
+    _release: Release<'_>,
+) -> F::Output {
     let mut future = pin!(future);
-    let state = Arc::new(ThreadWaker {
-        thread: thread::current(),
-        woken: AtomicBool::new(true),
-    });
     let waker = Waker::from(state.clone());
     let mut cx = Context::from_waker(&waker);
     let manual = reactor.is_manual();
+    // Set before any poll can hand out the waker (SeqCst: an auto-mode
+    // waker that fires later must see it before the wake-up it gives).
+    state.parks.store(!manual, Ordering::SeqCst);
     let mut idle = 0u32;
+    // The first poll needs no wake-up.
+    state.woken.store(true, Ordering::Release);
     loop {
-        if state.woken.swap(false, AcqRel) {
+        if state.woken.swap(false, Ordering::AcqRel) {
             if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                 return out;
             }
             idle = 0;
+            if manual && state.woken.load(Ordering::Acquire) {
+                // The future woke itself: it made its own progress step
+                // (every manual-mode operation does) and wants polling
+                // again at once; the reactor's other sources get their
+                // turn through the operations' periodic full rounds.
+                continue;
+            }
         }
         if manual {
             if reactor.progress().made() {
@@ -66,7 +127,7 @@ pub(crate) fn run<F: Future>(reactor: &Reactor, future: F) -> F::Output {
         } else {
             // Park until the waker fires (park may return spuriously: the
             // flag decides). A stale unpark token only costs one loop.
-            while !state.woken.load(Acquire) {
+            while !state.woken.load(Ordering::Acquire) {
                 thread::park();
             }
         }

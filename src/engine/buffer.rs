@@ -145,6 +145,14 @@ impl OpBuffer {
         self.base_ptr().wrapping_add(self.offset)
     }
 
+    /// Whether the window may be written (receives): every owner but
+    /// shared immutable `Bytes`, whose [`as_mut_ptr`](Self::as_mut_ptr) is
+    /// `None`.
+    #[inline]
+    pub fn is_writable(&self) -> bool {
+        !matches!(self.owner, BufferOwner::Bytes(_))
+    }
+
     /// Mutable pointer to the window, for receives. `None` for shared
     /// immutable `Bytes`, which cannot be written.
     #[inline]

@@ -390,6 +390,30 @@ impl NativeEndpoint {
         Ok(())
     }
 
+    /// Why `irecv` refuses `buffer` for `op` (one of its checks failed).
+    #[cold]
+    #[inline(never)]
+    fn irecv_refused(&self, ops: &InFlight, op: OpKey, buffer: OpBuffer) -> PostError {
+        let len = buffer.len();
+        let error = if let Err(e) = self.check_key(op, ops) {
+            e
+        } else if len as u64 > self.limits.max_message {
+            Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
+                    self.limits.max_message
+                ),
+            )
+        } else {
+            Error::new(
+                ErrorKind::Inval,
+                "native engine: a receive buffer must be writable (shared Bytes are read-only)",
+            )
+        };
+        PostError { error, buffer }
+    }
+
     /// The source to report for a receive PSM gave no sender for.
     #[inline]
     fn implied_source(&self, peers: &Peers) -> Option<PeerAddr> {
@@ -1214,7 +1238,7 @@ impl EngineEndpoint for NativeEndpoint {
     fn irecv(
         &self,
         tags: TagMatch,
-        mut buffer: OpBuffer,
+        buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
         let mut g = match self.lock_open() {
@@ -1222,31 +1246,14 @@ impl EngineEndpoint for NativeEndpoint {
             Err(error) => return Err(PostError { error, buffer }),
         };
         let inner = &mut *g;
-        if let Err(error) = self.check_key(op, &inner.ops) {
-            return Err(PostError { error, buffer });
-        }
-        let len = buffer.len();
-        if len as u64 > self.limits.max_message {
-            return Err(PostError {
-                error: Error::new(
-                    ErrorKind::MsgSize,
-                    format!(
-                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
-                        self.limits.max_message
-                    ),
-                ),
-                buffer,
-            });
-        }
-        if recv_ptr(&mut buffer).is_none() {
-            return Err(PostError {
-                error: Error::new(
-                    ErrorKind::Inval,
-                    "native engine: a receive buffer must be writable (shared Bytes are \
-                     read-only)",
-                ),
-                buffer,
-            });
+        // Every check in one expression, their errors out of line.
+        let len = buffer.len() as u64;
+        if !(self.completions.is_pending(op)
+            && !inner.ops.slot_taken(op)
+            && len <= self.limits.max_message
+            && buffer.is_writable())
+        {
+            return Err(self.irecv_refused(&inner.ops, op, buffer));
         }
         // PSM gets the receive at this endpoint's next call into PSM (see
         // `post_unposted`); until then it waits in the in-flight table.
