@@ -133,3 +133,77 @@ fn drive<F: Future>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Reactor;
+    use std::future::{poll_fn, Future};
+    use std::sync::{Arc, Mutex};
+    use std::task::{Poll, Waker};
+    use std::time::Duration;
+
+    /// A future ready after it was polled `n` more times, waking itself on
+    /// every `Pending` (as manual-mode operations do).
+    fn self_waking(n: usize) -> impl Future<Output = usize> {
+        let mut polls = 0;
+        poll_fn(move |cx| {
+            polls += 1;
+            if polls > n {
+                Poll::Ready(polls)
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+    }
+
+    #[test]
+    fn manual_block_on_repolls_a_self_waking_future() {
+        let reactor = Reactor::manual();
+        assert_eq!(reactor.block_on(self_waking(1000)), 1001);
+        // The thread's waker is reused by the next call.
+        assert_eq!(reactor.block_on(self_waking(3)), 4);
+    }
+
+    #[test]
+    fn nested_block_on_gets_its_own_waker() {
+        let reactor = Reactor::manual();
+        let inner = reactor.clone();
+        let out = reactor.block_on(async move {
+            let a = inner.block_on(self_waking(10));
+            let b = self_waking(5).await;
+            a + b
+        });
+        assert_eq!(out, 11 + 6);
+        // The outer call released the cached waker: a later call works.
+        assert_eq!(reactor.block_on(self_waking(2)), 3);
+    }
+
+    /// A future woken from another thread, in manual mode (no self-wake:
+    /// the loop runs progress rounds until the wake-up comes).
+    #[test]
+    fn manual_block_on_sees_a_wake_from_another_thread() {
+        let reactor = Reactor::manual();
+        let slot: Arc<Mutex<(bool, Option<Waker>)>> = Arc::default();
+        let setter = slot.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            let mut s = setter.lock().unwrap();
+            s.0 = true;
+            if let Some(w) = s.1.take() {
+                w.wake();
+            }
+        });
+        let done = reactor.block_on(poll_fn(|cx| {
+            let mut s = slot.lock().unwrap();
+            if s.0 {
+                Poll::Ready(true)
+            } else {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }));
+        assert!(done);
+        t.join().unwrap();
+    }
+}

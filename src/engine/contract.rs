@@ -126,6 +126,12 @@ pub trait EngineEndpoint: ProgressSource {
 
     /// Posts a receive into `buffer` for the first message matching `tags`
     /// (in posting order); completes into `op`.
+    ///
+    /// Every message that arrives after this returns meets the receive, in
+    /// posting order with the others; an engine may still hand it to its
+    /// transport later, before it next lets the transport match anything
+    /// (the native engine does so at its next call into PSM, so a send
+    /// right after the receive goes out first).
     fn irecv(
         &self,
         tags: TagMatch,

@@ -7,9 +7,11 @@
 //! completions, connecting and closing.
 //!
 //! # The hot path
-//! A post is one lock, one check that the key is pending, one lookup of the
+//! A send is one lock, one check that the key is pending, one lookup of the
 //! peer (a binary search over the connected addresses), the PSM call and a
-//! store into the in-flight slot of the key. A progress step is one
+//! store into the in-flight slot of the key. A receive is the lock, the
+//! check and the store; PSM gets it at the endpoint's next call into PSM
+//! (`post_unposted`). A progress step is one
 //! try-lock and, with requests in flight, `psm_mq_ipeek` (which polls PSM
 //! when nothing is completed) and `psm_mq_test` per completion, each
 //! completion moved into the completion table; with nothing in flight it is

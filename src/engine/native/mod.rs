@@ -34,14 +34,30 @@
 //! dropped there if the future was dropped (principle 3). After warm-up no
 //! step allocates. Details in `inflight.rs`.
 //!
+//! **Receives reach PSM at the endpoint's next call into it.** `irecv`
+//! checks and records the receive (in-flight entry, posting order);
+//! `psm_mq_irecv` runs at the start of the next call that enters PSM (a
+//! progress step, a fast-path test, probe, cancel, AM request, connect,
+//! close), or right after the send of an `isend`/`inject`. PSM matches
+//! arriving messages only inside its own calls, and all of them but those
+//! sends come after the hand-over, so every message still meets the
+//! receives posted before it; one PSM takes in during a send waits in its
+//! unexpected queue and is matched from there, in arrival order (the same
+//! outcome, at the price of a copy). The point: the receive an exchange
+//! posts for its reply costs nothing before the request goes out; PSM's
+//! `psm_mq_irecv` runs while the message travels. A receive PSM refuses
+//! then completes with the error (`unposted_tests.rs` covers order,
+//! probe, cancel and close).
+//!
 //! **Manual-mode fast path.** A future waiting in a manual reactor can ask
 //! for its own operation instead
 //! ([`EngineEndpoint::poll_op`](crate::engine::EngineEndpoint::poll_op),
 //! through [`EngineEndpoint::poll_completion`](crate::engine::EngineEndpoint::poll_completion)):
 //! under a try-lock, `psm_mq_test` on that request, and while it is not
-//! done a `psm_poll` and another test, up to 8 times before the lock is
-//! let go (a waiting thread's turn is then about `psm_mq_wait`'s own: one
-//! poll, one test). A finished request leaves the in-flight table and its
+//! done a `psm_poll` (followed by another test only when the poll moved
+//! something), up to 8 times before the lock is let go (a waiting thread's
+//! idle turn is then `psm_mq_wait`'s own: one poll). A finished request
+//! leaves the in-flight table and its
 //! completion goes straight to the future: no `psm_mq_ipeek`, no trip
 //! through the table, no progress round over the reactor's other sources.
 //! Its key is retired
