@@ -31,7 +31,8 @@
 //! under `perf record`. `--verbose` prints every round: the VM these
 //! figures come from switches between a fast and a slow state (about 2x
 //! at 8 B and 64 KiB, 3x at 4 MiB) from one process pair to the next, so
-//! compare phases within rounds that agree.
+//! compare phases within rounds that agree; the last lines do that: the
+//! median ratio to raw within rounds where both were in the same state.
 //!
 //! ```text
 //! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong -- --help
@@ -665,5 +666,45 @@ fn main() {
             }
         }
         println!("{row}");
+    }
+    if let Some(r) = raw {
+        print_by_state(&args, &runs, r);
+    }
+}
+
+/// The ratios to raw within single rounds, split by the VM's state: a
+/// phase's round is in the slow state when its first size took over 1.5x
+/// the phase's best round (the states differ by about 2x); only rounds
+/// where the phase and raw were in the same state count.
+fn print_by_state(args: &Args, runs: &[Vec<Medians>], raw: usize) {
+    let slow = |rounds: &[Medians], round: usize| {
+        let best = rounds.iter().map(|m| m[0]).fold(f64::INFINITY, f64::min);
+        rounds[round][0] > 1.5 * best
+    };
+    println!("ratios to raw within rounds, by state (median, rounds counted):");
+    for (p, phase) in args.phases.iter().enumerate() {
+        if p == raw {
+            continue;
+        }
+        for (state, want_slow) in [("fast state", false), ("slow state", true)] {
+            let rounds: Vec<usize> = (0..args.rounds)
+                .filter(|&k| slow(&runs[p], k) == want_slow && slow(&runs[raw], k) == want_slow)
+                .collect();
+            if rounds.is_empty() {
+                continue;
+            }
+            let mut line = format!("  {:>6}/raw, {state}:", phase.name());
+            for (i, &(size, _)) in args.sizes.iter().enumerate() {
+                let ratio = median(
+                    rounds
+                        .iter()
+                        .map(|&k| runs[p][k][i] / runs[raw][k][i])
+                        .collect(),
+                );
+                line += &format!("  {size} B {ratio:.3}");
+            }
+            line += &format!("  ({} of {} rounds)", rounds.len(), args.rounds);
+            println!("{line}");
+        }
     }
 }
