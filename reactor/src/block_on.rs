@@ -1,7 +1,8 @@
 //! `Reactor::block_on`: run one future to completion on the calling thread.
 //!
-//! The waker sets a flag and unparks the blocked thread; each thread makes
-//! its waker once and reuses it (a `block_on` costs no allocation). Manual
+//! The waker sets a flag and, in auto mode, unparks the blocked thread;
+//! each thread makes its wakers once and lends them (a `block_on` costs no
+//! allocation and no reference counting). Manual
 //! mode never parks: a future that woke itself (every manual-mode
 //! operation does, after its own progress step) is polled again at once;
 //! otherwise a progress round runs before the next look (that is the only
@@ -10,93 +11,105 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::thread::{self, Thread};
+
+use futures::task::{waker_ref, ArcWake};
 
 use crate::reactor::Reactor;
 
 /// Idle rounds in a row before a manual `block_on` yields its CPU once.
 const IDLE_ROUNDS_BEFORE_YIELD: u32 = 64;
 
+/// The waker of one thread's `block_on`.
 struct ThreadWaker {
-    thread: Thread,
+    /// The thread to unpark (auto mode); `None` for a manual-mode waker,
+    /// whose `block_on` never parks, so waking it is one store.
+    thread: Option<Thread>,
     woken: AtomicBool,
-    /// Whether the `block_on` using this waker may park (auto mode); a
-    /// manual-mode one never does, so waking it needs no unpark.
-    parks: AtomicBool,
 }
 
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        // Unpark only on the false -> true edge: repeated wakes between two
-        // polls (every manual-mode poll wakes itself) cost no system call.
-        if !self.woken.swap(true, Ordering::AcqRel) && self.parks.load(Ordering::Acquire) {
-            self.thread.unpark();
+impl ThreadWaker {
+    fn new(manual: bool) -> Self {
+        ThreadWaker {
+            thread: (!manual).then(thread::current),
+            woken: AtomicBool::new(false),
         }
     }
+}
+
+impl ArcWake for ThreadWaker {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        match &arc_self.thread {
+            // Setting the flag is idempotent, and the loop clears it with
+            // a swap that reads this store: no read-modify-write needed.
+            None => arc_self.woken.store(true, Ordering::Release),
+            // Unpark only on the false -> true edge: repeated wakes between
+            // two polls cost no system call.
+            Some(thread) => {
+                if !arc_self.woken.swap(true, Ordering::AcqRel) {
+                    thread.unpark();
+                }
+            }
+        }
+    }
+}
+
+/// This thread's wakers for [`run`], one per mode (a mode's waker never
+/// changes kind, so a clone held by an old operation stays right), made
+/// once; and whether a `run` on this thread is using them (a nested `run`
+/// makes its own).
+struct Wakers {
+    manual: Arc<ThreadWaker>,
+    auto: Arc<ThreadWaker>,
+    busy: Cell<bool>,
 }
 
 thread_local! {
-    /// This thread's waker for [`run`], made once, and whether a `run` on
-    /// this thread is using it (a nested `run` makes its own).
-    static THREAD_WAKER: (Arc<ThreadWaker>, Cell<bool>) = (
-        Arc::new(ThreadWaker {
-            thread: thread::current(),
-            woken: AtomicBool::new(false),
-            parks: AtomicBool::new(true),
-        }),
-        Cell::new(false),
-    );
+    static WAKERS: Wakers = Wakers {
+        manual: Arc::new(ThreadWaker::new(true)),
+        auto: Arc::new(ThreadWaker::new(false)),
+        busy: Cell::new(false),
+    };
 }
 
-/// Marks the thread's cached waker free again when `run` returns or
-/// unwinds.
-struct Release<'a>(Option<&'a Cell<bool>>);
+/// Marks the thread's wakers free again when `run` returns or unwinds.
+struct Release<'a>(&'a Cell<bool>);
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        if let Some(busy) = self.0 {
-            busy.set(false);
-        }
+        self.0.set(false);
     }
 }
 
 pub(crate) fn run<F: Future>(reactor: &Reactor, future: F) -> F::Output {
-    THREAD_WAKER.with(|(cached, busy)| {
-        if busy.replace(true) {
+    let mut future = pin!(future);
+    let manual = reactor.is_manual();
+    WAKERS.with(|w| {
+        if w.busy.replace(true) {
             // Nested in another `run` on this thread: a waker of its own,
             // so neither consumes the other's wake-ups.
-            let own = Arc::new(ThreadWaker {
-                thread: thread::current(),
-                woken: AtomicBool::new(false),
-                parks: AtomicBool::new(true),
-            });
-            return drive(reactor, future, &own, Release(None));
+            let own = Arc::new(ThreadWaker::new(manual));
+            return drive(reactor, future.as_mut(), &own, manual);
         }
-        drive(reactor, future, cached, Release(Some(busy)))
+        let _release = Release(&w.busy);
+        let state = if manual { &w.manual } else { &w.auto };
+        drive(reactor, future.as_mut(), state, manual)
     })
 }
 
 fn drive<F: Future>(
     reactor: &Reactor,
-    future: F,
+    mut future: Pin<&mut F>,
     state: &Arc<ThreadWaker>,
-    _release: Release<'_>,
+    manual: bool,
 ) -> F::Output {
-    let mut future = pin!(future);
-    let waker = Waker::from(state.clone());
+    // Lent, not cloned: no reference counting per call.
+    let waker = waker_ref(state);
     let mut cx = Context::from_waker(&waker);
-    let manual = reactor.is_manual();
-    // Set before any poll can hand out the waker (SeqCst: an auto-mode
-    // waker that fires later must see it before the wake-up it gives).
-    state.parks.store(!manual, Ordering::SeqCst);
     let mut idle = 0u32;
     // The first poll needs no wake-up.
     state.woken.store(true, Ordering::Release);

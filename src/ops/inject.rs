@@ -31,6 +31,7 @@ fn inject_len_error(len: usize, max: usize) -> Error {
     )
 }
 
+#[inline]
 fn counted(ep: &EndpointCore) {
     super::outcome::count(ep.counter(CounterKind::Send), true);
 }
@@ -38,6 +39,7 @@ fn counted(ep: &EndpointCore) {
 /// Injects over the MQ with `tag`: the engine's own inject (native: PSM's
 /// blocking `psm_mq_send`, no slot; soft: the contract's default, a copy
 /// sent under an abandoned key).
+#[inline]
 pub(crate) fn inject_mq(
     ep: &Arc<EndpointCore>,
     peer: PeerAddr,
