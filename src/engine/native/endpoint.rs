@@ -760,16 +760,34 @@ impl NativeEndpoint {
             }
             return None;
         };
-        // The status from the entry in place; then only its buffer moves.
-        let (status, rendezvous) = self.finish(ep, peers, entry, &peeked);
-        let buffer = ops.take_buffer(op)?;
-        self.retire_later(retired, op);
+        let entry = ops.take(op)?;
+        Some(self.finish_fast(ep, peers, retired, entry, &peeked))
+    }
+
+    /// The completion of a request the fast path found finished (out of
+    /// the in-flight table already). Inlined, as the whole fast path is, so
+    /// the completion is built where the caller's `Poll` lives instead of
+    /// being copied up through each call.
+    #[inline(always)]
+    fn finish_fast(
+        &self,
+        ep: &psm_sys::Endpoint,
+        peers: &mut Peers,
+        retired: &mut Vec<OpKey>,
+        entry: Entry,
+        peeked: &Peeked,
+    ) -> MqCompletion {
+        self.retire_later(retired, entry.key);
+        let (status, rendezvous) = self.finish(ep, peers, &entry, peeked);
         if rendezvous {
             // As in `harvest`: send the sender its go-ahead now.
             // SAFETY: the endpoint is open and we hold its lock.
             unsafe { self.raw.poll() };
         }
-        Some(MqCompletion { status, buffer })
+        MqCompletion {
+            status,
+            buffer: entry.buffer,
+        }
     }
 
     /// Sends the job handshake to `addr`; the cookie to wait for.

@@ -154,19 +154,6 @@ impl InFlight {
         }
     }
 
-    /// Removes the entry of `key`, if live, and hands back its buffer (the
-    /// fast path read the rest in place).
-    #[inline(always)]
-    pub fn take_buffer(&mut self, key: OpKey) -> Option<OpBuffer> {
-        let slot = self.slots.get_mut(Self::index_of(Self::context(key)))?;
-        if slot.as_ref().is_some_and(|e| e.key == key) {
-            self.live -= 1;
-            slot.take().map(|e| e.buffer)
-        } else {
-            None
-        }
-    }
-
     /// Removes the entry PSM reports finished: the one whose slot the
     /// context names and whose request handle is `req`.
     #[inline]
