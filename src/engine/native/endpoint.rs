@@ -392,30 +392,6 @@ impl NativeEndpoint {
         Ok(())
     }
 
-    /// Why `irecv` refuses `buffer` for `op` (one of its checks failed).
-    #[cold]
-    #[inline(never)]
-    fn irecv_refused(&self, ops: &InFlight, op: OpKey, buffer: OpBuffer) -> PostError {
-        let len = buffer.len();
-        let error = if let Err(e) = self.check_key(op, ops) {
-            e
-        } else if len as u64 > self.limits.max_message {
-            Error::new(
-                ErrorKind::MsgSize,
-                format!(
-                    "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
-                    self.limits.max_message
-                ),
-            )
-        } else {
-            Error::new(
-                ErrorKind::Inval,
-                "native engine: a receive buffer must be writable (shared Bytes are read-only)",
-            )
-        };
-        PostError { error, buffer }
-    }
-
     /// The source to report for a receive PSM gave no sender for.
     #[inline]
     fn implied_source(&self, peers: &Peers) -> Option<PeerAddr> {
@@ -1240,7 +1216,7 @@ impl EngineEndpoint for NativeEndpoint {
     fn irecv(
         &self,
         tags: TagMatch,
-        buffer: OpBuffer,
+        mut buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
         let mut g = match self.lock_open() {
@@ -1248,14 +1224,31 @@ impl EngineEndpoint for NativeEndpoint {
             Err(error) => return Err(PostError { error, buffer }),
         };
         let inner = &mut *g;
-        // Every check in one expression, their errors out of line.
-        let len = buffer.len() as u64;
-        if !(self.completions.is_pending(op)
-            && !inner.ops.slot_taken(op)
-            && len <= self.limits.max_message
-            && buffer.is_writable())
-        {
-            return Err(self.irecv_refused(&inner.ops, op, buffer));
+        if let Err(error) = self.check_key(op, &inner.ops) {
+            return Err(PostError { error, buffer });
+        }
+        let len = buffer.len();
+        if len as u64 > self.limits.max_message {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::MsgSize,
+                    format!(
+                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
+                        self.limits.max_message
+                    ),
+                ),
+                buffer,
+            });
+        }
+        if recv_ptr(&mut buffer).is_none() {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::Inval,
+                    "native engine: a receive buffer must be writable (shared Bytes are \
+                     read-only)",
+                ),
+                buffer,
+            });
         }
         // PSM gets the receive at this endpoint's next call into PSM (see
         // `post_unposted`); until then it waits in the in-flight table.

@@ -92,8 +92,10 @@ impl InFlight {
     /// completion table and that its slot is free.
     #[cfg(test)]
     pub fn insert(&mut self, entry: Entry) {
-        let key = entry.key;
-        *self.free_slot(key) = Some(entry);
+        let slot = self.free_slot(entry.key);
+        // The caller checked the slot was free: nothing to drop (and no
+        // drop glue on the post path).
+        std::mem::forget(slot.replace(entry));
     }
 
     /// Adds the entry of a post from its parts, written straight into its
@@ -101,15 +103,14 @@ impl InFlight {
     /// caller checked as for [`insert`](Self::insert).
     #[inline(always)]
     pub fn insert_parts(&mut self, key: OpKey, req: Req, tag: u64, kind: OpKind, buffer: OpBuffer) {
-        // The slot is free (checked by the caller): the assignment drops
-        // nothing, and writes the entry in place.
-        *self.free_slot(key) = Some(Entry {
+        let slot = self.free_slot(key);
+        std::mem::forget(slot.replace(Entry {
             key,
             req,
             tag,
             kind,
             buffer,
-        });
+        }));
     }
 
     /// The slot of `key`, grown into if needed and counted as live.
