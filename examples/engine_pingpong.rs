@@ -673,20 +673,24 @@ fn main() {
 }
 
 /// The ratios to raw within single rounds, split by the VM's state: a
-/// phase's round is in the slow state when its first size took over 1.5x
-/// the phase's best round (the states differ by about 2x); only rounds
-/// where the phase and raw were in the same state count.
+/// phase's round is in the slower state when its first size took over 1.5x
+/// the phase's best round in this run (the states differ by about 2x), the
+/// faster one otherwise; only rounds where the phase and raw were in the
+/// same state count. A run that saw one state only reports it as the
+/// faster: the absolute figures tell which it was.
 fn print_by_state(args: &Args, runs: &[Vec<Medians>], raw: usize) {
     let slow = |rounds: &[Medians], round: usize| {
         let best = rounds.iter().map(|m| m[0]).fold(f64::INFINITY, f64::min);
         rounds[round][0] > 1.5 * best
     };
-    println!("ratios to raw within rounds, by state (median, rounds counted):");
+    println!(
+        "ratios to raw within rounds, by the VM's state in this run (median, rounds counted):"
+    );
     for (p, phase) in args.phases.iter().enumerate() {
         if p == raw {
             continue;
         }
-        for (state, want_slow) in [("fast state", false), ("slow state", true)] {
+        for (state, want_slow) in [("faster state", false), ("slower state", true)] {
             let rounds: Vec<usize> = (0..args.rounds)
                 .filter(|&k| slow(&runs[p], k) == want_slow && slow(&runs[raw], k) == want_slow)
                 .collect();
