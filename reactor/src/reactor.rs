@@ -575,10 +575,15 @@ impl Reactor {
 
     /// Runs `future` to completion on the calling thread.
     ///
-    /// * Manual mode: polls the future whenever it was woken and runs a
-    ///   progress round between polls: a busy loop (it yields the CPU to
-    ///   other threads after 64 idle rounds in a row, but never sleeps).
+    /// * Manual mode: a busy loop that never sleeps. A future that woke
+    ///   itself while polled (every manual-mode operation does, after its
+    ///   own progress step) is polled again at once; otherwise a progress
+    ///   round runs before the next look, and the CPU is yielded to other
+    ///   threads after 64 idle rounds in a row.
     /// * Auto mode: parks the thread until the future's waker is called.
+    ///
+    /// Each thread makes its wakers once and lends them to the futures it
+    /// runs: a call allocates nothing.
     ///
     /// ```
     /// let reactor = psmrail_reactor::Reactor::manual();
