@@ -586,23 +586,28 @@ impl NativeEndpoint {
                 continue;
             };
             let len = entry.buffer.len();
-            let Some(ptr) = recv_ptr(&mut entry.buffer) else {
-                // `irecv` checked it; nothing else touches the buffer.
-                continue;
-            };
-            // SAFETY: the endpoint is open (`ep` is `Some`, lock held);
-            // `ptr` is valid for `len` bytes of writing; the buffer stays in
-            // the in-flight table, not otherwise accessed and its memory not
-            // moving, until PSM reports the request finished or the
-            // endpoint is closed.
-            let posted = unsafe {
-                self.raw
-                    .irecv(entry.tag, select, ptr, len as u32, InFlight::context(key))
+            // `irecv` checked that the buffer is writable, and nothing else
+            // touches it in the table; a failure still ends the receive
+            // rather than leaving it unposted.
+            let posted = match recv_ptr(&mut entry.buffer) {
+                // SAFETY: the endpoint is open (`ep` is `Some`, lock held);
+                // `ptr` is valid for `len` bytes of writing; the buffer stays
+                // in the in-flight table, not otherwise accessed and its
+                // memory not moving, until PSM reports the request finished
+                // or the endpoint is closed.
+                Some(ptr) => unsafe {
+                    self.raw
+                        .irecv(entry.tag, select, ptr, len as u32, InFlight::context(key))
+                }
+                .map_err(|rc| self.psm_error(rc, "psm_mq_irecv")),
+                None => Err(Error::new(
+                    ErrorKind::Inval,
+                    "native engine: a receive buffer must be writable",
+                )),
             };
             match posted {
                 Ok(req) => entry.req = req,
-                Err(rc) => {
-                    let error = self.psm_error(rc, "psm_mq_irecv");
+                Err(error) => {
                     tracing::debug!("native engine: posting {key:?}: {error}");
                     if let Some(entry) = ops.take(key) {
                         let _ = self.completions.complete(
