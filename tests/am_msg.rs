@@ -28,8 +28,6 @@ use psmrail::engine::{Engine, EngineEndpoint, Epid, MqCompletion, MqStatus, OpBu
 use psmrail::reactor::{AutoProgress, OpKey, OpStatus, Reactor};
 use psmrail::{AmMsgHook, ErrorKind};
 use std::future::poll_fn;
-use std::io::BufRead;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use support::peer::{self, Peer};
@@ -583,15 +581,7 @@ fn native_echo() {
         .expect("the parent's epid")
         .parse()
         .expect("an epid");
-    let (tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = peer::stdin_lines();
     let engine = make_native();
     let r = Reactor::manual();
     let me = Node::open(&engine, &r);

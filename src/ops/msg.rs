@@ -70,10 +70,10 @@ impl Endpoint {
         self.recv_inner(buf, Some(src))
     }
 
-    fn recv_inner(&self, mut buf: OpBuffer, src: Option<FiAddr>) -> RecvOp {
+    fn recv_inner(&self, buf: OpBuffer, src: Option<FiAddr>) -> RecvOp {
         let ep = &self.core;
         let checked = check_caps(ep, Caps::MSG, Dir::Recv, OpName::Recv)
-            .and_then(|()| check_writable(&mut buf, OpName::Recv))
+            .and_then(|()| check_writable(&buf, OpName::Recv))
             .and_then(|()| src.map(|a| ep.resolve(a)).transpose());
         let from = match checked {
             Ok(from) => from,

@@ -63,8 +63,8 @@ pub(crate) fn check_send_len(ep: &EndpointCore, len: usize, op: OpName) -> Resul
 
 /// Checks that a receive buffer can be written.
 #[inline]
-pub(crate) fn check_writable(buf: &mut OpBuffer, op: OpName) -> Result<()> {
-    if buf.as_mut_ptr().is_none() {
+pub(crate) fn check_writable(buf: &OpBuffer, op: OpName) -> Result<()> {
+    if !buf.is_writable() {
         return Err(read_only_error(op));
     }
     Ok(())

@@ -93,10 +93,10 @@ impl Endpoint {
     /// The receive is posted before this returns, so it can be posted ahead
     /// of the matching send and awaited later.
     pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> RecvOp {
-        let mut buf = buf.into();
+        let buf = buf.into();
         let ep = &self.core;
         let checked = check_caps(ep, Caps::TAGGED, Dir::Recv, OpName::TRecv)
-            .and_then(|()| check_writable(&mut buf, OpName::TRecv));
+            .and_then(|()| check_writable(&buf, OpName::TRecv));
         if let Err(e) = checked {
             return RecvOp::failed(e, buf);
         }

@@ -30,7 +30,7 @@ use psmrail::engine::{
 use psmrail::reactor::{AutoProgress, CpuSet, CpuTopology, OpKey, ProgressSource, Reactor};
 use psmrail::ErrorKind;
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -136,15 +136,7 @@ pub fn say(line: &str) {
 /// of its input, progressing between them.
 pub fn remote_child<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(120), "remote peer");
-    let (tx, lines) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = peer::stdin_lines();
     let uuid = std::env::var(UUID_VAR).map_or(UUID, |v| unhex(&v));
     let parent: Epid = lines.recv().expect("the parent's epid").parse().unwrap();
     let engine = make();
