@@ -426,19 +426,17 @@ impl Side {
     }
 
     fn irecv(&self, tag: u64, buf: OpBuffer) -> OpKey {
-        let key = self.table.insert();
-        if let Err(e) = self.ep.irecv(TagMatch::exact(tag), buf, key) {
-            panic!("irecv: {}", e.error);
+        match self.ep.irecv_keyed(TagMatch::exact(tag), buf) {
+            Ok(key) => key,
+            Err(e) => panic!("irecv: {}", e.error),
         }
-        key
     }
 
     fn isend(&self, tag: u64, buf: OpBuffer) -> OpKey {
-        let key = self.table.insert();
-        if let Err(e) = self.ep.isend(self.peer, tag, SendMode::Standard, buf, key) {
-            panic!("isend: {}", e.error);
+        match self.ep.isend_keyed(self.peer, tag, SendMode::Standard, buf) {
+            Ok(key) => key,
+            Err(e) => panic!("isend: {}", e.error),
         }
-        key
     }
 
     /// Polls `key` to completion (manual mode: every poll makes progress);

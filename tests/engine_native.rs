@@ -161,6 +161,16 @@ fn conformance_self_loopback() {
 }
 
 #[test]
+fn conformance_keyed_posts() {
+    if peer::role().is_none() && !available() {
+        return;
+    }
+    isolated("conformance_keyed_posts", &[], || {
+        conformance::keyed_posts(make_native)
+    });
+}
+
+#[test]
 fn conformance_self_loopback_truescale() {
     if peer::role().is_none() && !truescale_available() {
         return;

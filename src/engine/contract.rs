@@ -139,6 +139,49 @@ pub trait EngineEndpoint: ProgressSource {
         op: OpKey,
     ) -> std::result::Result<(), PostError>;
 
+    /// [`isend`](Self::isend) under a key of its own from
+    /// [`completions`](Self::completions); the key back. When the post
+    /// fails, no key is left behind.
+    ///
+    /// Default: [`CompletionTable::insert`], then `isend` (the slot is
+    /// retired again if that fails). The native engine takes the key under
+    /// its lock, after its checks, and skips the check of a caller's key.
+    fn isend_keyed(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+    ) -> std::result::Result<OpKey, PostError> {
+        let table = self.completions();
+        let op = table.insert();
+        match self.isend(peer, tag, mode, buffer, op) {
+            Ok(()) => Ok(op),
+            Err(e) => {
+                drop(table.retire(op));
+                Err(e)
+            }
+        }
+    }
+
+    /// [`irecv`](Self::irecv) under a key of its own, as
+    /// [`isend_keyed`](Self::isend_keyed).
+    fn irecv_keyed(
+        &self,
+        tags: TagMatch,
+        buffer: OpBuffer,
+    ) -> std::result::Result<OpKey, PostError> {
+        let table = self.completions();
+        let op = table.insert();
+        match self.irecv(tags, buffer, op) {
+            Ok(()) => Ok(op),
+            Err(e) => {
+                drop(table.retire(op));
+                Err(e)
+            }
+        }
+    }
+
     /// Cancels the receive posted as `op` if it has not matched yet: it then
     /// completes with `Canceled` and its buffer. `Ok(false)` when it is too
     /// late (matched, finished) or `op` is a send, which cannot be cancelled.

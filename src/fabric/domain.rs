@@ -48,6 +48,7 @@ use super::{
 use crate::config::PsmConfig;
 use crate::engine::native::NativeEngine;
 use crate::engine::soft::SoftEngine;
+use crate::engine::DirectEngine;
 use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
 };
@@ -68,8 +69,9 @@ pub(crate) struct DomainCore {
     engine: Arc<dyn EngineEndpoint>,
     /// The same endpoint without the gate, for the message operations'
     /// posts and polls, which ask the peer book themselves (one layer less
-    /// on every small message).
-    direct: Arc<dyn EngineEndpoint>,
+    /// on every small message); called statically when it is the native
+    /// engine ([`DirectEngine`]).
+    direct: DirectEngine,
     /// The engine's completion table (`engine.completions()`, kept here so
     /// a post reaches it without two dynamic calls).
     table: Arc<CompletionTable<MqCompletion>>,
@@ -128,7 +130,7 @@ impl DomainCore {
     /// polls of `ops/`, which ask [`peers`](Self::peers) before posting
     /// towards a peer.
     #[inline]
-    pub(crate) fn direct(&self) -> &Arc<dyn EngineEndpoint> {
+    pub(crate) fn direct(&self) -> &DirectEngine {
         &self.direct
     }
 
@@ -286,12 +288,7 @@ impl Drop for DomainCore {
 /// What [`open_engine`] opened: the gated endpoint (for the operations),
 /// the endpoint itself (for the watch), the reactor and the endpoint's
 /// source id.
-type Opened = (
-    Arc<dyn EngineEndpoint>,
-    Arc<dyn EngineEndpoint>,
-    Reactor,
-    SourceId,
-);
+type Opened = (Arc<dyn EngineEndpoint>, DirectEngine, Reactor, SourceId);
 
 /// Opens `engine`'s endpoint, then the reactor, then adds the endpoint to
 /// it: the order PSM needs (see the module docs). The operations get the
@@ -325,7 +322,7 @@ fn open_engine<E: Engine>(
         )
     })?;
     let gate: Arc<dyn EngineEndpoint> = Arc::new(PeerGate::new(ep.clone(), book.clone()));
-    Ok((gate, ep, reactor, id))
+    Ok((gate, DirectEngine::new(ep), reactor, id))
 }
 
 /// Device unit and port for the engine: from the info's `FI_SOURCE` name
@@ -422,7 +419,7 @@ impl Domain {
         // Then the peer watch's handler (last: it may be missing).
         am_msg.set_book(peers.clone());
         let watch = PeerWatch::register(
-            raw_engine.clone(),
+            raw_engine.as_dyn(),
             peers.clone(),
             config.timeout(),
             am_msg.clone(),

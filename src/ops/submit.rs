@@ -98,7 +98,7 @@ pub(crate) fn mq_send(
     let key = table.insert();
     match domain
         .direct()
-        .isend(peer, tag, SendMode::Standard, buf, key)
+        .isend_fresh(peer, tag, SendMode::Standard, buf, key)
     {
         Ok(()) => {
             domain.reactor().notify();
@@ -134,7 +134,7 @@ pub(crate) fn mq_recv(
     }
     let table = domain.table();
     let key = table.insert();
-    match domain.direct().irecv(tags, buf, key) {
+    match domain.direct().irecv_fresh(tags, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
             Ok(PendingOp::new(

@@ -104,6 +104,10 @@ macro_rules! conformance_tests {
             $crate::conformance::self_loopback($make);
         }
         #[test]
+        fn conformance_keyed_posts() {
+            $crate::conformance::keyed_posts($make);
+        }
+        #[test]
         fn conformance_message_burst() {
             $crate::conformance::message_burst($make);
         }
@@ -1183,6 +1187,76 @@ pub fn self_loopback<E: Engine>(make: fn() -> E) {
         (me, vec![42, 2], b"ba".to_vec())
     );
     a.close(Duration::from_secs(1)).unwrap();
+}
+
+/// `isend_keyed` / `irecv_keyed` post under keys of their own, which
+/// complete like any other; a post they refuse leaves no key behind.
+pub fn keyed_posts<E: Engine>(make: fn() -> E) {
+    let _dog = Watchdog::new(Duration::from_secs(30), "keyed_posts");
+    let engine = make();
+    let r = &Reactor::manual();
+    let a = open(&engine, r);
+    let me = a
+        .connect(&[a.epid()], STEP)
+        .remove(0)
+        .expect("connect to self");
+    let table = a.completions().clone();
+    let before = table.len();
+    for (i, n) in [0usize, 8, 4 * a.limits().eager_threshold + 1]
+        .into_iter()
+        .enumerate()
+    {
+        let tag = 0xa00 + i as u64;
+        let data = pattern(n, tag);
+        let rk = a
+            .irecv_keyed(TagMatch::exact(tag), OpBuffer::from(vec![0u8; n]))
+            .unwrap_or_else(|e| panic!("irecv_keyed: {}", e.error));
+        let sk = a
+            .isend_keyed(me, tag, SendMode::Standard, OpBuffer::from(data.clone()))
+            .unwrap_or_else(|e| panic!("isend_keyed: {}", e.error));
+        assert_ne!(rk, sk, "two posts share a key");
+        assert_eq!(table.len(), before + 2, "each keyed post holds one slot");
+        r.notify();
+        check_recv(
+            &wait(r, &*a, rk),
+            tag,
+            &data,
+            me,
+            &format!("{n} bytes, keyed"),
+        );
+        wait_ok(r, &*a, sk, "keyed send");
+        assert!(
+            progress_until(r, STEP, || table.len() == before),
+            "the keyed posts' slots are freed once taken"
+        );
+    }
+    // Refused posts: the buffer comes back and no slot stays taken.
+    let shared = OpBuffer::from(bytes::Bytes::from_static(b"read-only"));
+    let e = a
+        .irecv_keyed(TagMatch::exact(1), shared)
+        .expect_err("a read-only receive buffer");
+    assert_eq!(e.error.kind(), ErrorKind::Inval, "{}", e.error);
+    assert_eq!(e.buffer.as_slice(), b"read-only");
+    let e = a
+        .isend_keyed(
+            PeerAddr(u64::MAX - 7),
+            1,
+            SendMode::Standard,
+            OpBuffer::from(b"to nobody".to_vec()),
+        )
+        .expect_err("a send to a peer never connected");
+    assert_eq!(e.buffer.as_slice(), b"to nobody");
+    assert_eq!(table.len(), before, "a refused post left a slot taken");
+    a.close(Duration::from_secs(1)).unwrap();
+    let e = a
+        .irecv_keyed(TagMatch::exact(1), OpBuffer::from(vec![0u8; 4]))
+        .expect_err("a post on a closed endpoint");
+    assert_eq!(e.buffer.len(), 4);
+    assert_eq!(
+        table.len(),
+        before,
+        "a post refused after close left a slot"
+    );
 }
 
 /// `n` endpoints of one process connect all-to-all and each sends one

@@ -76,6 +76,17 @@ struct Inner {
     closing: bool,
 }
 
+/// The key of a post.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    /// The contract caller's (`isend`, `irecv`): checked.
+    Given(OpKey),
+    /// One just taken from the table (`isend_keyed`, `irecv_keyed`, and
+    /// the `_fresh` posts of `DirectEngine`): its slot was free there, and an in-flight entry always leaves before its
+    /// key's slot is freed, so it is pending and unposted.
+    Fresh(OpKey),
+}
+
 /// The endpoint's lock, held (a thread coming back for it is refused:
 /// see `lock.rs`).
 type Locked<'a> = SpinGuard<'a, Inner>;
@@ -366,6 +377,180 @@ impl NativeEndpoint {
             return Err(closing_error());
         }
         Ok(g)
+    }
+
+    /// [`EngineEndpoint::isend`] of a key its caller has just taken from
+    /// [`completions`](EngineEndpoint::completions) and not posted: the
+    /// key is not checked (`DirectEngine`, for the message operations).
+    #[inline]
+    pub(crate) fn isend_fresh(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        self.post_send(peer, tag, mode, buffer, Key::Fresh(op))
+            .map(drop)
+    }
+
+    /// [`EngineEndpoint::irecv`] of a fresh key, as
+    /// [`isend_fresh`](Self::isend_fresh).
+    #[inline]
+    pub(crate) fn irecv_fresh(
+        &self,
+        tags: TagMatch,
+        buffer: OpBuffer,
+        op: OpKey,
+    ) -> std::result::Result<(), PostError> {
+        self.post_recv(tags, buffer, Key::Fresh(op)).map(drop)
+    }
+
+    /// `isend`, `isend_keyed` and `isend_fresh`: the post under `key`'s
+    /// key; that key back.
+    #[inline(always)]
+    fn post_send(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+        key: Key,
+    ) -> std::result::Result<OpKey, PostError> {
+        let mut g = match self.lock_open() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        let inner = &mut *g;
+        if let Key::Given(op) = key {
+            if let Err(error) = self.check_key(op, &inner.ops) {
+                return Err(PostError { error, buffer });
+            }
+        }
+        let Some(addr) = inner.peers.addr(peer) else {
+            return Err(PostError {
+                error: not_connected(peer),
+                buffer,
+            });
+        };
+        let len = buffer.len();
+        if len as u64 > self.limits.max_message {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::MsgSize,
+                    format!(
+                        "native engine: a message of {len} bytes; PSM carries at most {}",
+                        self.limits.max_message
+                    ),
+                ),
+                buffer,
+            });
+        }
+        let flags = match mode {
+            SendMode::Standard => 0,
+            SendMode::Synchronous => ffi::PSM_MQ_FLAG_SENDSYNC,
+        };
+        let op = self.key_of(key);
+        // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
+        // was connected on it; the buffer goes into the in-flight table
+        // right below and stays there, its memory not moving (`OpBuffer`
+        // never grows its owner), until PSM reports the request finished or
+        // the endpoint is closed.
+        let posted = unsafe {
+            self.raw.isend(
+                addr.as_raw(),
+                flags,
+                tag,
+                buffer.as_ptr(),
+                len as u32,
+                InFlight::context(op),
+            )
+        };
+        self.post_unposted(inner);
+        match posted {
+            Ok(req) => {
+                inner.ops.insert_parts(op, req, tag, OpKind::Send, buffer);
+                Ok(op)
+            }
+            Err(rc) => Err(PostError {
+                error: self.psm_error(rc, "psm_mq_isend"),
+                buffer,
+            }),
+        }
+    }
+
+    /// `irecv`, `irecv_keyed` and `irecv_fresh`, as
+    /// [`post_send`](Self::post_send).
+    #[inline(always)]
+    fn post_recv(
+        &self,
+        tags: TagMatch,
+        mut buffer: OpBuffer,
+        key: Key,
+    ) -> std::result::Result<OpKey, PostError> {
+        let mut g = match self.lock_open() {
+            Ok(g) => g,
+            Err(error) => return Err(PostError { error, buffer }),
+        };
+        let inner = &mut *g;
+        if let Key::Given(op) = key {
+            if let Err(error) = self.check_key(op, &inner.ops) {
+                return Err(PostError { error, buffer });
+            }
+        }
+        let len = buffer.len();
+        if len as u64 > self.limits.max_message {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::MsgSize,
+                    format!(
+                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
+                        self.limits.max_message
+                    ),
+                ),
+                buffer,
+            });
+        }
+        if recv_ptr(&mut buffer).is_none() {
+            return Err(PostError {
+                error: Error::new(
+                    ErrorKind::Inval,
+                    "native engine: a receive buffer must be writable (shared Bytes are \
+                     read-only)",
+                ),
+                buffer,
+            });
+        }
+        // PSM gets the receive at this endpoint's next call into PSM (see
+        // `post_unposted`); until then it waits in the in-flight table.
+        let op = self.key_of(key);
+        inner
+            .ops
+            .insert_parts(op, Req::unposted(), tags.tag, OpKind::Recv, buffer);
+        inner.unposted.push((op, tags.select));
+        Ok(op)
+    }
+
+    /// The key a post goes under.
+    #[inline(always)]
+    fn key_of(&self, key: Key) -> OpKey {
+        match key {
+            Key::Given(op) | Key::Fresh(op) => op,
+        }
+    }
+
+    /// A post under a fresh key (`isend_keyed`, `irecv_keyed`): the key
+    /// back, or the post's error with the key's slot freed again.
+    #[inline(always)]
+    fn keyed(
+        &self,
+        post: impl FnOnce(Key) -> std::result::Result<OpKey, PostError>,
+    ) -> std::result::Result<OpKey, PostError> {
+        // Taken first, before the lock: the slot index is known by the
+        // time the entry is written.
+        let op = self.completions.insert();
+        post(Key::Fresh(op)).inspect_err(|_| drop(self.completions.retire(op)))
     }
 
     /// PSM's code `rc` from `call` as a crate error.
@@ -1159,109 +1344,39 @@ impl EngineEndpoint for NativeEndpoint {
         buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
-        let mut g = match self.lock_open() {
-            Ok(g) => g,
-            Err(error) => return Err(PostError { error, buffer }),
-        };
-        let inner = &mut *g;
-        if let Err(error) = self.check_key(op, &inner.ops) {
-            return Err(PostError { error, buffer });
-        }
-        let Some(addr) = inner.peers.addr(peer) else {
-            return Err(PostError {
-                error: not_connected(peer),
-                buffer,
-            });
-        };
-        let len = buffer.len();
-        if len as u64 > self.limits.max_message {
-            return Err(PostError {
-                error: Error::new(
-                    ErrorKind::MsgSize,
-                    format!(
-                        "native engine: a message of {len} bytes; PSM carries at most {}",
-                        self.limits.max_message
-                    ),
-                ),
-                buffer,
-            });
-        }
-        let flags = match mode {
-            SendMode::Standard => 0,
-            SendMode::Synchronous => ffi::PSM_MQ_FLAG_SENDSYNC,
-        };
-        // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
-        // was connected on it; the buffer goes into the in-flight table
-        // right below and stays there, its memory not moving (`OpBuffer`
-        // never grows its owner), until PSM reports the request finished or
-        // the endpoint is closed.
-        let posted = unsafe {
-            self.raw.isend(
-                addr.as_raw(),
-                flags,
-                tag,
-                buffer.as_ptr(),
-                len as u32,
-                InFlight::context(op),
-            )
-        };
-        self.post_unposted(inner);
-        match posted {
-            Ok(req) => {
-                inner.ops.insert_parts(op, req, tag, OpKind::Send, buffer);
-                Ok(())
-            }
-            Err(rc) => Err(PostError {
-                error: self.psm_error(rc, "psm_mq_isend"),
-                buffer,
-            }),
-        }
+        self.post_send(peer, tag, mode, buffer, Key::Given(op))
+            .map(drop)
     }
 
     fn irecv(
         &self,
         tags: TagMatch,
-        mut buffer: OpBuffer,
+        buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
-        let mut g = match self.lock_open() {
-            Ok(g) => g,
-            Err(error) => return Err(PostError { error, buffer }),
-        };
-        let inner = &mut *g;
-        if let Err(error) = self.check_key(op, &inner.ops) {
-            return Err(PostError { error, buffer });
-        }
-        let len = buffer.len();
-        if len as u64 > self.limits.max_message {
-            return Err(PostError {
-                error: Error::new(
-                    ErrorKind::MsgSize,
-                    format!(
-                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
-                        self.limits.max_message
-                    ),
-                ),
-                buffer,
-            });
-        }
-        if recv_ptr(&mut buffer).is_none() {
-            return Err(PostError {
-                error: Error::new(
-                    ErrorKind::Inval,
-                    "native engine: a receive buffer must be writable (shared Bytes are \
-                     read-only)",
-                ),
-                buffer,
-            });
-        }
-        // PSM gets the receive at this endpoint's next call into PSM (see
-        // `post_unposted`); until then it waits in the in-flight table.
-        inner
-            .ops
-            .insert_parts(op, Req::unposted(), tags.tag, OpKind::Recv, buffer);
-        inner.unposted.push((op, tags.select));
-        Ok(())
+        self.post_recv(tags, buffer, Key::Given(op)).map(drop)
+    }
+
+    /// The key needs no check: it was just taken.
+    #[inline]
+    fn isend_keyed(
+        &self,
+        peer: PeerAddr,
+        tag: u64,
+        mode: SendMode,
+        buffer: OpBuffer,
+    ) -> std::result::Result<OpKey, PostError> {
+        self.keyed(|key| self.post_send(peer, tag, mode, buffer, key))
+    }
+
+    /// As [`isend_keyed`](Self::isend_keyed).
+    #[inline]
+    fn irecv_keyed(
+        &self,
+        tags: TagMatch,
+        buffer: OpBuffer,
+    ) -> std::result::Result<OpKey, PostError> {
+        self.keyed(|key| self.post_recv(tags, buffer, key))
     }
 
     /// `psm_mq_cancel` on the receive posted as `op` if it matched nothing
