@@ -19,8 +19,11 @@
 //! The client first sends its own address to the server (so the server can
 //! insert it in its AV and answer), then for each size runs a warm-up and
 //! the timed ping-pong, every message checked byte for byte outside the
-//! timed loop. Printed columns are `fi_pingpong`'s: bytes, #sent, #ack,
-//! total bytes, time, MB/sec, usec/xfer (half a round trip), Mxfers/sec.
+//! timed loop. Each side's timed loop is one task (an async loop run by
+//! one `block_on`, as an async program runs its exchanges), on the
+//! domain's reactor unless `--futures-executor`. Printed columns are
+//! `fi_pingpong`'s: bytes, #sent, #ack, total bytes, time, MB/sec,
+//! usec/xfer (half a round trip), Mxfers/sec.
 
 use psmrail::engine::{Epid, OpBuffer};
 use psmrail::fabric::{
@@ -203,25 +206,7 @@ fn open(args: &Args) -> Result<Side, String> {
 /// Sends `buf` (the buffer stays in place: injected, or handed to the send
 /// and put back when it completes).
 fn send(side: &Side, args: &Args, to: FiAddr, buf: &mut OpBuffer) -> Result<(), String> {
-    // Small messages are injected (no completion to wait for), as an HPC
-    // code would.
-    if buf.len() <= INJECT {
-        let r = if args.tagged {
-            side.ep.tinject(to, TAG, buf.as_slice())
-        } else {
-            side.ep.inject(to, buf.as_slice())
-        };
-        return r.map_err(|e| format!("inject: {e}"));
-    }
-    let owned = std::mem::replace(buf, OpBuffer::empty());
-    let fut = if args.tagged {
-        side.ep.tsend(to, TAG, owned)
-    } else {
-        side.ep.send(to, owned)
-    };
-    let (r, back) = side.block_on(fut);
-    *buf = back;
-    r.map(drop).map_err(|e| format!("send: {e}"))
+    side.block_on(send_in_task(side, args, to, buf))
 }
 
 fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), String> {
@@ -243,10 +228,44 @@ fn post(side: &Side, args: &Args, buf: OpBuffer) -> RecvOp {
     }
 }
 
-/// `n` timed exchanges of the client: post the receive, send, wait for the
-/// echo. The buffers are used in place, as a loop recycling its buffers
-/// would.
-fn client_rounds(
+/// Injects `data` (no completion to wait for), as an HPC code sends its
+/// small messages.
+fn inject(side: &Side, args: &Args, to: FiAddr, data: &[u8]) -> Result<(), String> {
+    let r = if args.tagged {
+        side.ep.tinject(to, TAG, data)
+    } else {
+        side.ep.inject(to, data)
+    };
+    r.map_err(|e| format!("inject: {e}"))
+}
+
+/// Sends `buf` from inside a task: injected up to [`INJECT`] bytes, else
+/// sent and awaited, the buffer coming back into `buf`.
+async fn send_in_task(
+    side: &Side,
+    args: &Args,
+    to: FiAddr,
+    buf: &mut OpBuffer,
+) -> Result<(), String> {
+    if buf.len() <= INJECT {
+        return inject(side, args, to, buf.as_slice());
+    }
+    let owned = std::mem::replace(buf, OpBuffer::empty());
+    let fut = if args.tagged {
+        side.ep.tsend(to, TAG, owned)
+    } else {
+        side.ep.send(to, owned)
+    };
+    let (r, back) = fut.await;
+    *buf = back;
+    r.map(drop).map_err(|e| format!("send: {e}"))
+}
+
+/// `n` timed exchanges of the client, as one task (an async loop run by
+/// one `block_on`, as an async program runs its exchanges): post the
+/// receive, send, await the echo. The buffers are used in place, as a loop
+/// recycling its buffers would.
+async fn client_rounds(
     side: &Side,
     args: &Args,
     peer: FiAddr,
@@ -254,22 +273,28 @@ fn client_rounds(
     out: &mut OpBuffer,
     inn: &mut OpBuffer,
 ) -> Result<(), String> {
+    // Decided once, so the loop does not await a send it injects.
+    let injects = out.len() <= INJECT;
     for _ in 0..n {
         let r = post(side, args, std::mem::replace(inn, OpBuffer::empty()));
-        send(side, args, peer, out)?;
-        let (res, back) = side.block_on(r);
+        if injects {
+            inject(side, args, peer, out.as_slice())?;
+        } else {
+            send_in_task(side, args, peer, out).await?;
+        }
+        let (res, back) = r.await;
         *inn = back;
         res.map_err(|e| format!("recv: {e}"))?;
     }
     Ok(())
 }
 
-/// `n` exchanges of the server, as the raw floor of `engine_pingpong`
-/// runs them: the receive for the next message is posted before the
-/// answer to this one goes out (so no message arrives unexpected), with
-/// two buffers taking turns; each answer sends back the buffer just
-/// received.
-fn server_rounds(
+/// `n` exchanges of the server, one task as the client's, run as the raw
+/// floor of `engine_pingpong` runs them: the receive for the next message
+/// is posted before the answer to this one goes out (so no message arrives
+/// unexpected), with two buffers taking turns; each answer sends back the
+/// buffer just received.
+async fn server_rounds(
     side: &Side,
     args: &Args,
     peer: FiAddr,
@@ -279,19 +304,24 @@ fn server_rounds(
     if n == 0 {
         return Ok(());
     }
+    let injects = bufs[0].len() <= INJECT;
     let first = std::mem::replace(&mut bufs[0], OpBuffer::empty());
     let mut posted = Some(post(side, args, first));
     for i in 0..n {
         let Some(r) = posted.take() else {
             return Err("no receive posted".into());
         };
-        let (res, mut filled) = side.block_on(r);
+        let (res, mut filled) = r.await;
         res.map_err(|e| format!("recv: {e}"))?;
         if i + 1 < n {
             let spare = std::mem::replace(&mut bufs[(i + 1) % 2], OpBuffer::empty());
             posted = Some(post(side, args, spare));
         }
-        send(side, args, peer, &mut filled)?;
+        if injects {
+            inject(side, args, peer, filled.as_slice())?;
+        } else {
+            send_in_task(side, args, peer, &mut filled).await?;
+        }
         bufs[i % 2] = filled;
     }
     Ok(())
@@ -346,9 +376,9 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
         let mut rounds = |n: usize| -> Result<(), String> {
             if client {
                 let [out, inn] = &mut bufs;
-                client_rounds(side, args, peer, n, out, inn)
+                side.block_on(client_rounds(side, args, peer, n, out, inn))
             } else {
-                server_rounds(side, args, peer, n, &mut bufs)
+                side.block_on(server_rounds(side, args, peer, n, &mut bufs))
             }
         };
         rounds((iters / 10).max(1))?;
