@@ -64,6 +64,23 @@ pub struct PostError {
     pub buffer: OpBuffer,
 }
 
+/// Runs `post` under a new key of `table`: the key back, or the post's
+/// error with the key's slot freed again (the engine never saw the key).
+#[inline(always)]
+pub(crate) fn with_new_key(
+    table: &CompletionTable<MqCompletion>,
+    post: impl FnOnce(OpKey) -> std::result::Result<(), PostError>,
+) -> std::result::Result<OpKey, PostError> {
+    let op = table.insert();
+    match post(op) {
+        Ok(()) => Ok(op),
+        Err(e) => {
+            drop(table.retire(op));
+            Err(e)
+        }
+    }
+}
+
 /// Opens endpoints of one engine.
 pub trait Engine: Send + Sync + 'static {
     /// The endpoint type.
@@ -144,8 +161,8 @@ pub trait EngineEndpoint: ProgressSource {
     /// fails, no key is left behind.
     ///
     /// Default: [`CompletionTable::insert`], then `isend` (the slot is
-    /// retired again if that fails). The native engine takes the key under
-    /// its lock, after its checks, and skips the check of a caller's key.
+    /// retired again if that fails). The native engine does the same
+    /// without checking the key it has just taken.
     fn isend_keyed(
         &self,
         peer: PeerAddr,
@@ -153,15 +170,9 @@ pub trait EngineEndpoint: ProgressSource {
         mode: SendMode,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        let table = self.completions();
-        let op = table.insert();
-        match self.isend(peer, tag, mode, buffer, op) {
-            Ok(()) => Ok(op),
-            Err(e) => {
-                drop(table.retire(op));
-                Err(e)
-            }
-        }
+        with_new_key(self.completions(), |op| {
+            self.isend(peer, tag, mode, buffer, op)
+        })
     }
 
     /// [`irecv`](Self::irecv) under a key of its own, as
@@ -171,15 +182,7 @@ pub trait EngineEndpoint: ProgressSource {
         tags: TagMatch,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        let table = self.completions();
-        let op = table.insert();
-        match self.irecv(tags, buffer, op) {
-            Ok(()) => Ok(op),
-            Err(e) => {
-                drop(table.retire(op));
-                Err(e)
-            }
-        }
+        with_new_key(self.completions(), |op| self.irecv(tags, buffer, op))
     }
 
     /// Cancels the receive posted as `op` if it has not matched yet: it then

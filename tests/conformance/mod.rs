@@ -1144,17 +1144,23 @@ pub fn message_burst<E: Engine>(make: fn() -> E) {
 
 // ----- topologies --------------------------------------------------------------------
 
+/// An endpoint on `reactor`, connected to its own epid; that peer address.
+pub fn open_connected_to_self<E: Engine>(engine: &E, reactor: &Reactor) -> (Ep<E>, PeerAddr) {
+    let a = open(engine, reactor);
+    let me = a
+        .connect(&[a.epid()], STEP)
+        .remove(0)
+        .expect("connect to self");
+    (a, me)
+}
+
 /// An endpoint connects to its own epid and exchanges messages (eager and
 /// rendezvous) and an AM with itself.
 pub fn self_loopback<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "self_loopback");
     let engine = make();
     let r = &Reactor::manual();
-    let a = open(&engine, r);
-    let me = a
-        .connect(&[a.epid()], STEP)
-        .remove(0)
-        .expect("connect to self");
+    let (a, me) = open_connected_to_self(&engine, r);
     assert_eq!(a.peer_epid(me), Some(a.epid()));
     let again = a.connect(&[a.epid(), a.epid()], STEP);
     assert_eq!(
@@ -1195,11 +1201,7 @@ pub fn keyed_posts<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "keyed_posts");
     let engine = make();
     let r = &Reactor::manual();
-    let a = open(&engine, r);
-    let me = a
-        .connect(&[a.epid()], STEP)
-        .remove(0)
-        .expect("connect to self");
+    let (a, me) = open_connected_to_self(&engine, r);
     let table = a.completions().clone();
     let before = table.len();
     for (i, n) in [0usize, 8, 4 * a.limits().eager_threshold + 1]

@@ -30,6 +30,7 @@ use super::inflight::{Entry, InFlight, OpKind};
 use super::lock::{LockError, SpinGuard, SpinLock};
 use super::raw::{Peeked, RawMq, Req};
 use super::{code_kind, map_psm_error, AM_ARGS_CAP, AM_PAYLOAD_CAP};
+use crate::engine::contract::with_new_key;
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, EndpointOptions, EngineEndpoint, EngineKind, EngineLimits,
     Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
@@ -418,16 +419,11 @@ impl NativeEndpoint {
         buffer: OpBuffer,
         key: Key,
     ) -> std::result::Result<OpKey, PostError> {
-        let mut g = match self.lock_open() {
+        let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
         };
         let inner = &mut *g;
-        if let Key::Given(op) = key {
-            if let Err(error) = self.check_key(op, &inner.ops) {
-                return Err(PostError { error, buffer });
-            }
-        }
         let Some(addr) = inner.peers.addr(peer) else {
             return Err(PostError {
                 error: not_connected(peer),
@@ -489,16 +485,11 @@ impl NativeEndpoint {
         mut buffer: OpBuffer,
         key: Key,
     ) -> std::result::Result<OpKey, PostError> {
-        let mut g = match self.lock_open() {
+        let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
         };
         let inner = &mut *g;
-        if let Key::Given(op) = key {
-            if let Err(error) = self.check_key(op, &inner.ops) {
-                return Err(PostError { error, buffer });
-            }
-        }
         let len = buffer.len();
         if len as u64 > self.limits.max_message {
             return Err(PostError {
@@ -532,6 +523,17 @@ impl NativeEndpoint {
         Ok(op)
     }
 
+    /// The endpoint, locked and open, for a post under `key` (a caller's
+    /// key checked).
+    #[inline(always)]
+    fn lock_for_post(&self, key: Key) -> Result<Locked<'_>> {
+        let g = self.lock_open()?;
+        if let Key::Given(op) = key {
+            self.check_key(op, &g.ops)?;
+        }
+        Ok(g)
+    }
+
     /// The key a post goes under.
     #[inline(always)]
     fn key_of(&self, key: Key) -> OpKey {
@@ -549,8 +551,7 @@ impl NativeEndpoint {
     ) -> std::result::Result<OpKey, PostError> {
         // Taken first, before the lock: the slot index is known by the
         // time the entry is written.
-        let op = self.completions.insert();
-        post(Key::Fresh(op)).inspect_err(|_| drop(self.completions.retire(op)))
+        with_new_key(&self.completions, |op| post(Key::Fresh(op)).map(drop))
     }
 
     /// PSM's code `rc` from `call` as a crate error.
