@@ -4,9 +4,13 @@
 //! `Arc<dyn EngineEndpoint>`. The posts and polls of small messages
 //! (`ops/submit.rs`, `ops/inject.rs`, `ops/pending.rs`) are the one place
 //! where that indirection shows: a dynamic call cannot be inlined, so each
-//! post moved its [`OpBuffer`] and result through memory. This handle names the native
-//! engine's type, so its hot path compiles into the operations; any other
-//! engine is still called through the contract.
+//! post moved its [`OpBuffer`] and result through memory. This handle
+//! names the native engine's type, so its hot path compiles into the
+//! operations; any other engine is still called through the contract.
+//!
+//! It is not measurably faster on its own (the API's 8 B ping-pong stayed
+//! within the ±5 % that code layout moves it); it is what lets the
+//! operations skip checks the engine would repeat (`*_fresh`).
 
 use super::native::NativeEndpoint;
 use super::{EngineEndpoint, MqCompletion, OpBuffer, PeerAddr, PostError, SendMode, TagMatch};

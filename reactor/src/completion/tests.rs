@@ -342,7 +342,9 @@ fn steady_state_reuses_slots_without_growth() {
     let cap = t.capacity();
     assert!(cap >= 64);
     let mut keys = Vec::with_capacity(64);
-    for round in 0..2_000u64 {
+    // Fewer rounds under miri, which interprets every access.
+    let rounds = if cfg!(miri) { 20 } else { 2_000u64 };
+    for round in 0..rounds {
         keys.extend((0..64).map(|_| t.insert()));
         for (i, k) in keys.iter().enumerate() {
             t.complete(*k, round + i as u64).unwrap();
@@ -390,7 +392,8 @@ fn threads_complete_while_others_wait() {
         .map(|_| {
             let (t, tx) = (t.clone(), tx.clone());
             std::thread::spawn(move || {
-                for _ in 0..2_000 {
+                // Fewer under miri, which explores interleavings slowly.
+                for _ in 0..if cfg!(miri) { 50 } else { 2_000 } {
                     let k = t.insert();
                     tx.send(k).unwrap();
                     let v =
