@@ -214,18 +214,32 @@ mod tests {
         assert!(ops.slot_taken(a) && ops.slot_taken(b));
         // The right slot but another request handle: not ours.
         assert!(ops
-            .take_finished(InFlight::context(a), 0x999 as _)
+            .take_finished(
+                InFlight::context(a),
+                std::ptr::without_provenance_mut(0x999)
+            )
             .is_none());
         // A context naming a slot of another generation: not ours.
         let stale = OpKey::from_u64(a.to_u64() + (1 << 32));
         assert!(ops
-            .take_finished(InFlight::context(stale), 0x100 as _)
+            .take_finished(
+                InFlight::context(stale),
+                std::ptr::without_provenance_mut(0x100)
+            )
             .is_none());
         assert!(ops.get_mut(stale).is_none());
-        let e = ops.take_finished(InFlight::context(a), 0x100 as _).unwrap();
+        let e = ops
+            .take_finished(
+                InFlight::context(a),
+                std::ptr::without_provenance_mut(0x100),
+            )
+            .unwrap();
         assert_eq!((e.key, e.kind), (a, OpKind::Send));
         assert!(ops
-            .take_finished(InFlight::context(a), 0x100 as _)
+            .take_finished(
+                InFlight::context(a),
+                std::ptr::without_provenance_mut(0x100)
+            )
             .is_none());
         assert_eq!(ops.len(), 1);
         if let Some(e) = ops.get_mut(b) {
@@ -233,7 +247,9 @@ mod tests {
         }
         assert_eq!(ops.get_mut(b).unwrap().kind, OpKind::CancelledRecv);
         // Out-of-range contexts are nobody's.
-        assert!(ops.take_finished(usize::MAX, 0x200 as _).is_none());
+        assert!(ops
+            .take_finished(usize::MAX, std::ptr::without_provenance_mut(0x200))
+            .is_none());
         // By key: only the live generation.
         assert!(ops.take(stale).is_none());
         assert!(ops.take(OpKey::from_u64(u64::MAX)).is_none());
@@ -256,7 +272,10 @@ mod tests {
             let k = table.insert();
             ops.insert(entry(k, round + 1, OpKind::Send));
             let e = ops
-                .take_finished(InFlight::context(k), (round + 1) as _)
+                .take_finished(
+                    InFlight::context(k),
+                    std::ptr::without_provenance_mut(round + 1),
+                )
                 .unwrap();
             table
                 .complete(

@@ -47,7 +47,7 @@ impl Req {
     /// A handle with the value `n`, never handed to PSM (unit tests).
     #[cfg(test)]
     pub fn fake(n: usize) -> Req {
-        Req(n as ffi::psm_mq_req_t)
+        Req(ptr::without_provenance_mut(n))
     }
 }
 
