@@ -24,6 +24,10 @@ trap 'rm -f "$out"' EXIT
 for _ in $(seq "$n"); do
   raw=$("$dir/engine_pingpong" --sizes 8 --rounds 1 --phases raw 2>&1 | awk '$1 == "8" {print $2; exit}')
   api=$("$dir/pingpong" --spawn --engine native --tagged -S 8 -I 300000 2>/dev/null | awk '$1 == "8" {printf "%.4f", 8 / $6; exit}')
+  if [ -z "$raw" ] || [ -z "$api" ]; then
+    echo "a run printed no 8 B figure (raw '$raw', API '$api'): run it alone to see why" >&2
+    exit 1
+  fi
   echo "raw $raw api $api" | tee -a "$out"
 done
 for state in fast slow; do
