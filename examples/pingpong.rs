@@ -210,12 +210,7 @@ fn send(side: &Side, args: &Args, to: FiAddr, buf: &mut OpBuffer) -> Result<(), 
 }
 
 fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), String> {
-    let fut = if args.tagged {
-        side.ep.trecv(buf, TAG, 0)
-    } else {
-        side.ep.recv(buf)
-    };
-    let (r, buf) = side.block_on(fut);
+    let (r, buf) = side.block_on(post(side, args, buf));
     Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
 }
 

@@ -94,13 +94,11 @@ pub(crate) fn mq_send(
     if let Err(e) = domain.peers().refuse(peer, "send") {
         return Err((e, buf));
     }
-    let table = domain.table();
-    let key = table.insert();
     match domain
         .direct()
-        .isend_fresh(peer, tag, SendMode::Standard, buf, key)
+        .isend_keyed(peer, tag, SendMode::Standard, buf)
     {
-        Ok(()) => {
+        Ok(key) => {
             domain.reactor().notify();
             Ok(PendingOp::new(
                 ep.clone(),
@@ -110,10 +108,7 @@ pub(crate) fn mq_send(
                 Some(PeerRef::Peer(peer)),
             ))
         }
-        Err(e) => {
-            release_unposted(table, key);
-            Err((e.error, e.buffer))
-        }
+        Err(e) => Err((e.error, e.buffer)),
     }
 }
 
@@ -132,10 +127,8 @@ pub(crate) fn mq_recv(
             return Err((e, buf));
         }
     }
-    let table = domain.table();
-    let key = table.insert();
-    match domain.direct().irecv_fresh(tags, buf, key) {
-        Ok(()) => {
+    match domain.direct().irecv_keyed(tags, buf) {
+        Ok(key) => {
             domain.reactor().notify();
             Ok(PendingOp::new(
                 ep.clone(),
@@ -145,10 +138,7 @@ pub(crate) fn mq_recv(
                 from.map(PeerRef::Epid),
             ))
         }
-        Err(e) => {
-            release_unposted(table, key);
-            Err((e.error, e.buffer))
-        }
+        Err(e) => Err((e.error, e.buffer)),
     }
 }
 

@@ -82,10 +82,20 @@ struct Inner {
 enum Key {
     /// The contract caller's (`isend`, `irecv`): checked.
     Given(OpKey),
-    /// One just taken from the table (`isend_keyed`, `irecv_keyed`, and
-    /// the `_fresh` posts of `DirectEngine`): its slot was free there, and an in-flight entry always leaves before its
+    /// One `isend_keyed` / `irecv_keyed` has just taken from the table: its
+    /// slot was free there, and an in-flight entry always leaves before its
     /// key's slot is freed, so it is pending and unposted.
     Fresh(OpKey),
+}
+
+impl Key {
+    /// The key the post goes under.
+    #[inline(always)]
+    fn op(self) -> OpKey {
+        match self {
+            Key::Given(op) | Key::Fresh(op) => op,
+        }
+    }
 }
 
 /// The endpoint's lock, held (a thread coming back for it is refused:
@@ -380,36 +390,7 @@ impl NativeEndpoint {
         Ok(g)
     }
 
-    /// [`EngineEndpoint::isend`] of a key its caller has just taken from
-    /// [`completions`](EngineEndpoint::completions) and not posted: the
-    /// key is not checked (`DirectEngine`, for the message operations).
-    #[inline]
-    pub(crate) fn isend_fresh(
-        &self,
-        peer: PeerAddr,
-        tag: u64,
-        mode: SendMode,
-        buffer: OpBuffer,
-        op: OpKey,
-    ) -> std::result::Result<(), PostError> {
-        self.post_send(peer, tag, mode, buffer, Key::Fresh(op))
-            .map(drop)
-    }
-
-    /// [`EngineEndpoint::irecv`] of a fresh key, as
-    /// [`isend_fresh`](Self::isend_fresh).
-    #[inline]
-    pub(crate) fn irecv_fresh(
-        &self,
-        tags: TagMatch,
-        buffer: OpBuffer,
-        op: OpKey,
-    ) -> std::result::Result<(), PostError> {
-        self.post_recv(tags, buffer, Key::Fresh(op)).map(drop)
-    }
-
-    /// `isend`, `isend_keyed` and `isend_fresh`: the post under `key`'s
-    /// key; that key back.
+    /// `isend` and `isend_keyed`: the post under `key`.
     #[inline(always)]
     fn post_send(
         &self,
@@ -418,7 +399,7 @@ impl NativeEndpoint {
         mode: SendMode,
         buffer: OpBuffer,
         key: Key,
-    ) -> std::result::Result<OpKey, PostError> {
+    ) -> std::result::Result<(), PostError> {
         let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
@@ -447,7 +428,7 @@ impl NativeEndpoint {
             SendMode::Standard => 0,
             SendMode::Synchronous => ffi::PSM_MQ_FLAG_SENDSYNC,
         };
-        let op = self.key_of(key);
+        let op = key.op();
         // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
         // was connected on it; the buffer goes into the in-flight table
         // right below and stays there, its memory not moving (`OpBuffer`
@@ -467,7 +448,7 @@ impl NativeEndpoint {
         match posted {
             Ok(req) => {
                 inner.ops.insert_parts(op, req, tag, OpKind::Send, buffer);
-                Ok(op)
+                Ok(())
             }
             Err(rc) => Err(PostError {
                 error: self.psm_error(rc, "psm_mq_isend"),
@@ -476,15 +457,14 @@ impl NativeEndpoint {
         }
     }
 
-    /// `irecv`, `irecv_keyed` and `irecv_fresh`, as
-    /// [`post_send`](Self::post_send).
+    /// `irecv` and `irecv_keyed`, as [`post_send`](Self::post_send).
     #[inline(always)]
     fn post_recv(
         &self,
         tags: TagMatch,
         mut buffer: OpBuffer,
         key: Key,
-    ) -> std::result::Result<OpKey, PostError> {
+    ) -> std::result::Result<(), PostError> {
         let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
@@ -505,22 +485,18 @@ impl NativeEndpoint {
         }
         if recv_ptr(&mut buffer).is_none() {
             return Err(PostError {
-                error: Error::new(
-                    ErrorKind::Inval,
-                    "native engine: a receive buffer must be writable (shared Bytes are \
-                     read-only)",
-                ),
+                error: read_only_error(),
                 buffer,
             });
         }
         // PSM gets the receive at this endpoint's next call into PSM (see
         // `post_unposted`); until then it waits in the in-flight table.
-        let op = self.key_of(key);
+        let op = key.op();
         inner
             .ops
             .insert_parts(op, Req::unposted(), tags.tag, OpKind::Recv, buffer);
         inner.unposted.push((op, tags.select));
-        Ok(op)
+        Ok(())
     }
 
     /// The endpoint, locked and open, for a post under `key` (a caller's
@@ -532,26 +508,6 @@ impl NativeEndpoint {
             self.check_key(op, &g.ops)?;
         }
         Ok(g)
-    }
-
-    /// The key a post goes under.
-    #[inline(always)]
-    fn key_of(&self, key: Key) -> OpKey {
-        match key {
-            Key::Given(op) | Key::Fresh(op) => op,
-        }
-    }
-
-    /// A post under a fresh key (`isend_keyed`, `irecv_keyed`): the key
-    /// back, or the post's error with the key's slot freed again.
-    #[inline(always)]
-    fn keyed(
-        &self,
-        post: impl FnOnce(Key) -> std::result::Result<OpKey, PostError>,
-    ) -> std::result::Result<OpKey, PostError> {
-        // Taken first, before the lock: the slot index is known by the
-        // time the entry is written.
-        with_new_key(&self.completions, |op| post(Key::Fresh(op)).map(drop))
     }
 
     /// PSM's code `rc` from `call` as a crate error.
@@ -786,10 +742,7 @@ impl NativeEndpoint {
                         .irecv(entry.tag, select, ptr, len as u32, InFlight::context(key))
                 }
                 .map_err(|rc| self.psm_error(rc, "psm_mq_irecv")),
-                None => Err(Error::new(
-                    ErrorKind::Inval,
-                    "native engine: a receive buffer must be writable",
-                )),
+                None => Err(read_only_error()),
             };
             match posted {
                 Ok(req) => entry.req = req,
@@ -1346,7 +1299,6 @@ impl EngineEndpoint for NativeEndpoint {
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
         self.post_send(peer, tag, mode, buffer, Key::Given(op))
-            .map(drop)
     }
 
     fn irecv(
@@ -1355,10 +1307,11 @@ impl EngineEndpoint for NativeEndpoint {
         buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
-        self.post_recv(tags, buffer, Key::Given(op)).map(drop)
+        self.post_recv(tags, buffer, Key::Given(op))
     }
 
-    /// The key needs no check: it was just taken.
+    /// The key is taken before the lock (its slot index is known by the
+    /// time the entry is written) and needs no check.
     #[inline]
     fn isend_keyed(
         &self,
@@ -1367,7 +1320,9 @@ impl EngineEndpoint for NativeEndpoint {
         mode: SendMode,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        self.keyed(|key| self.post_send(peer, tag, mode, buffer, key))
+        with_new_key(&self.completions, |op| {
+            self.post_send(peer, tag, mode, buffer, Key::Fresh(op))
+        })
     }
 
     /// As [`isend_keyed`](Self::isend_keyed).
@@ -1377,7 +1332,9 @@ impl EngineEndpoint for NativeEndpoint {
         tags: TagMatch,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        self.keyed(|key| self.post_recv(tags, buffer, key))
+        with_new_key(&self.completions, |op| {
+            self.post_recv(tags, buffer, Key::Fresh(op))
+        })
     }
 
     /// `psm_mq_cancel` on the receive posted as `op` if it matched nothing
@@ -1599,6 +1556,13 @@ fn recv_ptr(buffer: &mut OpBuffer) -> Option<*mut u8> {
 /// Most bytes [`NativeEndpoint`]'s inject sends: the C provider's
 /// `PSMX_INJECT_SIZE`.
 const INJECT_CAP: usize = 64;
+
+fn read_only_error() -> Error {
+    Error::new(
+        ErrorKind::Inval,
+        "native engine: a receive buffer must be writable (shared Bytes are read-only)",
+    )
+}
 
 fn not_connected(peer: PeerAddr) -> Error {
     Error::new(
