@@ -8,6 +8,13 @@
 //! * **raw**: blocking ping-pong straight through psm-sys, no reactor: the
 //!   client posts `psm_mq_irecv`, sends with `psm_mq_send` and spins in
 //!   `psm_mq_wait`; the server mirrors it (as psm-sys's `raw_pingpong`).
+//! * **poll**: the non-blocking floor, still straight through psm-sys with
+//!   no reactor: the same posts and blocking send, but the wait is a loop
+//!   of `psm_mq_test` and `psm_poll` (test again once a poll moved
+//!   something), as any waiting that must return to its caller between
+//!   polls has to be; a future cannot block in `psm_mq_wait`, whose loop
+//!   stays inside PSM. The gap between raw and poll is what PSM's
+//!   interface charges every non-blocking user.
 //! * **engine**: the same exchange through the engine contract: both sides
 //!   post `irecv` and `isend` on a [`NativeEndpoint`] with owned buffers
 //!   (moved in, handed back by the completion and reused as they are: no
@@ -36,7 +43,7 @@
 //!
 //! ```text
 //! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong -- --help
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,engine,fast --sizes 8,65536,4194304 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,poll,engine,fast --sizes 8,65536,4194304 --no-pin]
 //! ```
 
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
@@ -81,7 +88,7 @@ fn parse_args() -> Args {
         reps: 9,
         rounds: 3,
         pin: true,
-        phases: vec![Phase::Raw, Phase::Engine, Phase::Fast],
+        phases: vec![Phase::Raw, Phase::Poll, Phase::Engine, Phase::Fast],
         verbose: false,
         sizes: SIZES.to_vec(),
         serve: None,
@@ -111,7 +118,7 @@ fn parse_args() -> Args {
             "--phases" => {
                 args.phases = it
                     .next()
-                    .expect("--phases raw,engine,fast")
+                    .expect("--phases raw,poll,engine,fast")
                     .split(',')
                     .map(|p| Phase::parse(p).unwrap_or_else(|| usage(p)))
                     .collect()
@@ -127,7 +134,7 @@ fn parse_args() -> Args {
                     .collect();
             }
             "--help" | "-h" => usage(""),
-            "--serve" => args.serve = Some(it.next().expect("--serve raw|engine")),
+            "--serve" => args.serve = Some(it.next().expect("--serve PHASE")),
             "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
             "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
             other => usage(other),
@@ -141,6 +148,9 @@ fn parse_args() -> Args {
 enum Phase {
     /// Blocking psm-sys calls, no reactor: the floor.
     Raw,
+    /// As raw, but waiting with `psm_mq_test` + `psm_poll`: the floor of
+    /// non-blocking waiting.
+    Poll,
     /// `isend`/`irecv` and `Reactor::poll_completion` (every poll a
     /// progress round, completions through ipeek and the table).
     Engine,
@@ -153,6 +163,7 @@ impl Phase {
     fn parse(s: &str) -> Option<Phase> {
         match s {
             "raw" => Some(Phase::Raw),
+            "poll" => Some(Phase::Poll),
             "engine" => Some(Phase::Engine),
             "fast" => Some(Phase::Fast),
             _ => None,
@@ -162,6 +173,7 @@ impl Phase {
     fn name(self) -> &'static str {
         match self {
             Phase::Raw => "raw",
+            Phase::Poll => "poll",
             Phase::Engine => "engine",
             Phase::Fast => "fast",
         }
@@ -170,6 +182,9 @@ impl Phase {
     fn describe(self) -> &'static str {
         match self {
             Phase::Raw => "psm-sys: irecv, blocking psm_mq_send, psm_mq_wait (no reactor)",
+            Phase::Poll => {
+                "psm-sys: irecv, blocking psm_mq_send, psm_mq_test + psm_poll loop (no reactor)"
+            }
             Phase::Engine => {
                 "engine contract: isend + irecv, Reactor::poll_completion (manual): \
                  progress rounds, ipeek, completion table"
@@ -187,12 +202,13 @@ fn usage(bad: &str) -> ! {
         eprintln!("unknown argument {bad}");
     }
     eprintln!(
-        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,engine,fast] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
+        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
          \n\
          Ping-pong between two processes (this one and a copy of it), both spinning,\n\
          pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
          Phases (each round runs them in the order given; figures are medians over rounds):\n  \
            raw     psm-sys, blocking calls, no reactor (the floor)\n  \
+           poll    psm-sys, waiting with psm_mq_test + psm_poll (the non-blocking floor)\n  \
            engine  the engine contract, Reactor::poll_completion in manual mode\n  \
            fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion\n\
          Run with PSM2_DEVICES=self,shm where there is no adapter."
@@ -294,9 +310,41 @@ fn raw_connect(ep: &Endpoint, peer: u64) -> EpAddr {
     }
 }
 
-fn raw_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+/// How the raw phases wait for a request.
+#[derive(Clone, Copy)]
+enum RawWait {
+    /// `psm_mq_wait` (phase raw).
+    Block,
+    /// `psm_mq_test`, and `psm_poll` until it moves something (phase poll).
+    TestPoll,
+}
+
+impl RawWait {
+    fn phase(self) -> &'static str {
+        match self {
+            RawWait::Block => "raw",
+            RawWait::TestPoll => "poll",
+        }
+    }
+
+    fn wait(self, ep: &Endpoint, mq: &Mq<'_>, req: &mut psm_sys::MqRequest) {
+        match self {
+            RawWait::Block => {
+                mq.wait(req).expect("wait");
+            }
+            RawWait::TestPoll => {
+                while mq.test(req).expect("test").is_none() {
+                    // Only a poll that moved something can have finished it.
+                    while !ep.poll().expect("poll") {}
+                }
+            }
+        }
+    }
+}
+
+fn raw_client(args: &Args, peer_cpu: Option<usize>, how: RawWait) -> Medians {
     let ep = raw_open();
-    let (mut child, peer_epid) = spawn_peer("raw", ep.epid().0, args, peer_cpu);
+    let (mut child, peer_epid) = spawn_peer(how.phase(), ep.epid().0, args, peer_cpu);
     let peer = raw_connect(&ep, peer_epid);
     let mq = ep.mq().unwrap();
     let mut sync = [0u8; 1];
@@ -306,25 +354,31 @@ fn raw_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
     for &(size, iters) in &args.sizes {
         let out: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let mut inb = vec![0u8; size];
-        let m = measure(args.reps, iters, || raw_round(&mq, peer, &out, &mut inb));
+        let m = measure(args.reps, iters, || {
+            raw_round(&ep, &mq, peer, &out, &mut inb, how)
+        });
         assert!(inb == out, "the pong payload differs at {size} B");
         medians.push(m);
     }
     mq.recv(TAG_SYNC, !0, &mut sync).unwrap();
     ep.close(Some(Duration::from_secs(5))).expect("close");
-    assert!(child.wait().expect("wait").success(), "the raw peer failed");
+    assert!(
+        child.wait().expect("wait").success(),
+        "the {} peer failed",
+        how.phase()
+    );
     medians
 }
 
-fn raw_round(mq: &Mq<'_>, peer: EpAddr, out: &[u8], inb: &mut [u8]) {
+fn raw_round(ep: &Endpoint, mq: &Mq<'_>, peer: EpAddr, out: &[u8], inb: &mut [u8], how: RawWait) {
     // SAFETY: `inb` is exclusively borrowed until the wait completes the request.
     let mut req =
         unsafe { mq.irecv(TAG_PONG, !0, 0, inb.as_mut_ptr(), inb.len(), 0) }.expect("irecv");
     mq.send(peer, 0, TAG_PING, out).expect("send");
-    mq.wait(&mut req).expect("wait");
+    how.wait(ep, mq, &mut req);
 }
 
-fn raw_server(args: &Args, client: u64) {
+fn raw_server(args: &Args, client: u64, how: RawWait) {
     let ep = raw_open();
     println!("EPID={:#x}", ep.epid().0);
     std::io::stdout().flush().unwrap();
@@ -340,7 +394,7 @@ fn raw_server(args: &Args, client: u64) {
         let mut req =
             unsafe { mq.irecv(TAG_PING, !0, 0, bufs[0].as_mut_ptr(), size, 0) }.expect("irecv");
         for round in 0..rounds {
-            mq.wait(&mut req).expect("wait");
+            how.wait(&ep, &mq, &mut req);
             let (a, b) = bufs.split_at_mut(1);
             let (filled, spare) = if round % 2 == 0 {
                 (&a[0], &mut b[0])
@@ -570,7 +624,8 @@ fn main() {
         }
         let client = args.peer.expect("--peer");
         match phase.as_str() {
-            "raw" => raw_server(&args, client),
+            "raw" => raw_server(&args, client, RawWait::Block),
+            "poll" => raw_server(&args, client, RawWait::TestPoll),
             "engine" => engine_server(&args, client, false),
             "fast" => engine_server(&args, client, true),
 
@@ -589,7 +644,8 @@ fn main() {
     for _ in 0..args.rounds {
         for (phase, out) in args.phases.iter().zip(runs.iter_mut()) {
             out.push(match *phase {
-                Phase::Raw => raw_client(&args, peer_cpu),
+                Phase::Raw => raw_client(&args, peer_cpu, RawWait::Block),
+                Phase::Poll => raw_client(&args, peer_cpu, RawWait::TestPoll),
                 Phase::Engine => engine_client(&args, peer_cpu, false),
                 Phase::Fast => engine_client(&args, peer_cpu, true),
             });
