@@ -115,7 +115,7 @@ fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
             side.close();
         }
         Some(other) => panic!("unknown role {other}"),
-        None => scenario::launch_solo(test, mode.engine == Eng::Native, SCENARIO),
+        None => scenario::launch_solo(test, mode.engine == Eng::Native, SCENARIO, &[]),
     }
 }
 

@@ -15,8 +15,27 @@ use std::time::{Duration, Instant};
 const ROLE_VAR: &str = "PSMRAIL_TEST_ROLE";
 
 /// The role this process plays, if it is a child started by [`Peer::spawn`].
+/// A child dies with the thread that spawned it, so a failed test leaves no
+/// spinning process behind (a remote blocked on a receive from any source,
+/// which a dead peer does not end, would otherwise spin forever).
 pub fn role() -> Option<String> {
-    std::env::var(ROLE_VAR).ok()
+    let role = std::env::var(ROLE_VAR).ok()?;
+    die_with_parent();
+    Some(role)
+}
+
+/// Asks the kernel to kill this process when its parent goes.
+fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process;
+    // getppid has no preconditions.
+    let orphaned = unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::getppid() == 1
+    };
+    if orphaned {
+        // The parent was gone before the flag was set.
+        std::process::exit(1);
+    }
 }
 
 /// The parent's lines, read on a thread of their own: for a child that

@@ -31,12 +31,14 @@ pub fn native_available() -> bool {
 /// In the test process: runs `test` as a scenario child (role `solo`)
 /// under the spin lock and checks it succeeded within `limit`. Skips (or
 /// fails, when required) a native scenario where the library cannot run.
-pub fn launch_solo(test: &str, native: bool, limit: Duration) {
+/// `extra` variables go into the scenario's environment (its remote
+/// inherits them).
+pub fn launch_solo(test: &str, native: bool, limit: Duration, extra: &[(&str, &str)]) {
     if native && !native_available() {
         return;
     }
     let _lock = spin_lock::spin_lock();
-    let mut env = Vec::new();
+    let mut env = extra.to_vec();
     if std::env::var_os("PSM2_DEVICES").is_none() {
         env.push(("PSM2_DEVICES", "self,shm"));
     }
