@@ -134,14 +134,9 @@ const fn elsewhere(engine: Eng) -> Mode {
 
 /// [`mode`] with large messages in fragments (see [`Mode`]).
 const fn fragments(engine: Eng, am_msg: bool, auto: bool) -> Mode {
-    Mode {
-        engine,
-        am_msg,
-        auto,
-        directed: false,
-        elsewhere: false,
-        fragments: true,
-    }
+    let mut m = mode(engine, am_msg, auto);
+    m.fragments = true;
+    m
 }
 
 /// Runs `scenario` for `test` in `mode`: in the test process, spawns the
@@ -1190,6 +1185,22 @@ fn still_works(side: &Side, remote: &mut Remote, tag: u64, len: usize, seed: u64
     assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
 }
 
+/// Waits for the remote's receive `a` and checks it got `len` bytes of
+/// pattern `seed` with `tag`, from this side.
+fn remote_got(side: &Side, remote: &mut Remote, len: usize, seed: u64, tag: u64, what: &str) {
+    let got = remote.wait_recv(side, "a");
+    check_remote(got, &pattern(len, seed), tag, remote.me, what);
+}
+
+/// One untagged message of `len` bytes (pattern `seed`) from the remote
+/// into a new receive, checked.
+fn from_remote(side: &Side, remote: &mut Remote, len: usize, seed: u64, what: &str) {
+    let r = side.ep.recv(vec![0u8; len]);
+    remote.post(side, &format!("send s {} {len} {seed}", remote.me.0));
+    check_local(side.block_on(r), &pattern(len, seed), 0, remote.fi, what);
+    assert_eq!(remote.wait_send(side, "s"), Ok(len), "{what}");
+}
+
 /// Futures dropped or forgotten at every point, the other side a process
 /// of its own (`tests/ops_drop.rs` does the same in one process on the soft
 /// engine): no message is lost that the contract keeps, no buffer is freed
@@ -1225,11 +1236,13 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
     assert_eq!(remote.wait_send(side, "s"), Ok(16));
     settle(side);
     drop(r);
-    let r = side.ep.recv(vec![0u8; 16]);
-    remote.post(side, &format!("send s {me} 16 6"));
-    let what = "untagged, after a receive dropped once its message arrived";
-    check_local(side.block_on(r), &pattern(16, 6), 0, remote.fi, what);
-    assert_eq!(remote.wait_send(side, "s"), Ok(16), "{what}");
+    from_remote(
+        side,
+        remote,
+        16,
+        6,
+        "untagged, after a receive dropped once its message arrived",
+    );
 
     // A receive dropped while a large message may still be on its way
     // into it, in two orders: posted first and dropped after a few
@@ -1299,23 +1312,11 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
         remote.post(side, &format!("trecv a {len} 3 0"));
         drop(side.ep.tsend(remote.fi, 3, pattern(len, 10)));
         let what = format!("a dropped tagged send of {len} B");
-        check_remote(
-            remote.wait_recv(side, "a"),
-            &pattern(len, 10),
-            3,
-            remote.me,
-            &what,
-        );
+        remote_got(side, remote, len, 10, 3, &what);
         remote.post(side, &format!("recv a {len}"));
         drop(side.ep.send(remote.fi, pattern(len, 11)));
         let what = format!("a dropped untagged send of {len} B");
-        check_remote(
-            remote.wait_recv(side, "a"),
-            &pattern(len, 11),
-            0,
-            remote.me,
-            &what,
-        );
+        remote_got(side, remote, len, 11, 0, &what);
     }
 
     // Forgotten futures: a forgotten send still arrives intact, a forgotten
@@ -1323,13 +1324,7 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
     remote.post(side, &format!("trecv a {} 4 0", 1 << 20));
     std::mem::forget(side.ep.tsend(remote.fi, 4, pattern(1 << 20, 12)));
     let what = "a forgotten send";
-    check_remote(
-        remote.wait_recv(side, "a"),
-        &pattern(1 << 20, 12),
-        4,
-        remote.me,
-        what,
-    );
+    remote_got(side, remote, 1 << 20, 12, 4, what);
     std::mem::forget(side.ep.trecv(vec![0u8; 1 << 20], 5, 0));
     remote.post(side, &format!("tsend s {me} 5 {} 13", 1 << 20));
     assert_eq!(
@@ -1341,11 +1336,13 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
     remote.post(side, &format!("send s {me} 64 14"));
     assert_eq!(remote.wait_send(side, "s"), Ok(64));
     settle(side);
-    let r = side.ep.recv(vec![0u8; 64]);
-    remote.post(side, &format!("send s {me} 64 15"));
-    let what = "untagged, after a forgotten receive took its message";
-    check_local(side.block_on(r), &pattern(64, 15), 0, remote.fi, what);
-    assert_eq!(remote.wait_send(side, "s"), Ok(64), "{what}");
+    from_remote(
+        side,
+        remote,
+        64,
+        15,
+        "untagged, after a forgotten receive took its message",
+    );
 
     // Polled once, then dropped.
     let mut r = side.ep.trecv(vec![0u8; 8], 1, 0);
@@ -1359,21 +1356,8 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
     drop(s);
     remote.post(side, &format!("trecv a {} 1 0", 1 << 20));
     let what = "a send polled once and dropped";
-    check_remote(
-        remote.wait_recv(side, "a"),
-        &pattern(1 << 20, 16),
-        1,
-        remote.me,
-        what,
-    );
-    still_works(
-        side,
-        remote,
-        1,
-        8,
-        17,
-        "tagged, after futures polled once and dropped",
-    );
+    remote_got(side, remote, 1 << 20, 16, 1, what);
+    still_works(side, remote, 1, 8, 17, "after polled-once drops");
 
     // A multi-receive dropped mid-stream: its event stays readable, the
     // rest of its buffer goes back, the next message reaches a new receive.
@@ -1394,11 +1378,13 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
         "an event of a dropped multi-receive",
     );
     drop(ev);
-    let r = side.ep.recv(vec![0u8; 50]);
-    remote.post(side, &format!("send s {me} 50 19"));
-    let what = "untagged, after a multi-receive dropped mid-stream";
-    check_local(side.block_on(r), &pattern(50, 19), 0, remote.fi, what);
-    assert_eq!(remote.wait_send(side, "s"), Ok(50), "{what}");
+    from_remote(
+        side,
+        remote,
+        50,
+        19,
+        "untagged, after a multi-receive dropped mid-stream",
+    );
 
     // Everything pending dropped at once: the large send still delivers
     // once the remote asks for it.
@@ -1410,21 +1396,8 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
     drop(m);
     remote.post(side, &format!("trecv a {} 21 0", 1 << 20));
     let what = "a send dropped with everything else pending";
-    check_remote(
-        remote.wait_recv(side, "a"),
-        &pattern(1 << 20, 20),
-        21,
-        remote.me,
-        what,
-    );
-    still_works(
-        side,
-        remote,
-        22,
-        64,
-        21,
-        "tagged, after everything pending was dropped",
-    );
+    remote_got(side, remote, 1 << 20, 20, 21, what);
+    still_works(side, remote, 22, 64, 21, "after dropping all");
 }
 
 // ----- tests ----------------------------------------------------------------------------------
