@@ -414,13 +414,7 @@ impl NativeEndpoint {
         let len = buffer.len();
         if len as u64 > self.limits.max_message {
             return Err(PostError {
-                error: Error::new(
-                    ErrorKind::MsgSize,
-                    format!(
-                        "native engine: a message of {len} bytes; PSM carries at most {}",
-                        self.limits.max_message
-                    ),
-                ),
+                error: too_long_error("a message", "carries", len, self.limits.max_message),
                 buffer,
             });
         }
@@ -473,13 +467,7 @@ impl NativeEndpoint {
         let len = buffer.len();
         if len as u64 > self.limits.max_message {
             return Err(PostError {
-                error: Error::new(
-                    ErrorKind::MsgSize,
-                    format!(
-                        "native engine: a receive buffer of {len} bytes; PSM takes at most {}",
-                        self.limits.max_message
-                    ),
-                ),
+                error: too_long_error("a receive buffer", "takes", len, self.limits.max_message),
                 buffer,
             });
         }
@@ -1556,6 +1544,16 @@ fn recv_ptr(buffer: &mut OpBuffer) -> Option<*mut u8> {
 /// Most bytes [`NativeEndpoint`]'s inject sends: the C provider's
 /// `PSMX_INJECT_SIZE`.
 const INJECT_CAP: usize = 64;
+
+/// `MsgSize` for `what` of `len` bytes, over PSM's largest message `max`.
+#[cold]
+#[inline(never)]
+fn too_long_error(what: &str, verb: &str, len: usize, max: u64) -> Error {
+    Error::new(
+        ErrorKind::MsgSize,
+        format!("native engine: {what} of {len} bytes; PSM {verb} at most {max}"),
+    )
+}
 
 fn read_only_error() -> Error {
     Error::new(
