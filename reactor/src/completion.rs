@@ -761,6 +761,47 @@ impl<T: Send> CompletionTable<T> {
         }
     }
 
+    /// As [`retire`](Self::retire), but instead of freeing the slot, hands
+    /// it straight to a new operation: the slot's next key (pending), or
+    /// `None` when `key` is not a plain pending key (stale, completed,
+    /// abandoned, a waker registered, a claim held). Then nothing changed,
+    /// and [`retire`](Self::retire) is the way to leave.
+    ///
+    /// One compare-exchange, and the free list is never touched: an engine
+    /// that completes operations on its fast path can keep the renewed keys
+    /// for its next posts, so neither the retirement nor the next
+    /// [`insert`](Self::insert) costs the free list's atomics. `key` is
+    /// spent as by `retire`: every call with it is refused from then on.
+    ///
+    /// ```
+    /// use psmrail_reactor::{CompletionTable, OpStatus};
+    /// let table = CompletionTable::<u32>::new();
+    /// let old = table.insert();
+    /// let new = table.renew(old).unwrap();
+    /// assert_eq!(new.index(), old.index());
+    /// assert_eq!(table.status(old), OpStatus::Unknown);
+    /// assert_eq!(table.status(new), OpStatus::Pending);
+    /// assert!(table.complete(old, 1).is_err(), "the old key is spent");
+    /// table.complete(new, 2).unwrap();
+    /// assert_eq!(table.renew(new), None, "completed: not renewable");
+    /// assert_eq!(table.try_take(new), Some(2));
+    /// assert!(table.is_empty());
+    /// ```
+    #[inline]
+    pub fn renew(&self, key: OpKey) -> Option<OpKey> {
+        let slot = self.slot(key)?;
+        let gen = key.generation();
+        let pending = (u64::from(gen) << 32) | LIVE;
+        let next = free_state(gen) | LIVE;
+        // Only the exact pending state: no flag means no value, no waker
+        // and no claim, so the slot changes hands with nothing in its cells
+        // (a stale key's calls fail on the generation from here on).
+        slot.state
+            .compare_exchange(pending, next, AcqRel, Acquire)
+            .ok()?;
+        Some(OpKey::new(key.index(), (next >> 32) as u32))
+    }
+
     /// Frees the slot if its state is still `s` (generation `gen`) and
     /// takes the value it holds; `Err` with the actual state otherwise.
     ///

@@ -304,6 +304,42 @@ fn retire_vs_a_late_complete_drops_exactly_once() {
 }
 
 #[test]
+fn renew_vs_a_late_complete() {
+    // The fast path renews a key (for its endpoint's next post) while the
+    // engine delivers a completion for it anyway (a contract breach): the
+    // stale completion is refused once the key is renewed, or renew
+    // refuses and retire hands the stored value back; the new key works.
+    model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let table = Arc::new(CompletionTable::<Counted>::new());
+        let old = table.insert();
+        let engine = {
+            let (table, drops) = (table.clone(), drops.clone());
+            thread::spawn(move || table.complete(old, counted(1, &drops)).is_ok())
+        };
+        let renewed = table.renew(old);
+        let accepted = engine.join().unwrap();
+        match renewed {
+            Some(new) => {
+                assert!(!accepted, "a renewed key's stale completion is refused");
+                assert_eq!(new.index(), old.index());
+                assert_eq!(table.status(old), OpStatus::Unknown);
+                assert_eq!(table.status(new), OpStatus::Pending);
+                assert!(table.complete(new, counted(2, &drops)).is_ok());
+                assert_eq!(table.try_take(new).map(|v| v.id), Some(2));
+                assert_eq!(drops.load(SeqCst), 2);
+            }
+            None => {
+                assert!(accepted, "renew refuses only a key the engine claimed");
+                assert_eq!(table.retire(old).map(|v| v.id), Some(1));
+                assert_eq!(drops.load(SeqCst), 1);
+            }
+        }
+        assert!(table.is_empty());
+    });
+}
+
+#[test]
 fn retire_vs_reuse_of_other_slots() {
     // One side retires its key (with a registered waker) while another
     // takes and frees slots: the free list stays consistent and the waker

@@ -7,11 +7,12 @@
 //! completions, connecting and closing.
 //!
 //! # The hot path
-//! A send is one lock, one check that the key is pending, one lookup of the
-//! peer (a binary search over the connected addresses), the PSM call and a
-//! store into the in-flight slot of the key. A receive is the lock, the
-//! check and the store; PSM gets it at the endpoint's next call into PSM
-//! (`post_unposted`). A progress step is one
+//! A send is one lock, one check that the key is pending (for
+//! `isend_keyed`: a key taken from the recycled ones, `key_recycler.rs`),
+//! one lookup of the peer (a binary search over the connected addresses),
+//! the PSM call and a store into the in-flight slot of the key. A receive
+//! is the lock, the check (or key) and the store; PSM gets it at the
+//! endpoint's next call into PSM (`post_unposted`). A progress step is one
 //! try-lock and, with requests in flight, `psm_mq_ipeek` (which polls PSM
 //! when nothing is completed) and `psm_mq_test` per completion, each
 //! completion moved into the completion table; with nothing in flight it is
@@ -22,15 +23,16 @@
 //! The manual-mode fast path (`poll_op`) is one try-lock, `psm_mq_test` of
 //! the waiting operation's request (with a `psm_poll` and a second test
 //! while it runs), and, once it finished, the removal of its in-flight
-//! entry and the retirement of its key; `inject` is one lock, the peer
+//! entry, its key noted as spent (recycled when the endpoint is next
+//! idle); `inject` is one lock, the peer
 //! lookup and `psm_mq_send`.
 
 use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
 use super::inflight::{Entry, InFlight, OpKind};
+use super::key_recycler::KeyRecycler;
 use super::lock::{LockError, SpinGuard, SpinLock};
 use super::raw::{Peeked, RawMq, Req};
 use super::{code_kind, map_psm_error, AM_ARGS_CAP, AM_PAYLOAD_CAP};
-use crate::engine::contract::with_new_key;
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, EndpointOptions, EngineEndpoint, EngineKind, EngineLimits,
     Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
@@ -50,8 +52,6 @@ const HARVEST_BUDGET: usize = 64;
 /// Most `psm_poll` calls one fast-path test makes while its request is not
 /// finished (see `step_for`).
 const FAST_POLLS: u32 = 8;
-/// Most fast-path keys whose slots wait to be freed (see `retire_later`).
-const RETIRE_BATCH: usize = 32;
 /// How long `connect` and `close` pause after a step that moved nothing.
 const IDLE_WAIT: Duration = Duration::from_micros(20);
 
@@ -67,9 +67,9 @@ struct Inner {
     handlers: Vec<Arc<dyn AmHandler>>,
     /// Loopback AMs waiting for the next progress step (TrueScale).
     loopback: Vec<LoopbackAm>,
-    /// Keys of operations the fast path completed, whose table slots are
-    /// not yet freed (see `retire_later`).
-    retired: Vec<OpKey>,
+    /// Keys of operations the fast path completed, and renewed keys for
+    /// the next posts (`key_recycler.rs`).
+    keys: KeyRecycler,
     /// Receives in the in-flight table not yet handed to PSM, in posting
     /// order, with their tag-select masks (see `post_unposted`).
     unposted: Vec<(OpKey, u64)>,
@@ -82,18 +82,20 @@ struct Inner {
 enum Key {
     /// The contract caller's (`isend`, `irecv`): checked.
     Given(OpKey),
-    /// One `isend_keyed` / `irecv_keyed` has just taken from the table: its
-    /// slot was free there, and an in-flight entry always leaves before its
-    /// key's slot is freed, so it is pending and unposted.
-    Fresh(OpKey),
+    /// `isend_keyed` / `irecv_keyed`: taken under the lock, once the post's
+    /// checks passed, from the endpoint's ready keys or the table
+    /// ([`KeyRecycler::take`]); pending, and no in-flight entry is under it
+    /// (an entry always leaves before its key is spent).
+    New,
 }
 
 impl Key {
-    /// The key the post goes under.
+    /// The key the post goes under: the caller's, or a new one.
     #[inline(always)]
-    fn op(self) -> OpKey {
+    fn take(self, keys: &mut KeyRecycler, table: &CompletionTable<MqCompletion>) -> OpKey {
         match self {
-            Key::Given(op) | Key::Fresh(op) => op,
+            Key::Given(op) => op,
+            Key::New => keys.take(table),
         }
     }
 }
@@ -299,7 +301,7 @@ impl NativeEndpoint {
                 peers: Peers::default(),
                 handlers: Vec::new(),
                 loopback: Vec::new(),
-                retired: Vec::with_capacity(RETIRE_BATCH),
+                keys: KeyRecycler::default(),
                 unposted: Vec::new(),
                 closing: false,
             }),
@@ -338,15 +340,14 @@ impl NativeEndpoint {
     }
 
     /// Operations PSM is working on (0 when asked from code the endpoint
-    /// runs under its lock). Also frees the table slots of fast-path
-    /// completions still waiting for it (see `retire_later`), so an idle
-    /// endpoint's completion table reads empty afterwards.
+    /// runs under its lock). Also gives back the table slots of fast-path
+    /// completions and of the keys kept ready for posts
+    /// (`key_recycler.rs`), so an idle endpoint's completion table reads
+    /// empty afterwards.
     pub fn in_flight(&self) -> usize {
         self.lock_any().map_or(0, |mut g| {
             let g = &mut *g;
-            if !g.retired.is_empty() {
-                self.retire_all(&mut g.retired);
-            }
+            g.keys.release_all(&self.completions);
             g.ops.len()
         })
     }
@@ -399,7 +400,7 @@ impl NativeEndpoint {
         mode: SendMode,
         buffer: OpBuffer,
         key: Key,
-    ) -> std::result::Result<(), PostError> {
+    ) -> std::result::Result<OpKey, PostError> {
         let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
@@ -422,7 +423,7 @@ impl NativeEndpoint {
             SendMode::Standard => 0,
             SendMode::Synchronous => ffi::PSM_MQ_FLAG_SENDSYNC,
         };
-        let op = key.op();
+        let op = key.take(&mut inner.keys, &self.completions);
         // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
         // was connected on it; the buffer goes into the in-flight table
         // right below and stays there, its memory not moving (`OpBuffer`
@@ -442,12 +443,17 @@ impl NativeEndpoint {
         match posted {
             Ok(req) => {
                 inner.ops.insert_parts(op, req, tag, OpKind::Send, buffer);
-                Ok(())
+                Ok(op)
             }
-            Err(rc) => Err(PostError {
-                error: self.psm_error(rc, "psm_mq_isend"),
-                buffer,
-            }),
+            Err(rc) => {
+                if key == Key::New {
+                    inner.keys.give_back(op);
+                }
+                Err(PostError {
+                    error: self.psm_error(rc, "psm_mq_isend"),
+                    buffer,
+                })
+            }
         }
     }
 
@@ -458,7 +464,7 @@ impl NativeEndpoint {
         tags: TagMatch,
         mut buffer: OpBuffer,
         key: Key,
-    ) -> std::result::Result<(), PostError> {
+    ) -> std::result::Result<OpKey, PostError> {
         let mut g = match self.lock_for_post(key) {
             Ok(g) => g,
             Err(error) => return Err(PostError { error, buffer }),
@@ -479,12 +485,12 @@ impl NativeEndpoint {
         }
         // PSM gets the receive at this endpoint's next call into PSM (see
         // `post_unposted`); until then it waits in the in-flight table.
-        let op = key.op();
+        let op = key.take(&mut inner.keys, &self.completions);
         inner
             .ops
             .insert_parts(op, Req::unposted(), tags.tag, OpKind::Recv, buffer);
         inner.unposted.push((op, tags.select));
-        Ok(())
+        Ok(op)
     }
 
     /// The endpoint, locked and open, for a post under `key` (a caller's
@@ -754,8 +760,8 @@ impl NativeEndpoint {
     fn step(&self, inner: &mut Inner) -> bool {
         self.post_unposted(inner);
         let mut made = false;
-        if !inner.retired.is_empty() {
-            self.retire_all(&mut inner.retired);
+        if inner.keys.has_spent() {
+            inner.keys.recycle(&self.completions);
         }
         if !inner.loopback.is_empty() {
             made |= self.run_loopback(inner);
@@ -783,37 +789,10 @@ impl NativeEndpoint {
         polled | made
     }
 
-    /// Frees the table slot of `op`, which the fast path completed (it
-    /// left the in-flight table, so no harvest can complete it any more).
-    ///
-    /// Not at once: freeing a slot is two atomic read-modify-writes and a
-    /// hundred instructions on the path from a message's arrival to the
-    /// reply it triggers. The key waits in `retired` until this endpoint's
-    /// next idle moment (a fast-path test that found nothing, a progress
-    /// step, `in_flight`, close), or until `RETIRE_BATCH` keys wait. Until
-    /// then its slot reads as pending; nobody can complete or reuse it.
-    #[inline(always)]
-    fn retire_later(&self, retired: &mut Vec<OpKey>, op: OpKey) {
-        if retired.len() == RETIRE_BATCH {
-            self.retire_all(retired);
-        }
-        retired.push(op);
-    }
-
-    /// Frees the slots of every key in `retired`.
-    #[inline(never)]
-    fn retire_all(&self, retired: &mut Vec<OpKey>) {
-        for op in retired.drain(..) {
-            if let Some(stray) = self.completions.retire(op) {
-                debug_assert!(false, "{op:?} completed twice");
-                drop(stray);
-            }
-        }
-    }
-
     /// The fast path's step under the lock: `op`'s completion if its
     /// request finished, testing it, then polling PSM and testing again up
-    /// to [`FAST_POLLS`] times; its key is retired then (`retire_later`).
+    /// to [`FAST_POLLS`] times; its key is spent then, and recycled at the
+    /// endpoint's next idle moment (`key_recycler.rs`).
     /// `not_here` is cleared if `op` is in flight here (else it was
     /// harvested into the table, or never posted here).
     ///
@@ -833,7 +812,7 @@ impl NativeEndpoint {
             ep,
             ops,
             peers,
-            retired,
+            keys,
             ..
         } = inner;
         let (Some(ep), Some(entry)) = (ep.as_ref(), ops.get_mut(op)) else {
@@ -861,15 +840,15 @@ impl NativeEndpoint {
             }
         }
         let Some(peeked) = peeked else {
-            // Not done: the thread is waiting anyway, so free the slots of
-            // earlier fast completions now.
-            if !retired.is_empty() {
-                self.retire_all(retired);
+            // Not done: the thread is waiting anyway, so recycle the keys
+            // of earlier fast completions now.
+            if keys.has_spent() {
+                keys.recycle(&self.completions);
             }
             return None;
         };
         let entry = ops.take(op)?;
-        Some(self.finish_fast(ep, peers, retired, entry, &peeked))
+        Some(self.finish_fast(ep, peers, keys, entry, &peeked))
     }
 
     /// The completion of a request the fast path found finished (out of
@@ -881,11 +860,11 @@ impl NativeEndpoint {
         &self,
         ep: &psm_sys::Endpoint,
         peers: &mut Peers,
-        retired: &mut Vec<OpKey>,
+        keys: &mut KeyRecycler,
         entry: Entry,
         peeked: &Peeked,
     ) -> MqCompletion {
-        self.retire_later(retired, entry.key);
+        keys.spend(&self.completions, entry.key);
         let (status, rendezvous) = self.finish(ep, peers, &entry, peeked);
         if rendezvous {
             // As in `harvest`: send the sender its go-ahead now.
@@ -1129,7 +1108,7 @@ impl NativeEndpoint {
             .map_err(|e| map_psm_error(e, "psm_ep_close"));
         // PSM is done with every buffer now.
         let inner = &mut *g;
-        self.retire_all(&mut inner.retired);
+        inner.keys.release_all(&self.completions);
         for entry in inner.ops.drain() {
             let error = match entry.kind {
                 OpKind::Send => ErrorKind::Io,
@@ -1287,6 +1266,7 @@ impl EngineEndpoint for NativeEndpoint {
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
         self.post_send(peer, tag, mode, buffer, Key::Given(op))
+            .map(drop)
     }
 
     fn irecv(
@@ -1295,11 +1275,12 @@ impl EngineEndpoint for NativeEndpoint {
         buffer: OpBuffer,
         op: OpKey,
     ) -> std::result::Result<(), PostError> {
-        self.post_recv(tags, buffer, Key::Given(op))
+        self.post_recv(tags, buffer, Key::Given(op)).map(drop)
     }
 
-    /// The key is taken before the lock (its slot index is known by the
-    /// time the entry is written) and needs no check.
+    /// The key is taken under the lock, once the post's checks passed:
+    /// one the fast path recycled (no atomic operation), else a new one
+    /// from the table; it needs no check.
     #[inline]
     fn isend_keyed(
         &self,
@@ -1308,9 +1289,7 @@ impl EngineEndpoint for NativeEndpoint {
         mode: SendMode,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        with_new_key(&self.completions, |op| {
-            self.post_send(peer, tag, mode, buffer, Key::Fresh(op))
-        })
+        self.post_send(peer, tag, mode, buffer, Key::New)
     }
 
     /// As [`isend_keyed`](Self::isend_keyed).
@@ -1320,9 +1299,7 @@ impl EngineEndpoint for NativeEndpoint {
         tags: TagMatch,
         buffer: OpBuffer,
     ) -> std::result::Result<OpKey, PostError> {
-        with_new_key(&self.completions, |op| {
-            self.post_recv(tags, buffer, Key::Fresh(op))
-        })
+        self.post_recv(tags, buffer, Key::New)
     }
 
     /// `psm_mq_cancel` on the receive posted as `op` if it matched nothing
@@ -1507,9 +1484,10 @@ impl EngineEndpoint for NativeEndpoint {
 
     /// Tests `op`'s own request (`psm_mq_test`), polls PSM once if it is
     /// not done and tests again; a finished request is handed over here
-    /// and its key retired, never going through `psm_mq_ipeek` or the
-    /// table. If another thread holds the endpoint, or already harvested
-    /// `op` into the table, the table is looked at instead.
+    /// and its key spent (`key_recycler.rs`), never going through
+    /// `psm_mq_ipeek` or the table. If another thread holds the endpoint,
+    /// or already harvested `op` into the table, the table is looked at
+    /// instead.
     #[inline(always)]
     fn poll_op(&self, op: OpKey) -> Option<MqCompletion> {
         let mut not_here = true;

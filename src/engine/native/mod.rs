@@ -60,10 +60,13 @@
 //! leaves the in-flight table and its
 //! completion goes straight to the future: no `psm_mq_ipeek`, no trip
 //! through the table, no progress round over the reactor's other sources.
-//! Its key is retired
-//! ([`CompletionTable::retire`](crate::reactor::CompletionTable::retire))
-//! at the endpoint's next idle moment rather than on the way from the
-//! message's arrival to the reply it triggers. It is still one harvester
+//! Its key is recycled at the endpoint's next idle moment rather than on
+//! the way from the message's arrival to the reply it triggers: renewed
+//! ([`CompletionTable::renew`](crate::reactor::CompletionTable::renew))
+//! into a small stock from which the endpoint's next `isend_keyed` /
+//! `irecv_keyed` takes its key under the lock, with no atomic operation
+//! (`key_recycler.rs`; measured: 8 B fast/raw 1.18-1.20 against 1.25-1.29
+//! when every post took a key from the table's free list). It is still one harvester
 //! at a time (the test runs under the lock, as `ipeek` + `test` do); other
 //! finished requests stay in PSM's queue for the next progress step; an
 //! operation a progress step harvested meanwhile is found in the table.
@@ -136,6 +139,7 @@ mod endpoint;
 #[cfg(test)]
 mod fast_tests;
 mod inflight;
+mod key_recycler;
 mod lock;
 mod raw;
 #[cfg(test)]
