@@ -711,10 +711,7 @@ impl ApiSide {
         if buf.len() <= self.inject {
             self.ep.tinject(peer, tag, buf.as_slice()).expect("tinject");
         } else {
-            let (r, back) = self
-                .ep
-                .tsend(peer, tag, std::mem::replace(buf, OpBuffer::empty()))
-                .await;
+            let (r, back) = self.ep.tsend(peer, tag, std::mem::take(buf)).await;
             r.expect("tsend");
             *buf = back;
         }
@@ -722,10 +719,7 @@ impl ApiSide {
 
     /// Receives one message with `tag` into `buf`.
     async fn recv(&self, tag: u64, buf: &mut OpBuffer) {
-        let (r, back) = self
-            .ep
-            .trecv(std::mem::replace(buf, OpBuffer::empty()), tag, 0)
-            .await;
+        let (r, back) = self.ep.trecv(std::mem::take(buf), tag, 0).await;
         r.expect("trecv");
         *buf = back;
     }
@@ -758,9 +752,7 @@ fn api_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
             side.reactor.block_on(async {
                 for _ in 0..n {
                     // Posted before the ping goes out, awaited after.
-                    let pong =
-                        side.ep
-                            .trecv(std::mem::replace(&mut inb, OpBuffer::empty()), TAG_PONG, 0);
+                    let pong = side.ep.trecv(std::mem::take(&mut inb), TAG_PONG, 0);
                     side.send(peer, TAG_PING, &mut out).await;
                     let (r, back) = pong.await;
                     r.expect("trecv");
@@ -800,11 +792,7 @@ fn api_server(args: &Args, client: u64) {
                 let (r, mut filled) = ping.await;
                 r.expect("trecv");
                 if round + 1 < rounds {
-                    posted = Some(side.ep.trecv(
-                        std::mem::replace(&mut spare, OpBuffer::empty()),
-                        TAG_PING,
-                        0,
-                    ));
+                    posted = Some(side.ep.trecv(std::mem::take(&mut spare), TAG_PING, 0));
                 }
                 side.send(peer, TAG_PONG, &mut filled).await;
                 spare = filled;

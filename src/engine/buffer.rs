@@ -205,6 +205,22 @@ impl OpBuffer {
     }
 }
 
+/// The empty buffer, so a buffer can be moved out of a `&mut` with
+/// [`std::mem::take`] to be handed to an operation.
+///
+/// ```
+/// use psmrail::engine::OpBuffer;
+/// let mut slot = OpBuffer::from(vec![1, 2, 3]);
+/// let taken = std::mem::take(&mut slot);
+/// assert_eq!(taken.as_slice(), &[1, 2, 3]);
+/// assert!(slot.is_empty());
+/// ```
+impl Default for OpBuffer {
+    fn default() -> Self {
+        OpBuffer::empty()
+    }
+}
+
 impl From<Vec<u8>> for OpBuffer {
     #[inline]
     fn from(v: Vec<u8>) -> Self {

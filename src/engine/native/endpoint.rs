@@ -760,9 +760,7 @@ impl NativeEndpoint {
     fn step(&self, inner: &mut Inner) -> bool {
         self.post_unposted(inner);
         let mut made = false;
-        if inner.keys.has_spent() {
-            inner.keys.recycle(&self.completions);
-        }
+        inner.keys.recycle(&self.completions);
         if !inner.loopback.is_empty() {
             made |= self.run_loopback(inner);
         }
@@ -842,9 +840,7 @@ impl NativeEndpoint {
         let Some(peeked) = peeked else {
             // Not done: the thread is waiting anyway, so recycle the keys
             // of earlier fast completions now.
-            if keys.has_spent() {
-                keys.recycle(&self.completions);
-            }
+            keys.recycle(&self.completions);
             return None;
         };
         let entry = ops.take(op)?;

@@ -59,21 +59,29 @@ impl KeyRecycler {
     #[inline(always)]
     pub fn spend<T: Send>(&mut self, table: &CompletionTable<T>, op: OpKey) {
         if self.spent.len() == SPENT_MAX {
-            self.recycle(table);
+            self.recycle_now(table);
         }
         self.spent.push(op);
     }
 
     /// Whether spent keys wait to be recycled.
     #[inline(always)]
-    pub fn has_spent(&self) -> bool {
+    fn has_spent(&self) -> bool {
         !self.spent.is_empty()
     }
 
     /// Renews the spent keys into the ready stock while it has room, and
-    /// retires the others. The endpoint calls this when it is idle.
-    #[inline(never)]
+    /// retires the others. The endpoint calls this when it is idle; with
+    /// nothing spent it is one length test (the work is out of line).
+    #[inline(always)]
     pub fn recycle<T: Send>(&mut self, table: &CompletionTable<T>) {
+        if self.has_spent() {
+            self.recycle_now(table);
+        }
+    }
+
+    #[inline(never)]
+    fn recycle_now<T: Send>(&mut self, table: &CompletionTable<T>) {
         for op in self.spent.drain(..) {
             if self.ready.len() < READY_MAX {
                 if let Some(new) = table.renew(op) {
@@ -81,10 +89,7 @@ impl KeyRecycler {
                     continue;
                 }
             }
-            if let Some(stray) = table.retire(op) {
-                debug_assert!(false, "{op:?} completed twice");
-                drop(stray);
-            }
+            retire(table, op);
         }
     }
 
@@ -109,11 +114,17 @@ impl KeyRecycler {
     /// endpoint with nothing in flight leaves its table empty.
     pub fn release_all<T: Send>(&mut self, table: &CompletionTable<T>) {
         for op in self.spent.drain(..).chain(self.ready.drain(..)) {
-            if let Some(stray) = table.retire(op) {
-                debug_assert!(false, "{op:?} completed twice");
-                drop(stray);
-            }
+            retire(table, op);
         }
+    }
+}
+
+/// Frees `op`'s slot. No value can be there: a spent key's operation left
+/// the endpoint's books before it was spent, and a ready key has none.
+fn retire<T: Send>(table: &CompletionTable<T>, op: OpKey) {
+    if let Some(stray) = table.retire(op) {
+        debug_assert!(false, "{op:?} completed twice");
+        drop(stray);
     }
 }
 
