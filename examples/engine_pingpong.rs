@@ -1,7 +1,7 @@
 //! Ping-pong through the native engine and the reactor, against the raw
 //! psm-sys floor, in one run.
 //!
-//! Three phases, each with a fresh pair of processes (this program
+//! The phases, each with a fresh pair of processes (this program
 //! re-executes itself as the peer, `--serve <phase> --peer <epid> --cpu <n>`;
 //! PSM allows one endpoint per process at a time):
 //!
@@ -27,6 +27,11 @@
 //!   larger ones with `isend`; receives are waited for with
 //!   [`EngineEndpoint::poll_completion`], which in manual mode tests the
 //!   operation's own PSM request and hands its result over directly.
+//! * **async**: the fast path awaited: the same posts, each side's
+//!   exchanges one async task under [`Reactor::block_on`], each receive
+//!   awaited as a `poll_fn` over `EngineEndpoint::poll_completion`. Its
+//!   gap to fast is what an executor and a future cost by themselves;
+//!   its gap to api is what the public API's layers cost.
 //! * **api**: the same exchange through the public API on the native
 //!   engine in manual progress, as `examples/pingpong.rs --tagged` runs
 //!   it: `trecv` futures, `tinject` up to the inject size (else `tsend`
@@ -105,6 +110,7 @@ fn parse_args() -> Args {
             Phase::Poll,
             Phase::Engine,
             Phase::Fast,
+            Phase::Async,
             Phase::Api,
         ],
         verbose: false,
@@ -175,6 +181,7 @@ enum Phase {
     /// `inject` for sends up to `max_inject`, `isend` above;
     /// `EngineEndpoint::poll_completion` (the op's own request tested).
     Fast,
+    Async,
     /// The public API: `trecv` futures, `tinject` (or `tsend`), one task
     /// per side under `Reactor::block_on`.
     Api,
@@ -187,6 +194,7 @@ impl Phase {
             "poll" => Some(Phase::Poll),
             "engine" => Some(Phase::Engine),
             "fast" => Some(Phase::Fast),
+            "async" => Some(Phase::Async),
             "api" => Some(Phase::Api),
             _ => None,
         }
@@ -198,6 +206,7 @@ impl Phase {
             Phase::Poll => "poll",
             Phase::Engine => "engine",
             Phase::Fast => "fast",
+            Phase::Async => "async",
             Phase::Api => "api",
         }
     }
@@ -216,6 +225,10 @@ impl Phase {
                 "engine contract: inject (<= 64 B, else isend) + irecv, \
                  EngineEndpoint::poll_completion (manual): the op's own request tested"
             }
+            Phase::Async => {
+                "the fast path awaited: inject + irecv, poll_fn over poll_completion, \
+                 one task per side under Reactor::block_on (manual)"
+            }
             Phase::Api => {
                 "public API: trecv future, tinject (<= 64 B, else tsend), \
                  one task per side under Reactor::block_on (manual)"
@@ -229,7 +242,7 @@ fn usage(bad: &str) -> ! {
         eprintln!("unknown argument {bad}");
     }
     eprintln!(
-        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast,api] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
+        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast,async,api] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
          \n\
          Ping-pong between two processes (this one and a copy of it), both spinning,\n\
          pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
@@ -645,6 +658,98 @@ fn engine_server(args: &Args, client: u64, fast: bool) {
     side.close();
 }
 
+// ----- async -----------------------------------------------------------------------
+
+impl Side {
+    /// Awaits `key` through the fast path; the buffer back.
+    async fn completion(&self, key: OpKey) -> OpBuffer {
+        let c = std::future::poll_fn(|cx| self.ep.poll_completion(&self.reactor, key, cx)).await;
+        assert_eq!(c.status.error, None, "{:?}", c.status);
+        c.buffer
+    }
+
+    /// Sends `buf` (injected up to the inject size, else sent and
+    /// awaited); the buffer back.
+    async fn send_awaited(&self, tag: u64, buf: OpBuffer) -> OpBuffer {
+        if self.injects(buf.len()) {
+            self.inject(tag, buf.as_slice());
+            buf
+        } else {
+            let key = self.isend(tag, buf);
+            self.completion(key).await
+        }
+    }
+}
+
+fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+    let (ep, reactor) = Side::open();
+    let (mut child, peer_epid) = spawn_peer("async", ep.epid().0, args, peer_cpu);
+    let side = Side::new(ep, reactor, peer_epid, true);
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
+    side.wait(k);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
+    side.wait(k);
+    let mut medians = Vec::new();
+    for &(size, iters) in &args.sizes {
+        let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
+        let mut out = OpBuffer::from(want.clone());
+        let mut inb = OpBuffer::from(vec![0u8; size]);
+        let m = measure_batches(args.reps, iters, |n| {
+            side.reactor.block_on(async {
+                for _ in 0..n {
+                    // Posted before the ping goes out, awaited after.
+                    let rk = side.irecv(TAG_PONG, std::mem::take(&mut inb));
+                    out = side.send_awaited(TAG_PING, std::mem::take(&mut out)).await;
+                    inb = side.completion(rk).await;
+                }
+            })
+        });
+        assert!(
+            inb.as_slice() == &want[..],
+            "the pong payload differs at {size} B"
+        );
+        medians.push(m);
+    }
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
+    side.wait(k);
+    side.close();
+    assert!(
+        child.wait().expect("wait").success(),
+        "the async peer failed"
+    );
+    medians
+}
+
+fn async_server(args: &Args, client: u64) {
+    let (ep, reactor) = Side::open();
+    println!("EPID={:#x}", ep.epid().0);
+    std::io::stdout().flush().unwrap();
+    let side = Side::new(ep, reactor, client, true);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
+    side.wait(k);
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
+    side.wait(k);
+    for &(size, iters) in &args.sizes {
+        let rounds = iters / 10 + 1 + iters * args.reps;
+        // As the engine server: the next ping's receive is posted before
+        // the pong goes out, two buffers taking turns.
+        let mut spare = OpBuffer::from(vec![0u8; size]);
+        side.reactor.block_on(async {
+            let mut posted = side.irecv(TAG_PING, OpBuffer::from(vec![0u8; size]));
+            for round in 0..rounds {
+                let filled = side.completion(posted).await;
+                if round + 1 < rounds {
+                    posted = side.irecv(TAG_PING, std::mem::take(&mut spare));
+                }
+                spare = side.send_awaited(TAG_PONG, filled).await;
+            }
+        });
+    }
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"d".to_vec()));
+    side.wait(k);
+    side.close();
+}
+
 // ----- api ---------------------------------------------------------------------------
 
 /// The public-API side of one process: a tagged RDM endpoint on the native
@@ -818,6 +923,7 @@ fn main() {
             "poll" => raw_server(&args, client, RawWait::TestPoll),
             "engine" => engine_server(&args, client, false),
             "fast" => engine_server(&args, client, true),
+            "async" => async_server(&args, client),
             "api" => api_server(&args, client),
 
             other => panic!("unknown phase {other}"),
@@ -839,6 +945,7 @@ fn main() {
                 Phase::Poll => raw_client(&args, peer_cpu, RawWait::TestPoll),
                 Phase::Engine => engine_client(&args, peer_cpu, false),
                 Phase::Fast => engine_client(&args, peer_cpu, true),
+                Phase::Async => async_client(&args, peer_cpu),
                 Phase::Api => api_client(&args, peer_cpu),
             });
         }
