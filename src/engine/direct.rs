@@ -11,6 +11,14 @@
 //! It is not measurably faster on its own (the API's 8 B ping-pong stayed
 //! within the ±5 % that code layout moves it); with the keyed posts it
 //! lets the native engine skip the check of a key it has just taken.
+//!
+//! Its methods, and the posting helpers above them (`mq_send`, `mq_recv`,
+//! `inject_mq`), are `#[inline(always)]`, and the message futures' `poll`
+//! and `tinject` are `#[inline]` so that they inline into the caller's
+//! crate: each layer left as a call moved the 56-byte [`OpBuffer`] and
+//! the post's result through memory once more. Under callgrind that cut
+//! the API's 8 B ping-pong by 77 instructions per message (2,020 to
+//! 1,943, the engine's fast path taking 1,532).
 
 use super::native::NativeEndpoint;
 use super::{EngineEndpoint, MqCompletion, OpBuffer, PeerAddr, PostError, SendMode, TagMatch};
@@ -57,7 +65,7 @@ impl DirectEngine {
     }
 
     /// [`EngineEndpoint::isend_keyed`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn isend_keyed(
         &self,
         peer: PeerAddr,
@@ -72,7 +80,7 @@ impl DirectEngine {
     }
 
     /// [`EngineEndpoint::irecv_keyed`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn irecv_keyed(
         &self,
         tags: TagMatch,
@@ -85,7 +93,7 @@ impl DirectEngine {
     }
 
     /// [`EngineEndpoint::inject`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn inject(&self, peer: PeerAddr, tag: u64, data: &[u8]) -> Result<()> {
         match self {
             DirectEngine::Native(ep) => ep.inject(peer, tag, data),
@@ -94,7 +102,7 @@ impl DirectEngine {
     }
 
     /// [`EngineEndpoint::poll_completion`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn poll_completion(
         &self,
         reactor: &Reactor,

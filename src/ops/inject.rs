@@ -39,7 +39,7 @@ fn counted(ep: &EndpointCore) {
 /// Injects over the MQ with `tag`: the engine's own inject (native: PSM's
 /// blocking `psm_mq_send`, no slot; soft: the contract's default, a copy
 /// sent under an abandoned key).
-#[inline]
+#[inline(always)]
 pub(crate) fn inject_mq(
     ep: &Arc<EndpointCore>,
     peer: PeerAddr,

@@ -108,6 +108,7 @@ impl Future for RecvOp {
 
     /// # Panics
     /// If polled again after it returned `Ready`.
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         match &mut this.state {

@@ -83,7 +83,7 @@ fn read_only_error(op: OpName) -> Error {
 }
 
 /// Posts an MQ send (refused at once towards a dead peer).
-#[inline]
+#[inline(always)]
 pub(crate) fn mq_send(
     ep: &Arc<EndpointCore>,
     peer: PeerAddr,
@@ -114,7 +114,7 @@ pub(crate) fn mq_send(
 
 /// Posts an MQ receive (a directed one is refused at once when its peer
 /// is dead).
-#[inline]
+#[inline(always)]
 pub(crate) fn mq_recv(
     ep: &Arc<EndpointCore>,
     tags: TagMatch,

@@ -114,6 +114,7 @@ impl Endpoint {
     ///
     /// # Errors
     /// `FI_EMSGSIZE` above the inject size; the checks of [`tsend`](Self::tsend).
+    #[inline]
     pub fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()> {
         let ep = &self.core;
         check_caps(ep, Caps::TAGGED, Dir::Send, OpName::TSend)?;
