@@ -181,6 +181,8 @@ enum Phase {
     /// `inject` for sends up to `max_inject`, `isend` above;
     /// `EngineEndpoint::poll_completion` (the op's own request tested).
     Fast,
+    /// The fast path's posts, each receive awaited (`poll_fn` over
+    /// `poll_completion`), one task per side under `Reactor::block_on`.
     Async,
     /// The public API: `trecv` futures, `tinject` (or `tsend`), one task
     /// per side under `Reactor::block_on`.

@@ -12,8 +12,8 @@
 //! within the ±5 % that code layout moves it); with the keyed posts it
 //! lets the native engine skip the check of a key it has just taken.
 //!
-//! Its methods, and the posting helpers above them (`mq_send`, `mq_recv`,
-//! `inject_mq`), are `#[inline(always)]`, and the message futures' `poll`
+//! Its methods, and the posting helpers that call them (`mq_send`,
+//! `mq_recv`, `inject_mq`), are `#[inline(always)]`, and the message futures' `poll`
 //! and `tinject` are `#[inline]` so that they inline into the caller's
 //! crate: each layer left as a call moved the 56-byte [`OpBuffer`] and
 //! the post's result through memory once more. Under callgrind that cut
