@@ -70,7 +70,7 @@ use psmrail::fabric::{
 };
 use psmrail::reactor::{CompletionTable, CpuSet, OpKey, Reactor};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -297,12 +297,7 @@ fn measure_batches(reps: usize, iters: usize, mut rounds: impl FnMut(usize)) -> 
 }
 
 /// Spawns the peer for `phase`, told our epid and its CPU; its epid.
-fn spawn_peer(
-    phase: &str,
-    epid: u64,
-    args: &Args,
-    cpu: Option<usize>,
-) -> (std::process::Child, u64) {
+fn spawn_peer(phase: &str, epid: u64, args: &Args, cpu: Option<usize>) -> (Child, u64) {
     let exe = std::env::current_exe().expect("own path");
     let mut cmd = Command::new(exe);
     cmd.args(["--serve", phase, "--peer", &format!("{epid:#x}")])
@@ -319,7 +314,7 @@ fn spawn_peer(
 }
 
 /// The `EPID=` line of the peer.
-fn read_epid(child: &mut std::process::Child, phase: &str) -> u64 {
+fn read_epid(child: &mut Child, phase: &str) -> u64 {
     let mut lines = BufReader::new(child.stdout.take().expect("peer stdout"));
     loop {
         let mut line = String::new();
@@ -582,15 +577,54 @@ impl Side {
     }
 }
 
-fn engine_client(args: &Args, peer_cpu: Option<usize>, fast: bool) -> Medians {
+/// The client's side of an engine phase: the peer spawned, connected and
+/// in step with us.
+fn client_side(args: &Args, peer_cpu: Option<usize>, phase: &str, fast: bool) -> (Side, Child) {
     let (ep, reactor) = Side::open();
-    let phase = if fast { "fast" } else { "engine" };
-    let (mut child, peer_epid) = spawn_peer(phase, ep.epid().0, args, peer_cpu);
+    let (child, peer_epid) = spawn_peer(phase, ep.epid().0, args, peer_cpu);
     let side = Side::new(ep, reactor, peer_epid, fast);
     let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
     side.wait(k);
     let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
     side.wait(k);
+    (side, child)
+}
+
+/// Waits for the peer's last word, closes, and checks the peer's exit.
+fn client_done(side: Side, mut child: Child, phase: &str) {
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
+    side.wait(k);
+    side.close();
+    assert!(
+        child.wait().expect("wait").success(),
+        "the {phase} peer failed"
+    );
+}
+
+/// The server's side of an engine phase: its epid printed for the client,
+/// connected and in step with it.
+fn server_side(client: u64, fast: bool) -> Side {
+    let (ep, reactor) = Side::open();
+    println!("EPID={:#x}", ep.epid().0);
+    std::io::stdout().flush().unwrap();
+    let side = Side::new(ep, reactor, client, fast);
+    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
+    side.wait(k);
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
+    side.wait(k);
+    side
+}
+
+/// Tells the client we are done, and closes.
+fn server_done(side: Side) {
+    let k = side.isend(TAG_SYNC, OpBuffer::from(b"d".to_vec()));
+    side.wait(k);
+    side.close();
+}
+
+fn engine_client(args: &Args, peer_cpu: Option<usize>, fast: bool) -> Medians {
+    let phase = if fast { "fast" } else { "engine" };
+    let (side, child) = client_side(args, peer_cpu, phase, fast);
     let mut medians = Vec::new();
     for &(size, iters) in &args.sizes {
         let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
@@ -615,25 +649,12 @@ fn engine_client(args: &Args, peer_cpu: Option<usize>, fast: bool) -> Medians {
         );
         medians.push(m);
     }
-    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
-    side.wait(k);
-    side.close();
-    assert!(
-        child.wait().expect("wait").success(),
-        "the {phase} peer failed"
-    );
+    client_done(side, child, phase);
     medians
 }
 
 fn engine_server(args: &Args, client: u64, fast: bool) {
-    let (ep, reactor) = Side::open();
-    println!("EPID={:#x}", ep.epid().0);
-    std::io::stdout().flush().unwrap();
-    let side = Side::new(ep, reactor, client, fast);
-    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
-    side.wait(k);
-    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
-    side.wait(k);
+    let side = server_side(client, fast);
     for &(size, iters) in &args.sizes {
         let rounds = iters / 10 + 1 + iters * args.reps;
         let inject = side.injects(size);
@@ -655,9 +676,7 @@ fn engine_server(args: &Args, client: u64, fast: bool) {
             }
         }
     }
-    let k = side.isend(TAG_SYNC, OpBuffer::from(b"d".to_vec()));
-    side.wait(k);
-    side.close();
+    server_done(side);
 }
 
 // ----- async -----------------------------------------------------------------------
@@ -684,13 +703,7 @@ impl Side {
 }
 
 fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
-    let (ep, reactor) = Side::open();
-    let (mut child, peer_epid) = spawn_peer("async", ep.epid().0, args, peer_cpu);
-    let side = Side::new(ep, reactor, peer_epid, true);
-    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
-    side.wait(k);
-    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
-    side.wait(k);
+    let (side, child) = client_side(args, peer_cpu, "async", true);
     let mut medians = Vec::new();
     for &(size, iters) in &args.sizes {
         let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
@@ -712,13 +725,7 @@ fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
         );
         medians.push(m);
     }
-    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
-    side.wait(k);
-    side.close();
-    assert!(
-        child.wait().expect("wait").success(),
-        "the async peer failed"
-    );
+    client_done(side, child, "async");
     medians
 }
 
@@ -747,9 +754,7 @@ fn async_server(args: &Args, client: u64) {
             }
         });
     }
-    let k = side.isend(TAG_SYNC, OpBuffer::from(b"d".to_vec()));
-    side.wait(k);
-    side.close();
+    server_done(side);
 }
 
 // ----- api ---------------------------------------------------------------------------
