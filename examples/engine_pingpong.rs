@@ -730,14 +730,7 @@ fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
 }
 
 fn async_server(args: &Args, client: u64) {
-    let (ep, reactor) = Side::open();
-    println!("EPID={:#x}", ep.epid().0);
-    std::io::stdout().flush().unwrap();
-    let side = Side::new(ep, reactor, client, true);
-    let k = side.irecv(TAG_SYNC, OpBuffer::from(vec![0]));
-    side.wait(k);
-    let k = side.isend(TAG_SYNC, OpBuffer::from(b"s".to_vec()));
-    side.wait(k);
+    let side = server_side(client, true);
     for &(size, iters) in &args.sizes {
         let rounds = iters / 10 + 1 + iters * args.reps;
         // As the engine server: the next ping's receive is posted before
