@@ -702,29 +702,41 @@ impl Side {
     }
 }
 
-fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
-    let (side, child) = client_side(args, peer_cpu, "async", true);
+/// The client's timed loop of a task-based phase, per size: `batch(n,
+/// out, inb)` runs `n` round trips sending `out` and receiving into `inb`
+/// (each handed back after use); checks the last pong's payload.
+fn measure_sizes(
+    args: &Args,
+    mut batch: impl FnMut(usize, &mut OpBuffer, &mut OpBuffer),
+) -> Medians {
     let mut medians = Vec::new();
     for &(size, iters) in &args.sizes {
         let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let mut out = OpBuffer::from(want.clone());
         let mut inb = OpBuffer::from(vec![0u8; size]);
-        let m = measure_batches(args.reps, iters, |n| {
-            side.reactor.block_on(async {
-                for _ in 0..n {
-                    // Posted before the ping goes out, awaited after.
-                    let rk = side.irecv(TAG_PONG, std::mem::take(&mut inb));
-                    out = side.send_awaited(TAG_PING, std::mem::take(&mut out)).await;
-                    inb = side.completion(rk).await;
-                }
-            })
-        });
+        medians.push(measure_batches(args.reps, iters, |n| {
+            batch(n, &mut out, &mut inb)
+        }));
         assert!(
             inb.as_slice() == &want[..],
             "the pong payload differs at {size} B"
         );
-        medians.push(m);
     }
+    medians
+}
+
+fn async_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
+    let (side, child) = client_side(args, peer_cpu, "async", true);
+    let medians = measure_sizes(args, |n, out, inb| {
+        side.reactor.block_on(async {
+            for _ in 0..n {
+                // Posted before the ping goes out, awaited after.
+                let rk = side.irecv(TAG_PONG, std::mem::take(inb));
+                *out = side.send_awaited(TAG_PING, std::mem::take(out)).await;
+                *inb = side.completion(rk).await;
+            }
+        })
+    });
     client_done(side, child, "async");
     medians
 }
@@ -848,29 +860,18 @@ fn api_client(args: &Args, peer_cpu: Option<usize>) -> Medians {
     let (mut child, peer_epid) = spawn_peer("api", side.epid(), args, peer_cpu);
     let peer = side.insert(peer_epid);
     side.sync(peer, true);
-    let mut medians = Vec::new();
-    for &(size, iters) in &args.sizes {
-        let want: Vec<u8> = (0..size).map(|i| i as u8).collect();
-        let mut out = OpBuffer::from(want.clone());
-        let mut inb = OpBuffer::from(vec![0u8; size]);
-        let m = measure_batches(args.reps, iters, |n| {
-            side.reactor.block_on(async {
-                for _ in 0..n {
-                    // Posted before the ping goes out, awaited after.
-                    let pong = side.ep.trecv(std::mem::take(&mut inb), TAG_PONG, 0);
-                    side.send(peer, TAG_PING, &mut out).await;
-                    let (r, back) = pong.await;
-                    r.expect("trecv");
-                    inb = back;
-                }
-            })
-        });
-        assert!(
-            inb.as_slice() == &want[..],
-            "the pong payload differs at {size} B"
-        );
-        medians.push(m);
-    }
+    let medians = measure_sizes(args, |n, out, inb| {
+        side.reactor.block_on(async {
+            for _ in 0..n {
+                // Posted before the ping goes out, awaited after.
+                let pong = side.ep.trecv(std::mem::take(inb), TAG_PONG, 0);
+                side.send(peer, TAG_PING, out).await;
+                let (r, back) = pong.await;
+                r.expect("trecv");
+                *inb = back;
+            }
+        })
+    });
     side.sync(peer, true);
     drop(side);
     assert!(child.wait().expect("wait").success(), "the api peer failed");
