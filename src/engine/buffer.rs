@@ -95,6 +95,7 @@ impl OpBuffer {
     }
 
     /// An empty buffer (zero-length sends and receives).
+    #[inline]
     pub fn empty() -> Self {
         OpBuffer::new(BufferOwner::Vec(Vec::new()))
     }
@@ -216,6 +217,7 @@ impl OpBuffer {
 /// assert!(slot.is_empty());
 /// ```
 impl Default for OpBuffer {
+    #[inline]
     fn default() -> Self {
         OpBuffer::empty()
     }

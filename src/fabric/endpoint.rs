@@ -201,6 +201,7 @@ impl EndpointCore {
 
     /// The address a completion's source has in the bound AV; `UNSPEC`
     /// when unknown (or without an AV).
+    #[inline]
     pub(crate) fn source_of(&self, peer: Option<PeerAddr>, epid: Option<Epid>) -> FiAddr {
         match &self.av {
             Some(av) => av.core.source_of(peer, epid),

@@ -59,6 +59,12 @@ pub(crate) fn status_error(status: &MqStatus, op: OpName) -> Option<Error> {
     Some(error_of(kind, status, op))
 }
 
+/// The error of a status that failed (`status.error` is set).
+#[cold]
+pub(crate) fn failed_status_error(status: &MqStatus, op: OpName) -> Error {
+    error_of(status.error.unwrap_or(ErrorKind::Other), status, op)
+}
+
 #[cold]
 #[inline(never)]
 fn error_of(kind: ErrorKind, status: &MqStatus, op: OpName) -> Error {
@@ -82,6 +88,7 @@ fn error_of(kind: ErrorKind, status: &MqStatus, op: OpName) -> Error {
 
 /// Counts a finished operation on the endpoint's counter, if one is bound:
 /// a success or an error.
+#[inline]
 pub(crate) fn count(counter: Option<&Counter>, ok: bool) {
     match counter {
         Some(c) if ok => c.inc(),

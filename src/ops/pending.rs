@@ -169,7 +169,7 @@ impl PendingOp {
     /// Polls for the completion. After `Ready` the slot is freed and the
     /// op is over; polling again is a caller bug (it panics, as the table
     /// does for a dead key).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
         let domain = self.ep.domain();
         let r = match self.carrier {

@@ -1,8 +1,8 @@
 //! [`RecvOp`]: the future of `recv`, `recv_from` and `trecv`.
 
-use super::outcome::{count, status_error, OpName, OpOutput, Received};
+use super::outcome::{count, failed_status_error, OpName, OpOutput, Received};
 use super::pending::PendingOp;
-use crate::engine::{Epid, MqStatus, OpBuffer};
+use crate::engine::{Epid, MqCompletion, MqStatus, OpBuffer};
 use crate::fabric::{CounterKind, EndpointCore, FiAddr, MSG_BIT};
 use crate::Error;
 use std::future::Future;
@@ -48,7 +48,9 @@ enum State {
         name: OpName,
         kind: RecvKind,
     },
-    Failed(Error, OpBuffer),
+    /// The post failed: boxed, so that the posted state — the one that
+    /// matters — sets the future's size.
+    Failed(Box<(Error, OpBuffer)>),
     Done,
 }
 
@@ -61,7 +63,7 @@ impl RecvOp {
 
     pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
         RecvOp {
-            state: State::Failed(error, buffer),
+            state: State::Failed(Box::new((error, buffer))),
         }
     }
 
@@ -82,7 +84,10 @@ impl RecvOp {
     ) -> Result<(PendingOp, OpName, RecvKind), crate::engine::PostError> {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Posted { op, name, kind } => Ok((op, name, kind)),
-            State::Failed(error, buffer) => Err(crate::engine::PostError { error, buffer }),
+            State::Failed(failed) => {
+                let (error, buffer) = *failed;
+                Err(crate::engine::PostError { error, buffer })
+            }
             State::Done => unreachable!("a fresh RecvOp is never Done"),
         }
     }
@@ -95,6 +100,7 @@ impl RecvOp {
 }
 
 /// The sender of a completed receive, as an AV address.
+#[inline]
 pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) -> FiAddr {
     match (kind, status.source) {
         (_, Some(peer)) => ep.source_of(Some(peer), None),
@@ -103,44 +109,67 @@ pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) ->
     }
 }
 
+impl RecvOp {
+    /// The output of a completion that carries an error (truncation,
+    /// cancellation, a dead peer): out of line, so that the success path
+    /// stays small.
+    #[cold]
+    #[inline(never)]
+    fn failed_output(&mut self, done: MqCompletion) -> OpOutput<Received> {
+        let State::Posted { op, name, .. } = &self.state else {
+            unreachable!("only a posted receive completes")
+        };
+        let error = match op.peer_error(&done.status, *name) {
+            Some(e) => e,
+            None => failed_status_error(&done.status, *name),
+        };
+        count(op.endpoint().counter(CounterKind::Recv), false);
+        self.state = State::Done;
+        (Err(error), done.buffer)
+    }
+
+    /// The output of a receive whose post failed, or a panic when polled
+    /// after completion.
+    #[cold]
+    #[inline(never)]
+    fn unposted_output(&mut self) -> OpOutput<Received> {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Failed(failed) => {
+                let (error, buffer) = *failed;
+                (Err(error), buffer)
+            }
+            _ => panic!("RecvOp polled after completion"),
+        }
+    }
+}
+
 impl Future for RecvOp {
     type Output = OpOutput<Received>;
 
     /// # Panics
     /// If polled again after it returned `Ready`.
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        match &mut this.state {
-            State::Posted { op, name, kind } => {
-                let done = std::task::ready!(op.poll(cx));
-                let ep = op.endpoint();
-                let error = op
-                    .peer_error(&done.status, *name)
-                    .or_else(|| status_error(&done.status, *name));
-                let result = match error {
-                    None => {
-                        let tag = match kind {
-                            RecvKind::Tagged => done.status.tag & ep.domain().tags().user_mask(),
-                            _ => 0,
-                        };
-                        Ok(Received {
-                            len: done.status.nbytes,
-                            tag,
-                            source: source_of(ep, *kind, &done.status),
-                        })
-                    }
-                    Some(e) => Err(e),
-                };
-                count(ep.counter(CounterKind::Recv), result.is_ok());
-                this.state = State::Done;
-                Poll::Ready((result, done.buffer))
-            }
-            State::Failed(..) => match std::mem::replace(&mut this.state, State::Done) {
-                State::Failed(e, b) => Poll::Ready((Err(e), b)),
-                _ => unreachable!("matched Failed above"),
-            },
-            State::Done => panic!("RecvOp polled after completion"),
+        let State::Posted { op, kind, .. } = &mut this.state else {
+            return Poll::Ready(this.unposted_output());
+        };
+        let done = std::task::ready!(op.poll(cx));
+        if done.status.error.is_some() {
+            return Poll::Ready(this.failed_output(done));
         }
+        let ep = op.endpoint();
+        let tag = match kind {
+            RecvKind::Tagged => done.status.tag & ep.domain().tags().user_mask(),
+            _ => 0,
+        };
+        let received = Received {
+            len: done.status.nbytes,
+            tag,
+            source: source_of(ep, *kind, &done.status),
+        };
+        count(ep.counter(CounterKind::Recv), true);
+        this.state = State::Done;
+        Poll::Ready((Ok(received), done.buffer))
     }
 }
