@@ -97,19 +97,7 @@ impl RecvOp {
     pub fn is_failed(&self) -> bool {
         matches!(self.state, State::Failed(..))
     }
-}
 
-/// The sender of a completed receive, as an AV address.
-#[inline]
-pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) -> FiAddr {
-    match (kind, status.source) {
-        (_, Some(peer)) => ep.source_of(Some(peer), None),
-        (RecvKind::MsgMq, None) => ep.source_of(None, Some(Epid(status.tag & !MSG_BIT))),
-        _ => FiAddr::UNSPEC,
-    }
-}
-
-impl RecvOp {
     /// The output of a completion that carries an error (truncation,
     /// cancellation, a dead peer): out of line, so that the success path
     /// stays small.
@@ -119,10 +107,9 @@ impl RecvOp {
         let State::Posted { op, name, .. } = &self.state else {
             unreachable!("only a posted receive completes")
         };
-        let error = match op.peer_error(&done.status, *name) {
-            Some(e) => e,
-            None => failed_status_error(&done.status, *name),
-        };
+        let error = op
+            .peer_error(&done.status, *name)
+            .unwrap_or_else(|| failed_status_error(&done.status, *name));
         count(op.endpoint().counter(CounterKind::Recv), false);
         self.state = State::Done;
         (Err(error), done.buffer)
@@ -140,6 +127,16 @@ impl RecvOp {
             }
             _ => panic!("RecvOp polled after completion"),
         }
+    }
+}
+
+/// The sender of a completed receive, as an AV address.
+#[inline]
+pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) -> FiAddr {
+    match (kind, status.source) {
+        (_, Some(peer)) => ep.source_of(Some(peer), None),
+        (RecvKind::MsgMq, None) => ep.source_of(None, Some(Epid(status.tag & !MSG_BIT))),
+        _ => FiAddr::UNSPEC,
     }
 }
 
