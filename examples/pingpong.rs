@@ -215,7 +215,7 @@ fn recv(side: &Side, args: &Args, buf: OpBuffer) -> Result<(usize, OpBuffer), St
 }
 
 /// Posts a receive into `buf`.
-fn post(side: &Side, args: &Args, buf: OpBuffer) -> RecvOp {
+fn post<'a>(side: &'a Side, args: &Args, buf: OpBuffer) -> RecvOp<'a> {
     if args.tagged {
         side.ep.trecv(buf, TAG, 0)
     } else {

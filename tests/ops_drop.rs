@@ -189,15 +189,27 @@ fn graceful(cfg: Cfg) -> Nodes {
     fabric::open_info(cfg, info, 2, |_, _, b| b)
 }
 
-/// Operations keep their endpoint and domain alive: dropping every handle
-/// does not stop them. The sender's domain closes (gracefully) when its
-/// send future is dropped inside the join, while the receive is pending.
+/// An endpoint keeps its domain alive: with every other handle (fabric,
+/// domains, AVs) dropped, operations still run. The sender's endpoint is
+/// the last handle of its domain and is dropped inside the join, right
+/// after its send completes, while the receive may still be pending: the
+/// domain then closes (gracefully) under the receive.
 fn handles_dropped(cfg: Cfg, len: usize) {
     let n = graceful(cfg);
-    let r = n[1].ep.trecv(vec![0u8; len], 2, 0);
-    let s = n[0].ep.tsend(n.addr(0, 1), 2, pattern(len, 4));
-    drop(n);
-    let ((s, _), (g, b)) = futures::executor::block_on(async { futures::join!(s, r) });
+    let to = n.addr(0, 1);
+    let Nodes { nodes, fabric, .. } = n;
+    drop(fabric);
+    let mut eps = nodes.into_iter().map(|node| node.ep);
+    let (Some(sender), Some(receiver)) = (eps.next(), eps.next()) else {
+        unreachable!("two nodes were opened")
+    };
+    let r = receiver.trecv(vec![0u8; len], 2, 0);
+    let send = async move {
+        let out = sender.tsend(to, 2, pattern(len, 4)).await;
+        drop(sender);
+        out
+    };
+    let ((s, _), (g, b)) = futures::executor::block_on(async { futures::join!(send, r) });
     s.unwrap();
     g.unwrap_or_else(|e| panic!("{cfg:?} {len}: {e}"));
     assert!(b.as_slice() == &pattern(len, 4)[..], "{cfg:?}");
@@ -235,9 +247,8 @@ fn close_while_ops_pending() {
         let mut ru = n[1].ep.recv(vec![0u8; 64]);
         let _ = poll_once(&mut s);
         n[1].ep.clone().close().unwrap();
-        let Nodes { nodes, .. } = n;
-        for node in nodes {
-            node.domain.close().unwrap();
+        for node in &n.nodes {
+            node.domain.clone().close().unwrap();
         }
         for _ in 0..3 {
             if poll_once(&mut r).is_ready() {
@@ -254,13 +265,19 @@ fn close_while_ops_pending() {
 #[test]
 fn drop_everything_pending() {
     for cfg in Cfg::ALL {
+        // Operations borrow their endpoint, so they go before it; every
+        // other handle (fabric, domains, AVs) goes first.
         let n = fabric::open(cfg, CAPS, 2);
-        let r = n[1].ep.trecv(vec![0u8; 64], 9, 0);
-        let s = n[0].ep.tsend(n.addr(0, 1), 10, pattern(1 << 20, 5));
-        let m = n[1].ep.recv(vec![0u8; 64]);
-        drop(n);
+        let to = n.addr(0, 1);
+        let Nodes { nodes, fabric, .. } = n;
+        drop(fabric);
+        let eps: Vec<_> = nodes.into_iter().map(|node| node.ep).collect();
+        let r = eps[1].trecv(vec![0u8; 64], 9, 0);
+        let s = eps[0].tsend(to, 10, pattern(1 << 20, 5));
+        let m = eps[1].recv(vec![0u8; 64]);
         drop(s);
         drop(r);
         drop(m);
+        drop(eps);
     }
 }

@@ -307,9 +307,9 @@ fn err_line(e: &Error) -> String {
     format!("err {:?} {m} {r}", e.kind())
 }
 
-enum Op {
-    Send(SendOp),
-    Recv(RecvOp),
+enum Op<'a> {
+    Send(SendOp<'a>),
+    Recv(RecvOp<'a>),
 }
 
 /// The remote's process: opens an endpoint, says its address, then runs
@@ -318,8 +318,8 @@ fn remote_main(mode: Mode) {
     let side = open(mode);
     let lines = peer::stdin_lines();
     say(&format!("addr {}", side.ep.getname()));
-    let mut ops: HashMap<String, Op> = HashMap::new();
-    let mut multis: HashMap<String, MultiRecv> = HashMap::new();
+    let mut ops: HashMap<String, Op<'_>> = HashMap::new();
+    let mut multis: HashMap<String, MultiRecv<'_>> = HashMap::new();
     loop {
         let line = match lines.try_recv() {
             Ok(l) => l,

@@ -63,7 +63,7 @@ pub(crate) fn inject_am(ep: &Arc<EndpointCore>, peer: PeerAddr, data: &[u8]) -> 
     match domain.am_msg().send(peer, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            drop(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false, None));
+            drop(PendingOp::new(ep, key, Carrier::AmMsg, false, None));
             counted(ep);
             Ok(())
         }

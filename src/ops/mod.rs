@@ -11,6 +11,39 @@
 //! never loses memory. Any executor can drive them (`futures::executor`,
 //! tokio current-thread or multi-thread, [`Reactor::block_on`]).
 //!
+//! The futures (and the [`MultiRecv`] stream) borrow their endpoint, as
+//! quinn's and tokio's I/O futures borrow their connection or socket: an
+//! operation costs no reference-count round trip, and an endpoint cannot be
+//! dropped under its pending operations. The endpoint itself keeps its
+//! domain alive, so the fabric, domain and AV handles may go first. To
+//! await operations in a spawned task, move a clone of the endpoint (a
+//! cheap handle) into it:
+//!
+//! ```
+//! # use psmrail::config::PsmConfig;
+//! # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
+//! # let config = PsmConfig::builder().name_server(false)
+//! #     .delay(std::time::Duration::ZERO).build().unwrap();
+//! # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
+//! # let info = getinfo(Some(&hints)).unwrap().remove(0);
+//! # let fabric = Fabric::open(&info).unwrap();
+//! # let domain = fabric.domain(&info).unwrap();
+//! # let av = domain.av(AvAttr::new()).unwrap();
+//! # let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+//! # let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+//! let task_ep = ep.clone();
+//! let task = std::thread::spawn(move || {
+//!     // The receive borrows `task_ep`, which the task owns.
+//!     let (got, buf) = futures::executor::block_on(task_ep.trecv(vec![0u8; 5], 7, 0));
+//!     (got.map(|r| r.len), buf)
+//! });
+//! let (sent, _) = futures::executor::block_on(ep.tsend(me, 7, b"hello".to_vec()));
+//! sent.unwrap();
+//! let (got, buf) = task.join().unwrap();
+//! assert_eq!(got.unwrap(), 5);
+//! assert_eq!(buf.as_slice(), b"hello");
+//! ```
+//!
 //! # Progress
 //! The domain's reactor makes progress. In manual mode (the provider's
 //! default, as the man page requires) polling an operation's future runs a

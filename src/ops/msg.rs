@@ -14,6 +14,7 @@ use super::submit::{
     am_recv, am_send, check_caps, check_send_len, check_writable, mq_recv, mq_send, Dir,
 };
 use crate::engine::{OpBuffer, TagMatch};
+use crate::fabric::peer_watch::directed;
 use crate::fabric::{Caps, Endpoint, EndpointCore, FiAddr, MSG_BIT};
 use crate::{Error, ErrorKind, Result};
 
@@ -28,7 +29,7 @@ impl Endpoint {
     ///
     /// The send is posted before this returns; the future resolves when the
     /// buffer may be reused, handing it back with the result.
-    pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> SendOp {
+    pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> SendOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
         let checked = check_caps(ep, Caps::MSG, Dir::Send, OpName::Send)
@@ -51,14 +52,14 @@ impl Endpoint {
 
     /// Receives the next untagged message from any source into `buf`
     /// (`fi_recv`). Needs `FI_MSG` and `FI_RECV` (or no direction bits).
-    pub fn recv(&self, buf: impl Into<OpBuffer>) -> RecvOp {
+    pub fn recv(&self, buf: impl Into<OpBuffer>) -> RecvOp<'_> {
         self.recv_inner(buf.into(), None)
     }
 
     /// Receives the next untagged message sent by `src` (`fi_recv` with a
     /// source address: `FI_DIRECTED_RECV`, which the endpoint's caps must
     /// include).
-    pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> RecvOp {
+    pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> RecvOp<'_> {
         let buf = buf.into();
         if !self.core.caps().contains(Caps::DIRECTED_RECV) {
             let e = Error::new(
@@ -70,7 +71,7 @@ impl Endpoint {
         self.recv_inner(buf, Some(src))
     }
 
-    fn recv_inner(&self, buf: OpBuffer, src: Option<FiAddr>) -> RecvOp {
+    fn recv_inner(&self, buf: OpBuffer, src: Option<FiAddr>) -> RecvOp<'_> {
         let ep = &self.core;
         let checked = check_caps(ep, Caps::MSG, Dir::Recv, OpName::Recv)
             .and_then(|()| check_writable(&buf, OpName::Recv))
@@ -96,7 +97,7 @@ impl Endpoint {
                     }
                 },
             };
-            (mq_recv(ep, tags, buf), RecvKind::MsgMq)
+            (mq_recv(ep, tags, directed(&tags), buf), RecvKind::MsgMq)
         };
         match posted {
             Ok(op) => RecvOp::posted(op, OpName::Recv, kind),

@@ -159,15 +159,15 @@ impl MultiRecvEvent {
 /// has not matched); a matched one finishes inside the reactor.
 #[must_use = "streams do nothing unless polled"]
 #[derive(Debug)]
-pub struct MultiRecv {
-    ep: Endpoint,
+pub struct MultiRecv<'a> {
+    ep: &'a Endpoint,
     block: Arc<MultiRecvBuffer>,
     offset: usize,
     min: usize,
-    current: Option<RecvOp>,
+    current: Option<RecvOp<'a>>,
 }
 
-impl MultiRecv {
+impl MultiRecv<'_> {
     /// Bytes of the block not yet filled.
     pub fn remaining(&self) -> usize {
         self.block.len() - self.offset
@@ -194,7 +194,7 @@ impl MultiRecv {
     }
 }
 
-impl Stream for MultiRecv {
+impl Stream for MultiRecv<'_> {
     type Item = Result<MultiRecvEvent>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -233,7 +233,7 @@ impl Endpoint {
     /// # Errors
     /// `FI_EOPNOTSUPP` without those caps; `FI_EINVAL` for a block smaller
     /// than the endpoint's minimum; the errors of [`recv`](Self::recv).
-    pub fn multi_recv(&self, block: MultiRecvBuffer) -> Result<MultiRecv> {
+    pub fn multi_recv(&self, block: MultiRecvBuffer) -> Result<MultiRecv<'_>> {
         if !self.core.caps().contains(Caps::MULTI_RECV) {
             return Err(Error::new(
                 ErrorKind::OpNotSupp,
@@ -257,7 +257,7 @@ impl Endpoint {
             ));
         }
         let mut multi = MultiRecv {
-            ep: self.clone(),
+            ep: self,
             block: Arc::new(block),
             offset: 0,
             min,

@@ -334,7 +334,7 @@ impl Endpoint {
     }
 }
 
-impl super::pending::PendingOp {
+impl super::pending::PendingOp<'_> {
     /// Hands the op to a route delivering to the CQ.
     fn route(self, context: u64, name: OpName, recv: Option<RecvKind>) -> Posted {
         let op = self.detach();

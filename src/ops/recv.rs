@@ -35,16 +35,21 @@ pub(crate) enum RecvKind {
 /// another receive); a receive that already matched keeps its buffer in the
 /// reactor until the engine has finished writing it, then the buffer is
 /// freed and the message is gone with it.
+///
+/// The future borrows the endpoint it was posted on (as quinn's and tokio's
+/// futures borrow their connection or socket): to await a receive in a
+/// spawned task, move a clone of the [`Endpoint`](crate::fabric::Endpoint)
+/// (a cheap handle) into the task and post it there.
 #[must_use = "the receive completes only when awaited; dropping it cancels it"]
 #[derive(Debug)]
-pub struct RecvOp {
-    state: State,
+pub struct RecvOp<'a> {
+    state: State<'a>,
 }
 
 #[derive(Debug)]
-enum State {
+enum State<'a> {
     Posted {
-        op: PendingOp,
+        op: PendingOp<'a>,
         name: OpName,
         kind: RecvKind,
     },
@@ -54,8 +59,8 @@ enum State {
     Done,
 }
 
-impl RecvOp {
-    pub(crate) fn posted(op: PendingOp, name: OpName, kind: RecvKind) -> Self {
+impl<'a> RecvOp<'a> {
+    pub(crate) fn posted(op: PendingOp<'a>, name: OpName, kind: RecvKind) -> Self {
         RecvOp {
             state: State::Posted { op, name, kind },
         }
@@ -81,7 +86,7 @@ impl RecvOp {
     /// The posted op, or the post's error and buffer.
     pub(crate) fn into_posted(
         mut self,
-    ) -> Result<(PendingOp, OpName, RecvKind), crate::engine::PostError> {
+    ) -> Result<(PendingOp<'a>, OpName, RecvKind), crate::engine::PostError> {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Posted { op, name, kind } => Ok((op, name, kind)),
             State::Failed(failed) => {
@@ -140,7 +145,7 @@ pub(crate) fn source_of(ep: &EndpointCore, kind: RecvKind, status: &MqStatus) ->
     }
 }
 
-impl Future for RecvOp {
+impl Future for RecvOp<'_> {
     type Output = OpOutput<Received>;
 
     /// # Panics

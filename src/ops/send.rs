@@ -24,21 +24,25 @@ use std::task::{Context, Poll};
 /// engine still holds the buffer (PSM cannot cancel a send) an empty buffer
 /// comes back and the engine frees the real one when it is done with it,
 /// at the latest when the domain closes.
+///
+/// The future borrows the endpoint it was posted on, as [`RecvOp`] does.
+///
+/// [`RecvOp`]: crate::ops::RecvOp
 #[must_use = "the send completes only when awaited (or its future is dropped and the buffer abandoned)"]
 #[derive(Debug)]
-pub struct SendOp {
-    state: State,
+pub struct SendOp<'a> {
+    state: State<'a>,
 }
 
 #[derive(Debug)]
-enum State {
-    Posted { op: PendingOp, name: OpName },
+enum State<'a> {
+    Posted { op: PendingOp<'a>, name: OpName },
     Failed(Error, OpBuffer),
     Done,
 }
 
-impl SendOp {
-    pub(crate) fn posted(op: PendingOp, name: OpName) -> Self {
+impl<'a> SendOp<'a> {
+    pub(crate) fn posted(op: PendingOp<'a>, name: OpName) -> Self {
         SendOp {
             state: State::Posted { op, name },
         }
@@ -51,7 +55,9 @@ impl SendOp {
     }
 
     /// The posted op, or the post's error and buffer.
-    pub(crate) fn into_posted(mut self) -> Result<(PendingOp, OpName), crate::engine::PostError> {
+    pub(crate) fn into_posted(
+        mut self,
+    ) -> Result<(PendingOp<'a>, OpName), crate::engine::PostError> {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Posted { op, name } => Ok((op, name)),
             State::Failed(error, buffer) => Err(crate::engine::PostError { error, buffer }),
@@ -66,7 +72,7 @@ impl SendOp {
     }
 }
 
-impl Future for SendOp {
+impl Future for SendOp<'_> {
     type Output = OpOutput<Sent>;
 
     /// # Panics

@@ -84,12 +84,12 @@ fn read_only_error(op: OpName) -> Error {
 
 /// Posts an MQ send (refused at once towards a dead peer).
 #[inline(always)]
-pub(crate) fn mq_send(
-    ep: &Arc<EndpointCore>,
+pub(crate) fn mq_send<'a>(
+    ep: &'a Arc<EndpointCore>,
     peer: PeerAddr,
     tag: u64,
     buf: OpBuffer,
-) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+) -> std::result::Result<PendingOp<'a>, (Error, OpBuffer)> {
     let domain = ep.domain();
     if let Err(e) = domain.peers().refuse(peer, "send") {
         return Err((e, buf));
@@ -101,7 +101,7 @@ pub(crate) fn mq_send(
         Ok(key) => {
             domain.reactor().notify();
             Ok(PendingOp::new(
-                ep.clone(),
+                ep,
                 key,
                 Carrier::Mq,
                 false,
@@ -112,16 +112,18 @@ pub(crate) fn mq_send(
     }
 }
 
-/// Posts an MQ receive (a directed one is refused at once when its peer
-/// is dead).
+/// Posts an MQ receive; `from` is the sender epid of a directed one
+/// (`directed(&tags)`; `None` for tagged receives, which never are), refused
+/// at once when that peer is dead.
 #[inline(always)]
-pub(crate) fn mq_recv(
-    ep: &Arc<EndpointCore>,
+pub(crate) fn mq_recv<'a>(
+    ep: &'a Arc<EndpointCore>,
     tags: TagMatch,
+    from: Option<u64>,
     buf: OpBuffer,
-) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+) -> std::result::Result<PendingOp<'a>, (Error, OpBuffer)> {
     let domain = ep.domain();
-    let from = directed(&tags);
+    debug_assert_eq!(from, directed(&tags), "{tags:?}");
     if let Some(epid) = from {
         if let Err(e) = domain.peers().refuse_epid(epid, "recv") {
             return Err((e, buf));
@@ -131,7 +133,7 @@ pub(crate) fn mq_recv(
         Ok(key) => {
             domain.reactor().notify();
             Ok(PendingOp::new(
-                ep.clone(),
+                ep,
                 key,
                 Carrier::Mq,
                 true,
@@ -143,18 +145,18 @@ pub(crate) fn mq_recv(
 }
 
 /// Posts a send on the AM message queue.
-pub(crate) fn am_send(
-    ep: &Arc<EndpointCore>,
+pub(crate) fn am_send<'a>(
+    ep: &'a Arc<EndpointCore>,
     peer: PeerAddr,
     buf: OpBuffer,
-) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+) -> std::result::Result<PendingOp<'a>, (Error, OpBuffer)> {
     let domain = ep.domain();
     let table = domain.table();
     let key = table.insert();
     match domain.am_msg().send(peer, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, false, None))
+            Ok(PendingOp::new(ep, key, Carrier::AmMsg, false, None))
         }
         Err(e) => {
             release_unposted(table, key);
@@ -164,18 +166,18 @@ pub(crate) fn am_send(
 }
 
 /// Posts a receive on the AM message queue (`from` for a directed one).
-pub(crate) fn am_recv(
-    ep: &Arc<EndpointCore>,
+pub(crate) fn am_recv<'a>(
+    ep: &'a Arc<EndpointCore>,
     from: Option<PeerAddr>,
     buf: OpBuffer,
-) -> std::result::Result<PendingOp, (Error, OpBuffer)> {
+) -> std::result::Result<PendingOp<'a>, (Error, OpBuffer)> {
     let domain = ep.domain();
     let table = domain.table();
     let key = table.insert();
     match domain.am_msg().recv(from, buf, key) {
         Ok(()) => {
             domain.reactor().notify();
-            Ok(PendingOp::new(ep.clone(), key, Carrier::AmMsg, true, None))
+            Ok(PendingOp::new(ep, key, Carrier::AmMsg, true, None))
         }
         Err(e) => {
             release_unposted(table, key);

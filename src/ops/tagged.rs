@@ -69,7 +69,7 @@ impl Endpoint {
     ///
     /// The send is posted before this returns; the future resolves when the
     /// buffer may be reused, handing it back with the result.
-    pub fn tsend(&self, dest: FiAddr, tag: u64, buf: impl Into<OpBuffer>) -> SendOp {
+    pub fn tsend(&self, dest: FiAddr, tag: u64, buf: impl Into<OpBuffer>) -> SendOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
         let checked = check_caps(ep, Caps::TAGGED, Dir::Send, OpName::TSend)
@@ -92,7 +92,7 @@ impl Endpoint {
     ///
     /// The receive is posted before this returns, so it can be posted ahead
     /// of the matching send and awaited later.
-    pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> RecvOp {
+    pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> RecvOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
         let checked = check_caps(ep, Caps::TAGGED, Dir::Recv, OpName::TRecv)
@@ -102,7 +102,7 @@ impl Endpoint {
         }
         let reserved = ep.domain().tags().reserved();
         let tags = TagMatch::new(tag & !reserved, !ignore | reserved);
-        match mq_recv(ep, tags, buf) {
+        match mq_recv(ep, tags, None, buf) {
             Ok(op) => RecvOp::posted(op, OpName::TRecv, RecvKind::Tagged),
             Err((e, buf)) => RecvOp::failed(e, buf),
         }
