@@ -44,6 +44,25 @@
 //! assert_eq!(buf.as_slice(), b"hello");
 //! ```
 //!
+//! Dropping the endpoint under a pending operation does not compile (the
+//! same setup as above; the only error is the borrow):
+//!
+//! ```compile_fail,E0505
+//! # use psmrail::config::PsmConfig;
+//! # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
+//! # let config = PsmConfig::builder().name_server(false)
+//! #     .delay(std::time::Duration::ZERO).build().unwrap();
+//! # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
+//! # let info = getinfo(Some(&hints)).unwrap().remove(0);
+//! # let fabric = Fabric::open(&info).unwrap();
+//! # let domain = fabric.domain(&info).unwrap();
+//! # let av = domain.av(AvAttr::new()).unwrap();
+//! # let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+//! let recv = ep.trecv(vec![0u8; 5], 7, 0);
+//! drop(ep); // error[E0505]: cannot move out of `ep` because it is borrowed
+//! drop(recv);
+//! ```
+//!
 //! # Progress
 //! The domain's reactor makes progress. In manual mode (the provider's
 //! default, as the man page requires) polling an operation's future runs a
