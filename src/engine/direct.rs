@@ -17,12 +17,13 @@
 //! `tinject` are `#[inline]`, and the receive's `RecvOp::poll` and
 //! `PendingOp::poll` `#[inline(always)]` (their error paths out of line),
 //! so that they inline into the caller's crate and the awaiting task:
-//! each layer left as a call moved the 56-byte [`OpBuffer`] and the
-//! post's result through memory once more. Under callgrind that cut
+//! each layer left as a call moved the [`OpBuffer`] (56 bytes then) and
+//! the post's result through memory once more. Under callgrind that cut
 //! the API's 8 B ping-pong by 77 instructions per message (2,020 to
 //! 1,943, the engine's fast path taking 1,532), and inlining the receive
 //! future into the task 81 more (1,948 to 1,867, session 9), worth about
-//! 10 ns per side in time (README, "The API").
+//! 10 ns per side in time (README, "The API"). Making the `OpBuffer` one
+//! pointer wide (session 11) removed most of what was left of that cost.
 
 use super::native::NativeEndpoint;
 use super::{EngineEndpoint, MqCompletion, OpBuffer, PeerAddr, PostError, SendMode, TagMatch};
