@@ -454,6 +454,25 @@ mod tests {
     }
 
     #[test]
+    fn buffers_dropped_on_another_thread_keep_their_bytes_and_stock() {
+        let made: Vec<OpBuffer> = (0..8u8).map(|i| OpBuffer::from(vec![i; 3])).collect();
+        let back = std::thread::spawn(move || {
+            let sums: Vec<u8> = made.iter().map(|b| b.as_slice().iter().sum()).collect();
+            drop(made);
+            // This thread's stock took the boxes; a new buffer uses one.
+            let stocked = SPARE.with(|s| s.borrow().len());
+            let fresh = OpBuffer::from(vec![9u8; 2]);
+            assert_eq!(SPARE.with(|s| s.borrow().len()), stocked - 1);
+            assert_eq!(fresh.as_slice(), &[9, 9]);
+            (sums, stocked)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(back.0, (0..8u8).map(|i| 3 * i).collect::<Vec<_>>());
+        assert_eq!(back.1, 8);
+    }
+
+    #[test]
     fn an_empty_vec_keeps_its_capacity() {
         let b = OpBuffer::from(Vec::with_capacity(64));
         assert!(b.is_empty());

@@ -91,3 +91,25 @@ pub struct MqCompletion {
     /// The buffer the request was posted with, handed back.
     pub buffer: OpBuffer,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What crosses a function boundary between a message's arrival and
+    /// the reply stays narrow: moving wide structs there is what the API's
+    /// 8 B latency paid for (README, "The API", session 11). Widening
+    /// these is a decision to measure first, not an accident.
+    #[test]
+    fn completions_and_receive_outputs_stay_narrow() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<OpBuffer>(), size_of::<usize>());
+        assert!(
+            size_of::<MqCompletion>() <= 56,
+            "{}",
+            size_of::<MqCompletion>()
+        );
+        let output = size_of::<crate::ops::OpOutput<crate::ops::Received>>();
+        assert!(output <= 40, "{output}");
+    }
+}
