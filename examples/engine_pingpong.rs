@@ -53,8 +53,16 @@
 //! compare phases within rounds that agree; the last lines do that: the
 //! median ratio to raw within rounds where both were in the same state.
 //!
+//! `--probe` (in a build with the `latency-probe` feature) also prints,
+//! per phase and side, where a message's time goes: from the peer's
+//! `psm_mq_send` to this side's poll seeing the message, and from there to
+//! this side's own send (`psmrail::engine::native::probe`); the raw phase
+//! has no detection stamp (it waits inside `psm_mq_wait`), nor does the
+//! engine phase (its completions arrive through progress rounds).
+//!
 //! ```text
 //! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong -- --help
+//! PSM2_DEVICES=self,shm cargo run --release --features latency-probe --example engine_pingpong -- --probe --sizes 8 --phases poll,fast,async,api
 //! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,poll,engine,fast --sizes 8,65536,4194304 --no-pin]
 //! ```
 
@@ -96,6 +104,10 @@ struct Args {
     sizes: Vec<(usize, usize)>,
     /// Set in the peer: which phase to serve.
     serve: Option<String>,
+    /// Print the latency probe's split per phase (`latency-probe` builds).
+    probe: bool,
+    /// Set in the peer: where to write its probe stamps.
+    probe_out: Option<std::path::PathBuf>,
     peer: Option<u64>,
     cpu: Option<usize>,
 }
@@ -116,6 +128,8 @@ fn parse_args() -> Args {
         verbose: false,
         sizes: SIZES.to_vec(),
         serve: None,
+        probe: false,
+        probe_out: None,
         peer: None,
         cpu: None,
     };
@@ -161,6 +175,16 @@ fn parse_args() -> Args {
             "--serve" => args.serve = Some(it.next().expect("--serve PHASE")),
             "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
             "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
+            "--probe" => {
+                if !cfg!(feature = "latency-probe") {
+                    eprintln!(
+                        "--probe needs the latency probe: cargo run --release --features latency-probe --example engine_pingpong -- --probe"
+                    );
+                    std::process::exit(2);
+                }
+                args.probe = true
+            }
+            "--probe-out" => args.probe_out = Some(it.next().expect("--probe-out PATH").into()),
             other => usage(other),
         }
     }
@@ -244,7 +268,7 @@ fn usage(bad: &str) -> ! {
         eprintln!("unknown argument {bad}");
     }
     eprintln!(
-        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast,async,api] [--sizes 8,65536,4194304] [--no-pin] [--verbose]\n\
+        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast,async,api] [--sizes 8,65536,4194304] [--no-pin] [--verbose] [--probe]\n\
          \n\
          Ping-pong between two processes (this one and a copy of it), both spinning,\n\
          pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
@@ -252,7 +276,10 @@ fn usage(bad: &str) -> ! {
            raw     psm-sys, blocking calls, no reactor (the floor)\n  \
            poll    psm-sys, waiting with psm_mq_test + psm_poll (the non-blocking floor)\n  \
            engine  the engine contract, Reactor::poll_completion in manual mode\n  \
-           fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion\n\
+           fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion\n  \
+           async   the fast path awaited, one task per side under Reactor::block_on\n  \
+           api     the public API: trecv futures and tinject\n\
+         --probe (built with --features latency-probe): send -> detection and detection -> send per side.\n\
          Run with PSM2_DEVICES=self,shm where there is no adapter."
     );
     std::process::exit(if bad.is_empty() { 0 } else { 2 });
@@ -308,6 +335,9 @@ fn spawn_peer(phase: &str, epid: u64, args: &Args, cpu: Option<usize>) -> (Child
         Some(c) => cmd.args(["--cpu", &c.to_string()]),
         None => cmd.arg("--no-pin"),
     };
+    if args.probe {
+        cmd.arg("--probe-out").arg(probe_path(phase));
+    }
     let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn the peer");
     let epid = read_epid(&mut child, phase);
     (child, epid)
@@ -376,10 +406,13 @@ impl RawWait {
                 mq.wait(req).expect("wait");
             }
             RawWait::TestPoll => {
+                let mut polled = stamp_now();
                 while mq.test(req).expect("test").is_none() {
                     // Only a poll that moved something can have finished it.
                     while !ep.poll().expect("poll") {}
+                    polled = stamp_now();
                 }
+                stamp_detected(polled);
             }
         }
     }
@@ -417,6 +450,7 @@ fn raw_round(ep: &Endpoint, mq: &Mq<'_>, peer: EpAddr, out: &[u8], inb: &mut [u8
     // SAFETY: `inb` is exclusively borrowed until the wait completes the request.
     let mut req =
         unsafe { mq.irecv(TAG_PONG, !0, 0, inb.as_mut_ptr(), inb.len(), 0) }.expect("irecv");
+    stamp_send();
     mq.send(peer, 0, TAG_PING, out).expect("send");
     how.wait(ep, mq, &mut req);
 }
@@ -449,6 +483,7 @@ fn raw_server(args: &Args, client: u64, how: RawWait) {
                 req = unsafe { mq.irecv(TAG_PING, !0, 0, spare.as_mut_ptr(), size, 0) }
                     .expect("irecv");
             }
+            stamp_send();
             mq.send(peer, 0, TAG_PONG, filled).expect("send");
         }
     }
@@ -953,6 +988,9 @@ fn main() {
 
             other => panic!("unknown phase {other}"),
         }
+        if let Some(path) = &args.probe_out {
+            write_probe(path);
+        }
         return;
     }
     let cpus: Vec<usize> = psmrail::reactor::CpuTopology::read_now()
@@ -963,9 +1001,13 @@ fn main() {
     let peer_cpu = pinned.then(|| cpus[1]);
     // One list of per-round medians per phase, phases alternating.
     let mut runs: Vec<Vec<Medians>> = vec![Vec::new(); args.phases.len()];
+    // Per phase, the probe's splits of every round (client, server).
+    let mut probes: Vec<Vec<ProbeRound>> = vec![Vec::new(); args.phases.len()];
     for _ in 0..args.rounds {
-        for (phase, out) in args.phases.iter().zip(runs.iter_mut()) {
-            out.push(match *phase {
+        for (i, phase) in args.phases.iter().enumerate() {
+            // Stamps of earlier code (another phase's close) do not count.
+            drop_probe();
+            runs[i].push(match *phase {
                 Phase::Raw => raw_client(&args, peer_cpu, RawWait::Block),
                 Phase::Poll => raw_client(&args, peer_cpu, RawWait::TestPoll),
                 Phase::Engine => engine_client(&args, peer_cpu, false),
@@ -973,6 +1015,9 @@ fn main() {
                 Phase::Async => async_client(&args, peer_cpu),
                 Phase::Api => api_client(&args, peer_cpu),
             });
+            if args.probe {
+                probes[i].push(probe_round(phase.name()));
+            }
         }
     }
     if args.verbose {
@@ -1048,6 +1093,9 @@ fn main() {
     if let Some(r) = raw {
         print_by_state(&args, &runs, r);
     }
+    if args.probe {
+        print_probes(&args, &probes);
+    }
 }
 
 /// The ratios to raw within single rounds, split by the VM's state: a
@@ -1089,4 +1137,144 @@ fn print_by_state(args: &Args, runs: &[Vec<Medians>], raw: usize) {
             println!("{line}");
         }
     }
+}
+
+// ----- latency probe -----------------------------------------------------------------
+
+/// The probe's split of one round of a phase: (client, server), `None`
+/// where nothing matched (no detection stamps in that phase).
+type ProbeRound = (Option<Split>, Option<Split>);
+
+#[cfg(feature = "latency-probe")]
+use psmrail::engine::native::probe::{self, Split, Stamps};
+
+/// Stand-in where the probe is not built: `--probe` is refused then.
+#[cfg(not(feature = "latency-probe"))]
+#[derive(Clone, Copy)]
+struct Split;
+
+/// Where the peer of `phase` writes its stamps.
+fn probe_path(phase: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("psmrail-probe-{}-{phase}.bin", std::process::id()))
+}
+
+#[inline(always)]
+fn stamp_now() -> u64 {
+    #[cfg(feature = "latency-probe")]
+    return probe::now();
+    #[cfg(not(feature = "latency-probe"))]
+    0
+}
+
+#[inline(always)]
+fn stamp_detected(_t: u64) {
+    #[cfg(feature = "latency-probe")]
+    probe::detected(_t);
+}
+
+#[inline(always)]
+fn stamp_send() {
+    #[cfg(feature = "latency-probe")]
+    probe::sending();
+}
+
+/// Forgets this thread's stamps so far.
+fn drop_probe() {
+    #[cfg(feature = "latency-probe")]
+    drop(probe::take());
+}
+
+/// The peer: its stamps into `path` (counts, then the values, little
+/// endian).
+fn write_probe(_path: &std::path::Path) {
+    #[cfg(feature = "latency-probe")]
+    {
+        let s = probe::take();
+        let mut out = Vec::with_capacity(16 + 8 * (s.detections.len() + s.sends.len()));
+        for v in [s.detections.len() as u64, s.sends.len() as u64]
+            .into_iter()
+            .chain(s.detections)
+            .chain(s.sends)
+        {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(_path, out).expect("write the probe stamps");
+    }
+}
+
+#[cfg(feature = "latency-probe")]
+fn read_probe(path: &std::path::Path) -> Stamps {
+    let bytes = std::fs::read(path).expect("the peer's probe stamps");
+    let _ = std::fs::remove_file(path);
+    let words: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let (d, s) = (words[0] as usize, words[1] as usize);
+    assert_eq!(words.len(), 2 + d + s, "a torn probe file");
+    Stamps {
+        detections: words[2..2 + d].to_vec(),
+        sends: words[2 + d..].to_vec(),
+    }
+}
+
+/// The client, after a phase's peer exited: both sides' splits.
+fn probe_round(_phase: &str) -> ProbeRound {
+    #[cfg(feature = "latency-probe")]
+    {
+        let own = probe::take();
+        let peer = read_probe(&probe_path(_phase));
+        // A message takes well under 10 µs; longer gaps are pauses.
+        let window = (10.0 * probe::ticks_per_us()) as u64;
+        (
+            probe::split(&own, &peer.sends, window),
+            probe::split(&peer, &own.sends, window),
+        )
+    }
+    #[cfg(not(feature = "latency-probe"))]
+    (None, None)
+}
+
+/// The probe's table: per phase and side, the median over rounds of the
+/// two spans, in ns.
+fn print_probes(args: &Args, probes: &[Vec<ProbeRound>]) {
+    #[cfg(feature = "latency-probe")]
+    {
+        let ns = 1000.0 / probe::ticks_per_us();
+        println!(
+            "latency probe (ns, median over rounds; sides: client / server; {:.0} ticks per us):",
+            probe::ticks_per_us()
+        );
+        println!(
+            "  {:>6}  {:>24}  {:>24}  {:>10}",
+            "phase", "send -> detection", "detection -> send", "messages"
+        );
+        for (phase, rounds) in args.phases.iter().zip(probes) {
+            let side = |pick: fn(&ProbeRound) -> Option<Split>, f: fn(&Split) -> f64| {
+                let v: Vec<f64> = rounds.iter().filter_map(pick).map(|s| f(&s) * ns).collect();
+                (!v.is_empty()).then(|| median(v))
+            };
+            let client = |r: &ProbeRound| r.0;
+            let server = |r: &ProbeRound| r.1;
+            let fmt = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => format!("{a:.1} / {b:.1}"),
+                _ => "-".to_string(),
+            };
+            let to_det = fmt(
+                side(client, |s| s.send_to_detection),
+                side(server, |s| s.send_to_detection),
+            );
+            let to_send = fmt(
+                side(client, |s| s.detection_to_send),
+                side(server, |s| s.detection_to_send),
+            );
+            let n: usize = rounds.iter().filter_map(|r| r.0).map(|s| s.matched).sum();
+            println!(
+                "  {:>6}  {to_det:>24}  {to_send:>24}  {n:>10}",
+                phase.name()
+            );
+        }
+    }
+    #[cfg(not(feature = "latency-probe"))]
+    let _ = (args, probes);
 }

@@ -831,10 +831,16 @@ impl NativeEndpoint {
             // `psm_mq_wait`'s own loop.
             // SAFETY: the endpoint is open and we hold its lock.
             if unsafe { self.raw.poll() } {
+                #[cfg(feature = "latency-probe")]
+                let polled = super::probe::now();
                 // SAFETY: as above; an AM handler run by the poll cannot
                 // have touched the request (handlers cannot reach the
                 // endpoint).
                 peeked = unsafe { self.raw.test_one(&entry.req) };
+                #[cfg(feature = "latency-probe")]
+                if peeked.is_some() {
+                    super::probe::detected(polled);
+                }
             }
         }
         let Some(peeked) = peeked else {
@@ -1467,6 +1473,8 @@ impl EngineEndpoint for NativeEndpoint {
                 }
             };
         }
+        #[cfg(feature = "latency-probe")]
+        super::probe::sending();
         // SAFETY: the endpoint is open (`lock_open`, lock held) and `addr`
         // was connected on it; `data` is borrowed for the whole call, which
         // returns only once PSM no longer reads it.

@@ -141,6 +141,8 @@ mod fast_tests;
 mod inflight;
 mod key_recycler;
 mod lock;
+#[cfg(feature = "latency-probe")]
+pub mod probe;
 mod raw;
 #[cfg(test)]
 mod unposted_tests;
