@@ -1250,24 +1250,19 @@ fn print_probes(args: &Args, probes: &[Vec<ProbeRound>]) {
             "phase", "send -> detection", "detection -> send", "messages"
         );
         for (phase, rounds) in args.phases.iter().zip(probes) {
-            let side = |pick: fn(&ProbeRound) -> Option<Split>, f: fn(&Split) -> f64| {
-                let v: Vec<f64> = rounds.iter().filter_map(pick).map(|s| f(&s) * ns).collect();
-                (!v.is_empty()).then(|| median(v))
+            // "client / server" medians of one span, "-" without stamps.
+            let span = |f: fn(&Split) -> f64| {
+                let med = |side: fn(&ProbeRound) -> Option<Split>| {
+                    let v: Vec<f64> = rounds.iter().filter_map(side).map(|s| f(&s) * ns).collect();
+                    (!v.is_empty()).then(|| median(v))
+                };
+                match (med(|r| r.0), med(|r| r.1)) {
+                    (Some(c), Some(s)) => format!("{c:.1} / {s:.1}"),
+                    _ => "-".to_string(),
+                }
             };
-            let client = |r: &ProbeRound| r.0;
-            let server = |r: &ProbeRound| r.1;
-            let fmt = |a: Option<f64>, b: Option<f64>| match (a, b) {
-                (Some(a), Some(b)) => format!("{a:.1} / {b:.1}"),
-                _ => "-".to_string(),
-            };
-            let to_det = fmt(
-                side(client, |s| s.send_to_detection),
-                side(server, |s| s.send_to_detection),
-            );
-            let to_send = fmt(
-                side(client, |s| s.detection_to_send),
-                side(server, |s| s.detection_to_send),
-            );
+            let to_det = span(|s| s.send_to_detection);
+            let to_send = span(|s| s.detection_to_send);
             let n: usize = rounds.iter().filter_map(|r| r.0).map(|s| s.matched).sum();
             println!(
                 "  {:>6}  {to_det:>24}  {to_send:>24}  {n:>10}",
