@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 mod error;
 pub mod fabric;
+pub mod mrail;
 pub mod ops;
 
 #[doc(hidden)]

@@ -98,3 +98,13 @@ fn name_server_frame_corpus() {
 fn peer_packets_corpus() {
     replay("peer_packets", psmrail::ops::fuzzing::check_peer_packet);
 }
+
+#[test]
+fn mrail_frame_corpus() {
+    replay("mrail_frame", psmrail::mrail::fuzzing::fuzz_header);
+}
+
+#[test]
+fn mrail_reorder_corpus() {
+    replay_soft("mrail_reorder", psmrail::mrail::fuzzing::fuzz_reorder);
+}

@@ -297,6 +297,7 @@ fn open_engine<E: Engine>(
     engine: &E,
     options: &EndpointOptions,
     mode: ProgressMode,
+    shared: Option<&Reactor>,
     book: &Arc<PeerBook>,
 ) -> Result<Opened> {
     let ep = engine.open(options)?;
@@ -304,14 +305,17 @@ fn open_engine<E: Engine>(
         let _ = ep.close(Duration::ZERO);
         Error::with_source(kind, format!("opening the domain: {what}"), e)
     };
-    let reactor = Reactor::builder().mode(mode).build().map_err(|e| {
-        fail(
-            &ep,
-            ErrorKind::Inval,
-            "cannot build the progress reactor",
-            e,
-        )
-    })?;
+    let reactor = match shared {
+        Some(r) => r.clone(),
+        None => Reactor::builder().mode(mode).build().map_err(|e| {
+            fail(
+                &ep,
+                ErrorKind::Inval,
+                "cannot build the progress reactor",
+                e,
+            )
+        })?,
+    };
     let source: Arc<dyn ProgressSource> = ep.clone();
     let id = reactor.add_source(source).map_err(|e| {
         fail(
@@ -370,6 +374,17 @@ impl fmt::Debug for Domain {
 
 impl Domain {
     pub(crate) fn open(fabric: Arc<FabricCore>, info: &Info) -> Result<Domain> {
+        Domain::open_on(fabric, info, None)
+    }
+
+    /// Opens a domain progressed by `shared` instead of a reactor of its
+    /// own (the rails of an mrail domain share one reactor); `None` builds
+    /// one as [`open`](Self::open) does.
+    pub(crate) fn open_on(
+        fabric: Arc<FabricCore>,
+        info: &Info,
+        shared: Option<&Reactor>,
+    ) -> Result<Domain> {
         let config = info.config();
         let (unit, port) = device(info);
         let options = EndpointOptions {
@@ -387,11 +402,14 @@ impl Domain {
         };
         let peers = Arc::new(PeerBook::new());
         let (engine, raw_engine, reactor, engine_source) = match info.engine {
-            EngineKind::Native => open_engine(&NativeEngine::load()?, &options, mode, &peers)?,
+            EngineKind::Native => {
+                open_engine(&NativeEngine::load()?, &options, mode, shared, &peers)?
+            }
             EngineKind::Soft => open_engine(
                 &SoftEngine::new(info.soft_config().clone())?,
                 &options,
                 mode,
+                shared,
                 &peers,
             )?,
         };

@@ -18,6 +18,7 @@ use super::endpoint::Endpoint;
 use super::name_server::{port_for, NameServer};
 use super::Info;
 use crate::config::PsmConfig;
+use crate::reactor::Reactor;
 use crate::Result;
 use std::fmt;
 use std::sync::Arc;
@@ -122,6 +123,18 @@ impl Fabric {
     pub fn open_with_name_server(info: &Info, name_server: NameServer) -> Result<Fabric> {
         let port = name_server.local_addr().port();
         Ok(Fabric::with_core(info, Some(name_server), port))
+    }
+
+    /// A fabric with no name server at all (whatever `FI_PSM_NAME_SERVER`
+    /// says): what an mrail domain opens its rails on.
+    pub(crate) fn open_unnamed(info: &Info) -> Fabric {
+        Fabric::with_core(info, None, 0)
+    }
+
+    /// Opens a domain progressed by `reactor` (see
+    /// [`Domain::open_on`]).
+    pub(crate) fn domain_on(&self, info: &Info, reactor: Option<&Reactor>) -> Result<Domain> {
+        Domain::open_on(self.core.clone(), info, reactor)
     }
 
     fn with_core(info: &Info, name_server: Option<NameServer>, ns_port: u16) -> Fabric {

@@ -13,6 +13,7 @@ mod completion_flags;
 mod counter;
 mod cq;
 mod info;
+pub(crate) use info::mrail_discovery::{mrail_unsupported, MRAIL_CAPS};
 mod mr;
 mod slots;
 mod tag_layout;
@@ -24,9 +25,9 @@ pub use completion_flags::CompletionFlags;
 pub use counter::{Counter, CounterAttr, CounterEvents, CounterWait, CounterWaitOrError};
 pub use cq::{CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, CqNext};
 pub use info::{
-    getinfo, DomainAttr, EpAttr, FabricAttr, GetInfo, Hints, Info, MsgOrder, ResourceMgmt, RxAttr,
-    SourceName, TxAttr, DEFAULT_RESOLVE_TIMEOUT, ENGINE_VAR, INJECT_SIZE, MAX_MSG_SIZE,
-    MAX_ORDER_SIZE, PROVIDER_NAME, SHARED_CONTEXT,
+    getinfo, DomainAttr, EpAttr, FabricAttr, GetInfo, Hints, Info, MrailAttr, MsgOrder, Provider,
+    RailAttr, ResourceMgmt, RxAttr, SourceName, TxAttr, DEFAULT_RESOLVE_TIMEOUT, ENGINE_VAR,
+    INJECT_SIZE, MAX_MSG_SIZE, MAX_ORDER_SIZE, PROVIDER_NAME, SHARED_CONTEXT,
 };
 #[allow(unused_imports)] // used by domain.rs/endpoint.rs
 pub(crate) use slots::{DomainSlots, Role, SlotClaim};

@@ -98,6 +98,7 @@ mod atomic_ops;
 pub mod fuzzing;
 pub(crate) mod gen_slab;
 mod inject;
+mod message_endpoint;
 mod msg;
 mod multi_recv;
 mod outcome;
@@ -113,6 +114,7 @@ mod tagged;
 mod trigger_list;
 pub(crate) mod triggered;
 
+pub use message_endpoint::MessageEndpoint;
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
 pub use post::Posted;

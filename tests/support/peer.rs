@@ -5,7 +5,9 @@
 //! plays the child's part when it is set. The two sides talk over the
 //! child's stdin/stdout, one line at a time ([`Peer::send_line`],
 //! [`Peer::recv_line`] in the parent; [`ChildIo`] in the child), which is
-//! enough to exchange endpoint ids and verdicts.
+//! enough to exchange endpoint ids and verdicts. [`Peer::spawn_in`] starts
+//! the child inside a network namespace, such as a host of the multi-rail
+//! rig ([`super::rig`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -67,7 +69,24 @@ impl Peer {
     /// and extra environment set.
     pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         let exe = std::env::current_exe().expect("current_exe");
-        let mut cmd = Command::new(exe);
+        Peer::start(Command::new(exe), test, role, env)
+    }
+
+    /// Like [`Peer::spawn`], with the child inside network namespace
+    /// `netns` (`ip netns exec <netns> <exe> ...`, which needs root).
+    /// `ip netns exec` replaces itself with the test binary, so the child
+    /// is still this process's child: it dies with the spawning thread and
+    /// its id is the test binary's.
+    pub fn spawn_in(netns: &str, test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", netns]).arg(exe);
+        Peer::start(cmd, test, role, env)
+    }
+
+    /// Starts `cmd` (the test binary, possibly behind a wrapper) as the
+    /// child playing `role` in `test`.
+    fn start(mut cmd: Command, test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         cmd.args([
             test,
             "--exact",

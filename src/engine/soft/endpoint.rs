@@ -1367,7 +1367,8 @@ impl Inner {
         let (stream, remote, phase) = match unix {
             Some(s) => (s, Remote::Unix, LinkPhase::Handshaking),
             None => {
-                let s = dial_tcp(addr).map_err(|e| {
+                let from = self.cfg.dial_from_bind.then_some(self.cfg.bind);
+                let s = dial_tcp(addr, from).map_err(|e| {
                     let kind = match e.kind() {
                         io::ErrorKind::ConnectionRefused => ErrorKind::ConnRefused,
                         _ => ErrorKind::Io,

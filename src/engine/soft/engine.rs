@@ -38,6 +38,11 @@ pub struct SoftConfig {
     /// Same-host peers connect over Unix-domain sockets (abstract names
     /// derived from the epid) instead of loopback TCP. Default on.
     pub unix_sockets: bool,
+    /// Outgoing TCP connections are bound to [`bind`](Self::bind) as their
+    /// source address, so traffic to a peer leaves through the interface
+    /// that owns it (an mrail rail must stay on its own link). Default off:
+    /// the kernel picks the source address.
+    pub dial_from_bind: bool,
     /// An accepted connection whose handshake has not completed after this
     /// long is dropped. Default 10 s.
     pub handshake_timeout: Duration,
@@ -78,6 +83,7 @@ impl SoftConfig {
         port: 0,
         protocol: ProtocolConfig::DEFAULT,
         unix_sockets: true,
+        dial_from_bind: false,
         handshake_timeout: Duration::from_secs(10),
         linger: Duration::from_secs(1),
         peer_timeout: Some(Duration::from_secs(30)),

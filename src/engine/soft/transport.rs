@@ -42,7 +42,7 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 use std::fmt;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -330,9 +330,26 @@ pub(crate) fn unix_name(epid: Epid) -> io::Result<std::os::unix::net::SocketAddr
     std::os::unix::net::SocketAddr::from_abstract_name(format!("psmrail-soft/{:016x}", epid.0))
 }
 
-/// Starts a non-blocking TCP connect.
-pub(crate) fn dial_tcp(addr: SocketAddrV4) -> io::Result<Stream> {
-    TcpStream::connect(SocketAddr::V4(addr)).map(Stream::Tcp)
+/// Starts a non-blocking TCP connect; with `from`, the socket is bound to
+/// that source address first (any port), so the connection leaves through
+/// the interface that owns it.
+pub(crate) fn dial_tcp(addr: SocketAddrV4, from: Option<Ipv4Addr>) -> io::Result<Stream> {
+    let Some(from) = from else {
+        return TcpStream::connect(SocketAddr::V4(addr)).map(Stream::Tcp);
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM.nonblocking(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.bind(&SocketAddr::V4(SocketAddrV4::new(from, 0)).into())?;
+    match socket.connect(&SocketAddr::V4(addr).into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let std_stream: std::net::TcpStream = socket.into();
+    Ok(Stream::Tcp(TcpStream::from_std(std_stream)))
 }
 
 /// Connects to `epid`'s Unix-socket name; an error when nobody listens

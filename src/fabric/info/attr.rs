@@ -3,6 +3,7 @@
 
 use bitflags::bitflags;
 
+use super::mrail_attr::{MrailAttr, Provider};
 use crate::config::PsmConfig;
 use crate::engine::soft::SoftConfig;
 use crate::engine::{EngineKind, Epid};
@@ -298,6 +299,7 @@ pub struct Info {
     pub fabric_attr: FabricAttr,
     pub(super) config: PsmConfig,
     pub(super) soft: SoftConfig,
+    pub(super) mrail: Option<MrailAttr>,
 }
 
 impl Info {
@@ -311,6 +313,20 @@ impl Info {
     /// soft).
     pub fn soft_config(&self) -> &SoftConfig {
         &self.soft
+    }
+
+    /// The provider this info describes: [`Provider::Mrail`] when it came
+    /// from hints asking for `ofi_mrail`.
+    pub fn provider(&self) -> Provider {
+        match self.mrail {
+            Some(_) => Provider::Mrail,
+            None => Provider::Psm,
+        }
+    }
+
+    /// The rails and policies of a multi-rail info (`None` for psm).
+    pub fn mrail(&self) -> Option<&MrailAttr> {
+        self.mrail.as_ref()
     }
 
     /// Threading model: `domain_attr.threading`.

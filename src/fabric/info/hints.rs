@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::attr::MsgOrder;
-use crate::config::{PsmConfig, VarSource};
+use super::mrail_attr::Provider;
+use crate::config::{MrailConfig, PsmConfig, VarSource};
 use crate::engine::soft::SoftConfig;
 use crate::fabric::caps::{AvType, Caps, EngineChoice, EpType, Mode, ProgressKind, Threading};
 
@@ -60,6 +61,9 @@ pub struct Hints {
     pub(crate) config: Option<PsmConfig>,
     pub(crate) soft: Option<SoftConfig>,
     pub(crate) vars: Option<SharedVars>,
+    pub(crate) provider: Option<Provider>,
+    pub(crate) prov_name: Option<String>,
+    pub(crate) mrail: Option<MrailConfig>,
 }
 
 impl fmt::Debug for Hints {
@@ -90,6 +94,9 @@ impl fmt::Debug for Hints {
             .field("config", &self.config.is_some())
             .field("soft", &self.soft.is_some())
             .field("vars", &self.vars.is_some())
+            .field("provider", &self.provider)
+            .field("prov_name", &self.prov_name)
+            .field("mrail", &self.mrail.is_some())
             .finish()
     }
 }
@@ -224,6 +231,30 @@ impl Hints {
     /// Domain name wanted (`psm`).
     pub fn domain_name(mut self, name: impl Into<String>) -> Self {
         self.domain_name = Some(name.into());
+        self
+    }
+
+    /// Asks for a provider by libfabric's name (`fabric_attr.prov_name`):
+    /// `"psm"` or `"ofi_mrail"`. An unknown name makes discovery answer
+    /// `FI_ENODATA`. [`provider`](Self::provider) is the typed form and
+    /// wins when both are given.
+    pub fn prov_name(mut self, name: impl Into<String>) -> Self {
+        self.prov_name = Some(name.into());
+        self
+    }
+
+    /// Asks for a provider: [`Provider::Psm`] (the default) or
+    /// [`Provider::Mrail`], one endpoint over the rails of
+    /// `FI_OFI_MRAIL_ADDR` (or of [`mrail_config`](Self::mrail_config)).
+    pub fn provider(mut self, provider: Provider) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The multi-rail configuration (rails and size policies) to use
+    /// instead of the `FI_OFI_MRAIL_*` variables.
+    pub fn mrail_config(mut self, config: MrailConfig) -> Self {
+        self.mrail = Some(config);
         self
     }
 

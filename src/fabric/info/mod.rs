@@ -42,6 +42,8 @@ mod attr;
 mod check;
 mod engine_choice;
 mod hints;
+mod mrail_attr;
+pub(crate) mod mrail_discovery;
 mod print;
 mod source;
 
@@ -53,6 +55,7 @@ pub use attr::{
 };
 pub use engine_choice::ENGINE_VAR;
 pub use hints::Hints;
+pub use mrail_attr::{MrailAttr, Provider, RailAttr};
 
 use crate::config::{ProcessEnv, PsmConfig, VarSource};
 use crate::engine::{EngineKind, Epid};
@@ -179,6 +182,14 @@ impl<'a> GetInfo<'a> {
             Some(c) => c.clone(),
             None => PsmConfig::from_vars(vars)?,
         };
+        let mrail = mrail_discovery::wants_mrail(hints)?;
+        let rail_hints;
+        let hints = if mrail {
+            rail_hints = mrail_discovery::rail_hints(hints)?;
+            &rail_hints
+        } else {
+            hints
+        };
         let settled = check::check(hints, config.am_msg(), config.tagged_rma())?;
         let source = if self.source {
             Some(source::parse_source(self.node, self.service)?)
@@ -206,9 +217,11 @@ impl<'a> GetInfo<'a> {
             }
             _ => None,
         };
-        Ok(vec![build(
-            settled, engine, source, dest_addr, config, soft,
-        )])
+        let info = build(settled, engine, source, dest_addr, config, soft);
+        if mrail {
+            return Ok(vec![mrail_discovery::into_mrail(info, hints, vars)?]);
+        }
+        Ok(vec![info])
     }
 }
 
@@ -304,5 +317,6 @@ fn build(
         },
         config,
         soft,
+        mrail: None,
     }
 }

@@ -1,0 +1,864 @@
+//! The mrail wire header and the rail tag layout.
+//!
+//! Every rail is a psm endpoint, and mrail talks to its peer's rails with
+//! tagged rail messages of two kinds:
+//!
+//! * **Control frames** travel with the rail tag [`CTRL_TAG`]. Each starts
+//!   with a header described by [`Frame`]; an [`Eager`](Frame::Eager) frame
+//!   carries its whole payload right after the header, every other frame is
+//!   exactly its header.
+//! * **Data parts** of a large message travel with a data tag
+//!   ([`data_tag`]) naming the receiver's receive id and the part number, so
+//!   the receiver can post a rail receive for each part of the
+//!   [`StripePlan`](super::stripe::StripePlan) it accepted with a
+//!   [`Cts`](Frame::Cts).
+//!
+//! Bits 62 and 63 of a rail tag are never used: the psm layer reserves them.
+//!
+//! # Header layout
+//!
+//! All integers are little-endian. The first 16 bytes are common to every
+//! frame:
+//!
+//! | bytes | field |
+//! |-------|-------|
+//! | 0 | [`VERSION`] |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack |
+//! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
+//! | 3 | zero |
+//! | 4..8 | sequence number (zero for Cts and Nack) |
+//! | 8..16 | source: the sender's identity token |
+//!
+//! followed by the kind's fields:
+//!
+//! | kind | bytes 16.. | length |
+//! |------|------------|--------|
+//! | Eager | tag | 24, then the payload |
+//! | Rts | tag, len, send_id, rails | 48 |
+//! | Cts | send_id, recv_id, accepted | 40 |
+//! | Nack | send_id, reason (u32), zero (u32) | 32 |
+//! | Ack | zero (u64) | 24 |
+//!
+//! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
+//! reserved field or flag, a short input, and trailing bytes after a frame
+//! other than Eager are errors; it never panics, whatever the bytes.
+
+use std::fmt;
+
+/// The header version this implementation speaks.
+pub const VERSION: u8 = 1;
+
+/// The rail tag every control frame travels with.
+pub const CTRL_TAG: u64 = 1 << 60;
+/// The bit that marks a rail tag as a data tag ([`data_tag`]).
+pub const DATA_BIT: u64 = 1 << 61;
+/// The largest receive id a data tag can carry (45 bits).
+pub const MAX_RECV_ID: u64 = (1 << 45) - 1;
+/// The most parts a message may be striped into (one per rail at most).
+pub const MAX_PARTS: usize = 64;
+
+/// Length of an [`Eager`](Frame::Eager) header; its payload follows.
+pub const EAGER_HEADER_LEN: usize = 24;
+/// Length of the longest header ([`Rts`](Frame::Rts)).
+pub const MAX_HEADER_LEN: usize = 48;
+
+const RTS_LEN: usize = 48;
+const CTS_LEN: usize = 40;
+const NACK_LEN: usize = 32;
+const ACK_LEN: usize = 24;
+
+const KIND_EAGER: u8 = 0;
+const KIND_RTS: u8 = 1;
+const KIND_CTS: u8 = 2;
+const KIND_NACK: u8 = 3;
+const KIND_ACK: u8 = 4;
+
+const FLAG_TAGGED: u8 = 0x01;
+
+/// The part number's bits in a data tag.
+const PART_MASK: u64 = 0xff;
+
+/// The rail tag of data part `part` of the message the receiver knows as
+/// `recv_id`: `DATA_BIT | recv_id << 8 | part`.
+///
+/// `recv_id` must be at most [`MAX_RECV_ID`] and `part` below
+/// [`MAX_PARTS`]; debug builds assert it, release builds keep only the
+/// bits that fit, so the result is always a well-formed data tag.
+///
+/// ```
+/// use psmrail::mrail::core::header::{data_tag, split_data_tag, DATA_BIT};
+///
+/// let tag = data_tag(7, 3);
+/// assert_eq!(tag, DATA_BIT | 7 << 8 | 3);
+/// assert_eq!(split_data_tag(tag), Some((7, 3)));
+/// ```
+pub fn data_tag(recv_id: u64, part: u8) -> u64 {
+    debug_assert!(recv_id <= MAX_RECV_ID, "receive id {recv_id} too large");
+    debug_assert!(usize::from(part) < MAX_PARTS, "part {part} too large");
+    DATA_BIT | ((recv_id & MAX_RECV_ID) << 8) | (u64::from(part) % MAX_PARTS as u64)
+}
+
+/// The receive id and part number of a data tag, or `None` when `tag` is
+/// not one [`data_tag`] can produce: [`DATA_BIT`] clear, any other bit
+/// outside the receive id and part set (bits 62 and 63 included), or a part
+/// number of [`MAX_PARTS`] or more.
+///
+/// ```
+/// use psmrail::mrail::core::header::{split_data_tag, CTRL_TAG, DATA_BIT};
+///
+/// assert_eq!(split_data_tag(DATA_BIT | 1 << 8), Some((1, 0)));
+/// assert_eq!(split_data_tag(CTRL_TAG), None);
+/// assert_eq!(split_data_tag(DATA_BIT | 64), None);
+/// assert_eq!(split_data_tag(DATA_BIT | 1 << 63), None);
+/// ```
+pub fn split_data_tag(tag: u64) -> Option<(u64, u8)> {
+    let layout = DATA_BIT | (MAX_RECV_ID << 8) | PART_MASK;
+    if tag & DATA_BIT == 0 || tag & !layout != 0 {
+        return None;
+    }
+    let part = (tag & PART_MASK) as u8;
+    if usize::from(part) >= MAX_PARTS {
+        return None;
+    }
+    Some(((tag >> 8) & MAX_RECV_ID, part))
+}
+
+/// Which libfabric interface a message belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MsgClass {
+    /// `FI_MSG`: untagged; receives take messages in order.
+    Msg,
+    /// `FI_TAGGED`: receives select messages by tag.
+    Tagged,
+}
+
+/// Why a receiver refused a request to send ([`Frame::Nack`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NackReason {
+    /// The receiver does not know the sender's source token.
+    UnknownPeer,
+    /// The matching receive was cancelled.
+    Cancelled,
+    /// The request names more rails than the receiver can take parts on.
+    TooManyParts,
+}
+
+impl NackReason {
+    /// The wire value.
+    pub const fn to_u32(self) -> u32 {
+        match self {
+            NackReason::UnknownPeer => 0,
+            NackReason::Cancelled => 1,
+            NackReason::TooManyParts => 2,
+        }
+    }
+
+    /// The reason with wire value `value`, if any.
+    pub const fn from_u32(value: u32) -> Option<Self> {
+        match value {
+            0 => Some(NackReason::UnknownPeer),
+            1 => Some(NackReason::Cancelled),
+            2 => Some(NackReason::TooManyParts),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NackReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NackReason::UnknownPeer => "unknown peer",
+            NackReason::Cancelled => "cancelled",
+            NackReason::TooManyParts => "too many parts",
+        })
+    }
+}
+
+/// The header of an mrail control frame.
+///
+/// ```
+/// use psmrail::mrail::core::header::{decode, Frame, MsgClass, EAGER_HEADER_LEN};
+///
+/// let frame = Frame::Eager { class: MsgClass::Tagged, seq: 5, source: 0xabc, tag: 42 };
+/// let mut buf = [0u8; EAGER_HEADER_LEN + 3];
+/// let n = frame.write_to(&mut buf).unwrap();
+/// buf[n..].copy_from_slice(b"abc");
+/// let (back, header_len) = decode(&buf).unwrap();
+/// assert_eq!((back, &buf[header_len..]), (frame, &b"abc"[..]));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Frame {
+    /// A whole small message; the payload follows the header.
+    Eager {
+        /// `FI_MSG` or `FI_TAGGED`.
+        class: MsgClass,
+        /// The sender's sequence number for this peer.
+        seq: u32,
+        /// The sender's identity token.
+        source: u64,
+        /// The message tag (meaningless for [`MsgClass::Msg`]).
+        tag: u64,
+    },
+    /// A request to send a large message, whose data will be striped over
+    /// the sender's rails in `rails`.
+    Rts {
+        /// `FI_MSG` or `FI_TAGGED`.
+        class: MsgClass,
+        /// The sender's sequence number for this peer.
+        seq: u32,
+        /// The sender's identity token.
+        source: u64,
+        /// The message tag (meaningless for [`MsgClass::Msg`]).
+        tag: u64,
+        /// The message length in bytes.
+        len: u64,
+        /// The sender's id for this message, echoed by the answer.
+        send_id: u64,
+        /// Bit mask of the sender's rail indices; never zero.
+        rails: u64,
+    },
+    /// The receiver accepts `accepted` bytes of a requested message.
+    Cts {
+        /// The receiver's identity token.
+        source: u64,
+        /// The sender's id from the request.
+        send_id: u64,
+        /// The receiver's id for the data tags; at most [`MAX_RECV_ID`].
+        recv_id: u64,
+        /// How many bytes the receiver takes (at most the request's `len`).
+        accepted: u64,
+    },
+    /// The receiver refuses a request to send.
+    Nack {
+        /// The receiver's identity token.
+        source: u64,
+        /// The sender's id from the request.
+        send_id: u64,
+        /// Why.
+        reason: NackReason,
+    },
+    /// Cumulative acknowledgement: every sequence number before `seq` has
+    /// been delivered.
+    Ack {
+        /// The receiver's identity token.
+        source: u64,
+        /// The first sequence number not yet delivered.
+        seq: u32,
+    },
+}
+
+impl Frame {
+    /// The frame kind's name, as used in error messages.
+    pub const fn kind_name(&self) -> &'static str {
+        kind_name(self.kind())
+    }
+
+    const fn kind(&self) -> u8 {
+        match self {
+            Frame::Eager { .. } => KIND_EAGER,
+            Frame::Rts { .. } => KIND_RTS,
+            Frame::Cts { .. } => KIND_CTS,
+            Frame::Nack { .. } => KIND_NACK,
+            Frame::Ack { .. } => KIND_ACK,
+        }
+    }
+
+    /// The encoded header length in bytes (for Eager, without the payload).
+    pub const fn header_len(&self) -> usize {
+        header_len(self.kind())
+    }
+
+    /// The sender's identity token.
+    pub const fn source(&self) -> u64 {
+        match *self {
+            Frame::Eager { source, .. }
+            | Frame::Rts { source, .. }
+            | Frame::Cts { source, .. }
+            | Frame::Nack { source, .. }
+            | Frame::Ack { source, .. } => source,
+        }
+    }
+
+    /// Checks the fields [`decode`] would reject: an Rts without rails, a
+    /// Cts receive id above [`MAX_RECV_ID`].
+    pub fn validate(&self) -> Result<(), HeaderError> {
+        match *self {
+            Frame::Rts { rails: 0, .. } => Err(HeaderError::NoRails),
+            Frame::Cts { recv_id, .. } if recv_id > MAX_RECV_ID => {
+                Err(HeaderError::RecvIdTooLarge(recv_id))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the header to the front of `out` and returns its length
+    /// ([`header_len`](Self::header_len)). Allocation-free.
+    ///
+    /// Fails when `out` is too short or the frame is not
+    /// [valid](Self::validate); `out` is then left untouched.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::header::{Frame, HeaderError};
+    ///
+    /// let ack = Frame::Ack { source: 1, seq: 9 };
+    /// let mut buf = [0u8; 24];
+    /// assert_eq!(ack.write_to(&mut buf), Ok(24));
+    /// assert_eq!(&buf[..4], &[1, 4, 0, 0]);
+    /// assert!(matches!(ack.write_to(&mut buf[..10]), Err(HeaderError::BufferTooSmall { .. })));
+    /// ```
+    pub fn write_to(&self, out: &mut [u8]) -> Result<usize, HeaderError> {
+        self.validate()?;
+        let len = self.header_len();
+        let Some(out) = out.get_mut(..len) else {
+            return Err(HeaderError::BufferTooSmall {
+                need: len,
+                got: out.len(),
+            });
+        };
+        out.fill(0);
+        let (flags, seq) = match *self {
+            Frame::Eager { class, seq, .. } | Frame::Rts { class, seq, .. } => {
+                (class_flags(class), seq)
+            }
+            Frame::Ack { seq, .. } => (0, seq),
+            Frame::Cts { .. } | Frame::Nack { .. } => (0, 0),
+        };
+        out[0] = VERSION;
+        out[1] = self.kind();
+        out[2] = flags;
+        out[4..8].copy_from_slice(&seq.to_le_bytes());
+        put_u64(out, 8, self.source());
+        match *self {
+            Frame::Eager { tag, .. } => put_u64(out, 16, tag),
+            Frame::Rts {
+                tag,
+                len,
+                send_id,
+                rails,
+                ..
+            } => {
+                put_u64(out, 16, tag);
+                put_u64(out, 24, len);
+                put_u64(out, 32, send_id);
+                put_u64(out, 40, rails);
+            }
+            Frame::Cts {
+                send_id,
+                recv_id,
+                accepted,
+                ..
+            } => {
+                put_u64(out, 16, send_id);
+                put_u64(out, 24, recv_id);
+                put_u64(out, 32, accepted);
+            }
+            Frame::Nack {
+                send_id, reason, ..
+            } => {
+                put_u64(out, 16, send_id);
+                out[24..28].copy_from_slice(&reason.to_u32().to_le_bytes());
+            }
+            Frame::Ack { .. } => {}
+        }
+        Ok(len)
+    }
+
+    /// Appends the header to `buf` (for Eager, the caller appends the
+    /// payload next).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::header::{decode, Frame, NackReason};
+    ///
+    /// let nack = Frame::Nack { source: 3, send_id: 8, reason: NackReason::Cancelled };
+    /// let mut buf = Vec::new();
+    /// nack.append_to(&mut buf).unwrap();
+    /// assert_eq!(decode(&buf), Ok((nack, 32)));
+    /// ```
+    pub fn append_to(&self, buf: &mut Vec<u8>) -> Result<(), HeaderError> {
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let n = self.write_to(&mut header)?;
+        buf.extend_from_slice(&header[..n]);
+        Ok(())
+    }
+}
+
+/// Decodes the header at the front of `bytes`, returning the frame and the
+/// header length. For an [`Eager`](Frame::Eager) frame the bytes after the
+/// header are the payload (any length); any other frame must be exactly
+/// its header.
+///
+/// ```
+/// use psmrail::mrail::core::header::{decode, Frame, HeaderError};
+///
+/// let mut buf = Vec::new();
+/// Frame::Cts { source: 1, send_id: 2, recv_id: 3, accepted: 4 }.append_to(&mut buf).unwrap();
+/// assert!(decode(&buf).is_ok());
+/// buf.push(0);
+/// assert_eq!(decode(&buf), Err(HeaderError::Trailing { kind: "Cts", len: 40, extra: 1 }));
+/// assert_eq!(decode(&[2]), Err(HeaderError::Short { need: 16, got: 1 }));
+/// ```
+pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
+    let Some(common) = bytes.get(..16) else {
+        return Err(HeaderError::Short {
+            need: 16,
+            got: bytes.len(),
+        });
+    };
+    if common[0] != VERSION {
+        return Err(HeaderError::Version(common[0]));
+    }
+    let kind = common[1];
+    if kind > KIND_ACK {
+        return Err(HeaderError::UnknownKind(kind));
+    }
+    let name = kind_name(kind);
+    let flags = common[2];
+    let allowed = if kind == KIND_EAGER || kind == KIND_RTS {
+        FLAG_TAGGED
+    } else {
+        0
+    };
+    if flags & !allowed != 0 {
+        return Err(HeaderError::Flags { kind: name, flags });
+    }
+    if common[3] != 0 {
+        return Err(HeaderError::Reserved {
+            kind: name,
+            offset: 3,
+        });
+    }
+    let len = header_len(kind);
+    let Some(h) = bytes.get(..len) else {
+        return Err(HeaderError::Short {
+            need: len,
+            got: bytes.len(),
+        });
+    };
+    if kind != KIND_EAGER && bytes.len() != len {
+        return Err(HeaderError::Trailing {
+            kind: name,
+            len,
+            extra: bytes.len() - len,
+        });
+    }
+    let class = if flags & FLAG_TAGGED != 0 {
+        MsgClass::Tagged
+    } else {
+        MsgClass::Msg
+    };
+    let seq = get_u32(h, 4);
+    let source = get_u64(h, 8);
+    if seq != 0 && (kind == KIND_CTS || kind == KIND_NACK) {
+        return Err(HeaderError::Reserved {
+            kind: name,
+            offset: 4,
+        });
+    }
+    let frame = match kind {
+        KIND_EAGER => Frame::Eager {
+            class,
+            seq,
+            source,
+            tag: get_u64(h, 16),
+        },
+        KIND_RTS => Frame::Rts {
+            class,
+            seq,
+            source,
+            tag: get_u64(h, 16),
+            len: get_u64(h, 24),
+            send_id: get_u64(h, 32),
+            rails: get_u64(h, 40),
+        },
+        KIND_CTS => Frame::Cts {
+            source,
+            send_id: get_u64(h, 16),
+            recv_id: get_u64(h, 24),
+            accepted: get_u64(h, 32),
+        },
+        KIND_NACK => {
+            if get_u32(h, 28) != 0 {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 28,
+                });
+            }
+            let raw = get_u32(h, 24);
+            Frame::Nack {
+                source,
+                send_id: get_u64(h, 16),
+                reason: NackReason::from_u32(raw).ok_or(HeaderError::NackReason(raw))?,
+            }
+        }
+        _ => {
+            if get_u64(h, 16) != 0 {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 16,
+                });
+            }
+            Frame::Ack { source, seq }
+        }
+    };
+    frame.validate()?;
+    Ok((frame, len))
+}
+
+/// Why a header could not be decoded or encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// The input ends before the header does.
+    #[error("{got} bytes are too short for a {need}-byte mrail header")]
+    Short {
+        /// Bytes the header needs.
+        need: usize,
+        /// Bytes there were.
+        got: usize,
+    },
+    /// The version byte is not [`VERSION`].
+    #[error("mrail header version {0} is not supported (expected {VERSION})")]
+    Version(u8),
+    /// The kind byte names no frame.
+    #[error("unknown mrail frame kind {0}")]
+    UnknownKind(u8),
+    /// Flag bits that are undefined, or not allowed for this kind.
+    #[error("flags {flags:#04x} are not allowed in an mrail {kind} header")]
+    Flags {
+        /// The frame kind.
+        kind: &'static str,
+        /// The flags byte.
+        flags: u8,
+    },
+    /// A reserved field is not zero.
+    #[error("reserved field at byte {offset} of an mrail {kind} header is not zero")]
+    Reserved {
+        /// The frame kind.
+        kind: &'static str,
+        /// Where the field starts.
+        offset: usize,
+    },
+    /// Bytes after a frame that has no payload.
+    #[error("an mrail {kind} frame is exactly {len} bytes, {extra} more followed")]
+    Trailing {
+        /// The frame kind.
+        kind: &'static str,
+        /// Its length.
+        len: usize,
+        /// How many bytes followed.
+        extra: usize,
+    },
+    /// An Rts whose rail mask is empty.
+    #[error("an mrail Rts names no rails")]
+    NoRails,
+    /// A Cts receive id that does not fit a data tag.
+    #[error("receive id {0} exceeds the data tag's {MAX_RECV_ID}")]
+    RecvIdTooLarge(u64),
+    /// A Nack reason this implementation does not know.
+    #[error("unknown mrail Nack reason {0}")]
+    NackReason(u32),
+    /// The output buffer cannot hold the header.
+    #[error("a {got}-byte buffer cannot hold a {need}-byte mrail header")]
+    BufferTooSmall {
+        /// Bytes the header needs.
+        need: usize,
+        /// Bytes the buffer has.
+        got: usize,
+    },
+}
+
+const fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        KIND_EAGER => "Eager",
+        KIND_RTS => "Rts",
+        KIND_CTS => "Cts",
+        KIND_NACK => "Nack",
+        _ => "Ack",
+    }
+}
+
+const fn header_len(kind: u8) -> usize {
+    match kind {
+        KIND_EAGER => EAGER_HEADER_LEN,
+        KIND_RTS => RTS_LEN,
+        KIND_CTS => CTS_LEN,
+        KIND_NACK => NACK_LEN,
+        _ => ACK_LEN,
+    }
+}
+
+const fn class_flags(class: MsgClass) -> u8 {
+    match class {
+        MsgClass::Msg => 0,
+        MsgClass::Tagged => FLAG_TAGGED,
+    }
+}
+
+/// `buf[at..at + 8]` as a little-endian u64; callers have checked the length.
+fn get_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// `buf[at..at + 4]` as a little-endian u32; callers have checked the length.
+fn get_u32(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn put_u64(buf: &mut [u8], at: usize, value: u64) {
+    buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(frame: &Frame) -> Vec<u8> {
+        let mut v = Vec::new();
+        frame.append_to(&mut v).unwrap();
+        v
+    }
+
+    fn every_kind() -> Vec<Frame> {
+        vec![
+            Frame::Eager {
+                class: MsgClass::Msg,
+                seq: 1,
+                source: 2,
+                tag: 3,
+            },
+            Frame::Rts {
+                class: MsgClass::Tagged,
+                seq: u32::MAX,
+                source: u64::MAX,
+                tag: u64::MAX,
+                len: 0,
+                send_id: 7,
+                rails: 0b101,
+            },
+            Frame::Cts {
+                source: 1,
+                send_id: 2,
+                recv_id: MAX_RECV_ID,
+                accepted: 4,
+            },
+            Frame::Nack {
+                source: 1,
+                send_id: 2,
+                reason: NackReason::TooManyParts,
+            },
+            Frame::Ack { source: 9, seq: 10 },
+        ]
+    }
+
+    #[test]
+    fn lengths_and_common_bytes() {
+        let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
+        assert_eq!(lens, [24, 48, 40, 32, 24]);
+        for (kind, frame) in every_kind().iter().enumerate() {
+            let b = encode(frame);
+            assert_eq!(b.len(), frame.header_len());
+            assert_eq!((b[0], usize::from(b[1]), b[3]), (VERSION, kind, 0));
+            assert_eq!(get_u64(&b, 8), frame.source());
+            assert!(b.len() <= MAX_HEADER_LEN);
+        }
+        let rts = encode(&every_kind()[1]);
+        assert_eq!(rts[2], FLAG_TAGGED);
+        assert_eq!(&rts[4..8], &[0xff; 4]);
+    }
+
+    #[test]
+    fn eager_payload_follows_the_header() {
+        let mut b = encode(&every_kind()[0]);
+        b.extend_from_slice(b"payload");
+        let (f, n) = decode(&b).unwrap();
+        assert_eq!((f, &b[n..]), (every_kind()[0], &b"payload"[..]));
+    }
+
+    #[test]
+    fn strictness() {
+        let ok = encode(&every_kind()[3]);
+        let bad = |at: usize, x: u8| {
+            let mut b = ok.clone();
+            b[at] = x;
+            decode(&b).unwrap_err()
+        };
+        assert_eq!(bad(0, 2), HeaderError::Version(2));
+        assert_eq!(bad(1, 5), HeaderError::UnknownKind(5));
+        assert_eq!(
+            bad(2, 1),
+            HeaderError::Flags {
+                kind: "Nack",
+                flags: 1
+            }
+        );
+        assert!(matches!(bad(3, 1), HeaderError::Reserved { offset: 3, .. }));
+        assert!(matches!(bad(5, 1), HeaderError::Reserved { offset: 4, .. }));
+        assert!(matches!(
+            bad(31, 1),
+            HeaderError::Reserved { offset: 28, .. }
+        ));
+        assert_eq!(bad(24, 3), HeaderError::NackReason(3));
+        assert_eq!(
+            decode(&ok[..31]),
+            Err(HeaderError::Short { need: 32, got: 31 })
+        );
+
+        let mut eager = encode(&every_kind()[0]);
+        eager[2] = 0x02;
+        assert!(matches!(decode(&eager), Err(HeaderError::Flags { .. })));
+        let mut ack = encode(&every_kind()[4]);
+        ack[20] = 1;
+        assert!(matches!(
+            decode(&ack),
+            Err(HeaderError::Reserved { offset: 16, .. })
+        ));
+        let mut rts = encode(&every_kind()[1]);
+        rts[40..48].fill(0);
+        assert_eq!(decode(&rts), Err(HeaderError::NoRails));
+        let mut cts = encode(&every_kind()[2]);
+        cts[29] = 0x20;
+        assert!(matches!(decode(&cts), Err(HeaderError::RecvIdTooLarge(_))));
+        assert_eq!(decode(&[]), Err(HeaderError::Short { need: 16, got: 0 }));
+        for e in [bad(0, 2), HeaderError::NoRails] {
+            assert!(e.to_string().contains("mrail"));
+        }
+    }
+
+    #[test]
+    fn invalid_frames_are_not_written() {
+        let mut buf = [0xaau8; MAX_HEADER_LEN];
+        let rts = Frame::Rts {
+            class: MsgClass::Msg,
+            seq: 0,
+            source: 0,
+            tag: 0,
+            len: 1,
+            send_id: 0,
+            rails: 0,
+        };
+        assert_eq!(rts.write_to(&mut buf), Err(HeaderError::NoRails));
+        let cts = Frame::Cts {
+            source: 0,
+            send_id: 0,
+            recv_id: MAX_RECV_ID + 1,
+            accepted: 0,
+        };
+        assert!(cts.write_to(&mut buf).is_err());
+        assert_eq!(buf, [0xaa; MAX_HEADER_LEN]);
+    }
+
+    #[test]
+    fn data_tags() {
+        assert_eq!(data_tag(0, 0), DATA_BIT);
+        let top = data_tag(MAX_RECV_ID, 63);
+        assert_eq!(top & (CTRL_TAG | 3 << 62), 0);
+        assert_eq!(split_data_tag(top), Some((MAX_RECV_ID, 63)));
+        assert_eq!(split_data_tag(0), None);
+        assert_eq!(split_data_tag(DATA_BIT | CTRL_TAG), None);
+        assert_eq!(split_data_tag(DATA_BIT | 1 << 62), None);
+        assert_eq!(split_data_tag(DATA_BIT | 1 << 53), None);
+        assert_eq!(split_data_tag(DATA_BIT | 0xff), None);
+    }
+
+    fn class() -> impl Strategy<Value = MsgClass> {
+        prop_oneof![Just(MsgClass::Msg), Just(MsgClass::Tagged)]
+    }
+
+    fn frame() -> impl Strategy<Value = Frame> {
+        prop_oneof![
+            (class(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+                |(class, seq, source, tag)| Frame::Eager {
+                    class,
+                    seq,
+                    source,
+                    tag
+                }
+            ),
+            (
+                class(),
+                any::<u32>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                1u64..
+            )
+                .prop_map(|(class, seq, source, tag, len, send_id, rails)| {
+                    Frame::Rts {
+                        class,
+                        seq,
+                        source,
+                        tag,
+                        len,
+                        send_id,
+                        rails,
+                    }
+                }),
+            (any::<u64>(), any::<u64>(), 0..=MAX_RECV_ID, any::<u64>()).prop_map(
+                |(source, send_id, recv_id, accepted)| Frame::Cts {
+                    source,
+                    send_id,
+                    recv_id,
+                    accepted
+                }
+            ),
+            (any::<u64>(), any::<u64>(), 0u32..3).prop_map(|(source, send_id, r)| {
+                Frame::Nack {
+                    source,
+                    send_id,
+                    reason: NackReason::from_u32(r).unwrap(),
+                }
+            }),
+            (any::<u64>(), any::<u32>()).prop_map(|(source, seq)| Frame::Ack { source, seq }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn encode_decode_is_identity(f in frame(), payload in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut b = encode(&f);
+            prop_assert_eq!(b.len(), f.header_len());
+            if matches!(f, Frame::Eager { .. }) {
+                b.extend_from_slice(&payload);
+            }
+            prop_assert_eq!(decode(&b), Ok((f, f.header_len())));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_reencode(
+            kind in 0u8..6,
+            flags in prop_oneof![Just(0u8), Just(1u8), any::<u8>()],
+            mut bytes in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            // Bias towards plausible headers so that decoding often succeeds.
+            if bytes.len() >= 4 {
+                bytes[0] = VERSION;
+                bytes[1] = kind;
+                bytes[2] = flags;
+                bytes[3] = 0;
+            }
+            if let Ok((f, n)) = decode(&bytes) {
+                prop_assert_eq!(n, f.header_len());
+                prop_assert_eq!(encode(&f), bytes[..n].to_vec());
+            }
+            // The fuzz check agrees and keeps its own invariants.
+            prop_assert_eq!(crate::mrail::fuzzing::fuzz_header(&bytes), decode(&bytes).is_ok());
+        }
+
+        #[test]
+        fn data_tags_round_trip(recv_id in 0..=MAX_RECV_ID, part in 0u8..64, tag in any::<u64>()) {
+            let t = data_tag(recv_id, part);
+            prop_assert_eq!(t & (1 << 62 | 1 << 63 | CTRL_TAG), 0);
+            prop_assert_eq!(split_data_tag(t), Some((recv_id, part)));
+            if let Some((r, p)) = split_data_tag(tag) {
+                prop_assert_eq!(data_tag(r, p), tag);
+            }
+        }
+    }
+}

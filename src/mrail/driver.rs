@@ -1,0 +1,1481 @@
+//! The mrail endpoint's protocol engine: the [`Driver`], a progress source
+//! of the domain's reactor that turns rail completions into mrail
+//! completions.
+//!
+//! # Wire protocol
+//!
+//! Every message of an mrail endpoint travels on its rails as tagged psm
+//! messages; the rails' tag space belongs to the provider (the user's tag
+//! travels in the mrail header, so the user has all 64 tag bits):
+//!
+//! * **Control frames** carry [`CTRL_TAG`]: a small header
+//!   ([`header`](super::core::header)) and, for an eager message, the
+//!   payload behind it. Each rail keeps a pool of receives posted for them.
+//! * **Eager messages** — at most [`EAGER_MAX`] bytes, on the one rail the
+//!   size policy picks (fixed or round-robin) — are one control frame.
+//!   Up to the rails' inject size they leave with an inject, otherwise as
+//!   one rail send.
+//! * **Large messages** and every message the policy stripes start with
+//!   an RTS frame (sequence number, tag, length, the rails to stripe over)
+//!   on one rail. The receiver matches it like any message; once matched it
+//!   posts one rail receive per part, straight into that part's window of
+//!   the user's buffer ([`SharedBuffer`]), each with the data tag of its
+//!   receive id and part number, and answers CTS (receive id, bytes
+//!   accepted). The sender then sends each part on its rail with that data
+//!   tag. Parts are tagged rail messages, so the rail's own eager or
+//!   rendezvous protocol carries them, and nothing of a large message is
+//!   sent before its receive is there: no part is ever buffered whole, and
+//!   nothing is copied. Both sides join their parts with the mrail
+//!   combinator ([`StripeJoin`](super::stripe_join::StripeJoin)).
+//!
+//! # Ordering
+//!
+//! Every eager frame and RTS carries a sequence number per (endpoint,
+//! peer). The receiver delivers them to matching in sequence order,
+//! whatever rail they came on ([`Reorder`]), so receives match messages in
+//! the order they were sent — tagged and untagged, with `FI_DIRECTED_RECV`
+//! source matching — as on one rail. Reordering state is bounded per peer
+//! ([`REORDER_WINDOW`] frames, [`REORDER_BYTES`] bytes); a frame beyond it,
+//! a duplicate, a malformed frame or a frame from a peer that is not in the
+//! address vector is counted ([`DriverStats`]) and logged, never a crash.
+//!
+//! # Progress
+//!
+//! The driver is a small executor: each pending rail operation it owns (a
+//! pool receive, a transfer's join, an eager send) is polled with a waker
+//! that queues its id, so a rail completion — reported inside the rail
+//! engine's progress — costs one push, and the driver's progress step
+//! (the reactor's last source) polls only what completed.
+
+use super::av::{MrailAvCore, PeerEntry};
+use super::core::header::{
+    self, data_tag, Frame, MsgClass, NackReason, CTRL_TAG, EAGER_HEADER_LEN,
+};
+use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
+use super::core::rail_choice::{RailChoice, RailChooser};
+use super::core::sequence::{Reorder, ReorderError, TxSequence};
+use super::core::stripe::StripePlan;
+use super::region::SharedBuffer;
+use super::stripe_join::{RailPart, Striped};
+use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
+use crate::fabric::{
+    CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
+    FiAddr,
+};
+use crate::ops::gen_slab::GenSlab;
+use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
+use crate::{Error, ErrorKind, Result, Truncation};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Largest eager message payload: larger ones go by RTS/CTS. Part of the
+/// protocol (a peer's pool buffers are this size plus the header).
+pub(crate) const EAGER_MAX: usize = 16 << 10;
+
+/// Receives each rail keeps posted for control frames.
+const POOL_SLOTS: usize = 32;
+
+/// Most frames a peer may have held out of order.
+pub(crate) const REORDER_WINDOW: u32 = 1 << 16;
+
+/// Most eager payload bytes a peer may have held out of order.
+pub(crate) const REORDER_BYTES: usize = 64 << 20;
+
+/// Generation bits of transfer ids: ids stay below 2^45, which the data
+/// tags carry.
+const ID_GEN_BITS: u32 = 13;
+
+/// The rails' inject size (the psm endpoints' `inject_size`).
+const RAIL_INJECT: usize = crate::fabric::INJECT_SIZE;
+
+/// What an mrail operation delivers to its future.
+#[derive(Debug)]
+pub(crate) struct MrailCompletion {
+    pub(crate) result: Result<Done>,
+    pub(crate) buffer: OpBuffer,
+}
+
+/// A successful operation: bytes, and for receives the tag and source.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Done {
+    pub(crate) len: usize,
+    pub(crate) tag: u64,
+    pub(crate) source: FiAddr,
+}
+
+/// Where an operation's completion goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sink {
+    /// Its future, through the driver's completion table.
+    Future(OpKey),
+    /// The endpoint's CQ, with the user's context; `id` names the
+    /// operation for `cancel`.
+    Cq { context: u64, id: u64 },
+}
+
+/// Counters of what the driver refused or could not place.
+#[derive(Debug, Default)]
+pub(crate) struct DriverStats {
+    pub(crate) unknown_peer: AtomicU64,
+    pub(crate) malformed: AtomicU64,
+    pub(crate) duplicates: AtomicU64,
+    pub(crate) beyond_window: AtomicU64,
+    pub(crate) stale: AtomicU64,
+    pub(crate) rails: Vec<RailStats>,
+}
+
+/// Per-rail traffic counters.
+#[derive(Debug, Default)]
+pub(crate) struct RailStats {
+    pub(crate) msgs_sent: AtomicU64,
+    pub(crate) bytes_sent: AtomicU64,
+    pub(crate) msgs_received: AtomicU64,
+    pub(crate) bytes_received: AtomicU64,
+    pub(crate) stripes: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A posted mrail receive waiting in the matcher.
+#[derive(Debug)]
+struct PostedRecv {
+    sink: Sink,
+    buf: OpBuffer,
+}
+
+/// A message delivered in sequence order, waiting for (or given to) a
+/// receive.
+#[derive(Debug)]
+enum Arrival {
+    /// A whole eager message's payload.
+    Eager(Vec<u8>),
+    /// A large message announced by its RTS.
+    Rts {
+        send_id: u64,
+        len: u64,
+        rails: u64,
+        /// The rail the RTS came on (the CTS goes back on it).
+        via: usize,
+    },
+}
+
+impl Arrival {
+    fn held_bytes(&self) -> usize {
+        match self {
+            Arrival::Eager(v) => v.len(),
+            Arrival::Rts { .. } => 0,
+        }
+    }
+}
+
+/// A peer's sequence state.
+struct PeerState {
+    tx: TxSequence,
+    rx: Reorder<(ArrivalSpec, Arrival)>,
+    held_bytes: usize,
+}
+
+impl PeerState {
+    fn new() -> Self {
+        PeerState {
+            tx: TxSequence::new(),
+            rx: Reorder::new(REORDER_WINDOW),
+            held_bytes: 0,
+        }
+    }
+}
+
+/// A large send: waiting for its CTS, then its parts.
+struct SendXfer {
+    entry: Arc<PeerEntry>,
+    class: MsgClass,
+    len: u64,
+    rails: u64,
+    shared: Arc<SharedBuffer>,
+    sink: Sink,
+    striped: Option<Striped>,
+    waker: Waker,
+}
+
+/// A large receive whose parts are landing.
+struct RecvXfer {
+    class: MsgClass,
+    tag: u64,
+    source: u32,
+    msg_len: u64,
+    accepted: u64,
+    shared: Arc<SharedBuffer>,
+    sink: Sink,
+    striped: Option<Striped>,
+    waker: Waker,
+}
+
+/// An eager message sent as a rail send (above the inject size).
+struct EagerSend {
+    class: MsgClass,
+    len: usize,
+    buf: OpBuffer,
+    sink: Sink,
+    part: Option<RailPart>,
+    waker: Waker,
+}
+
+/// One pool receive for control frames.
+struct PoolSlot {
+    key: Option<OpKey>,
+    waker: Waker,
+}
+
+/// Task ids in the ready queue: a kind in the top two bits.
+const KIND_SHIFT: u32 = 62;
+const POOL: u64 = 0;
+const SEND: u64 = 1;
+const RECV: u64 = 2;
+const EAGER: u64 = 3;
+
+fn task(kind: u64, id: u64) -> u64 {
+    (kind << KIND_SHIFT) | id
+}
+
+fn pool_task(rail: usize, slot: usize) -> u64 {
+    task(POOL, ((rail as u64) << 16) | slot as u64)
+}
+
+/// Ids of tasks whose operations moved.
+#[derive(Default)]
+struct ReadyQueue {
+    ids: Mutex<Vec<u64>>,
+    any: AtomicBool,
+}
+
+impl ReadyQueue {
+    fn push(&self, id: u64) {
+        self.ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(id);
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn drain_into(&self, out: &mut Vec<u64>) {
+        if !self.any.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        out.append(&mut ids);
+    }
+}
+
+/// A task's waker: queues its id.
+struct TaskWake {
+    id: u64,
+    queue: Arc<ReadyQueue>,
+}
+
+impl Wake for TaskWake {
+    fn wake(self: Arc<Self>) {
+        self.queue.push(self.id);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.queue.push(self.id);
+    }
+}
+
+/// Everything the driver changes, under one lock.
+struct State {
+    chooser: RailChooser,
+    live: u64,
+    peers: Vec<PeerState>,
+    matcher: Matcher<PostedRecv, Arrival>,
+    sends: GenSlab<SendXfer>,
+    recvs: GenSlab<RecvXfer>,
+    eagers: GenSlab<EagerSend>,
+    pool: Vec<Vec<PoolSlot>>,
+    scratch: Vec<u64>,
+    next_cq_id: u64,
+    closed: bool,
+}
+
+impl State {
+    fn peer(&mut self, p: u32) -> &mut PeerState {
+        let i = p as usize;
+        if self.peers.len() <= i {
+            self.peers.resize_with(i + 1, PeerState::new);
+        }
+        &mut self.peers[i]
+    }
+}
+
+/// The queues and counters an mrail endpoint was bound to.
+#[derive(Clone, Default)]
+pub(crate) struct Bindings {
+    pub(crate) tx_cq: Option<CompletionQueue>,
+    pub(crate) rx_cq: Option<CompletionQueue>,
+    pub(crate) send_counter: Option<Counter>,
+    pub(crate) recv_counter: Option<Counter>,
+}
+
+/// The mrail endpoint's protocol engine (module docs).
+pub(crate) struct Driver {
+    state: Mutex<State>,
+    ready: Arc<ReadyQueue>,
+    table: Arc<CompletionTable<MrailCompletion>>,
+    rails: Vec<Arc<EndpointCore>>,
+    av: Arc<MrailAvCore>,
+    token: u64,
+    bindings: Bindings,
+    stats: DriverStats,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Driver {
+    /// A driver over `rails` (the rail endpoints, in rail order) for the
+    /// peers of `av`; `token` is this endpoint's identity (its first
+    /// rail's epid). Posts every rail's pool of control receives.
+    pub(crate) fn new(
+        rails: Vec<Arc<EndpointCore>>,
+        av: Arc<MrailAvCore>,
+        chooser: RailChooser,
+        token: u64,
+        bindings: Bindings,
+    ) -> Result<Arc<Driver>> {
+        let n = rails.len();
+        let salt = token as u32 ^ (token >> 32) as u32;
+        let ready = Arc::new(ReadyQueue::default());
+        let pool = (0..n)
+            .map(|r| {
+                (0..POOL_SLOTS)
+                    .map(|s| PoolSlot {
+                        key: None,
+                        waker: Waker::from(Arc::new(TaskWake {
+                            id: pool_task(r, s),
+                            queue: ready.clone(),
+                        })),
+                    })
+                    .collect()
+            })
+            .collect();
+        let live = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let driver = Arc::new(Driver {
+            state: Mutex::new(State {
+                chooser,
+                live,
+                peers: Vec::new(),
+                matcher: Matcher::new(),
+                sends: GenSlab::new(ID_GEN_BITS, 0, salt),
+                recvs: GenSlab::new(ID_GEN_BITS, 0, salt.rotate_left(7)),
+                eagers: GenSlab::new(ID_GEN_BITS, 0, salt.rotate_left(13)),
+                pool,
+                scratch: Vec::new(),
+                next_cq_id: 1,
+                closed: false,
+            }),
+            ready,
+            table: Arc::new(CompletionTable::new()),
+            stats: DriverStats {
+                rails: (0..n).map(|_| RailStats::default()).collect(),
+                ..DriverStats::default()
+            },
+            rails,
+            av,
+            token,
+            bindings,
+        });
+        {
+            let mut st = relock(&driver.state);
+            for r in 0..n {
+                for s in 0..POOL_SLOTS {
+                    driver.post_pool(&mut st, r, s, pool_buffer())?;
+                }
+            }
+        }
+        Ok(driver)
+    }
+
+    /// The completion table the endpoint's futures wait on.
+    pub(crate) fn table(&self) -> &Arc<CompletionTable<MrailCompletion>> {
+        &self.table
+    }
+
+    /// The refusal counters.
+    pub(crate) fn stats(&self) -> &DriverStats {
+        &self.stats
+    }
+
+    fn rail_domain(&self, rail: usize) -> &Arc<DomainCore> {
+        self.rails[rail].domain()
+    }
+
+    /// Tells the reactor that new work was posted.
+    fn notify(&self) {
+        self.rail_domain(0).reactor().notify();
+    }
+
+    // ----- posting ---------------------------------------------------------
+
+    /// A fresh completion key for a future.
+    pub(crate) fn future_sink(&self) -> Sink {
+        Sink::Future(self.table.insert())
+    }
+
+    /// A sink for an operation posted with `context`.
+    pub(crate) fn cq_sink(&self, context: u64) -> Sink {
+        let mut st = relock(&self.state);
+        let id = st.next_cq_id;
+        st.next_cq_id += 1;
+        Sink::Cq { context, id }
+    }
+
+    /// Sends `buf` to the peer at `dest` (`class` and `tag` as the user
+    /// gave them). The completion goes to `sink`; on an error before
+    /// anything was posted, the buffer comes back with it.
+    pub(crate) fn send(
+        &self,
+        dest: FiAddr,
+        class: MsgClass,
+        tag: u64,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let (p, entry) = match self.av.peer(dest) {
+            Ok(v) => v,
+            Err(e) => return Err((e, buf)),
+        };
+        let len = buf.len();
+        let mut st = relock(&self.state);
+        if st.closed {
+            return Err((closed_error(), buf));
+        }
+        let live = st.live;
+        let Some(choice) = st.chooser.choose(len as u64, live) else {
+            return Err((no_rail_error(), buf));
+        };
+        let seq = st.peer(p).tx.next();
+        let result = match choice {
+            RailChoice::One(r) if len <= EAGER_MAX => {
+                self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink)
+            }
+            RailChoice::One(r) => {
+                self.send_rts(&mut st, entry, r, 1 << r, seq, class, tag, buf, sink)
+            }
+            RailChoice::All(mask) => {
+                let fixed = st.chooser.fixed_rail();
+                let via = if mask & (1 << fixed) != 0 {
+                    fixed
+                } else {
+                    mask.trailing_zeros() as usize
+                };
+                self.send_rts(&mut st, entry, via, mask, seq, class, tag, buf, sink)
+            }
+        };
+        if result.is_err() {
+            // Nothing left: the peer must not wait for this number.
+            st.peer(p).tx = TxSequence::with_start(seq);
+        }
+        drop(st);
+        self.notify();
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_eager(
+        &self,
+        st: &mut State,
+        entry: &PeerEntry,
+        rail: usize,
+        seq: u32,
+        class: MsgClass,
+        tag: u64,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let frame = Frame::Eager {
+            class,
+            seq,
+            source: self.token,
+            tag,
+        };
+        let len = buf.len();
+        let peer = entry.rails[rail];
+        let direct = self.rail_domain(rail).direct();
+        let rs = &self.stats.rails[rail];
+        if EAGER_HEADER_LEN + len <= RAIL_INJECT {
+            let mut wire = [0u8; RAIL_INJECT];
+            let hl = match frame.write_to(&mut wire) {
+                Ok(n) => n,
+                Err(e) => return Err((header_error(e), buf)),
+            };
+            wire[hl..hl + len].copy_from_slice(buf.as_slice());
+            if let Err(e) = direct.inject(peer, CTRL_TAG, &wire[..hl + len]) {
+                return Err((rail_error(rail, "send", e), buf));
+            }
+            bump(&rs.msgs_sent, 1);
+            bump(&rs.bytes_sent, len as u64);
+            self.finish(
+                sink,
+                Dir::Send,
+                class,
+                Ok(Done {
+                    len,
+                    tag,
+                    source: FiAddr::UNSPEC,
+                }),
+                buf,
+            );
+            return Ok(());
+        }
+        let mut wire = Vec::with_capacity(EAGER_HEADER_LEN + len);
+        if let Err(e) = frame.append_to(&mut wire) {
+            return Err((header_error(e), buf));
+        }
+        wire.extend_from_slice(buf.as_slice());
+        let key = match direct.isend_keyed(peer, CTRL_TAG, SendMode::Standard, wire.into()) {
+            Ok(k) => k,
+            Err(e) => return Err((rail_error(rail, "send", e.error), buf)),
+        };
+        bump(&rs.msgs_sent, 1);
+        bump(&rs.bytes_sent, len as u64);
+        let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false);
+        let placeholder = EagerSend {
+            class,
+            len,
+            buf,
+            sink,
+            part: None,
+            waker: futures::task::noop_waker(),
+        };
+        let id = match st.eagers.insert(placeholder) {
+            Ok(id) => id,
+            Err(e) => return Err((full_error(), e.buf)),
+        };
+        let waker = self.waker(task(EAGER, id));
+        if let Some(x) = st.eagers.get_mut(id) {
+            x.part = Some(part);
+            x.waker = waker;
+        }
+        self.poll_eager(st, id);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_rts(
+        &self,
+        st: &mut State,
+        entry: Arc<PeerEntry>,
+        via: usize,
+        rails: u64,
+        seq: u32,
+        class: MsgClass,
+        tag: u64,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let len = buf.len() as u64;
+        let peer = entry.rails[via];
+        let shared = match SharedBuffer::share(buf, false) {
+            Ok(s) => s,
+            Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
+        };
+        let xfer = SendXfer {
+            entry,
+            class,
+            len,
+            rails,
+            shared,
+            sink,
+            striped: None,
+            waker: futures::task::noop_waker(),
+        };
+        let send_id = match st.sends.insert(xfer) {
+            Ok(id) => id,
+            Err(x) => return Err((full_error(), reclaim_or_empty(x.shared))),
+        };
+        let waker = self.waker(task(SEND, send_id));
+        if let Some(x) = st.sends.get_mut(send_id) {
+            x.waker = waker;
+        }
+        let frame = Frame::Rts {
+            class,
+            seq,
+            source: self.token,
+            tag,
+            len,
+            send_id,
+            rails,
+        };
+        if let Err(e) = self.send_control(via, peer, &frame) {
+            let x = st.sends.remove(send_id).expect("just inserted");
+            return Err((e, reclaim_or_empty(x.shared)));
+        }
+        Ok(())
+    }
+
+    /// Sends a control frame (no payload) on `rail` with an inject.
+    fn send_control(
+        &self,
+        rail: usize,
+        peer: crate::engine::PeerAddr,
+        frame: &Frame,
+    ) -> Result<()> {
+        let mut wire = [0u8; header::MAX_HEADER_LEN];
+        let n = frame.write_to(&mut wire).map_err(header_error)?;
+        self.rail_domain(rail)
+            .direct()
+            .inject(peer, CTRL_TAG, &wire[..n])
+            .map_err(|e| rail_error(rail, "control frame", e))
+    }
+
+    /// Posts a receive for the next message matching `spec`; the
+    /// completion goes to `sink`.
+    pub(crate) fn recv(
+        &self,
+        spec: RecvSpec,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let mut st = relock(&self.state);
+        if st.closed {
+            return Err((closed_error(), buf));
+        }
+        let posted = PostedRecv { sink, buf };
+        if let Some((recv, aspec, arrival)) = st.matcher.post(spec, posted) {
+            self.matched(&mut st, recv, aspec, arrival);
+        }
+        drop(st);
+        self.notify();
+        Ok(())
+    }
+
+    /// Cancels a receive that has not matched (`true`), completing it with
+    /// `FI_ECANCELED` through its sink.
+    pub(crate) fn cancel(&self, sink: Sink) -> bool {
+        let mut st = relock(&self.state);
+        let Some((spec, recv)) = st.matcher.cancel(|r| r.sink == sink) else {
+            return false;
+        };
+        drop(st);
+        let class = spec.class;
+        self.finish(
+            sink,
+            Dir::Recv,
+            class,
+            Err(Error::new(
+                ErrorKind::Canceled,
+                recv_name(class).to_owned() + ": cancelled",
+            )),
+            recv.buf,
+        );
+        true
+    }
+
+    /// A future was dropped: an unmatched receive is removed (its buffer
+    /// freed), and whatever completes later under `key` is dropped.
+    pub(crate) fn forget(&self, key: OpKey) {
+        let removed = {
+            let mut st = relock(&self.state);
+            st.matcher.cancel(|r| r.sink == Sink::Future(key))
+        };
+        drop(removed);
+        drop(self.table.abandon(key));
+    }
+
+    fn waker(&self, id: u64) -> Waker {
+        Waker::from(Arc::new(TaskWake {
+            id,
+            queue: self.ready.clone(),
+        }))
+    }
+
+    // ----- completing ------------------------------------------------------
+
+    /// Delivers an operation's completion to its sink and counts it.
+    fn finish(
+        &self,
+        sink: Sink,
+        dir: Dir,
+        class: MsgClass,
+        result: Result<Done>,
+        buffer: OpBuffer,
+    ) {
+        let ok = result.is_ok();
+        let counter = match dir {
+            Dir::Send => self.bindings.send_counter.as_ref(),
+            Dir::Recv => self.bindings.recv_counter.as_ref(),
+        };
+        if let Some(c) = counter {
+            if ok {
+                c.inc();
+            } else {
+                c.inc_err();
+            }
+        }
+        match sink {
+            Sink::Future(key) => {
+                drop(self.table.complete(key, MrailCompletion { result, buffer }));
+            }
+            Sink::Cq { context, .. } => {
+                let cq = match dir {
+                    Dir::Send => self.bindings.tx_cq.as_ref(),
+                    Dir::Recv => self.bindings.rx_cq.as_ref(),
+                };
+                let Some(cq) = cq else {
+                    return;
+                };
+                let flags = flags_of(dir, class);
+                match result {
+                    Ok(d) => {
+                        let mut e = CqEntry::new(context, flags);
+                        e.len = d.len;
+                        e.buffer = Some(buffer);
+                        if dir == Dir::Recv {
+                            e.tag = if class == MsgClass::Tagged { d.tag } else { 0 };
+                            e.source = d.source;
+                        }
+                        cq.push(e);
+                    }
+                    Err(error) => {
+                        let mut e = CqErrEntry::new(context, flags, error);
+                        if let Some(t) = e.error.truncation() {
+                            e.len = t.received;
+                            e.olen = t.msg_len.saturating_sub(t.received as u64);
+                        }
+                        e.buffer = Some(buffer);
+                        cq.push_err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A receive met its message.
+    fn matched(&self, st: &mut State, recv: PostedRecv, spec: ArrivalSpec, arrival: Arrival) {
+        match arrival {
+            Arrival::Eager(payload) => {
+                let PostedRecv { sink, mut buf } = recv;
+                let room = buf.len();
+                let n = payload.len().min(room);
+                if let Some(dst) = buf.as_mut_slice() {
+                    dst[..n].copy_from_slice(&payload[..n]);
+                }
+                let result = if payload.len() > room {
+                    Err(Error::truncated(
+                        Truncation {
+                            msg_len: payload.len() as u64,
+                            received: room,
+                        },
+                        recv_name(spec.class),
+                    ))
+                } else {
+                    Ok(Done {
+                        len: n,
+                        tag: spec.tag,
+                        source: FiAddr(u64::from(spec.source)),
+                    })
+                };
+                self.finish(sink, Dir::Recv, spec.class, result, buf);
+            }
+            Arrival::Rts {
+                send_id,
+                len,
+                rails,
+                via,
+            } => self.start_recv(st, recv, spec, send_id, len, rails, via),
+        }
+    }
+
+    /// A matched RTS: posts the parts into the user's buffer and answers
+    /// CTS.
+    #[allow(clippy::too_many_arguments)]
+    fn start_recv(
+        &self,
+        st: &mut State,
+        recv: PostedRecv,
+        spec: ArrivalSpec,
+        send_id: u64,
+        len: u64,
+        rails: u64,
+        via: usize,
+    ) {
+        let PostedRecv { sink, buf } = recv;
+        let Some(entry) = self.av.entry(spec.source) else {
+            let e = Error::new(ErrorKind::Io, "recv: the sender left the address vector");
+            self.finish(sink, Dir::Recv, spec.class, Err(e), buf);
+            return;
+        };
+        let accepted = len.min(buf.len() as u64);
+        let all = st.chooser.all_rails_mask();
+        let plan = if rails & !all == 0 {
+            StripePlan::from_mask(accepted, rails)
+        } else {
+            None
+        };
+        let Some(plan) = plan else {
+            self.malformed("an RTS names rails this endpoint does not have");
+            let _ = self.send_control(
+                via,
+                entry.rails[via],
+                &Frame::Nack {
+                    source: self.token,
+                    send_id,
+                    reason: NackReason::TooManyParts,
+                },
+            );
+            let e = Error::new(
+                ErrorKind::Io,
+                format!(
+                    "{}: the sender asked for rails {rails:#x}, which this endpoint does not have",
+                    recv_name(spec.class)
+                ),
+            );
+            self.finish(sink, Dir::Recv, spec.class, Err(e), buf);
+            return;
+        };
+        let shared = match SharedBuffer::share(buf, true) {
+            Ok(s) => s,
+            Err(buf) => {
+                let e = Error::new(ErrorKind::Inval, "recv: the buffer is read-only");
+                self.finish(sink, Dir::Recv, spec.class, Err(e), buf);
+                return;
+            }
+        };
+        let xfer = RecvXfer {
+            class: spec.class,
+            tag: spec.tag,
+            source: spec.source,
+            msg_len: len,
+            accepted,
+            shared: shared.clone(),
+            sink,
+            striped: None,
+            waker: futures::task::noop_waker(),
+        };
+        let recv_id = match st.recvs.insert(xfer) {
+            Ok(id) => id,
+            Err(x) => {
+                drop(shared);
+                self.finish(
+                    sink,
+                    Dir::Recv,
+                    x.class,
+                    Err(full_error()),
+                    reclaim_or_empty(x.shared),
+                );
+                return;
+            }
+        };
+        let mut parts = Vec::with_capacity(plan.len());
+        let mut failed = None;
+        for s in plan.iter() {
+            let Some(window) = shared.window(s.offset, s.len) else {
+                failed = Some(Error::new(
+                    ErrorKind::Other,
+                    "recv: a part outside the buffer",
+                ));
+                break;
+            };
+            let tags = TagMatch::exact(data_tag(recv_id, s.part));
+            match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
+                Ok(key) => parts.push(RailPart::new(
+                    self.rail_domain(s.rail).clone(),
+                    key,
+                    s.rail,
+                    true,
+                )),
+                Err(e) => {
+                    failed = Some(rail_error(s.rail, "part receive", e.error));
+                    break;
+                }
+            }
+        }
+        drop(shared);
+        if let Some(e) = failed {
+            drop(parts);
+            let _ = self.send_control(
+                via,
+                entry.rails[via],
+                &Frame::Nack {
+                    source: self.token,
+                    send_id,
+                    reason: NackReason::Cancelled,
+                },
+            );
+            let x = st.recvs.remove(recv_id).expect("just inserted");
+            self.finish(
+                x.sink,
+                Dir::Recv,
+                x.class,
+                Err(e),
+                reclaim_or_empty(x.shared),
+            );
+            return;
+        }
+        let cts = Frame::Cts {
+            source: self.token,
+            send_id,
+            recv_id,
+            accepted,
+        };
+        if let Err(e) = self.send_control(via, entry.rails[via], &cts) {
+            drop(parts);
+            let x = st.recvs.remove(recv_id).expect("just inserted");
+            self.finish(
+                x.sink,
+                Dir::Recv,
+                x.class,
+                Err(e),
+                reclaim_or_empty(x.shared),
+            );
+            return;
+        }
+        for s in plan.iter() {
+            bump(&self.stats.rails[s.rail].stripes, 1);
+        }
+        let waker = self.waker(task(RECV, recv_id));
+        if let Some(x) = st.recvs.get_mut(recv_id) {
+            x.striped = Some(Striped::new(parts));
+            x.waker = waker;
+        }
+        self.poll_recv(st, recv_id);
+    }
+
+    // ----- progress --------------------------------------------------------
+
+    fn step(&self, st: &mut State) -> bool {
+        let mut ids = std::mem::take(&mut st.scratch);
+        self.ready.drain_into(&mut ids);
+        let made = !ids.is_empty();
+        for &id in &ids {
+            let kind = id >> KIND_SHIFT;
+            let rest = id & ((1 << KIND_SHIFT) - 1);
+            match kind {
+                POOL => self.poll_pool(st, (rest >> 16) as usize, (rest & 0xffff) as usize),
+                SEND => self.poll_send(st, rest),
+                RECV => self.poll_recv(st, rest),
+                _ => self.poll_eager(st, rest),
+            }
+        }
+        ids.clear();
+        st.scratch = ids;
+        made
+    }
+
+    fn poll_pool(&self, st: &mut State, rail: usize, slot: usize) {
+        let Some(s) = st.pool.get_mut(rail).and_then(|r| r.get_mut(slot)) else {
+            return;
+        };
+        let Some(key) = s.key else {
+            return;
+        };
+        let waker = s.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(done) = self.rail_domain(rail).table().poll_take(key, &mut cx) else {
+            return;
+        };
+        s.key = None;
+        let MqCompletion { status, buffer } = done;
+        if status.error == Some(ErrorKind::Canceled) || st.closed {
+            return;
+        }
+        if status.error.is_none() {
+            self.on_frame(st, rail, &buffer.as_slice()[..status.nbytes], status.source);
+        } else {
+            self.malformed("a control frame larger than the pool buffers");
+        }
+        if let Err(e) = self.post_pool(st, rail, slot, buffer) {
+            tracing::warn!("mrail: rail {rail}: cannot post a control receive: {e}");
+        }
+    }
+
+    fn post_pool(&self, st: &mut State, rail: usize, slot: usize, buffer: OpBuffer) -> Result<()> {
+        let buffer = if buffer.len() == POOL_BUFFER {
+            buffer
+        } else {
+            pool_buffer()
+        };
+        let domain = self.rail_domain(rail);
+        let key = domain
+            .direct()
+            .irecv_keyed(TagMatch::exact(CTRL_TAG), buffer)
+            .map_err(|e| e.error)?;
+        let s = &mut st.pool[rail][slot];
+        s.key = Some(key);
+        // Register the slot's waker (or handle an at-once completion).
+        let waker = s.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        if domain.table().status(key) == crate::reactor::OpStatus::Complete {
+            waker.wake_by_ref();
+        } else if let Poll::Ready(done) = domain.table().poll_take(key, &mut cx) {
+            // Completed between the two looks: put it back through the
+            // queue by handling it now.
+            st.pool[rail][slot].key = None;
+            let MqCompletion { status, buffer } = done;
+            if status.error.is_none() {
+                self.on_frame(st, rail, &buffer.as_slice()[..status.nbytes], status.source);
+            }
+            return self.post_pool(st, rail, slot, buffer);
+        }
+        Ok(())
+    }
+
+    fn on_frame(
+        &self,
+        st: &mut State,
+        rail: usize,
+        bytes: &[u8],
+        rail_source: Option<crate::engine::PeerAddr>,
+    ) {
+        let (frame, hl) = match header::decode(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                self.malformed(&format!("rail {rail}: {e}"));
+                return;
+            }
+        };
+        let rs = &self.stats.rails[rail];
+        bump(&rs.msgs_received, 1);
+        match frame {
+            Frame::Eager {
+                class,
+                seq,
+                source,
+                tag,
+            } => {
+                let payload = &bytes[hl..];
+                bump(&rs.bytes_received, payload.len() as u64);
+                let Some(p) = self.known(source) else {
+                    return;
+                };
+                let spec = ArrivalSpec {
+                    class,
+                    tag,
+                    source: p,
+                };
+                self.sequenced(st, p, seq, spec, Arrival::Eager(payload.to_vec()));
+            }
+            Frame::Rts {
+                class,
+                seq,
+                source,
+                tag,
+                len,
+                send_id,
+                rails,
+            } => {
+                let Some(p) = self.known(source) else {
+                    if let Some(peer) = rail_source {
+                        let _ = self.send_control(
+                            rail,
+                            peer,
+                            &Frame::Nack {
+                                source: self.token,
+                                send_id,
+                                reason: NackReason::UnknownPeer,
+                            },
+                        );
+                    }
+                    return;
+                };
+                let spec = ArrivalSpec {
+                    class,
+                    tag,
+                    source: p,
+                };
+                let arrival = Arrival::Rts {
+                    send_id,
+                    len,
+                    rails,
+                    via: rail,
+                };
+                self.sequenced(st, p, seq, spec, arrival);
+            }
+            Frame::Cts {
+                source,
+                send_id,
+                recv_id,
+                accepted,
+            } => self.on_cts(st, source, send_id, recv_id, accepted),
+            Frame::Nack {
+                source,
+                send_id,
+                reason,
+            } => self.on_nack(st, source, send_id, reason),
+            Frame::Ack { .. } => {}
+        }
+    }
+
+    /// The peer index of `token`, or counted as unknown.
+    fn known(&self, token: u64) -> Option<u32> {
+        let p = self.av.index_of_token(token);
+        if p.is_none() {
+            let n = self.stats.unknown_peer.fetch_add(1, Ordering::Relaxed);
+            if n < 8 || n.is_power_of_two() {
+                tracing::warn!(
+                    "mrail: a message from {token:#x}, which is not in the address vector, was dropped ({} so far)",
+                    n + 1
+                );
+            }
+        }
+        p
+    }
+
+    fn malformed(&self, why: &str) {
+        let n = self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        if n < 8 || n.is_power_of_two() {
+            tracing::warn!("mrail: dropped a malformed frame: {why} ({} so far)", n + 1);
+        }
+    }
+
+    /// Takes frame `seq` of peer `p` into its reorder buffer and delivers
+    /// every frame now in order.
+    fn sequenced(&self, st: &mut State, p: u32, seq: u32, spec: ArrivalSpec, arrival: Arrival) {
+        let bytes = arrival.held_bytes();
+        let ps = st.peer(p);
+        if ps.rx.expected() != seq {
+            if ps.held_bytes + bytes > REORDER_BYTES {
+                bump(&self.stats.beyond_window, 1);
+                tracing::warn!("mrail: peer {p}: more than {REORDER_BYTES} bytes out of order; frame {seq} dropped");
+                return;
+            }
+            ps.held_bytes += bytes;
+        }
+        match ps.rx.accept(seq, (spec, arrival)) {
+            Ok(()) => {}
+            Err(ReorderError::Duplicate(_)) => {
+                if ps.rx.expected() != seq {
+                    ps.held_bytes -= bytes;
+                }
+                bump(&self.stats.duplicates, 1);
+                return;
+            }
+            Err(ReorderError::TooFar(_)) => {
+                ps.held_bytes -= bytes;
+                bump(&self.stats.beyond_window, 1);
+                tracing::warn!(
+                    "mrail: peer {p}: frame {seq} is beyond the reorder window; dropped"
+                );
+                return;
+            }
+        }
+        loop {
+            let ps = st.peer(p);
+            let Some((s, (spec, arrival))) = ps.rx.pop_ready() else {
+                break;
+            };
+            if s != seq {
+                ps.held_bytes -= arrival.held_bytes();
+            }
+            if let Some((recv, _, arrival)) = st.matcher.arrive(spec, arrival) {
+                self.matched(st, recv, spec, arrival);
+            }
+        }
+    }
+
+    fn on_cts(&self, st: &mut State, source: u64, send_id: u64, recv_id: u64, accepted: u64) {
+        let Some(x) = st.sends.get_mut(send_id) else {
+            bump(&self.stats.stale, 1);
+            return;
+        };
+        if x.entry.addr.token() != source || x.striped.is_some() || accepted > x.len {
+            self.malformed("a CTS that does not fit its send");
+            return;
+        }
+        let Some(plan) = StripePlan::from_mask(accepted, x.rails) else {
+            self.malformed("a CTS for a send with no rails");
+            return;
+        };
+        let mut parts = Vec::with_capacity(plan.len());
+        let mut failed = None;
+        for s in plan.iter() {
+            let Some(window) = x.shared.window(s.offset, s.len) else {
+                failed = Some(Error::new(
+                    ErrorKind::Other,
+                    "send: a part outside the buffer",
+                ));
+                break;
+            };
+            let domain = self.rail_domain(s.rail);
+            let tag = data_tag(recv_id, s.part);
+            match domain.direct().isend_keyed(
+                x.entry.rails[s.rail],
+                tag,
+                SendMode::Standard,
+                window,
+            ) {
+                Ok(key) => {
+                    let rs = &self.stats.rails[s.rail];
+                    bump(&rs.stripes, 1);
+                    bump(&rs.bytes_sent, s.len);
+                    parts.push(RailPart::new(domain.clone(), key, s.rail, false));
+                }
+                Err(e) => {
+                    failed = Some(rail_error(s.rail, "part send", e.error));
+                    break;
+                }
+            }
+        }
+        // Parts already posted travel on; a failure is reported once they
+        // are done (the join waits for them), with the failing rail.
+        x.striped = Some(Striped::new(parts));
+        if let Some(e) = failed {
+            let class = x.class;
+            let x = st.sends.remove(send_id).expect("present");
+            let buf = drain_parts(x.striped, x.shared);
+            self.finish(x.sink, Dir::Send, class, Err(e), buf);
+            return;
+        }
+        self.poll_send(st, send_id);
+    }
+
+    fn on_nack(&self, st: &mut State, source: u64, send_id: u64, reason: NackReason) {
+        let fits = st
+            .sends
+            .get(send_id)
+            .is_some_and(|x| x.entry.addr.token() == source && x.striped.is_none());
+        if !fits {
+            bump(&self.stats.stale, 1);
+            return;
+        }
+        let x = st.sends.remove(send_id).expect("present");
+        let e = Error::new(
+            ErrorKind::Io,
+            format!(
+                "{}: the receiver refused the message ({reason})",
+                send_name(x.class)
+            ),
+        );
+        self.finish(
+            x.sink,
+            Dir::Send,
+            x.class,
+            Err(e),
+            reclaim_or_empty(x.shared),
+        );
+    }
+
+    fn poll_send(&self, st: &mut State, id: u64) {
+        let Some(x) = st.sends.get_mut(id) else {
+            return;
+        };
+        let Some(striped) = x.striped.as_mut() else {
+            return;
+        };
+        let waker = x.waker.clone();
+        let Poll::Ready(joined) = striped.poll(&mut Context::from_waker(&waker)) else {
+            return;
+        };
+        let x = st.sends.remove(id).expect("present");
+        let len = x.len as usize;
+        let result = match joined.error {
+            None => Ok(Done {
+                len,
+                tag: 0,
+                source: FiAddr::UNSPEC,
+            }),
+            Some(e) => Err(e),
+        };
+        let buf = drain_parts(x.striped, x.shared);
+        self.finish(x.sink, Dir::Send, x.class, result, buf);
+    }
+
+    fn poll_recv(&self, st: &mut State, id: u64) {
+        let Some(x) = st.recvs.get_mut(id) else {
+            return;
+        };
+        let Some(striped) = x.striped.as_mut() else {
+            return;
+        };
+        let waker = x.waker.clone();
+        let Poll::Ready(joined) = striped.poll(&mut Context::from_waker(&waker)) else {
+            return;
+        };
+        let x = st.recvs.remove(id).expect("present");
+        let result = match joined.error {
+            Some(e) => Err(e),
+            None if x.accepted < x.msg_len => Err(Error::truncated(
+                Truncation {
+                    msg_len: x.msg_len,
+                    received: x.accepted as usize,
+                },
+                recv_name(x.class),
+            )),
+            None => Ok(Done {
+                len: x.accepted as usize,
+                tag: x.tag,
+                source: FiAddr(u64::from(x.source)),
+            }),
+        };
+        let buf = drain_parts(x.striped, x.shared);
+        self.finish(x.sink, Dir::Recv, x.class, result, buf);
+    }
+
+    fn poll_eager(&self, st: &mut State, id: u64) {
+        let Some(x) = st.eagers.get_mut(id) else {
+            return;
+        };
+        let Some(part) = x.part.as_mut() else {
+            return;
+        };
+        let waker = x.waker.clone();
+        let Poll::Ready((_, result)) =
+            std::pin::Pin::new(part).poll(&mut Context::from_waker(&waker))
+        else {
+            return;
+        };
+        let x = st.eagers.remove(id).expect("present");
+        let result = result.map(|_| Done {
+            len: x.len,
+            tag: 0,
+            source: FiAddr::UNSPEC,
+        });
+        self.finish(x.sink, Dir::Send, x.class, result, x.buf);
+    }
+
+    // ----- closing ---------------------------------------------------------
+
+    /// Ends everything: pool receives cancelled, pending receives and sends
+    /// completed with `FI_ECANCELED` (their buffers handed back where the
+    /// rails no longer hold them). Later posts fail with `FI_EOPBADSTATE`.
+    pub(crate) fn close(&self) {
+        let mut st = relock(&self.state);
+        if st.closed {
+            return;
+        }
+        st.closed = true;
+        for (rail, slots) in st.pool.iter_mut().enumerate() {
+            let domain = self.rails[rail].domain();
+            for s in slots.iter_mut() {
+                if let Some(key) = s.key.take() {
+                    let _ = domain.engine().cancel(key);
+                    drop(domain.table().abandon(key));
+                }
+            }
+        }
+        let mut pending = Vec::new();
+        while let Some((spec, recv)) = st.matcher.cancel(|_| true) {
+            pending.push((spec.class, recv));
+        }
+        let sends: Vec<u64> = st.sends.ids_where(|_| true);
+        let recvs: Vec<u64> = st.recvs.ids_where(|_| true);
+        let eagers: Vec<u64> = st.eagers.ids_where(|_| true);
+        let closing = || Error::new(ErrorKind::Canceled, "the mrail endpoint closed");
+        for id in sends {
+            if let Some(x) = st.sends.remove(id) {
+                let buf = drain_parts(x.striped, x.shared);
+                self.finish(x.sink, Dir::Send, x.class, Err(closing()), buf);
+            }
+        }
+        for id in recvs {
+            if let Some(x) = st.recvs.remove(id) {
+                let buf = drain_parts(x.striped, x.shared);
+                self.finish(x.sink, Dir::Recv, x.class, Err(closing()), buf);
+            }
+        }
+        for id in eagers {
+            if let Some(x) = st.eagers.remove(id) {
+                self.finish(x.sink, Dir::Send, x.class, Err(closing()), x.buf);
+            }
+        }
+        drop(st);
+        for (class, recv) in pending {
+            self.finish(recv.sink, Dir::Recv, class, Err(closing()), recv.buf);
+        }
+    }
+}
+
+impl ProgressSource for Driver {
+    fn progress(&self) -> Progress {
+        let Ok(mut st) = self.state.try_lock() else {
+            // Someone is posting; what moved stays queued for the next
+            // round, which must come soon.
+            return Progress::from(self.ready.any.load(Ordering::Acquire));
+        };
+        Progress::from(self.step(&mut st))
+    }
+}
+
+/// Direction of an operation, for its counter and CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Send,
+    Recv,
+}
+
+fn flags_of(dir: Dir, class: MsgClass) -> CompletionFlags {
+    let c = match class {
+        MsgClass::Msg => CompletionFlags::MSG,
+        MsgClass::Tagged => CompletionFlags::TAGGED,
+    };
+    c | match dir {
+        Dir::Send => CompletionFlags::SEND,
+        Dir::Recv => CompletionFlags::RECV,
+    }
+}
+
+fn recv_name(class: MsgClass) -> &'static str {
+    match class {
+        MsgClass::Msg => "recv",
+        MsgClass::Tagged => "trecv",
+    }
+}
+
+fn send_name(class: MsgClass) -> &'static str {
+    match class {
+        MsgClass::Msg => "send",
+        MsgClass::Tagged => "tsend",
+    }
+}
+
+/// Size of a pool buffer: the largest eager frame.
+const POOL_BUFFER: usize = EAGER_HEADER_LEN + EAGER_MAX;
+
+fn pool_buffer() -> OpBuffer {
+    OpBuffer::from(vec![0u8; POOL_BUFFER])
+}
+
+/// Drops a transfer's parts (cancelling and abandoning what is still
+/// posted) and takes the user's buffer back if no rail holds it any more
+/// (otherwise an empty buffer: the rails' engines free it when done).
+fn drain_parts(striped: Option<Striped>, shared: Arc<SharedBuffer>) -> OpBuffer {
+    drop(striped);
+    reclaim_or_empty(shared)
+}
+
+fn reclaim_or_empty(shared: Arc<SharedBuffer>) -> OpBuffer {
+    SharedBuffer::reclaim(shared).unwrap_or_else(|_| OpBuffer::empty())
+}
+
+#[cold]
+fn closed_error() -> Error {
+    Error::new(ErrorKind::OpBadState, "the mrail endpoint is closed")
+}
+
+#[cold]
+fn no_rail_error() -> Error {
+    Error::new(ErrorKind::Io, "ofi_mrail: no rail is left to send on")
+}
+
+#[cold]
+fn full_error() -> Error {
+    Error::new(ErrorKind::Again, "ofi_mrail: too many transfers in flight")
+}
+
+#[cold]
+fn header_error(e: header::HeaderError) -> Error {
+    Error::new(
+        ErrorKind::Other,
+        format!("ofi_mrail: cannot encode a header: {e}"),
+    )
+}
+
+#[cold]
+fn rail_error(rail: usize, what: &str, e: Error) -> Error {
+    Error::with_source(e.kind(), format!("rail {rail}: {what}: {}", e.message()), e)
+}

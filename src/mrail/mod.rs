@@ -1,0 +1,106 @@
+//! The multi-rail provider (`ofi_mrail`, fi_mrail(7)): one logical RDM
+//! endpoint over several rails, each rail an endpoint of the psm provider
+//! bound to one address.
+//!
+//! # Objects
+//!
+//! Discovery ([`getinfo`](crate::fabric::getinfo) with
+//! [`Provider::Mrail`](crate::fabric::Provider) or `prov_name("ofi_mrail")`)
+//! reads the rails from `FI_OFI_MRAIL_ADDR` (or the hints'
+//! [`MrailConfig`](crate::config::MrailConfig)) and the size policies from
+//! `FI_OFI_MRAIL_CONFIG`. The objects then read like the psm ones:
+//! [`MrailFabric`] → [`MrailDomain`] (one psm domain per rail, one reactor
+//! for all) → [`MrailAv`], [`CompletionQueue`](crate::fabric::CompletionQueue),
+//! [`Counter`](crate::fabric::Counter) → [`MrailEndpoint`], whose
+//! operations have the psm endpoint's names, arguments and outputs. Both
+//! endpoints implement [`MessageEndpoint`](crate::ops::MessageEndpoint),
+//! so code can be generic over the two:
+//!
+//! ```
+//! use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+//! use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Hints, Provider};
+//! use psmrail::mrail::MrailFabric;
+//! use psmrail::ops::MessageEndpoint;
+//!
+//! async fn echo_once<E: MessageEndpoint>(ep: &E, peer: psmrail::fabric::FiAddr) -> psmrail::Result<usize> {
+//!     let reply = ep.trecv(vec![0u8; 100_000], 7, 0);
+//!     let (sent, _) = ep.tsend(peer, 7, vec![42u8; 100_000]).await;
+//!     sent?;
+//!     let (got, _) = reply.await;
+//!     Ok(got?.len)
+//! }
+//!
+//! let psm = PsmConfig::builder().name_server(false)
+//!     .delay(std::time::Duration::ZERO).build().unwrap();
+//! let rails = MrailConfig::builder()
+//!     .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap())
+//!     .build();
+//! let hints = Hints::new().provider(Provider::Mrail).engine(EngineChoice::Soft)
+//!     .config(psm).mrail_config(rails);
+//! let info = getinfo(Some(&hints))?.remove(0);
+//! let domain = MrailFabric::open(&info)?.domain(&info)?;
+//! let av = domain.av(AvAttr::new())?;
+//! let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+//! // The endpoint talks to itself: a 100 kB message striped over 2 rails.
+//! let me = av.insert(&[ep.getname()]).remove(0)?;
+//! let n = domain.reactor().block_on(echo_once(&ep, me))?;
+//! assert_eq!(n, 100_000);
+//! assert_eq!(ep.stats().rails.iter().filter(|r| r.stripes > 0).count(), 2);
+//! # Ok::<(), psmrail::Error>(())
+//! ```
+//!
+//! # How it works
+//!
+//! * Rails: on the soft engine each rail's endpoint listens on, and dials
+//!   from, its rail's address over TCP only — never a Unix socket or a
+//!   loopback shortcut — so between hosts its traffic stays on its link.
+//!   The native engine opens one PSM endpoint per process on these
+//!   machines, so it serves one rail.
+//! * Policies ([`core::rail_choice`]): by message size, the fixed rail
+//!   (`local rank mod N`), one rail per message in turn, or striping over
+//!   every rail; default `16384:fixed,ULONG_MAX:striping`.
+//! * The wire protocol, ordering and progress: [`driver`]'s docs. In
+//!   short: eager messages are one rail message with a small header; large
+//!   and striped ones announce themselves (RTS), and once matched the
+//!   receiver posts one rail receive per part directly into its window of
+//!   the user's buffer and answers (CTS); the parts then travel as the
+//!   rails' own tagged messages, joined on both sides by the mrail
+//!   combinator ([`stripe_join`]). Sequence numbers per (endpoint, peer)
+//!   put matching back in send order across rails.
+//! * The sans-IO core ([`core`]): header codec, stripe plans, rail choice,
+//!   sequence numbers and reorder buffer, matching — plain data
+//!   structures, unit- and property-tested, fuzzed.
+//!
+//! # Cancel safety
+//!
+//! See [`ops`]: every future may be dropped at any point; rails keep what
+//! they still touch.
+//!
+//! # Per-peer state
+//!
+//! A peer costs an address-vector entry (its mrail address and one engine
+//! handle per rail, about 100 bytes for 2 rails), a sequence counter and a
+//! reorder buffer that is empty unless rails deliver out of order (then
+//! bounded by 2^16 frames and 64 MiB of eager payload). The rails'
+//! connections are made when the peer is inserted.
+
+mod addr;
+mod av;
+pub mod core;
+mod domain;
+pub mod driver;
+mod endpoint;
+mod fabric;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod ops;
+mod region;
+pub mod resolve;
+pub mod stripe_join;
+
+pub use addr::{MrailAddr, MRAIL_SCHEME};
+pub use av::MrailAv;
+pub use domain::MrailDomain;
+pub use endpoint::{MrailEndpoint, MrailEndpointBuilder, MrailStats, RailTraffic};
+pub use fabric::MrailFabric;
+pub use ops::{MrailPosted, MrailRecvOp, MrailSendOp};
