@@ -395,7 +395,11 @@ fn shaped_rails_are_slower() {
     let shapes = [
         RailShape::default(),
         RailShape::delay(delay),
-        RailShape::rate(20),
+        // Rate and delay together.
+        RailShape {
+            delay: Some(Duration::from_millis(5)),
+            ..RailShape::rate(20)
+        },
         RailShape {
             delay: Some(Duration::from_millis(10)),
             jitter: Some(Duration::from_millis(5)),
@@ -428,11 +432,13 @@ fn shaped_rails_are_slower() {
         "jittery rail: {jittery:?}"
     );
 
-    // 1 MB each way at 20 Mbit/s takes at least 0.4 s.
+    // 1 MB each way at 20 Mbit/s takes at least 0.4 s (the delay adds
+    // little: a 20 ms round trip holds 50 kB at that rate).
     const MB: usize = 1_000_000;
     let rated = hosts.echo(&rig, 2, MB, timeout).expect("echo over rail 2");
     let unrated = hosts.echo(&rig, 0, MB, timeout).expect("echo over rail 0");
     assert!(rated >= Duration::from_millis(300), "rated rail: {rated:?}");
+    assert!(rated < Duration::from_secs(3), "rated rail: {rated:?}");
     assert!(unrated < rated, "unshaped {unrated:?}, rated {rated:?}");
     println!(
         "echo: plain {plain:?}, delayed {delayed:?}, 1 MB rated {rated:?}, unrated {unrated:?}"

@@ -65,6 +65,7 @@ use crate::fabric::{
 use crate::ops::gen_slab::GenSlab;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result, Truncation};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -79,6 +80,9 @@ const POOL_SLOTS: usize = 32;
 
 /// Most frames a peer may have held out of order.
 pub(crate) const REORDER_WINDOW: u32 = 1 << 16;
+
+/// Most peers outside the address vector whose sequence state is kept.
+const MAX_UNKNOWN_PEERS: usize = 1024;
 
 /// Most eager payload bytes a peer may have held out of order.
 pub(crate) const REORDER_BYTES: usize = 64 << 20;
@@ -175,7 +179,10 @@ impl Arrival {
 /// A peer's sequence state.
 struct PeerState {
     tx: TxSequence,
-    rx: Reorder<(ArrivalSpec, Arrival)>,
+    /// `None` for a frame of a peer that is not in the address vector: it
+    /// keeps the sender's sequence in step (the sender counted it as
+    /// sent) and is discarded when its turn comes.
+    rx: Reorder<Option<(ArrivalSpec, Arrival)>>,
     held_bytes: usize,
 }
 
@@ -290,7 +297,11 @@ impl Wake for TaskWake {
 struct State {
     chooser: RailChooser,
     live: u64,
-    peers: Vec<PeerState>,
+    /// Sequence state by the peer's identity token, so that it survives
+    /// the peer's removal from the address vector and a new insert.
+    peers: HashMap<u64, PeerState>,
+    /// How many of `peers` belong to tokens not in the address vector.
+    unknown_peers: usize,
     matcher: Matcher<PostedRecv, Arrival>,
     sends: GenSlab<SendXfer>,
     recvs: GenSlab<RecvXfer>,
@@ -302,12 +313,20 @@ struct State {
 }
 
 impl State {
-    fn peer(&mut self, p: u32) -> &mut PeerState {
-        let i = p as usize;
-        if self.peers.len() <= i {
-            self.peers.resize_with(i + 1, PeerState::new);
+    /// The sequence state of the peer with `token`. A peer that is not in
+    /// the address vector gets one too (its dropped frames must keep the
+    /// sequence), up to [`MAX_UNKNOWN_PEERS`] of them.
+    fn peer(&mut self, token: u64, known: bool) -> Option<&mut PeerState> {
+        if !self.peers.contains_key(&token) {
+            if !known {
+                if self.unknown_peers >= MAX_UNKNOWN_PEERS {
+                    return None;
+                }
+                self.unknown_peers += 1;
+            }
+            self.peers.insert(token, PeerState::new());
         }
-        &mut self.peers[i]
+        self.peers.get_mut(&token)
     }
 }
 
@@ -368,7 +387,8 @@ impl Driver {
             state: Mutex::new(State {
                 chooser,
                 live,
-                peers: Vec::new(),
+                peers: HashMap::new(),
+                unknown_peers: 0,
                 matcher: Matcher::new(),
                 sends: GenSlab::new(ID_GEN_BITS, 0, salt),
                 recvs: GenSlab::new(ID_GEN_BITS, 0, salt.rotate_left(7)),
@@ -445,7 +465,7 @@ impl Driver {
         buf: OpBuffer,
         sink: Sink,
     ) -> std::result::Result<(), (Error, OpBuffer)> {
-        let (p, entry) = match self.av.peer(dest) {
+        let (_, entry) = match self.av.peer(dest) {
             Ok(v) => v,
             Err(e) => return Err((e, buf)),
         };
@@ -458,7 +478,11 @@ impl Driver {
         let Some(choice) = st.chooser.choose(len as u64, live) else {
             return Err((no_rail_error(), buf));
         };
-        let seq = st.peer(p).tx.next();
+        let token = entry.addr.token();
+        let seq = match st.peer(token, true) {
+            Some(ps) => ps.tx.next(),
+            None => return Err((no_rail_error(), buf)),
+        };
         let result = match choice {
             RailChoice::One(r) if len <= EAGER_MAX => {
                 self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink)
@@ -478,7 +502,9 @@ impl Driver {
         };
         if result.is_err() {
             // Nothing left: the peer must not wait for this number.
-            st.peer(p).tx = TxSequence::with_start(seq);
+            if let Some(ps) = st.peer(token, true) {
+                ps.tx = TxSequence::with_start(seq);
+            }
         }
         drop(st);
         self.notify();
@@ -1050,15 +1076,14 @@ impl Driver {
             } => {
                 let payload = &bytes[hl..];
                 bump(&rs.bytes_received, payload.len() as u64);
-                let Some(p) = self.known(source) else {
-                    return;
-                };
+                let p = self.known(source);
                 let spec = ArrivalSpec {
                     class,
                     tag,
-                    source: p,
+                    source: p.unwrap_or(u32::MAX),
                 };
-                self.sequenced(st, p, seq, spec, Arrival::Eager(payload.to_vec()));
+                let arrival = p.map(|_| Arrival::Eager(payload.to_vec()));
+                self.sequenced(st, source, seq, spec, arrival);
             }
             Frame::Rts {
                 class,
@@ -1069,32 +1094,37 @@ impl Driver {
                 send_id,
                 rails,
             } => {
-                let Some(p) = self.known(source) else {
-                    if let Some(peer) = rail_source {
-                        let _ = self.send_control(
-                            rail,
-                            peer,
-                            &Frame::Nack {
-                                source: self.token,
-                                send_id,
-                                reason: NackReason::UnknownPeer,
-                            },
-                        );
-                    }
-                    return;
-                };
+                let p = self.known(source);
                 let spec = ArrivalSpec {
                     class,
                     tag,
-                    source: p,
+                    source: p.unwrap_or(u32::MAX),
                 };
-                let arrival = Arrival::Rts {
-                    send_id,
-                    len,
-                    rails,
-                    via: rail,
+                let arrival = match p {
+                    Some(_) => Some(Arrival::Rts {
+                        send_id,
+                        len,
+                        rails,
+                        via: rail,
+                    }),
+                    None => {
+                        // The sender waits for an answer: refuse at once,
+                        // on the connection the request came on.
+                        if let Some(peer) = rail_source {
+                            let _ = self.send_control(
+                                rail,
+                                peer,
+                                &Frame::Nack {
+                                    source: self.token,
+                                    send_id,
+                                    reason: NackReason::UnknownPeer,
+                                },
+                            );
+                        }
+                        None
+                    }
                 };
-                self.sequenced(st, p, seq, spec, arrival);
+                self.sequenced(st, source, seq, spec, arrival);
             }
             Frame::Cts {
                 source,
@@ -1135,18 +1165,28 @@ impl Driver {
 
     /// Takes frame `seq` of peer `p` into its reorder buffer and delivers
     /// every frame now in order.
-    fn sequenced(&self, st: &mut State, p: u32, seq: u32, spec: ArrivalSpec, arrival: Arrival) {
-        let bytes = arrival.held_bytes();
-        let ps = st.peer(p);
+    fn sequenced(
+        &self,
+        st: &mut State,
+        token: u64,
+        seq: u32,
+        spec: ArrivalSpec,
+        arrival: Option<Arrival>,
+    ) {
+        let bytes = arrival.as_ref().map_or(0, Arrival::held_bytes);
+        let known = arrival.is_some();
+        let Some(ps) = st.peer(token, known) else {
+            return;
+        };
         if ps.rx.expected() != seq {
             if ps.held_bytes + bytes > REORDER_BYTES {
                 bump(&self.stats.beyond_window, 1);
-                tracing::warn!("mrail: peer {p}: more than {REORDER_BYTES} bytes out of order; frame {seq} dropped");
+                tracing::warn!("mrail: peer {token:#x}: more than {REORDER_BYTES} bytes out of order; frame {seq} dropped");
                 return;
             }
             ps.held_bytes += bytes;
         }
-        match ps.rx.accept(seq, (spec, arrival)) {
+        match ps.rx.accept(seq, arrival.map(|a| (spec, a))) {
             Ok(()) => {}
             Err(ReorderError::Duplicate(_)) => {
                 if ps.rx.expected() != seq {
@@ -1159,15 +1199,20 @@ impl Driver {
                 ps.held_bytes -= bytes;
                 bump(&self.stats.beyond_window, 1);
                 tracing::warn!(
-                    "mrail: peer {p}: frame {seq} is beyond the reorder window; dropped"
+                    "mrail: peer {token:#x}: frame {seq} is beyond the reorder window; dropped"
                 );
                 return;
             }
         }
         loop {
-            let ps = st.peer(p);
-            let Some((s, (spec, arrival))) = ps.rx.pop_ready() else {
+            let Some(ps) = st.peers.get_mut(&token) else {
                 break;
+            };
+            let Some((s, item)) = ps.rx.pop_ready() else {
+                break;
+            };
+            let Some((spec, arrival)) = item else {
+                continue;
             };
             if s != seq {
                 ps.held_bytes -= arrival.held_bytes();

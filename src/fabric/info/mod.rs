@@ -183,6 +183,7 @@ impl<'a> GetInfo<'a> {
             None => PsmConfig::from_vars(vars)?,
         };
         let mrail = mrail_discovery::wants_mrail(hints)?;
+        let user_hints = hints;
         let rail_hints;
         let hints = if mrail {
             rail_hints = mrail_discovery::rail_hints(hints)?;
@@ -219,7 +220,7 @@ impl<'a> GetInfo<'a> {
         };
         let info = build(settled, engine, source, dest_addr, config, soft);
         if mrail {
-            return Ok(vec![mrail_discovery::into_mrail(info, hints, vars)?]);
+            return Ok(vec![mrail_discovery::into_mrail(info, user_hints, vars)?]);
         }
         Ok(vec![info])
     }

@@ -127,15 +127,25 @@ pub(super) fn rail_hints(hints: &Hints) -> Result<Hints> {
         ));
     }
     let mut rail = hints.clone();
-    rail.caps = if hints.caps.is_empty() {
-        Caps::MSG | Caps::TAGGED
-    } else {
-        hints.caps
-    };
+    // The rails carry tagged messages only; directed receives and sources
+    // are the mrail layer's own matching.
+    rail.caps = requested_caps(hints).difference(Caps::DIRECTED_RECV | Caps::SOURCE);
+    if !rail.caps.intersects(Caps::MSG | Caps::TAGGED) {
+        rail.caps |= Caps::MSG | Caps::TAGGED;
+    }
     rail.ep_type = EpType::Rdm;
     rail.mem_tag_format = 0;
     rail.inject_size = None;
     Ok(rail)
+}
+
+/// The capabilities the hints ask for (`FI_MSG | FI_TAGGED` when none).
+fn requested_caps(hints: &Hints) -> Caps {
+    if hints.caps.is_empty() {
+        Caps::MSG | Caps::TAGGED
+    } else {
+        hints.caps
+    }
 }
 
 /// Turns the psm answer `info` into the multi-rail one.
@@ -198,7 +208,7 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
     info.mem_tag_format = u64::MAX;
     info.inject_size = INJECT_SIZE - MRAIL_EAGER_HEADER;
     info.ep_type = EpType::Rdm;
-    info.caps = info.caps.intersection(MRAIL_CAPS);
+    info.caps = requested_caps(hints).intersection(MRAIL_CAPS);
     info.tx_attr.caps = info.caps;
     info.rx_attr.caps = info.caps;
     info.ep_attr.protocol = "FI_PROTO_MRAIL";
