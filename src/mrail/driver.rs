@@ -1204,18 +1204,14 @@ impl Driver {
                 return;
             }
         }
-        loop {
-            let Some(ps) = st.peers.get_mut(&token) else {
-                break;
-            };
-            let Some((s, item)) = ps.rx.pop_ready() else {
-                break;
-            };
+        while let Some((s, item)) = st.peers.get_mut(&token).and_then(|ps| ps.rx.pop_ready()) {
             let Some((spec, arrival)) = item else {
                 continue;
             };
             if s != seq {
-                ps.held_bytes -= arrival.held_bytes();
+                if let Some(ps) = st.peers.get_mut(&token) {
+                    ps.held_bytes -= arrival.held_bytes();
+                }
             }
             if let Some((recv, _, arrival)) = st.matcher.arrive(spec, arrival) {
                 self.matched(st, recv, spec, arrival);
