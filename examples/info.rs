@@ -1,9 +1,11 @@
-//! `fi_info` for psmrail: runs discovery and prints what the psm provider
-//! would give, or why it refuses.
+//! `fi_info` for psmrail: runs discovery and prints what the providers
+//! would give (psm, and ofi_mrail when `FI_OFI_MRAIL_ADDR` names rails), or
+//! why they refuse.
 //!
 //! ```sh
 //! cargo run --example info                      # defaults (engine from PSMRAIL_ENGINE, else auto)
 //! cargo run --example info -- -v                # every attribute
+//! FI_OFI_MRAIL_ADDR=lo,127.0.0.1 cargo run --example info -- -p ofi_mrail   # the multi-rail provider
 //! cargo run --example info -- -c tagged,msg -t dgram --engine soft
 //! cargo run --example info -- -n host:0:1 -s 7 --source   # local unit 0, port 1, service 7
 //! cargo run --example info -- -n server1 -s 7   # resolve through server1's name server
@@ -11,7 +13,8 @@
 //! ```
 //!
 //! Options: `-c/--caps NAMES`, `-m/--mode NAMES`, `-t/--ep-type TYPE`,
-//! `-e/--engine auto|native|soft`, `-p/--progress manual|auto`,
+//! `-e/--engine auto|native|soft`, `-p/--provider psm|ofi_mrail` (as
+//! `fi_info -p`), `--progress manual|auto`,
 //! `-a/--av-type map|table`, `--mem-tag-format HEX`, `--inject-size N`,
 //! `-n/--node NODE`, `-s/--service N`, `--source`, `--ns-port PORT`,
 //! `-v/--verbose`, `-h/--help`. Names are libfabric's, with or without
@@ -23,7 +26,7 @@ use std::str::FromStr;
 
 use psmrail::fabric::{AvType, Caps, EngineChoice, EpType, GetInfo, Hints, Mode, ProgressKind};
 
-const USAGE: &str = "usage: info [-v] [-c CAPS] [-m MODE] [-t EP_TYPE] [-e ENGINE] [-p PROGRESS] \
+const USAGE: &str = "usage: info [-v] [-c CAPS] [-m MODE] [-t EP_TYPE] [-e ENGINE] [-p PROVIDER] [--progress PROGRESS] \
 [-a AV_TYPE] [--mem-tag-format HEX] [--inject-size N] [-n NODE] [-s SERVICE] [--source] [--ns-port PORT]";
 
 struct Args {
@@ -33,6 +36,7 @@ struct Args {
     service: Option<String>,
     source: bool,
     ns_port: Option<u16>,
+    provider: Option<String>,
 }
 
 fn parse<T: FromStr>(flag: &str, value: Option<String>) -> Result<T, String>
@@ -57,6 +61,7 @@ fn args() -> Result<Option<Args>, String> {
         service: None,
         source: false,
         ns_port: None,
+        provider: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -75,7 +80,12 @@ fn args() -> Result<Option<Args>, String> {
             "-m" | "--mode" => h.mode(parse::<Mode>(&flag, it.next())?),
             "-t" | "--ep-type" => h.ep_type(parse::<EpType>(&flag, it.next())?),
             "-e" | "--engine" => h.engine(parse::<EngineChoice>(&flag, it.next())?),
-            "-p" | "--progress" => h.progress(parse::<ProgressKind>(&flag, it.next())?),
+            "-p" | "--provider" => {
+                let name = it.next().ok_or("-p needs a provider name")?;
+                a.provider = Some(name.clone());
+                h.prov_name(name)
+            }
+            "--progress" => h.progress(parse::<ProgressKind>(&flag, it.next())?),
             "-a" | "--av-type" => h.av_type(parse::<AvType>(&flag, it.next())?),
             "--mem-tag-format" => h.mem_tag_format(parse_hex(&flag, it.next())?),
             "--inject-size" => h.inject_size(parse::<usize>(&flag, it.next())?),
@@ -109,30 +119,43 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut request = GetInfo::new().hints(&a.hints).source(a.source);
-    if let Some(node) = &a.node {
-        request = request.node(node);
+    // Without -p, every provider that can answer: psm, and ofi_mrail when
+    // rails are configured (as fi_info lists every provider).
+    let mut runs = vec![a.hints.clone()];
+    let rails_set = std::env::var_os("FI_OFI_MRAIL_ADDR").is_some()
+        || std::env::var_os("FI_OFI_MRAIL_ADDR_STRC").is_some();
+    if a.provider.is_none() && rails_set {
+        runs.push(a.hints.clone().prov_name("ofi_mrail"));
     }
-    if let Some(service) = &a.service {
-        request = request.service(service);
-    }
-    if let Some(port) = a.ns_port {
-        request = request.name_server_port(port);
-    }
-    match request.run() {
-        Ok(infos) => {
-            for info in infos {
-                if a.verbose {
-                    print!("{info:#}");
-                } else {
-                    print!("{info}");
+    let mut status = ExitCode::SUCCESS;
+    for (i, hints) in runs.iter().enumerate() {
+        let mut request = GetInfo::new().hints(hints).source(a.source);
+        if let Some(node) = &a.node {
+            request = request.node(node);
+        }
+        if let Some(service) = &a.service {
+            request = request.service(service);
+        }
+        if let Some(port) = a.ns_port {
+            request = request.name_server_port(port);
+        }
+        match request.run() {
+            Ok(infos) => {
+                for info in infos {
+                    if a.verbose {
+                        print!("{info:#}");
+                    } else {
+                        print!("{info}");
+                    }
                 }
             }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("fi_getinfo: -{} ({e})", e.kind().errno());
-            ExitCode::FAILURE
+            // Listing every provider, one that cannot answer is left out.
+            Err(_) if i > 0 => {}
+            Err(e) => {
+                eprintln!("fi_getinfo: -{} ({e})", e.kind().errno());
+                status = ExitCode::FAILURE;
+            }
         }
     }
+    status
 }

@@ -56,6 +56,7 @@ fn getinfo_offers_ofi_mrail_by_name_and_by_type() {
         assert_eq!(info.ep_type, EpType::Rdm);
         assert_eq!(info.mem_tag_format, u64::MAX);
         assert_eq!(info.inject_size, 40);
+        assert!(info.mode.is_empty(), "no mode bits: {}", info.mode);
         assert!(info.caps.contains(Caps::MSG | Caps::TAGGED));
         let m = info.mrail().unwrap();
         assert_eq!(m.rails.len(), 2);

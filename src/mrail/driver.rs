@@ -345,6 +345,8 @@ pub(crate) struct Driver {
     ready: Arc<ReadyQueue>,
     table: Arc<CompletionTable<MrailCompletion>>,
     rails: Vec<Arc<EndpointCore>>,
+    /// The rails' engine endpoints, for the futures' fast path.
+    engines: Vec<Arc<dyn crate::engine::EngineEndpoint>>,
     av: Arc<MrailAvCore>,
     token: u64,
     bindings: Bindings,
@@ -404,6 +406,7 @@ impl Driver {
                 rails: (0..n).map(|_| RailStats::default()).collect(),
                 ..DriverStats::default()
             },
+            engines: rails.iter().map(|r| r.domain().direct().as_dyn()).collect(),
             rails,
             av,
             token,
@@ -423,6 +426,21 @@ impl Driver {
     /// The completion table the endpoint's futures wait on.
     pub(crate) fn table(&self) -> &Arc<CompletionTable<MrailCompletion>> {
         &self.table
+    }
+
+    /// The futures' fast path in manual progress: steps the rails' engines
+    /// and the driver only (not the rails' other sources, which the
+    /// reactor's occasional full rounds still run), then takes `key`'s
+    /// value if it is there.
+    pub(crate) fn poll_fast(&self, key: OpKey) -> Option<MrailCompletion> {
+        if let Some(v) = self.table.try_take(key) {
+            return Some(v);
+        }
+        for e in &self.engines {
+            e.progress();
+        }
+        self.progress();
+        self.table.try_take(key)
     }
 
     /// The refusal counters.
@@ -656,7 +674,9 @@ impl Driver {
         self.rail_domain(rail)
             .direct()
             .inject(peer, CTRL_TAG, &wire[..n])
-            .map_err(|e| rail_error(rail, "control frame", e))
+            .map_err(|e| rail_error(rail, "control frame", e))?;
+        bump(&self.stats.rails[rail].msgs_sent, 1);
+        Ok(())
     }
 
     /// Posts a receive for the next message matching `spec`; the

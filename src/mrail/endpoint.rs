@@ -126,9 +126,10 @@ pub struct RailTraffic {
     pub msgs_sent: u64,
     /// Payload bytes sent (eager payloads and striped parts).
     pub bytes_sent: u64,
-    /// Control frames received.
+    /// Control frames received (eager messages among them), from known
+    /// peers or not.
     pub msgs_received: u64,
-    /// Eager payload bytes received.
+    /// Eager payload bytes that arrived.
     pub bytes_received: u64,
     /// Parts of striped messages sent or received.
     pub stripes: u64,

@@ -69,12 +69,8 @@ fn poll_state(
     match std::mem::replace(state, State::Done) {
         State::Posted(key) => {
             let driver = &ep.core.driver;
-            match ep
-                .core
-                .domain
-                .reactor
-                .poll_completion(driver.table(), key, cx)
-            {
+            let reactor = &ep.core.domain.reactor;
+            match reactor.poll_completion_with(driver.table(), key, cx, || driver.poll_fast(key)) {
                 Poll::Ready(MrailCompletion { result, buffer }) => Poll::Ready((result, buffer)),
                 Poll::Pending => {
                     *state = State::Posted(key);

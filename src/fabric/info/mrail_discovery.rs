@@ -29,7 +29,7 @@ use super::hints::Hints;
 use super::mrail_attr::{MrailAttr, Provider, RailAttr};
 use crate::config::{MrailConfig, VarSource};
 use crate::engine::EngineKind;
-use crate::fabric::caps::{Caps, EpType};
+use crate::fabric::caps::{Caps, EpType, Mode};
 use crate::{Error, ErrorKind, Result};
 
 /// The capabilities an mrail endpoint offers.
@@ -134,6 +134,7 @@ pub(super) fn rail_hints(hints: &Hints) -> Result<Hints> {
         rail.caps |= Caps::MSG | Caps::TAGGED;
     }
     rail.ep_type = EpType::Rdm;
+    rail.mode = None;
     rail.mem_tag_format = 0;
     rail.inject_size = None;
     Ok(rail)
@@ -205,6 +206,11 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
     };
     let rank = crate::mrail::core::local_rank::local_rank(vars)?;
     let fixed_rail = (rank.rank as usize) % n;
+    // No mode bits: the mrail layer keeps its own per-operation state (C:
+    // "mrail provider doesn't allow pass-through of any mode bits").
+    info.mode = Mode::empty();
+    info.tx_attr.mode = Mode::empty();
+    info.rx_attr.mode = Mode::empty();
     info.mem_tag_format = u64::MAX;
     info.inject_size = INJECT_SIZE - MRAIL_EAGER_HEADER;
     info.ep_type = EpType::Rdm;

@@ -64,7 +64,24 @@ impl Info {
                 src.service
             )?;
         }
-        Ok(())
+        self.fmt_rails(f, "    ")
+    }
+
+    /// The rails and policies of a multi-rail info.
+    fn fmt_rails(&self, f: &mut fmt::Formatter<'_>, indent: &str) -> fmt::Result {
+        let Some(m) = &self.mrail else {
+            return Ok(());
+        };
+        writeln!(f, "{indent}rails: {}", m.rails.len())?;
+        for (i, r) in m.rails.iter().enumerate() {
+            writeln!(f, "{indent}    rail {i}: {r}")?;
+        }
+        writeln!(f, "{indent}policy: {}", m.policy_table())?;
+        writeln!(
+            f,
+            "{indent}fixed_rail: {} (local rank {})",
+            m.fixed_rail, m.local_rank
+        )
     }
 
     fn fmt_verbose(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -79,7 +96,12 @@ impl Info {
         writeln!(f, "fi_info:")?;
         writeln!(f, "    caps: {}", List(self.caps))?;
         writeln!(f, "    mode: {}", List(self.mode))?;
-        writeln!(f, "    addr_format: FI_ADDR_PSMX")?;
+        let addr_format = if self.mrail.is_some() {
+            "FI_ADDR_MRAIL"
+        } else {
+            "FI_ADDR_PSMX"
+        };
+        writeln!(f, "    addr_format: {addr_format}")?;
         writeln!(
             f,
             "    src_addrlen: {}",
@@ -104,6 +126,7 @@ impl Info {
             writeln!(f, "        service: {}", src.service)?;
         }
         writeln!(f, "    engine: {}", self.engine)?;
+        self.fmt_rails(f, "    ")?;
         writeln!(f, "    fi_tx_attr:")?;
         writeln!(f, "        caps: {}", List(tx.caps))?;
         writeln!(f, "        mode: {}", List(tx.mode))?;
