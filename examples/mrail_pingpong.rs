@@ -81,6 +81,10 @@ struct Args {
     /// With --rig: shape each rail to its own rate (comma-separated Mbit/s).
     #[arg(long)]
     rates: Option<String>,
+    /// Pin this process to that CPU once its endpoint is open (--rig pins
+    /// the client to CPU 0 and the server to CPU 1).
+    #[arg(long)]
+    cpu: Option<usize>,
     /// The server's address (client mode).
     addr: Option<String>,
 }
@@ -343,6 +347,10 @@ fn size_str(v: f64) -> String {
 
 fn run<E: MessageEndpoint>(args: &Args, side: Side<E>) -> Result<(), String> {
     let client = args.addr.is_some();
+    if let Some(cpu) = args.cpu {
+        let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
+        psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("--cpu {cpu}: {e}"))?;
+    }
     // Addresses travel out of band (an mrail endpoint drops messages of
     // peers it has not inserted): each side prints its own; the client
     // gets the server's on its command line, the server reads the
@@ -482,6 +490,7 @@ fn with_rig(args: &Args, rails: usize) -> Result<(), String> {
     let mut server = rig
         .command_in(rig.b(), &exe)
         .args(&child_args)
+        .args(["--cpu", "1"])
         .env("FI_OFI_MRAIL_ADDR", rig.mrail_addr_b())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -492,6 +501,7 @@ fn with_rig(args: &Args, rails: usize) -> Result<(), String> {
         .command_in(rig.a(), &exe)
         .args(&child_args)
         .arg(&server_addr.0)
+        .args(["--cpu", "0"])
         .env("FI_OFI_MRAIL_ADDR", rig.mrail_addr_a())
         .stdout(Stdio::piped())
         .spawn()

@@ -207,6 +207,27 @@ impl<R, A> Matcher<R, A> {
         None
     }
 
+    /// The receive a message with `spec` would match, if one is posted: the
+    /// oldest matching one is removed and returned, as
+    /// [`arrive`](Self::arrive) would; otherwise nothing changes (the
+    /// caller keeps the message, e.g. to queue it with `arrive` later).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
+    ///
+    /// let mut m: Matcher<u32, ()> = Matcher::new();
+    /// assert!(m.take_posted(&ArrivalSpec::tagged(5, 0)).is_none());
+    /// assert_eq!(m.unexpected_len(), 0);
+    /// m.post(RecvSpec::tagged(5, 0, None), 10);
+    /// assert_eq!(m.take_posted(&ArrivalSpec::tagged(5, 0)).map(|(r, _)| r), Some(10));
+    /// assert_eq!(m.posted_len(), 0);
+    /// ```
+    pub fn take_posted(&mut self, spec: &ArrivalSpec) -> Option<(R, RecvSpec)> {
+        let q = &mut self.posted[queue(spec.class)];
+        let i = q.iter().position(|p| p.spec.matches(spec))?;
+        q.remove(i).map(|p| (p.recv, p.spec))
+    }
+
     /// Removes the first posted receive (in posting order, both classes)
     /// for which `pred` holds.
     ///
