@@ -81,6 +81,10 @@ struct Args {
     /// With --rig: shape each rail to its own rate (comma-separated Mbit/s).
     #[arg(long)]
     rates: Option<String>,
+    /// With --rig: measure the rails with iperf3 first (one TCP stream per
+    /// rail, all at once, 3 s), the line-rate reference.
+    #[arg(long)]
+    iperf: bool,
     /// Pin this process to that CPU once its endpoint is open (--rig pins
     /// the client to CPU 0 and the server to CPU 1).
     #[arg(long)]
@@ -426,6 +430,55 @@ fn side(args: &Args) -> Result<(), String> {
     }
 }
 
+/// iperf3 over every rail at once (a server in B, a client in A per rail):
+/// prints each rail's and the total received rate.
+fn iperf(rig: &rig::RailRig) -> Result<(), String> {
+    let mut servers = Vec::new();
+    for i in 0..rig.rails() {
+        let port = (5201 + i).to_string();
+        let s = rig
+            .command_in(rig.b(), "iperf3")
+            .args(["-s", "-1", "-B", &rig.b_ip(i).to_string(), "-p", &port])
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("iperf3 (apt-get install iperf3): {e}"))?;
+        servers.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let clients: Vec<_> = (0..rig.rails())
+        .map(|i| {
+            rig.command_in(rig.a(), "iperf3")
+                .args(["-c", &rig.b_ip(i).to_string(), "-B", &rig.a_ip(i).to_string()])
+                .args(["-p", &(5201 + i).to_string(), "-t", "3", "-f", "m"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("iperf3: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut total = 0.0;
+    for (i, c) in clients.into_iter().enumerate() {
+        let out = c.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // The receiver's summary line: "... <rate> Mbits/sec ... receiver".
+        let rate = text
+            .lines()
+            .filter(|l| l.ends_with("receiver"))
+            .find_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let k = w.iter().position(|x| *x == "Mbits/sec")?;
+                w.get(k - 1)?.parse::<f64>().ok()
+            })
+            .ok_or_else(|| format!("iperf3 on rail {i}: no receiver rate in {text:?}"))?;
+        println!("iperf3 rail {i}: {rate:.0} Mbit/s");
+        total += rate;
+    }
+    for mut s in servers {
+        let _ = s.wait();
+    }
+    println!("iperf3 all rails: {total:.0} Mbit/s ({:.2} MB/sec)", total / 8.0);
+    Ok(())
+}
+
 /// A child's remaining output lines.
 type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
 
@@ -469,6 +522,9 @@ fn with_rig(args: &Args, rails: usize) -> Result<(), String> {
         })
         .collect();
     let rig = rig::RailRig::with_shapes(&shapes)?;
+    if args.iperf {
+        iperf(&rig)?;
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let own: Vec<String> = std::env::args().skip(1).collect();
     let mut child_args = Vec::new();
