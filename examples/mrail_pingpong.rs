@@ -448,7 +448,12 @@ fn iperf(rig: &rig::RailRig) -> Result<(), String> {
     let clients: Vec<_> = (0..rig.rails())
         .map(|i| {
             rig.command_in(rig.a(), "iperf3")
-                .args(["-c", &rig.b_ip(i).to_string(), "-B", &rig.a_ip(i).to_string()])
+                .args([
+                    "-c",
+                    &rig.b_ip(i).to_string(),
+                    "-B",
+                    &rig.a_ip(i).to_string(),
+                ])
                 .args(["-p", &(5201 + i).to_string(), "-t", "3", "-f", "m"])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -475,7 +480,10 @@ fn iperf(rig: &rig::RailRig) -> Result<(), String> {
     for mut s in servers {
         let _ = s.wait();
     }
-    println!("iperf3 all rails: {total:.0} Mbit/s ({:.2} MB/sec)", total / 8.0);
+    println!(
+        "iperf3 all rails: {total:.0} Mbit/s ({:.2} MB/sec)",
+        total / 8.0
+    );
     Ok(())
 }
 

@@ -1,0 +1,141 @@
+//! The multi-rail provider on the native engine (real libpsm, over shared
+//! memory here): the library opens one PSM endpoint per process, so a
+//! one-rail mrail endpoint works and more rails are refused with a message
+//! saying why.
+//!
+//! Without the library the tests print `SKIPPED` (and fail with
+//! `PSMRAIL_REQUIRE_NATIVE=1`, as in CI). The exchange runs between two
+//! processes (children of the test binary), which spin while they wait.
+
+mod support;
+
+use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Hints, Provider};
+use psmrail::mrail::MrailFabric;
+use psmrail::ErrorKind;
+use std::time::Duration;
+use support::mrail_nodes::pattern;
+use support::peer::{role, ChildIo, Peer};
+use support::spin_lock::spin_lock;
+
+const LINE: Duration = Duration::from_secs(60);
+
+fn require_native() -> bool {
+    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
+}
+
+/// Whether the PSM library loads; otherwise says why the test is skipped
+/// (or fails when it must run).
+fn available() -> bool {
+    match psm_sys::PsmLibrary::load() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+    }
+}
+
+fn hints(rails: &str) -> Hints {
+    let psm = PsmConfig::builder()
+        .name_server(false)
+        .delay(Duration::ZERO)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let cfg = MrailConfig::builder()
+        .rails(RailAddr::parse_list(rails).unwrap())
+        .build();
+    Hints::new()
+        .provider(Provider::Mrail)
+        .engine(EngineChoice::Native)
+        .caps(Caps::MSG | Caps::TAGGED)
+        .config(psm)
+        .mrail_config(cfg)
+}
+
+#[test]
+fn several_native_rails_are_refused_with_the_reason() {
+    if !available() {
+        return;
+    }
+    let e = getinfo(Some(&hints("hfi1_0,hfi1_1"))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoData, "{e}");
+    assert!(e.message().contains("one PSM endpoint per process"), "{e}");
+    assert!(e.message().contains("soft engine"), "{e}");
+    let info = getinfo(Some(&hints("hfi1_0"))).unwrap().remove(0);
+    assert_eq!(info.mrail().unwrap().rails[0].ip, None);
+}
+
+/// One side: opens a one-rail native mrail endpoint, trades addresses with
+/// the parent, then receives and answers three messages (eager, and two
+/// large ones, tagged and untagged).
+fn child(side: &str) {
+    let mut io = ChildIo::new();
+    let info = getinfo(Some(&hints("hfi1_0"))).unwrap().remove(0);
+    assert_eq!(info.engine, psmrail::engine::EngineKind::Native);
+    let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
+    let av = domain.av(AvAttr::new()).unwrap();
+    let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+    io.send_line(&format!("addr {}", ep.getname()));
+    let peer_text = io.recv_line();
+    let peer = av
+        .insert_str(peer_text.trim_start_matches("peer "))
+        .unwrap();
+    let r = domain.reactor();
+    let sizes = [8usize, 100_000, 3 << 20];
+    for (k, &len) in sizes.iter().enumerate() {
+        if side == "a" {
+            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u8)));
+            sent.unwrap();
+            let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
+            assert_eq!(got.unwrap().len, len);
+            assert!(
+                buf.as_slice() == pattern(len, 100 + k as u8).as_slice(),
+                "{len} B back"
+            );
+        } else {
+            let (got, buf) = r.block_on(ep.trecv(vec![0u8; len], k as u64, 0));
+            let got = got.unwrap();
+            assert_eq!((got.len, got.tag, got.source), (len, k as u64, peer));
+            assert!(
+                buf.as_slice() == pattern(len, k as u8).as_slice(),
+                "{len} B"
+            );
+            let (sent, _) = r.block_on(ep.send(peer, pattern(len, 100 + k as u8)));
+            sent.unwrap();
+        }
+    }
+    io.send_line("done");
+    // Wait for the parent before closing, so the peer is not torn down
+    // under the other side's last completion.
+    let _ = io.recv_line();
+}
+
+#[test]
+fn a_one_rail_native_mrail_endpoint_carries_messages_between_processes() {
+    const TEST: &str = "a_one_rail_native_mrail_endpoint_carries_messages_between_processes";
+    if let Some(side) = role() {
+        child(&side);
+        return;
+    }
+    if !available() {
+        return;
+    }
+    let _lock = spin_lock();
+    let env = [("PSM2_DEVICES", "self,shm")];
+    let mut a = Peer::spawn(TEST, "a", &env);
+    let mut b = Peer::spawn(TEST, "b", &env);
+    let addr_a = a.recv_line(LINE);
+    let addr_b = b.recv_line(LINE);
+    assert!(addr_a.starts_with("addr fi_addr_mrail://"), "{addr_a}");
+    a.send_line(&format!("peer {}", addr_b.trim_start_matches("addr ")));
+    b.send_line(&format!("peer {}", addr_a.trim_start_matches("addr ")));
+    assert_eq!(a.recv_line(LINE), "done");
+    assert_eq!(b.recv_line(LINE), "done");
+    a.send_line("bye");
+    b.send_line("bye");
+    assert!(a.wait(LINE).success());
+    assert!(b.wait(LINE).success());
+}
