@@ -225,6 +225,26 @@ struct RecvXfer {
     waker: Waker,
 }
 
+/// Polls a transfer's parts (if they are posted yet) with its waker.
+fn poll_parts(striped: &mut Option<Striped>, waker: &Waker) -> Option<super::stripe_join::Joined> {
+    match striped.as_mut()?.poll(&mut Context::from_waker(waker)) {
+        Poll::Ready(joined) => Some(joined),
+        Poll::Pending => None,
+    }
+}
+
+impl SendXfer {
+    fn poll(&mut self) -> Option<super::stripe_join::Joined> {
+        poll_parts(&mut self.striped, &self.waker)
+    }
+}
+
+impl RecvXfer {
+    fn poll(&mut self) -> Option<super::stripe_join::Joined> {
+        poll_parts(&mut self.striped, &self.waker)
+    }
+}
+
 /// An eager message sent as a rail send (above the inject size).
 struct EagerSend {
     class: MsgClass,
@@ -1379,21 +1399,13 @@ impl Driver {
     }
 
     fn poll_send(&self, st: &mut State, id: u64) {
-        let Some(x) = st.sends.get_mut(id) else {
-            return;
-        };
-        let Some(striped) = x.striped.as_mut() else {
-            return;
-        };
-        let waker = x.waker.clone();
-        let Poll::Ready(joined) = striped.poll(&mut Context::from_waker(&waker)) else {
+        let Some(joined) = st.sends.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };
         let x = st.sends.remove(id).expect("present");
-        let len = x.len as usize;
         let result = match joined.error {
             None => Ok(Done {
-                len,
+                len: x.len as usize,
                 tag: 0,
                 source: FiAddr::UNSPEC,
             }),
@@ -1404,14 +1416,7 @@ impl Driver {
     }
 
     fn poll_recv(&self, st: &mut State, id: u64) {
-        let Some(x) = st.recvs.get_mut(id) else {
-            return;
-        };
-        let Some(striped) = x.striped.as_mut() else {
-            return;
-        };
-        let waker = x.waker.clone();
-        let Poll::Ready(joined) = striped.poll(&mut Context::from_waker(&waker)) else {
+        let Some(joined) = st.recvs.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };
         let x = st.recvs.remove(id).expect("present");

@@ -35,6 +35,17 @@ enum State {
     Done,
 }
 
+impl State {
+    /// The state of a future whose post gave `r`.
+    fn of(r: std::result::Result<Sink, PostError>) -> State {
+        match r {
+            Ok(Sink::Future(key)) => State::Posted(key),
+            Ok(Sink::Cq { .. }) => State::Done,
+            Err(e) => State::Failed(Box::new((e.error, e.buffer))),
+        }
+    }
+}
+
 /// The future of an mrail send: resolves when the buffer may be reused,
 /// handing it back with the result.
 #[must_use = "the send completes only when awaited"]
@@ -242,21 +253,17 @@ impl MrailEndpoint {
     }
 
     fn send_op(&self, r: std::result::Result<Sink, PostError>) -> MrailSendOp<'_> {
-        let state = match r {
-            Ok(Sink::Future(key)) => State::Posted(key),
-            Ok(Sink::Cq { .. }) => State::Done,
-            Err(e) => State::Failed(Box::new((e.error, e.buffer))),
-        };
-        MrailSendOp { ep: self, state }
+        MrailSendOp {
+            ep: self,
+            state: State::of(r),
+        }
     }
 
     fn recv_op(&self, r: std::result::Result<Sink, PostError>) -> MrailRecvOp<'_> {
-        let state = match r {
-            Ok(Sink::Future(key)) => State::Posted(key),
-            Ok(Sink::Cq { .. }) => State::Done,
-            Err(e) => State::Failed(Box::new((e.error, e.buffer))),
-        };
-        MrailRecvOp { ep: self, state }
+        MrailRecvOp {
+            ep: self,
+            state: State::of(r),
+        }
     }
 
     /// The peer index a directed receive names.
