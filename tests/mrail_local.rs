@@ -627,3 +627,61 @@ fn code_generic_over_both_providers() {
     assert_eq!(got, pattern(100_000, 1));
     let _ = OpBuffer::empty();
 }
+
+#[test]
+fn weighted_striping_follows_the_rails_rates() {
+    // Configured rates: rail 1 three times as fast as rail 0, so it
+    // carries three quarters of every striped message.
+    let psm = PsmConfig::builder()
+        .name_server(false)
+        .delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let cfg = MrailConfig::builder()
+        .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap())
+        .rail_rates([1000, 3000])
+        .build();
+    let hints = Hints::new()
+        .provider(Provider::Mrail)
+        .engine(EngineChoice::Soft)
+        .config(psm)
+        .mrail_config(cfg);
+    let info = getinfo(Some(&hints)).unwrap().remove(0);
+    let n = mrail_nodes::open_with(info, 2, |_, _, b| b);
+    exchange_sizes(&n, &[4 << 20, (1 << 20) + 7, 3]);
+    let s = n.nodes[0].ep.stats();
+    let (r0, r1) = (s.rails[0].bytes_sent, s.rails[1].bytes_sent);
+    let share = r1 as f64 / (r0 + r1) as f64;
+    assert!(
+        (0.70..0.80).contains(&share),
+        "rail 1 carried {share:.3} ({r0} / {r1})"
+    );
+    assert_eq!(s.rails[0].rate_mbit, Some(1000));
+    assert_eq!(s.rails[1].rate_mbit, Some(3000));
+    // Rates that do not match the rails are refused at discovery.
+    let bad = soft_hints("127.0.0.1,127.0.0.1").mrail_config(
+        MrailConfig::builder()
+            .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap())
+            .rail_rates([1000])
+            .build(),
+    );
+    let e = getinfo(Some(&bad.provider(Provider::Mrail))).unwrap_err();
+    assert!(e.message().contains("PSMRAIL_MRAIL_RATES"), "{e}");
+}
+
+#[test]
+fn learned_rates_appear_after_striped_traffic() {
+    let n = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+    assert!(n.nodes[0]
+        .ep
+        .stats()
+        .rails
+        .iter()
+        .all(|r| r.rate_mbit.is_none()));
+    exchange_sizes(&n, &[4 << 20, 4 << 20]);
+    let s = n.nodes[0].ep.stats();
+    assert!(
+        s.rails.iter().all(|r| r.rate_mbit.is_some_and(|m| m > 0)),
+        "{s:?}"
+    );
+}

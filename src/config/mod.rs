@@ -88,7 +88,10 @@ pub use affinity::{AffinityItem, AffinitySpec, MAX_CORE_ID, MIN_CORE_ID};
 pub use boolean::parse_bool;
 pub use env::{FnVars, ProcessEnv, VarSource};
 pub use error::ConfigError;
-pub use mrail::{MrailConfig, MrailConfigBuilder, MrailParam, ADDR_STRC_VAR, ADDR_VAR, CONFIG_VAR};
+pub use mrail::{
+    MrailConfig, MrailConfigBuilder, MrailParam, ADDR_STRC_VAR, ADDR_VAR, CONFIG_VAR,
+    RATES_VAR as MRAIL_RATES_VAR,
+};
 pub use psm::{
     PsmConfig, PsmConfigBuilder, PsmParam, DEFAULT_DELAY, DEFAULT_PROG_INTERVAL,
     DEFAULT_PROG_INTERVAL_PINNED, DEFAULT_TIMEOUT, MPI_LAUNCHER_VARS,

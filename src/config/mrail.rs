@@ -19,6 +19,11 @@ pub const ADDR_STRC_VAR: &str = "FI_OFI_MRAIL_ADDR_STRC";
 /// `FI_OFI_MRAIL_CONFIG`: the size-to-policy table.
 pub const CONFIG_VAR: &str = rail_policy::VAR;
 
+/// `PSMRAIL_MRAIL_RATES`: each rail's rate in Mbit/s, comma-separated in
+/// rail order, for bandwidth-weighted striping (psmrail's own variable;
+/// without it the rates are learned from the rails' throughput).
+pub const RATES_VAR: &str = "PSMRAIL_MRAIL_RATES";
+
 /// One `FI_OFI_MRAIL_*` parameter, for [`MrailConfig::source`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MrailParam {
@@ -78,6 +83,7 @@ pub struct MrailConfig {
     rails_source: Source,
     policy: RailPolicyTable,
     policy_source: Source,
+    rates: Option<Vec<u64>>,
     warnings: Vec<ConfigWarning>,
 }
 
@@ -119,6 +125,12 @@ impl MrailConfig {
     /// The size-to-policy table.
     pub fn policy_table(&self) -> &RailPolicyTable {
         &self.policy
+    }
+
+    /// The rails' rates in Mbit/s (`PSMRAIL_MRAIL_RATES` or
+    /// [`MrailConfigBuilder::rail_rates`]), or `None`: learned.
+    pub fn rail_rates(&self) -> Option<&[u64]> {
+        self.rates.as_deref()
     }
 
     /// The policy for a message of `size` bytes
@@ -206,6 +218,7 @@ pub struct MrailConfigBuilder {
     rails_source: Source,
     policy: RailPolicyTable,
     policy_source: Source,
+    rates: Option<Vec<u64>>,
     warnings: Vec<ConfigWarning>,
 }
 
@@ -216,6 +229,7 @@ impl Default for MrailConfigBuilder {
             rails_source: Source::Default,
             policy: RailPolicyTable::default(),
             policy_source: Source::Default,
+            rates: None,
             warnings: Vec::new(),
         }
     }
@@ -256,6 +270,9 @@ impl MrailConfigBuilder {
             b.policy = RailPolicyTable::parse_var(CONFIG_VAR, &value)?;
             b.policy_source = Source::Env(CONFIG_VAR);
         }
+        if let Some(value) = read_var(vars, RATES_VAR)? {
+            b.rates = Some(parse_rates(&value)?);
+        }
         Ok(b)
     }
 
@@ -266,6 +283,13 @@ impl MrailConfigBuilder {
         self.rails_source = Source::Explicit;
         // The address variables no longer matter.
         self.warnings.retain(|w| w.var() != ADDR_STRC_VAR);
+        self
+    }
+
+    /// Sets each rail's rate in Mbit/s, in rail order, for weighted
+    /// striping (checked against the rails at discovery).
+    pub fn rail_rates(mut self, mbit: impl IntoIterator<Item = u64>) -> Self {
+        self.rates = Some(mbit.into_iter().collect());
         self
     }
 
@@ -298,7 +322,49 @@ impl MrailConfigBuilder {
             rails_source: self.rails_source,
             policy: self.policy,
             policy_source: self.policy_source,
+            rates: self.rates,
             warnings,
         }
+    }
+}
+
+/// Parses `PSMRAIL_MRAIL_RATES`: positive decimal Mbit/s, comma-separated.
+fn parse_rates(value: &str) -> Result<Vec<u64>, ConfigError> {
+    const EXPECTED: &str = "comma-separated rates in Mbit/s, one per rail (e.g. 1000,2500)";
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for item in value.split(',') {
+        let start = offset;
+        offset += item.len() + 1;
+        let err = |problem: String| {
+            ConfigError::new(RATES_VAR, item, 0..item.len(), EXPECTED)
+                .with_problem(problem)
+                .shifted(value, start)
+        };
+        let n = super::number::parse_u64(item).map_err(|p| err(p.to_string()))?;
+        if n == 0 {
+            return Err(err("a rate of 0".to_owned()));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_and_bad_items_are_named() {
+        let cfg = MrailConfig::from_vars(&[(RATES_VAR, "1000,2500")]).unwrap();
+        assert_eq!(cfg.rail_rates(), Some(&[1000u64, 2500][..]));
+        assert_eq!(MrailConfig::default().rail_rates(), None);
+        for (bad, item) in [("1000,x", "x"), ("0", "0"), ("1000,,2", ""), ("-5", "-5")] {
+            let e = MrailConfig::from_vars(&[(RATES_VAR, bad)]).unwrap_err();
+            assert_eq!(e.var(), RATES_VAR, "{bad}");
+            assert_eq!(e.item(), item, "{bad}: {e}");
+        }
+        let cfg = MrailConfig::builder().rail_rates([1, 2]).build();
+        assert_eq!(cfg.rail_rates(), Some(&[1u64, 2][..]));
     }
 }

@@ -53,6 +53,7 @@ use super::core::header::{
 };
 use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
+use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
 use super::region::SharedBuffer;
@@ -70,6 +71,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 /// Largest eager message payload: larger ones go by RTS/CTS. Part of the
 /// protocol (a peer's pool buffers are this size plus the header).
@@ -166,6 +168,7 @@ enum Arrival {
         send_id: u64,
         len: u64,
         rails: u64,
+        weights: u64,
         /// The rail the RTS came on (the CTS goes back on it).
         via: usize,
     },
@@ -206,6 +209,11 @@ struct SendXfer {
     class: MsgClass,
     len: u64,
     rails: u64,
+    weights: u64,
+    /// When the parts were posted (the rails' rate samples start there).
+    posted: Option<Instant>,
+    /// The transfer's tracing span and its stripes' (module docs).
+    spans: Spans,
     shared: Arc<SharedBuffer>,
     sink: Sink,
     striped: Option<Striped>,
@@ -214,6 +222,7 @@ struct SendXfer {
 
 /// A large receive whose parts are landing.
 struct RecvXfer {
+    spans: Spans,
     class: MsgClass,
     tag: u64,
     source: u32,
@@ -223,6 +232,49 @@ struct RecvXfer {
     sink: Sink,
     striped: Option<Striped>,
     waker: Waker,
+}
+
+/// A striped transfer's `tracing` spans: one for the operation
+/// (`mrail.striped`, debug level) and a child per stripe (`mrail.stripe`,
+/// trace level), closed when the transfer ends. With no subscriber
+/// interested they are disabled and cost a level check each.
+#[derive(Default)]
+struct Spans {
+    op: Option<tracing::Span>,
+    _stripes: Vec<tracing::Span>,
+}
+
+impl Spans {
+    fn new(dir: &'static str, plan: &StripePlan) -> Spans {
+        let op = tracing::debug_span!("mrail.striped", dir, len = plan.total(), parts = plan.len());
+        let stripes = plan
+            .iter()
+            .map(|s| {
+                tracing::trace_span!(
+                    parent: &op,
+                    "mrail.stripe",
+                    rail = s.rail,
+                    part = s.part,
+                    offset = s.offset,
+                    len = s.len
+                )
+            })
+            .collect();
+        Spans {
+            op: Some(op),
+            _stripes: stripes,
+        }
+    }
+
+    /// Records how the transfer ended, in its span.
+    fn end(&self, joined: &super::stripe_join::Joined) {
+        if let Some(op) = &self.op {
+            op.in_scope(|| match &joined.error {
+                None => tracing::debug!(bytes = joined.bytes, "striped transfer done"),
+                Some(e) => tracing::debug!(error = %e, "striped transfer failed"),
+            });
+        }
+    }
 }
 
 /// Polls a transfer's parts (if they are posted yet) with its waker.
@@ -320,6 +372,7 @@ impl Wake for TaskWake {
 /// Everything the driver changes, under one lock.
 struct State {
     chooser: RailChooser,
+    rates: RailRates,
     live: u64,
     /// Sequence state by the peer's identity token, so that it survives
     /// the peer's removal from the address vector and a new insert.
@@ -393,6 +446,7 @@ impl Driver {
         rails: Vec<Arc<EndpointCore>>,
         av: Arc<MrailAvCore>,
         chooser: RailChooser,
+        rates: RailRates,
         token: u64,
         bindings: Bindings,
     ) -> Result<Arc<Driver>> {
@@ -416,6 +470,7 @@ impl Driver {
         let driver = Arc::new(Driver {
             state: Mutex::new(State {
                 chooser,
+                rates,
                 live,
                 peers: HashMap::new(),
                 unknown_peers: 0,
@@ -479,6 +534,13 @@ impl Driver {
         }
         self.progress();
         self.table.try_take(key)
+    }
+
+    /// Each rail's rate in bytes per second as the driver knows it
+    /// (configured, or learned from striped parts), in rail order.
+    pub(crate) fn rates(&self) -> Vec<Option<f64>> {
+        let st = relock(&self.state);
+        (0..self.rails.len()).map(|r| st.rates.rate(r)).collect()
     }
 
     /// The refusal counters.
@@ -666,11 +728,19 @@ impl Driver {
             Ok(s) => s,
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
         };
+        let weights = if rails.count_ones() > 1 {
+            st.rates.weights(rails)
+        } else {
+            0
+        };
         let xfer = SendXfer {
             entry,
             class,
             len,
             rails,
+            weights,
+            posted: None,
+            spans: Spans::default(),
             shared,
             sink,
             striped: None,
@@ -692,6 +762,7 @@ impl Driver {
             len,
             send_id,
             rails,
+            weights,
         };
         if let Err(e) = self.send_control(via, peer, &frame) {
             let x = st.sends.remove(send_id).expect("just inserted");
@@ -847,8 +918,9 @@ impl Driver {
                 send_id,
                 len,
                 rails,
+                weights,
                 via,
-            } => self.start_recv(st, recv, spec, send_id, len, rails, via),
+            } => self.start_recv(st, recv, spec, send_id, len, (rails, weights), via),
         }
     }
 
@@ -862,7 +934,7 @@ impl Driver {
         spec: ArrivalSpec,
         send_id: u64,
         len: u64,
-        rails: u64,
+        (rails, weights): (u64, u64),
         via: usize,
     ) {
         let PostedRecv { sink, buf } = recv;
@@ -874,7 +946,7 @@ impl Driver {
         let accepted = len.min(buf.len() as u64);
         let all = st.chooser.all_rails_mask();
         let plan = if rails & !all == 0 {
-            StripePlan::from_mask(accepted, rails)
+            StripePlan::from_weights(accepted, rails, weights)
         } else {
             None
         };
@@ -908,6 +980,7 @@ impl Driver {
             }
         };
         let xfer = RecvXfer {
+            spans: Spans::new("recv", &plan),
             class: spec.class,
             tag: spec.tag,
             source: spec.source,
@@ -1132,6 +1205,7 @@ impl Driver {
                 len,
                 send_id,
                 rails,
+                weights,
             } => {
                 let p = self.known(source);
                 let spec = ArrivalSpec {
@@ -1144,6 +1218,7 @@ impl Driver {
                         send_id,
                         len,
                         rails,
+                        weights,
                         via: rail,
                     }),
                     None => {
@@ -1325,10 +1400,12 @@ impl Driver {
             self.malformed("a CTS that does not fit its send");
             return;
         }
-        let Some(plan) = StripePlan::from_mask(accepted, x.rails) else {
+        let Some(plan) = StripePlan::from_weights(accepted, x.rails, x.weights) else {
             self.malformed("a CTS for a send with no rails");
             return;
         };
+        x.posted = Some(Instant::now());
+        x.spans = Spans::new("send", &plan);
         let mut parts = Vec::with_capacity(plan.len());
         let mut failed = None;
         for s in plan.iter() {
@@ -1403,6 +1480,13 @@ impl Driver {
             return;
         };
         let x = st.sends.remove(id).expect("present");
+        x.spans.end(&joined);
+        if let Some(posted) = x.posted {
+            for p in &joined.parts {
+                let took = p.at.saturating_duration_since(posted);
+                st.rates.sample(p.rail, p.bytes as u64, took);
+            }
+        }
         let result = match joined.error {
             None => Ok(Done {
                 len: x.len as usize,
@@ -1420,6 +1504,7 @@ impl Driver {
             return;
         };
         let x = st.recvs.remove(id).expect("present");
+        x.spans.end(&joined);
         let result = match joined.error {
             Some(e) => Err(e),
             None if x.accepted < x.msg_len => Err(Error::truncated(

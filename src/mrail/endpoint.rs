@@ -17,6 +17,7 @@
 use super::addr::MrailAddr;
 use super::av::MrailAv;
 use super::core::rail_choice::RailChooser;
+use super::core::rail_rates::RailRates;
 use super::domain::MrailDomainCore;
 use super::driver::{Bindings, Driver, DriverStats};
 use super::fabric::rail_info;
@@ -133,6 +134,9 @@ pub struct RailTraffic {
     pub bytes_received: u64,
     /// Parts of striped messages sent or received.
     pub stripes: u64,
+    /// The rail's rate in Mbit/s as weighted striping uses it (configured,
+    /// or learned from the parts this endpoint sent); `None` until known.
+    pub rate_mbit: Option<u64>,
 }
 
 impl MrailEndpoint {
@@ -181,6 +185,7 @@ impl MrailEndpoint {
     pub fn stats(&self) -> MrailStats {
         let s: &DriverStats = self.core.driver.stats();
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let rates = self.core.driver.rates();
         MrailStats {
             unknown_peer: get(&s.unknown_peer),
             malformed: get(&s.malformed),
@@ -190,12 +195,14 @@ impl MrailEndpoint {
             rails: s
                 .rails
                 .iter()
-                .map(|r| RailTraffic {
+                .zip(rates)
+                .map(|(r, rate)| RailTraffic {
                     msgs_sent: get(&r.msgs_sent),
                     bytes_sent: get(&r.bytes_sent),
                     msgs_received: get(&r.msgs_received),
                     bytes_received: get(&r.bytes_received),
                     stripes: get(&r.stripes),
+                    rate_mbit: rate.map(|b| (b * 8.0 / 1e6).round() as u64),
                 })
                 .collect(),
         }
@@ -377,7 +384,18 @@ impl MrailEndpointBuilder {
             recv_counter: b.recv,
         };
         let rail_cores = rails.iter().map(|e| e.core.clone()).collect();
-        let driver = Driver::new(rail_cores, av.core.clone(), chooser, name.token(), bindings)?;
+        let rates = match attr.config().rail_rates() {
+            Some(mbit) => RailRates::configured(mbit),
+            None => RailRates::learning(n),
+        };
+        let driver = Driver::new(
+            rail_cores,
+            av.core.clone(),
+            chooser,
+            rates,
+            name.token(),
+            bindings,
+        )?;
         let source: Arc<dyn ProgressSource> = driver.clone();
         let id = domain.reactor.add_source(source).map_err(|e| {
             driver.close();

@@ -59,6 +59,10 @@
 //! * Policies ([`core::rail_choice`]): by message size, the fixed rail
 //!   (`local rank mod N`), one rail per message in turn, or striping over
 //!   every rail; default `16384:fixed,ULONG_MAX:striping`.
+//! * Weighted striping ([`core::rail_rates`]): parts in proportion to the
+//!   rails' rates, configured (`PSMRAIL_MRAIL_RATES`) or learned from the
+//!   time each striped part takes; the weights travel in the request to
+//!   send, so both sides cut the message alike.
 //! * The wire protocol, ordering and progress: [`driver`]'s docs. In
 //!   short: eager messages are one rail message with a small header; large
 //!   and striped ones announce themselves (RTS), and once matched the

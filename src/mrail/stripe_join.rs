@@ -24,9 +24,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// What one part reports: its rail and the bytes moved, or the error.
 pub(crate) type PartOutput = (usize, Result<usize, Error>);
+
+/// One finished part of a join: its rail, bytes, and when its completion
+/// was seen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PartDone {
+    pub(crate) rail: usize,
+    pub(crate) bytes: usize,
+    pub(crate) at: Instant,
+}
 
 /// One part of a striped transfer: a rail operation posted under `key` in
 /// the rail domain's completion table.
@@ -118,6 +128,9 @@ pub(crate) struct Joined {
     pub(crate) bytes: u64,
     /// The first failure in rail order, if any part failed.
     pub(crate) error: Option<Error>,
+    /// The parts that succeeded, with the moment each was seen done (the
+    /// rails' rate samples).
+    pub(crate) parts: Vec<PartDone>,
 }
 
 /// Joins the futures of a striped transfer's parts (the mrail
@@ -126,14 +139,32 @@ pub(crate) struct Joined {
 #[pin_project]
 pub(crate) struct StripeJoin<F: Future<Output = PartOutput>> {
     #[pin]
-    parts: JoinAll<F>,
+    parts: JoinAll<Timed<F>>,
+}
+
+/// A part future that notes when its output was first seen.
+#[pin_project]
+pub(crate) struct Timed<F> {
+    #[pin]
+    inner: F,
+}
+
+impl<F: Future<Output = PartOutput>> Future for Timed<F> {
+    type Output = (PartOutput, Instant);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project()
+            .inner
+            .poll(cx)
+            .map(|out| (out, Instant::now()))
+    }
 }
 
 impl<F: Future<Output = PartOutput>> StripeJoin<F> {
     /// Joins `parts`.
     pub(crate) fn new(parts: impl IntoIterator<Item = F>) -> Self {
         StripeJoin {
-            parts: futures::future::join_all(parts),
+            parts: futures::future::join_all(parts.into_iter().map(|inner| Timed { inner })),
         }
     }
 }
@@ -146,10 +177,14 @@ impl<F: Future<Output = PartOutput>> Future for StripeJoin<F> {
         let mut joined = Joined {
             bytes: 0,
             error: None,
+            parts: Vec::with_capacity(outputs.len()),
         };
-        for (_, result) in outputs {
+        for ((rail, result), at) in outputs {
             match result {
-                Ok(n) => joined.bytes += n as u64,
+                Ok(n) => {
+                    joined.bytes += n as u64;
+                    joined.parts.push(PartDone { rail, bytes: n, at });
+                }
                 Err(e) if joined.error.is_none() => joined.error = Some(e),
                 Err(_) => {}
             }

@@ -204,6 +204,18 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
                 .collect::<Vec<_>>()
         }
     };
+    if let Some(rates) = config.rail_rates() {
+        if rates.len() != n {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "ofi_mrail: {} gives {} rates for {n} rails",
+                    crate::config::MRAIL_RATES_VAR,
+                    rates.len()
+                ),
+            ));
+        }
+    }
     let rank = crate::mrail::core::local_rank::local_rank(vars)?;
     let fixed_rail = (rank.rank as usize) % n;
     // No mode bits: the mrail layer keeps its own per-operation state (C:

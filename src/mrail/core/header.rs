@@ -34,7 +34,7 @@
 //! | kind | bytes 16.. | length |
 //! |------|------------|--------|
 //! | Eager | tag | 24, then the payload |
-//! | Rts | tag, len, send_id, rails | 48 |
+//! | Rts | tag, len, send_id, rails, weights | 56 |
 //! | Cts | send_id, recv_id, accepted | 40 |
 //! | Nack | send_id, reason (u32), zero (u32) | 32 |
 //! | Ack | zero (u64) | 24 |
@@ -60,9 +60,9 @@ pub const MAX_PARTS: usize = 64;
 /// Length of an [`Eager`](Frame::Eager) header; its payload follows.
 pub const EAGER_HEADER_LEN: usize = 24;
 /// Length of the longest header ([`Rts`](Frame::Rts)).
-pub const MAX_HEADER_LEN: usize = 48;
+pub const MAX_HEADER_LEN: usize = 56;
 
-const RTS_LEN: usize = 48;
+const RTS_LEN: usize = 56;
 const CTS_LEN: usize = 40;
 const NACK_LEN: usize = 32;
 const ACK_LEN: usize = 24;
@@ -216,6 +216,12 @@ pub enum Frame {
         send_id: u64,
         /// Bit mask of the sender's rail indices; never zero.
         rails: u64,
+        /// The share of the data each rail in `rails` carries: 4 bits per
+        /// rail (rail `i` in bits `4i..4i+4`), 1 to 15 for a rail in
+        /// `rails`, 0 for the others; all zero means equal shares. Both
+        /// sides cut the message with
+        /// [`StripePlan::from_weights`](super::stripe::StripePlan::from_weights).
+        weights: u64,
     },
     /// The receiver accepts `accepted` bytes of a requested message.
     Cts {
@@ -284,6 +290,9 @@ impl Frame {
     pub fn validate(&self) -> Result<(), HeaderError> {
         match *self {
             Frame::Rts { rails: 0, .. } => Err(HeaderError::NoRails),
+            Frame::Rts { rails, weights, .. } if !weights_fit(rails, weights) => {
+                Err(HeaderError::Weights { rails, weights })
+            }
             Frame::Cts { recv_id, .. } if recv_id > MAX_RECV_ID => {
                 Err(HeaderError::RecvIdTooLarge(recv_id))
             }
@@ -335,12 +344,14 @@ impl Frame {
                 len,
                 send_id,
                 rails,
+                weights,
                 ..
             } => {
                 put_u64(out, 16, tag);
                 put_u64(out, 24, len);
                 put_u64(out, 32, send_id);
                 put_u64(out, 40, rails);
+                put_u64(out, 48, weights);
             }
             Frame::Cts {
                 send_id,
@@ -469,6 +480,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
             len: get_u64(h, 24),
             send_id: get_u64(h, 32),
             rails: get_u64(h, 40),
+            weights: get_u64(h, 48),
         },
         KIND_CTS => Frame::Cts {
             source,
@@ -550,6 +562,15 @@ pub enum HeaderError {
     /// An Rts whose rail mask is empty.
     #[error("an mrail Rts names no rails")]
     NoRails,
+    /// An Rts whose weights do not fit its rails (a weight for a rail not
+    /// in the mask, a zero weight for one in it, or weights beyond rail 15).
+    #[error("an mrail Rts with weights {weights:#x} for rails {rails:#x}")]
+    Weights {
+        /// The rail mask.
+        rails: u64,
+        /// The weights.
+        weights: u64,
+    },
     /// A Cts receive id that does not fit a data tag.
     #[error("receive id {0} exceeds the data tag's {MAX_RECV_ID}")]
     RecvIdTooLarge(u64),
@@ -607,6 +628,33 @@ fn get_u32(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
+/// Whether `weights` fit `rails` (see [`Frame::Rts`]): zero, or a weight
+/// of 1 to 15 for each rail of the mask (all below 16) and 0 elsewhere.
+///
+/// ```
+/// use psmrail::mrail::core::header::weights_fit;
+/// assert!(weights_fit(0b101, 0));
+/// assert!(weights_fit(0b101, 0x205));
+/// assert!(!weights_fit(0b101, 0x005));
+/// assert!(!weights_fit(0b001, 0x015));
+/// ```
+pub fn weights_fit(rails: u64, weights: u64) -> bool {
+    if weights == 0 {
+        return true;
+    }
+    if rails >> 16 != 0 {
+        return false;
+    }
+    (0..16).all(|i| {
+        let w = (weights >> (4 * i)) & 0xf;
+        if rails & (1 << i) != 0 {
+            w != 0
+        } else {
+            w == 0
+        }
+    })
+}
+
 fn put_u64(buf: &mut [u8], at: usize, value: u64) {
     buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
 }
@@ -638,6 +686,7 @@ mod tests {
                 len: 0,
                 send_id: 7,
                 rails: 0b101,
+                weights: 0x304,
             },
             Frame::Cts {
                 source: 1,
@@ -657,7 +706,7 @@ mod tests {
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 48, 40, 32, 24]);
+        assert_eq!(lens, [24, 56, 40, 32, 24]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -739,6 +788,7 @@ mod tests {
             len: 1,
             send_id: 0,
             rails: 0,
+            weights: 0,
         };
         assert_eq!(rts.write_to(&mut buf), Err(HeaderError::NoRails));
         let cts = Frame::Cts {
@@ -785,19 +835,33 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
-                1u64..
+                1u64..,
+                any::<bool>()
             )
-                .prop_map(|(class, seq, source, tag, len, send_id, rails)| {
-                    Frame::Rts {
-                        class,
-                        seq,
-                        source,
-                        tag,
-                        len,
-                        send_id,
-                        rails,
+                .prop_map(
+                    |(class, seq, source, tag, len, send_id, rails, weighted)| {
+                        // Weighted: rails below 16, each weight from the mask.
+                        let (rails, weights) = if weighted {
+                            let rails = (rails & 0xffff).max(1);
+                            let w = (0..16)
+                                .filter(|i| rails & (1 << i) != 0)
+                                .fold(0u64, |w, i| w | ((1 + (i as u64 * 7) % 15) << (4 * i)));
+                            (rails, w)
+                        } else {
+                            (rails, 0)
+                        };
+                        Frame::Rts {
+                            class,
+                            seq,
+                            source,
+                            tag,
+                            len,
+                            send_id,
+                            rails,
+                            weights,
+                        }
                     }
-                }),
+                ),
             (any::<u64>(), any::<u64>(), 0..=MAX_RECV_ID, any::<u64>()).prop_map(
                 |(source, send_id, recv_id, accepted)| Frame::Cts {
                     source,

@@ -11,7 +11,9 @@
 //! * [`rail_choice`]: which rails a message goes out on, by size class
 //!   and rail liveness ([`RailChooser`]);
 //! * [`stripe`]: how a large message is split over its rails
-//!   ([`StripePlan`]);
+//!   ([`StripePlan`]), equally or by weight;
+//! * [`rail_rates`]: each rail's rate, configured or learned, and the
+//!   stripe weights that follow ([`RailRates`]);
 //! * [`sequence`]: per-peer sequence numbers ([`TxSequence`]) and the
 //!   receive-side reorder buffer ([`Reorder`]) that undoes the reordering
 //!   between rails;
@@ -32,6 +34,7 @@ pub mod header;
 pub mod local_rank;
 pub mod matcher;
 pub mod rail_choice;
+pub mod rail_rates;
 pub mod sequence;
 pub mod stripe;
 
@@ -39,5 +42,6 @@ pub use header::{Frame, HeaderError, MsgClass, NackReason};
 pub use local_rank::{local_rank, LocalRank};
 pub use matcher::{ArrivalSpec, Matcher, RecvSpec};
 pub use rail_choice::{RailChoice, RailChooser, RailCountError};
+pub use rail_rates::RailRates;
 pub use sequence::{Reorder, ReorderError, TxSequence};
 pub use stripe::{Stripe, StripePlan};

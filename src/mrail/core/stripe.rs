@@ -141,6 +141,36 @@ impl StripePlan {
         StripePlan::equal(len, &rails)
     }
 
+    /// The plan of a request to send with `weights` (4 bits per rail, as
+    /// [`Frame::Rts`](super::header::Frame::Rts) carries them): shares in
+    /// proportion to the weights of the rails in `mask`, or
+    /// [`from_mask`](Self::from_mask)'s equal shares when `weights` is 0.
+    /// `None` when the weights do not fit the mask
+    /// ([`weights_fit`](super::header::weights_fit)).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::stripe::StripePlan;
+    ///
+    /// // Rail 0 weighs 2, rail 1 weighs 5: 2/7 and 5/7 of the bytes.
+    /// let plan = StripePlan::from_weights(7000, 0b11, 0x52).unwrap();
+    /// let lens: Vec<u64> = plan.iter().map(|s| s.len).collect();
+    /// assert_eq!(lens, [2000, 5000]);
+    /// assert!(StripePlan::from_weights(10, 0b01, 0x20).is_none());
+    /// ```
+    pub fn from_weights(len: u64, mask: u64, weights: u64) -> Option<StripePlan> {
+        if weights == 0 {
+            return StripePlan::from_mask(len, mask);
+        }
+        if !super::header::weights_fit(mask, weights) {
+            return None;
+        }
+        let rails: Vec<(usize, u64)> = (0..16)
+            .filter(|&r| mask & (1 << r) != 0)
+            .map(|r| (r, (weights >> (4 * r)) & 0xf))
+            .collect();
+        StripePlan::weighted(len, &rails)
+    }
+
     /// Lays out `(rail, length)` shares in order, leaving out empty ones.
     fn from_shares(shares: impl Iterator<Item = (usize, u64)>) -> StripePlan {
         let mut offset = 0;
@@ -270,8 +300,37 @@ mod tests {
         assert_eq!(rails, [0, 63]);
     }
 
+    #[test]
+    fn weights_from_a_request() {
+        let plan = StripePlan::from_weights(3500, 0b11, 0xa4).unwrap();
+        let lens: Vec<u64> = plan.iter().map(|s| s.len).collect();
+        assert_eq!(lens, [1000, 2500]);
+        assert_eq!(
+            StripePlan::from_weights(9, 0b111, 0),
+            StripePlan::from_mask(9, 0b111)
+        );
+        assert!(StripePlan::from_weights(9, 0b11, 0x100).is_none());
+        assert!(StripePlan::from_weights(9, 1 << 20, 1).is_none());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn weighted_request_plans_follow_their_weights(
+            len in prop_oneof![0u64..1000, any::<u64>()],
+            ws in proptest::collection::vec(1u64..16, 1..=16),
+        ) {
+            let mask = (1u64 << ws.len()) - 1;
+            let weights = ws.iter().enumerate().fold(0u64, |acc, (i, w)| acc | (w << (4 * i)));
+            let plan = StripePlan::from_weights(len, mask, weights).unwrap();
+            check_layout(&plan, len);
+            let total: u128 = ws.iter().map(|&w| u128::from(w)).sum();
+            for s in plan.iter() {
+                let exact = u128::from(len) * u128::from(ws[s.rail]) / total;
+                prop_assert!(u128::from(s.len).abs_diff(exact) <= 1, "{s:?} vs {exact}");
+            }
+        }
 
         #[test]
         fn equal_plan_invariants(

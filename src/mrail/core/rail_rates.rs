@@ -1,0 +1,169 @@
+//! [`RailRates`]: how fast each rail carries data, from configuration or
+//! learned from the rail's measured throughput, and the stripe weights
+//! that follow (bandwidth-weighted striping: rails of different speed get
+//! parts in proportion to their rates, as UCX splits rendezvous fragments
+//! by lane bandwidth).
+//!
+//! Learning: each striped part the sender completes is a sample, its bytes
+//! over the time from posting to completion, folded into a moving average
+//! per rail. Parts that finish early on a fast rail give it a higher
+//! estimate, so it gets a larger share next time; the shares settle where
+//! every part takes as long as the others, which is when they are in
+//! proportion to the rails' rates. Until every rail of a plan has a
+//! sample, plans are equal. Configured rates are used as they are and
+//! never replaced by samples.
+//!
+//! Weights travel in the request to send, 4 bits per rail
+//! ([`Frame::Rts`](super::header::Frame::Rts)), so both sides cut the
+//! message the same way. No clock is read here: samples come with their
+//! duration.
+
+use std::time::Duration;
+
+/// Parts smaller than this tell too little about a rail's rate.
+pub const MIN_SAMPLE_BYTES: u64 = 256 << 10;
+
+/// Weight of a new sample in the moving average (1/4).
+const NEW_SAMPLE_SHARE: f64 = 0.25;
+
+/// Rates of up to 16 rails, in bytes per second.
+///
+/// ```
+/// use psmrail::mrail::core::rail_rates::RailRates;
+/// use std::time::Duration;
+///
+/// // Configured: 1 and 2.5 Gbit/s.
+/// let r = RailRates::configured(&[1000, 2500]);
+/// assert_eq!(r.weights(0b11), 0xf6); // rail 0: 6, rail 1: 15
+///
+/// // Learned: equal until both rails have a sample.
+/// let mut r = RailRates::learning(2);
+/// r.sample(0, 1 << 20, Duration::from_millis(8));
+/// assert_eq!(r.weights(0b11), 0);
+/// r.sample(1, 1 << 20, Duration::from_millis(4));
+/// assert_eq!(r.weights(0b11), 0xf8); // rail 1 is twice as fast
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct RailRates {
+    rates: Vec<Option<f64>>,
+    fixed: bool,
+}
+
+impl RailRates {
+    /// Rates learned from samples, for `rails` rails (none known yet).
+    pub fn learning(rails: usize) -> RailRates {
+        RailRates {
+            rates: vec![None; rails.min(16)],
+            fixed: false,
+        }
+    }
+
+    /// Rates given in Mbit/s, one per rail (a 0 counts as unknown).
+    pub fn configured(mbit: &[u64]) -> RailRates {
+        RailRates {
+            rates: mbit
+                .iter()
+                .take(16)
+                .map(|&m| (m > 0).then(|| m as f64 * 1e6 / 8.0))
+                .collect(),
+            fixed: true,
+        }
+    }
+
+    /// Whether the rates came from configuration.
+    pub fn is_configured(&self) -> bool {
+        self.fixed
+    }
+
+    /// Folds in a part of `bytes` that took `took` on `rail`. Ignored for
+    /// configured rates, small parts and zero durations.
+    pub fn sample(&mut self, rail: usize, bytes: u64, took: Duration) {
+        if self.fixed || bytes < MIN_SAMPLE_BYTES || took.is_zero() {
+            return;
+        }
+        let Some(slot) = self.rates.get_mut(rail) else {
+            return;
+        };
+        let rate = bytes as f64 / took.as_secs_f64();
+        *slot = Some(match *slot {
+            Some(old) => old + NEW_SAMPLE_SHARE * (rate - old),
+            None => rate,
+        });
+    }
+
+    /// The rate of `rail` in bytes per second, if known.
+    pub fn rate(&self, rail: usize) -> Option<f64> {
+        self.rates.get(rail).copied().flatten()
+    }
+
+    /// The stripe weights for the rails in `mask` (4 bits per rail, the
+    /// fastest 15, the others in proportion, at least 1), or 0 (equal
+    /// shares) while a rail of the mask has no rate, or when `mask` names
+    /// a rail beyond the 16 that weights can describe.
+    pub fn weights(&self, mask: u64) -> u64 {
+        if mask == 0 || mask >> self.rates.len().min(16) != 0 {
+            return 0;
+        }
+        let members = || (0..self.rates.len()).filter(move |&r| mask & (1 << r) != 0);
+        let mut max = 0.0f64;
+        for r in members() {
+            match self.rates[r] {
+                Some(rate) if rate > 0.0 => max = max.max(rate),
+                _ => return 0,
+            }
+        }
+        members().fold(0, |w, r| {
+            let share = self.rates[r].unwrap_or(0.0) / max;
+            let nibble = (share * 15.0).round().clamp(1.0, 15.0) as u64;
+            w | (nibble << (4 * r))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mrail::core::header::weights_fit;
+    use proptest::prelude::*;
+
+    #[test]
+    fn samples_move_the_estimate_gradually() {
+        let mut r = RailRates::learning(2);
+        r.sample(0, 1 << 20, Duration::from_millis(10));
+        let first = r.rate(0).unwrap();
+        r.sample(0, 1 << 20, Duration::from_millis(20));
+        let second = r.rate(0).unwrap();
+        assert!(second < first && second > first / 2.0, "{first} {second}");
+        // Small parts and configured rates ignore samples.
+        r.sample(1, 1000, Duration::from_millis(1));
+        assert_eq!(r.rate(1), None);
+        let mut c = RailRates::configured(&[1000, 1000]);
+        c.sample(0, 1 << 30, Duration::from_millis(1));
+        assert_eq!(c.rate(0), Some(125e6));
+        assert!(c.is_configured());
+    }
+
+    #[test]
+    fn weights_need_every_rail_of_the_mask() {
+        let r = RailRates::configured(&[1000, 0, 2000]);
+        assert_eq!(r.weights(0b101), 0xf08);
+        assert_eq!(r.weights(0b111), 0);
+        assert_eq!(r.weights(0b1000), 0);
+        assert_eq!(r.weights(0), 0);
+        // A very slow rail still gets weight 1.
+        let r = RailRates::configured(&[1, 100_000]);
+        assert_eq!(r.weights(0b11), 0xf1);
+    }
+
+    proptest! {
+        #[test]
+        fn weights_always_fit_their_mask(
+            mbit in proptest::collection::vec(0u64..100_000, 1..=16),
+            mask in 1u64..(1 << 16),
+        ) {
+            let r = RailRates::configured(&mbit);
+            let w = r.weights(mask);
+            prop_assert!(weights_fit(mask, w), "{mask:#x} {w:#x}");
+        }
+    }
+}
