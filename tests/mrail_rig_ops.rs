@@ -891,8 +891,13 @@ fn stats_line(ep: &MrailEndpoint) -> String {
         .iter()
         .map(|r| {
             format!(
-                "{}/{}/{}/{}/{}",
-                r.msgs_sent, r.bytes_sent, r.msgs_received, r.bytes_received, r.stripes
+                "{}/{}/{}/{}/{}/{}",
+                r.msgs_sent,
+                r.bytes_sent,
+                r.msgs_received,
+                r.bytes_received,
+                r.stripes,
+                r.rate_mbit.unwrap_or(0)
             )
         })
         .collect();
@@ -1052,8 +1057,8 @@ impl Host {
 struct Stats {
     fields: HashMap<String, u64>,
     /// Per rail: msgs sent, bytes sent, msgs received, bytes received,
-    /// stripes.
-    rails: Vec<[u64; 5]>,
+    /// stripes, rate (Mbit/s, 0 unknown).
+    rails: Vec<[u64; 6]>,
 }
 
 impl Stats {
@@ -1065,7 +1070,7 @@ impl Stats {
             if k == "rails" {
                 for r in v.split(',') {
                     let n: Vec<u64> = r.split('/').map(|x| x.parse().expect("number")).collect();
-                    rails.push(n.try_into().expect("5 numbers"));
+                    rails.push(n.try_into().expect("6 numbers"));
                 }
             } else {
                 fields.insert(k.to_owned(), v.parse().expect("number"));
@@ -1617,5 +1622,50 @@ fn a_peer_missing_from_the_av_is_refused_and_counted() {
     carry(a, b, &[tagged(MIB, 5), untagged(8)]);
     assert_eq!(b.stats().get("unknown"), 2);
     a.stats().assert_clean("a");
+    p.quit();
+}
+
+#[test]
+fn learned_weights_follow_the_rails_speeds() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    // Rail 1 three times as fast as rail 0; no rates configured.
+    let shapes = [RailShape::rate(40), RailShape::rate(120)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    let test = "learned_weights_follow_the_rails_speeds";
+    let mut p = Pair::start(&rig, test, Opts::manual(DEFAULT_POLICY));
+    let Pair { a, b } = &mut p;
+    // Striped messages one after the other: the first ones are cut in
+    // equal parts, and each teaches the sender how long its parts took.
+    let mut shares = Vec::new();
+    for _ in 0..12 {
+        let before = a.stats();
+        carry(b, a, &[tagged(2 * MIB, 5)]);
+        let after = a.stats();
+        let sent = |r: usize| after.rails[r][1] - before.rails[r][1];
+        shares.push(sent(1) as f64 / (sent(0) + sent(1)) as f64);
+    }
+    // The receiver learns the rates (it sees each part land) and cuts
+    // the messages; the sender follows its answer.
+    let s = b.stats();
+    let (r0, r1) = (s.rails[0][5], s.rails[1][5]);
+    println!("learned rates: {r0} and {r1} Mbit/s; rail 1's share per message: {shares:.2?}");
+    assert!(r0 > 0 && r1 > 0, "rates learned: {s:?}");
+    assert!(
+        r1 as f64 > 1.8 * r0 as f64,
+        "rail 1 is faster: {r0} vs {r1}"
+    );
+    assert!(
+        (shares[0] - 0.5).abs() < 0.01,
+        "the first message is cut in halves: {shares:?}"
+    );
+    let last = shares[shares.len() - 1];
+    assert!(
+        (0.68..0.82).contains(&last),
+        "the last message is cut about 1:3: {shares:?}"
+    );
     p.quit();
 }

@@ -168,7 +168,6 @@ enum Arrival {
         send_id: u64,
         len: u64,
         rails: u64,
-        weights: u64,
         /// The rail the RTS came on (the CTS goes back on it).
         via: usize,
     },
@@ -209,9 +208,6 @@ struct SendXfer {
     class: MsgClass,
     len: u64,
     rails: u64,
-    weights: u64,
-    /// When the parts were posted (the rails' rate samples start there).
-    posted: Option<Instant>,
     /// The transfer's tracing span and its stripes' (module docs).
     spans: Spans,
     shared: Arc<SharedBuffer>,
@@ -223,6 +219,8 @@ struct SendXfer {
 /// A large receive whose parts are landing.
 struct RecvXfer {
     spans: Spans,
+    /// When the parts were posted (the rails' rate samples start there).
+    posted: Instant,
     class: MsgClass,
     tag: u64,
     source: u32,
@@ -728,18 +726,11 @@ impl Driver {
             Ok(s) => s,
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
         };
-        let weights = if rails.count_ones() > 1 {
-            st.rates.weights(rails)
-        } else {
-            0
-        };
         let xfer = SendXfer {
             entry,
             class,
             len,
             rails,
-            weights,
-            posted: None,
             spans: Spans::default(),
             shared,
             sink,
@@ -762,7 +753,6 @@ impl Driver {
             len,
             send_id,
             rails,
-            weights,
         };
         if let Err(e) = self.send_control(via, peer, &frame) {
             let x = st.sends.remove(send_id).expect("just inserted");
@@ -918,9 +908,8 @@ impl Driver {
                 send_id,
                 len,
                 rails,
-                weights,
                 via,
-            } => self.start_recv(st, recv, spec, send_id, len, (rails, weights), via),
+            } => self.start_recv(st, recv, spec, send_id, len, rails, via),
         }
     }
 
@@ -934,7 +923,7 @@ impl Driver {
         spec: ArrivalSpec,
         send_id: u64,
         len: u64,
-        (rails, weights): (u64, u64),
+        rails: u64,
         via: usize,
     ) {
         let PostedRecv { sink, buf } = recv;
@@ -945,6 +934,13 @@ impl Driver {
         };
         let accepted = len.min(buf.len() as u64);
         let all = st.chooser.all_rails_mask();
+        // The receiver cuts the message by its rails' rates (configured,
+        // or learned from the parts it received) and tells the sender how.
+        let weights = if rails & !all == 0 && rails.count_ones() > 1 {
+            st.rates.weights(rails)
+        } else {
+            0
+        };
         let plan = if rails & !all == 0 {
             StripePlan::from_weights(accepted, rails, weights)
         } else {
@@ -981,6 +977,7 @@ impl Driver {
         };
         let xfer = RecvXfer {
             spans: Spans::new("recv", &plan),
+            posted: Instant::now(),
             class: spec.class,
             tag: spec.tag,
             source: spec.source,
@@ -1056,6 +1053,7 @@ impl Driver {
             send_id,
             recv_id,
             accepted,
+            weights,
         };
         if let Err(e) = self.send_control(via, entry.rails[via], &cts) {
             drop(parts);
@@ -1205,7 +1203,6 @@ impl Driver {
                 len,
                 send_id,
                 rails,
-                weights,
             } => {
                 let p = self.known(source);
                 let spec = ArrivalSpec {
@@ -1218,7 +1215,6 @@ impl Driver {
                         send_id,
                         len,
                         rails,
-                        weights,
                         via: rail,
                     }),
                     None => {
@@ -1245,7 +1241,8 @@ impl Driver {
                 send_id,
                 recv_id,
                 accepted,
-            } => self.on_cts(st, source, send_id, recv_id, accepted),
+                weights,
+            } => self.on_cts(st, source, send_id, (recv_id, accepted, weights)),
             Frame::Nack {
                 source,
                 send_id,
@@ -1391,7 +1388,13 @@ impl Driver {
         }
     }
 
-    fn on_cts(&self, st: &mut State, source: u64, send_id: u64, recv_id: u64, accepted: u64) {
+    fn on_cts(
+        &self,
+        st: &mut State,
+        source: u64,
+        send_id: u64,
+        (recv_id, accepted, weights): (u64, u64, u64),
+    ) {
         let Some(x) = st.sends.get_mut(send_id) else {
             bump(&self.stats.stale, 1);
             return;
@@ -1400,11 +1403,10 @@ impl Driver {
             self.malformed("a CTS that does not fit its send");
             return;
         }
-        let Some(plan) = StripePlan::from_weights(accepted, x.rails, x.weights) else {
-            self.malformed("a CTS for a send with no rails");
+        let Some(plan) = StripePlan::from_weights(accepted, x.rails, weights) else {
+            self.malformed("a CTS whose weights do not fit its send's rails");
             return;
         };
-        x.posted = Some(Instant::now());
         x.spans = Spans::new("send", &plan);
         let mut parts = Vec::with_capacity(plan.len());
         let mut failed = None;
@@ -1481,12 +1483,6 @@ impl Driver {
         };
         let x = st.sends.remove(id).expect("present");
         x.spans.end(&joined);
-        if let Some(posted) = x.posted {
-            for p in &joined.parts {
-                let took = p.at.saturating_duration_since(posted);
-                st.rates.sample(p.rail, p.bytes as u64, took);
-            }
-        }
         let result = match joined.error {
             None => Ok(Done {
                 len: x.len as usize,
@@ -1505,6 +1501,10 @@ impl Driver {
         };
         let x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
+        for p in &joined.parts {
+            let took = p.at.saturating_duration_since(x.posted);
+            st.rates.sample(p.rail, p.bytes as u64, took);
+        }
         let result = match joined.error {
             Some(e) => Err(e),
             None if x.accepted < x.msg_len => Err(Error::truncated(

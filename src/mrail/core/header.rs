@@ -34,8 +34,8 @@
 //! | kind | bytes 16.. | length |
 //! |------|------------|--------|
 //! | Eager | tag | 24, then the payload |
-//! | Rts | tag, len, send_id, rails, weights | 56 |
-//! | Cts | send_id, recv_id, accepted | 40 |
+//! | Rts | tag, len, send_id, rails | 48 |
+//! | Cts | send_id, recv_id, accepted, weights | 48 |
 //! | Nack | send_id, reason (u32), zero (u32) | 32 |
 //! | Ack | zero (u64) | 24 |
 //!
@@ -60,10 +60,10 @@ pub const MAX_PARTS: usize = 64;
 /// Length of an [`Eager`](Frame::Eager) header; its payload follows.
 pub const EAGER_HEADER_LEN: usize = 24;
 /// Length of the longest header ([`Rts`](Frame::Rts)).
-pub const MAX_HEADER_LEN: usize = 56;
+pub const MAX_HEADER_LEN: usize = 48;
 
-const RTS_LEN: usize = 56;
-const CTS_LEN: usize = 40;
+const RTS_LEN: usize = 48;
+const CTS_LEN: usize = 48;
 const NACK_LEN: usize = 32;
 const ACK_LEN: usize = 24;
 
@@ -216,12 +216,6 @@ pub enum Frame {
         send_id: u64,
         /// Bit mask of the sender's rail indices; never zero.
         rails: u64,
-        /// The share of the data each rail in `rails` carries: 4 bits per
-        /// rail (rail `i` in bits `4i..4i+4`), 1 to 15 for a rail in
-        /// `rails`, 0 for the others; all zero means equal shares. Both
-        /// sides cut the message with
-        /// [`StripePlan::from_weights`](super::stripe::StripePlan::from_weights).
-        weights: u64,
     },
     /// The receiver accepts `accepted` bytes of a requested message.
     Cts {
@@ -233,6 +227,12 @@ pub enum Frame {
         recv_id: u64,
         /// How many bytes the receiver takes (at most the request's `len`).
         accepted: u64,
+        /// The share of the data each of the request's rails carries, as
+        /// the receiver cut its receives: 4 bits per rail (rail `i` in bits
+        /// `4i..4i+4`), 1 to 15 for a rail of the request, 0 for the
+        /// others; all zero means equal shares. Both sides cut the message
+        /// with [`StripePlan::from_weights`](super::stripe::StripePlan::from_weights).
+        weights: u64,
     },
     /// The receiver refuses a request to send.
     Nack {
@@ -290,9 +290,6 @@ impl Frame {
     pub fn validate(&self) -> Result<(), HeaderError> {
         match *self {
             Frame::Rts { rails: 0, .. } => Err(HeaderError::NoRails),
-            Frame::Rts { rails, weights, .. } if !weights_fit(rails, weights) => {
-                Err(HeaderError::Weights { rails, weights })
-            }
             Frame::Cts { recv_id, .. } if recv_id > MAX_RECV_ID => {
                 Err(HeaderError::RecvIdTooLarge(recv_id))
             }
@@ -344,24 +341,24 @@ impl Frame {
                 len,
                 send_id,
                 rails,
-                weights,
                 ..
             } => {
                 put_u64(out, 16, tag);
                 put_u64(out, 24, len);
                 put_u64(out, 32, send_id);
                 put_u64(out, 40, rails);
-                put_u64(out, 48, weights);
             }
             Frame::Cts {
                 send_id,
                 recv_id,
                 accepted,
+                weights,
                 ..
             } => {
                 put_u64(out, 16, send_id);
                 put_u64(out, 24, recv_id);
                 put_u64(out, 32, accepted);
+                put_u64(out, 40, weights);
             }
             Frame::Nack {
                 send_id, reason, ..
@@ -402,10 +399,12 @@ impl Frame {
 /// use psmrail::mrail::core::header::{decode, Frame, HeaderError};
 ///
 /// let mut buf = Vec::new();
-/// Frame::Cts { source: 1, send_id: 2, recv_id: 3, accepted: 4 }.append_to(&mut buf).unwrap();
+/// Frame::Cts { source: 1, send_id: 2, recv_id: 3, accepted: 4, weights: 0 }
+///     .append_to(&mut buf)
+///     .unwrap();
 /// assert!(decode(&buf).is_ok());
 /// buf.push(0);
-/// assert_eq!(decode(&buf), Err(HeaderError::Trailing { kind: "Cts", len: 40, extra: 1 }));
+/// assert_eq!(decode(&buf), Err(HeaderError::Trailing { kind: "Cts", len: 48, extra: 1 }));
 /// assert_eq!(decode(&[2]), Err(HeaderError::Short { need: 16, got: 1 }));
 /// ```
 pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
@@ -480,13 +479,13 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
             len: get_u64(h, 24),
             send_id: get_u64(h, 32),
             rails: get_u64(h, 40),
-            weights: get_u64(h, 48),
         },
         KIND_CTS => Frame::Cts {
             source,
             send_id: get_u64(h, 16),
             recv_id: get_u64(h, 24),
             accepted: get_u64(h, 32),
+            weights: get_u64(h, 40),
         },
         KIND_NACK => {
             if get_u32(h, 28) != 0 {
@@ -562,15 +561,6 @@ pub enum HeaderError {
     /// An Rts whose rail mask is empty.
     #[error("an mrail Rts names no rails")]
     NoRails,
-    /// An Rts whose weights do not fit its rails (a weight for a rail not
-    /// in the mask, a zero weight for one in it, or weights beyond rail 15).
-    #[error("an mrail Rts with weights {weights:#x} for rails {rails:#x}")]
-    Weights {
-        /// The rail mask.
-        rails: u64,
-        /// The weights.
-        weights: u64,
-    },
     /// A Cts receive id that does not fit a data tag.
     #[error("receive id {0} exceeds the data tag's {MAX_RECV_ID}")]
     RecvIdTooLarge(u64),
@@ -628,7 +618,7 @@ fn get_u32(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
-/// Whether `weights` fit `rails` (see [`Frame::Rts`]): zero, or a weight
+/// Whether `weights` fit `rails` (see [`Frame::Cts`]): zero, or a weight
 /// of 1 to 15 for each rail of the mask (all below 16) and 0 elsewhere.
 ///
 /// ```
@@ -686,13 +676,13 @@ mod tests {
                 len: 0,
                 send_id: 7,
                 rails: 0b101,
-                weights: 0x304,
             },
             Frame::Cts {
                 source: 1,
                 send_id: 2,
                 recv_id: MAX_RECV_ID,
                 accepted: 4,
+                weights: 0x304,
             },
             Frame::Nack {
                 source: 1,
@@ -706,7 +696,7 @@ mod tests {
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 56, 40, 32, 24]);
+        assert_eq!(lens, [24, 48, 48, 32, 24]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -788,7 +778,6 @@ mod tests {
             len: 1,
             send_id: 0,
             rails: 0,
-            weights: 0,
         };
         assert_eq!(rts.write_to(&mut buf), Err(HeaderError::NoRails));
         let cts = Frame::Cts {
@@ -796,6 +785,7 @@ mod tests {
             send_id: 0,
             recv_id: MAX_RECV_ID + 1,
             accepted: 0,
+            weights: 0,
         };
         assert!(cts.write_to(&mut buf).is_err());
         assert_eq!(buf, [0xaa; MAX_HEADER_LEN]);
@@ -835,41 +825,35 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
-                1u64..,
-                any::<bool>()
+                1u64..
             )
-                .prop_map(
-                    |(class, seq, source, tag, len, send_id, rails, weighted)| {
-                        // Weighted: rails below 16, each weight from the mask.
-                        let (rails, weights) = if weighted {
-                            let rails = (rails & 0xffff).max(1);
-                            let w = (0..16)
-                                .filter(|i| rails & (1 << i) != 0)
-                                .fold(0u64, |w, i| w | ((1 + (i as u64 * 7) % 15) << (4 * i)));
-                            (rails, w)
-                        } else {
-                            (rails, 0)
-                        };
-                        Frame::Rts {
-                            class,
-                            seq,
-                            source,
-                            tag,
-                            len,
-                            send_id,
-                            rails,
-                            weights,
-                        }
+                .prop_map(|(class, seq, source, tag, len, send_id, rails)| {
+                    Frame::Rts {
+                        class,
+                        seq,
+                        source,
+                        tag,
+                        len,
+                        send_id,
+                        rails,
                     }
-                ),
-            (any::<u64>(), any::<u64>(), 0..=MAX_RECV_ID, any::<u64>()).prop_map(
-                |(source, send_id, recv_id, accepted)| Frame::Cts {
-                    source,
-                    send_id,
-                    recv_id,
-                    accepted
-                }
-            ),
+                }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                0..=MAX_RECV_ID,
+                any::<u64>(),
+                any::<u64>()
+            )
+                .prop_map(|(source, send_id, recv_id, accepted, weights)| {
+                    Frame::Cts {
+                        source,
+                        send_id,
+                        recv_id,
+                        accepted,
+                        weights,
+                    }
+                }),
             (any::<u64>(), any::<u64>(), 0u32..3).prop_map(|(source, send_id, r)| {
                 Frame::Nack {
                     source,

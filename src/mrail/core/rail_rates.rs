@@ -4,19 +4,21 @@
 //! parts in proportion to their rates, as UCX splits rendezvous fragments
 //! by lane bandwidth).
 //!
-//! Learning: each striped part the sender completes is a sample, its bytes
-//! over the time from posting to completion, folded into a moving average
-//! per rail. Parts that finish early on a fast rail give it a higher
-//! estimate, so it gets a larger share next time; the shares settle where
-//! every part takes as long as the others, which is when they are in
-//! proportion to the rails' rates. Until every rail of a plan has a
-//! sample, plans are equal. Configured rates are used as they are and
-//! never replaced by samples.
+//! Learning: each striped part a *receiver* completes is a sample, its
+//! bytes over the time from posting its receive (when the answer to the
+//! request leaves) to the last byte landing — the rail's own pace, which
+//! the sender cannot see (its sends complete as soon as the socket buffers
+//! take them). Samples fold into a moving average per rail. Parts that land
+//! early on a fast rail give it a higher estimate, so it gets a larger
+//! share next time; the shares settle where every part takes as long as
+//! the others, which is when they are in proportion to the rails' rates.
+//! Until every rail of a plan has a sample, plans are equal. Configured
+//! rates are used as they are and never replaced by samples.
 //!
-//! Weights travel in the request to send, 4 bits per rail
-//! ([`Frame::Rts`](super::header::Frame::Rts)), so both sides cut the
-//! message the same way. No clock is read here: samples come with their
-//! duration.
+//! The receiver cuts its receives by these weights and sends them back in
+//! its answer, 4 bits per rail ([`Frame::Cts`](super::header::Frame::Cts)),
+//! so the sender cuts its parts the same way. No clock is read here:
+//! samples come with their duration.
 
 use std::time::Duration;
 

@@ -141,8 +141,8 @@ impl StripePlan {
         StripePlan::equal(len, &rails)
     }
 
-    /// The plan of a request to send with `weights` (4 bits per rail, as
-    /// [`Frame::Rts`](super::header::Frame::Rts) carries them): shares in
+    /// The plan of a striped message with `weights` (4 bits per rail, as
+    /// [`Frame::Cts`](super::header::Frame::Cts) carries them): shares in
     /// proportion to the weights of the rails in `mask`, or
     /// [`from_mask`](Self::from_mask)'s equal shares when `weights` is 0.
     /// `None` when the weights do not fit the mask
