@@ -685,3 +685,43 @@ fn learned_rates_appear_after_striped_traffic() {
         "{s:?}"
     );
 }
+
+#[test]
+fn a_peer_that_goes_away_fails_its_transfers_instead_of_hanging() {
+    // A receive whose sender closes in the middle of the transfer, and a
+    // send whose receiver closes before answering, both end with FI_EIO.
+    let n = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+    let MrailNodes { mut nodes, info } = n;
+    let b = nodes.pop().unwrap();
+    let a = nodes.pop().unwrap();
+    let to_b = a.addrs[1];
+    let to_a = b.addrs[0];
+    let len = 64 << 20;
+    let mut recv = Box::pin(a.ep.trecv(vec![0u8; len], 1, 0));
+    let mut send = Box::pin(b.ep.tsend(to_a, 1, pattern(len, 3)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // Until the data flows (the receive matched, parts are landing).
+    let start = std::time::Instant::now();
+    while a.ep.stats().rails.iter().all(|r| r.stripes == 0) {
+        assert!(recv.as_mut().poll(&mut cx).is_pending());
+        let _ = send.as_mut().poll(&mut cx);
+        b.domain.reactor().progress();
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the transfer never started"
+        );
+    }
+    drop(send);
+    b.ep.clone().close().unwrap();
+    b.domain.clone().close().unwrap();
+    let t = std::time::Instant::now();
+    let (got, _) = mrail_nodes::drive(&[a.domain.clone()], recv);
+    let e = got.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    println!("the receive failed after {:?}: {e}", t.elapsed());
+    // A send to the closed peer: refused at once or failed, never hanging.
+    let (sent, _) =
+        mrail_nodes::drive(&[a.domain.clone()], a.ep.tsend(to_b, 2, vec![1u8; 1 << 20]));
+    assert_eq!(sent.unwrap_err().kind(), ErrorKind::Io);
+    drop(info);
+}

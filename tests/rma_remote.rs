@@ -580,6 +580,32 @@ fn sizes(test: &str, side: &Side, remote: &mut Remote) {
     );
 }
 
+/// A program that waited for its read and then writes the same range:
+/// the write must succeed, however soon after the read it comes (the
+/// target's own send of the read's data may still be finishing), and the
+/// region ends with every write's bytes. Looped, 4 MiB (the long,
+/// tagged-MQ path when tagged RMA is on) and a size around the AM chunk.
+fn read_then_write(_test: &str, side: &Side, remote: &mut Remote) {
+    const LEN: usize = 4 * MIB;
+    remote.ok(side, &format!("reg 1 {LEN} rw"));
+    let small = chunk(side) + 1;
+    for round in 0..12u64 {
+        for len in [LEN, small] {
+            let (r, back) = side.block_on(side.ep.read(remote.fi, vec![0u8; len], 0, 1));
+            r.unwrap_or_else(|e| panic!("round {round}: read of {len} B: {e}"));
+            assert_eq!(back.len(), len);
+            let data = pattern(len, 200 + round);
+            let (r, _) = side.block_on(side.ep.write(remote.fi, data.clone(), 0, 1));
+            r.unwrap_or_else(|e| panic!("round {round}: write of {len} B right after a read: {e}"));
+            assert_eq!(
+                remote.hash(side, 1, 0, len),
+                fnv(&data),
+                "round {round}: the write of {len} B landed"
+            );
+        }
+    }
+}
+
 /// Refused writes and reads (bad key, out of range, missing access) fail
 /// with `FI_EACCES` at the initiator and leave the remote's regions
 /// unchanged; a permitted read still works afterwards.
@@ -988,6 +1014,8 @@ use Eng::{Native, Soft};
 tests! {
     native_sizes_am: mode(Native, false) => sizes;
     native_sizes_tagged: mode(Native, true) => sizes;
+    native_read_then_write_am: mode(Native, false) => read_then_write;
+    native_read_then_write_tagged: mode(Native, true) => read_then_write;
     native_refusals_am: mode(Native, false) => refusals;
     native_refusals_tagged: mode(Native, true) => refusals;
     native_fetch_add_race: mode(Native, false) => fetch_add_race;
@@ -1002,6 +1030,8 @@ tests! {
 
     soft_sizes_am: mode(Soft, false) => sizes;
     soft_sizes_tagged: mode(Soft, true) => sizes;
+    soft_read_then_write_am: mode(Soft, false) => read_then_write;
+    soft_read_then_write_tagged: mode(Soft, true) => read_then_write;
     soft_refusals_am: mode(Soft, false) => refusals;
     soft_refusals_tagged: mode(Soft, true) => refusals;
     soft_fetch_add_race: mode(Soft, false) => fetch_add_race;

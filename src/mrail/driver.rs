@@ -59,6 +59,7 @@ use super::core::stripe::StripePlan;
 use super::region::SharedBuffer;
 use super::stripe_join::{RailPart, Striped};
 use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
+use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
     FiAddr,
@@ -69,7 +70,7 @@ use crate::{Error, ErrorKind, Result, Truncation};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -204,6 +205,8 @@ impl PeerState {
 
 /// A large send: waiting for its CTS, then its parts.
 struct SendXfer {
+    /// Ends the send when its peer dies on a rail.
+    watch: Option<Arc<PeerDeath>>,
     entry: Arc<PeerEntry>,
     class: MsgClass,
     len: u64,
@@ -218,6 +221,8 @@ struct SendXfer {
 
 /// A large receive whose parts are landing.
 struct RecvXfer {
+    /// Ends the receive when its sender dies on a rail.
+    watch: Option<Arc<PeerDeath>>,
     spans: Spans,
     /// When the parts were posted (the rails' rate samples start there).
     posted: Instant,
@@ -230,6 +235,33 @@ struct RecvXfer {
     sink: Sink,
     striped: Option<Striped>,
     waker: Waker,
+}
+
+/// A transfer's line from the rails' peer books: when the peer dies on one
+/// of the transfer's rails (its connection ended, or it stopped answering
+/// keepalives for `FI_PSM_TIMEOUT`), the transfer is queued with the error
+/// and its next poll ends it (a sender no longer waits for an answer, a
+/// receiver no longer waits for parts).
+struct PeerDeath {
+    task: u64,
+    queue: Arc<ReadyQueue>,
+    error: OnceLock<Error>,
+}
+
+impl Doomed for PeerDeath {
+    fn peer_died(&self, death: &Arc<Death>) -> bool {
+        let _ = self.error.set(death.error("mrail striped transfer"));
+        self.queue.push(self.task);
+        true
+    }
+}
+
+impl PeerDeath {
+    /// The error, once the peer died.
+    fn error(this: &Option<Arc<PeerDeath>>) -> Option<Error> {
+        let e = this.as_ref()?.error.get()?;
+        Some(Error::new(e.kind(), e.message().to_owned()))
+    }
 }
 
 /// A striped transfer's `tracing` spans: one for the operation
@@ -727,6 +759,7 @@ impl Driver {
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
         };
         let xfer = SendXfer {
+            watch: None,
             entry,
             class,
             len,
@@ -742,8 +775,14 @@ impl Driver {
             Err(x) => return Err((full_error(), reclaim_or_empty(x.shared))),
         };
         let waker = self.waker(task(SEND, send_id));
+        let watch = self.watch_peer(
+            task(SEND, send_id),
+            &st.sends.get(send_id).expect("just inserted").entry,
+            rails,
+        );
         if let Some(x) = st.sends.get_mut(send_id) {
             x.waker = waker;
+            x.watch = Some(watch);
         }
         let frame = Frame::Rts {
             class,
@@ -830,6 +869,30 @@ impl Driver {
         };
         drop(removed);
         drop(self.table.abandon(key));
+    }
+
+    /// Registers task `task` with the peer books of `rails` (a mask) for
+    /// `entry`'s peer there.
+    fn watch_peer(&self, task: u64, entry: &PeerEntry, rails: u64) -> Arc<PeerDeath> {
+        let token = Arc::new(PeerDeath {
+            task,
+            queue: self.ready.clone(),
+            error: OnceLock::new(),
+        });
+        for (r, peer) in entry.rails.iter().enumerate() {
+            if rails & (1 << r) == 0 {
+                continue;
+            }
+            let weak: Weak<dyn Doomed> = Arc::downgrade(&token) as Weak<PeerDeath>;
+            if let Some(death) = self
+                .rail_domain(r)
+                .peers()
+                .wait_for(PeerRef::Peer(*peer), weak)
+            {
+                token.peer_died(&death);
+            }
+        }
+        token
     }
 
     fn waker(&self, id: u64) -> Waker {
@@ -976,6 +1039,7 @@ impl Driver {
             }
         };
         let xfer = RecvXfer {
+            watch: None,
             spans: Spans::new("recv", &plan),
             posted: Instant::now(),
             class: spec.class,
@@ -1071,9 +1135,11 @@ impl Driver {
             bump(&self.stats.rails[s.rail].stripes, 1);
         }
         let waker = self.waker(task(RECV, recv_id));
+        let watch = self.watch_peer(task(RECV, recv_id), &entry, rails);
         if let Some(x) = st.recvs.get_mut(recv_id) {
             x.striped = Some(Striped::new(parts));
             x.waker = waker;
+            x.watch = Some(watch);
         }
         self.poll_recv(st, recv_id);
     }
@@ -1478,6 +1544,12 @@ impl Driver {
     }
 
     fn poll_send(&self, st: &mut State, id: u64) {
+        if let Some(e) = st.sends.get(id).and_then(|x| PeerDeath::error(&x.watch)) {
+            let x = st.sends.remove(id).expect("present");
+            let buf = drain_parts(x.striped, x.shared);
+            self.finish(x.sink, Dir::Send, x.class, Err(e), buf);
+            return;
+        }
         let Some(joined) = st.sends.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };
@@ -1496,6 +1568,12 @@ impl Driver {
     }
 
     fn poll_recv(&self, st: &mut State, id: u64) {
+        if let Some(e) = st.recvs.get(id).and_then(|x| PeerDeath::error(&x.watch)) {
+            let x = st.recvs.remove(id).expect("present");
+            let buf = drain_parts(x.striped, x.shared);
+            self.finish(x.sink, Dir::Recv, x.class, Err(e), buf);
+            return;
+        }
         let Some(joined) = st.recvs.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };

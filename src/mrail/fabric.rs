@@ -6,7 +6,7 @@ use crate::fabric::{Fabric, Info};
 use crate::{Error, ErrorKind, Result};
 
 /// A multi-rail fabric: opened from an info whose provider is
-/// [`Provider::Mrail`]; a cheap `Clone` handle.
+/// [`Provider::Mrail`](crate::fabric::Provider::Mrail); a cheap `Clone` handle.
 ///
 /// ```
 /// use psmrail::config::{MrailConfig, PsmConfig, RailAddr};

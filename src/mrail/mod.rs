@@ -63,13 +63,13 @@
 //!   rails' rates, configured (`PSMRAIL_MRAIL_RATES`) or learned from the
 //!   time each striped part takes; the weights travel in the request to
 //!   send, so both sides cut the message alike.
-//! * The wire protocol, ordering and progress: [`driver`]'s docs. In
+//! * The wire protocol, ordering and progress: the `driver` module's docs. In
 //!   short: eager messages are one rail message with a small header; large
 //!   and striped ones announce themselves (RTS), and once matched the
 //!   receiver posts one rail receive per part directly into its window of
 //!   the user's buffer and answers (CTS); the parts then travel as the
 //!   rails' own tagged messages, joined on both sides by the mrail
-//!   combinator ([`stripe_join`]). Sequence numbers per (endpoint, peer)
+//!   combinator (`stripe_join`). Sequence numbers per (endpoint, peer)
 //!   put matching back in send order across rails.
 //! * The sans-IO core ([`core`]): header codec, stripe plans, rail choice,
 //!   sequence numbers and reorder buffer, matching — plain data
@@ -92,7 +92,7 @@ mod addr;
 mod av;
 pub mod core;
 mod domain;
-pub mod driver;
+mod driver;
 mod endpoint;
 mod fabric;
 #[doc(hidden)]
@@ -100,7 +100,7 @@ pub mod fuzzing;
 pub mod ops;
 mod region;
 pub mod resolve;
-pub mod stripe_join;
+mod stripe_join;
 
 pub use addr::{MrailAddr, MRAIL_SCHEME};
 pub use av::MrailAv;

@@ -13,6 +13,18 @@
 //! initiator side. A reply may also arrive as a request (the end of a long
 //! write, or a reply the engine could not send from a handler).
 //!
+//! # Held-back writes
+//! A long read's data leaves the target as an MQ send from a pinned window
+//! of the region, and the window stays pinned until the engine reports
+//! that send done, which can be after the initiator already has every
+//! byte (libpsm2 completes a send some progress calls later). A long
+//! write to the same bytes that arrives meanwhile — an application that
+//! waited for its read and then writes the range — is therefore held back
+//! instead of refused: it is served as soon as the range is free, at the
+//! latest after [`DEFER_LIMIT`] (then refused with `FI_EBUSY`), and the
+//! same peer's later requests wait behind it so they keep their order.
+//! Its answer then leaves as an AM request.
+//!
 //! # Locks and re-entrancy
 //! The engine runs handlers inside its own calls with its lock held, and
 //! handlers take the state lock; so the state lock is never held across an
@@ -34,8 +46,8 @@
 
 use super::atomic_ops::wire::{self as awire, AtomicPacket, AtomicRequest, ATOMIC_PROTO};
 use super::rma::{
-    kind_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, RmaKind, RmaParams, RmaTarget, Step,
-    TargetPost, NARGS,
+    kind_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, Request, RmaKind, RmaParams,
+    RmaTarget, Step, TargetPost, NARGS,
 };
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
@@ -51,6 +63,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
+use std::time::{Duration, Instant};
 
 /// Most engine calls one progress step makes.
 const PROGRESS_BUDGET: usize = 64;
@@ -150,7 +163,23 @@ struct State {
     finished: Vec<(OpKey, Done)>,
     /// Peers the domain's watch declared dead.
     dead: HashSet<PeerAddr>,
+    /// Requests held back until the range they need is free (module
+    /// docs, "Held-back writes"), in arrival order.
+    deferred: VecDeque<Deferred>,
 }
+
+/// A request held back at the target.
+#[derive(Debug)]
+struct Deferred {
+    source: PeerAddr,
+    req: Request,
+    payload: Vec<u8>,
+    since: Instant,
+}
+
+/// How long a target holds back a long write whose range an outgoing
+/// long read still holds, before it refuses it with `FI_EBUSY`.
+const DEFER_LIMIT: Duration = Duration::from_secs(5);
 
 /// Buffers of the atomic lock (one per domain: every atomic this domain is
 /// the target of runs under it).
@@ -202,6 +231,67 @@ fn mq_result(c: &MqCompletion) -> Result<usize> {
 }
 
 impl State {
+    /// Whether a long read's send is still in flight here (its window of
+    /// a region stays pinned until the engine finishes it).
+    fn long_read_in_flight(&self) -> bool {
+        self.mq
+            .iter()
+            .any(|(_, w)| matches!(w, MqWork::TargetSend(_)))
+    }
+
+    /// Holds a request back.
+    fn defer(&mut self, source: PeerAddr, req: Request, payload: &[u8]) {
+        self.deferred.push_back(Deferred {
+            source,
+            req,
+            payload: payload.to_vec(),
+            since: Instant::now(),
+        });
+    }
+
+    /// Serves the held-back requests whose range is free now (or that
+    /// waited [`DEFER_LIMIT`]: refused then), in order; a peer's later
+    /// requests stay behind its first one that must still wait. Replies
+    /// go out as AM requests.
+    fn retry_deferred(&mut self, table: Option<&MrTable>) -> bool {
+        if self.deferred.is_empty() {
+            return false;
+        }
+        let mut moved = false;
+        let mut waiting: HashSet<PeerAddr> = HashSet::new();
+        let mut keep = VecDeque::new();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        while let Some(d) = self.deferred.pop_front() {
+            if waiting.contains(&d.source) {
+                keep.push_back(d);
+                continue;
+            }
+            let h = self
+                .target
+                .handle(table, d.source, &d.req, &d.payload, &mut scratch);
+            if h.range_busy && self.long_read_in_flight() && d.since.elapsed() < DEFER_LIMIT {
+                waiting.insert(d.source);
+                keep.push_back(d);
+                continue;
+            }
+            moved = true;
+            if let Some(p) = h.post {
+                self.posts.push_back(p);
+            }
+            if let Some(e) = h.event {
+                self.events.push(e);
+            }
+            if let Some((args, n)) = h.reply {
+                let bytes = scratch[..n.min(scratch.len())].to_vec();
+                self.out
+                    .push_back(Outgoing::new(d.source, args.as_slice(), bytes, None));
+            }
+        }
+        self.deferred = keep;
+        self.scratch = scratch;
+        moved
+    }
+
     /// Feeds the MQ transfers that finished into the cores (the table is
     /// only looked at, so handlers may call this too).
     fn poll_mq(&mut self, table: &CompletionTable<MqCompletion>) -> bool {
@@ -386,10 +476,25 @@ impl Shared {
                 if !st.mq.is_empty() {
                     st.poll_mq(&self.mq_table);
                 }
+                // Requests of a peer with one held back wait behind it, so
+                // they stay in order.
+                if st.deferred.iter().any(|d| d.source == msg.source) {
+                    st.defer(msg.source, req, msg.payload);
+                    drop(st);
+                    self.dirty.store(true, Ordering::Release);
+                    return;
+                }
                 let mut scratch = std::mem::take(&mut st.scratch);
                 let h = st
                     .target
                     .handle(table, msg.source, &req, msg.payload, &mut scratch);
+                if h.range_busy && st.long_read_in_flight() {
+                    st.scratch = scratch;
+                    st.defer(msg.source, req, msg.payload);
+                    drop(st);
+                    self.dirty.store(true, Ordering::Release);
+                    return;
+                }
                 if let Some(p) = h.post {
                     st.posts.push_back(p);
                 }
@@ -512,6 +617,7 @@ impl RmaTransport {
                 order: Vec::new(),
                 mq: Vec::new(),
                 posts: VecDeque::new(),
+                deferred: VecDeque::new(),
                 out: VecDeque::new(),
                 events: Vec::new(),
                 atomics: HashMap::new(),
@@ -727,6 +833,7 @@ impl RmaTransport {
         let PumpBufs { payload, ids } = &mut *guard;
         let mut left = budget;
         let mut moved = self.poll_mq();
+        moved |= self.retry_deferred();
         moved |= self.send_out(&mut left);
         moved |= self.post_target(&mut left);
         moved |= self.step_initiator(&mut left, payload, ids);
@@ -736,6 +843,18 @@ impl RmaTransport {
         }
         moved |= self.deliver_events();
         self.shared.deliver() | moved
+    }
+
+    /// Serves held-back requests whose range is free now.
+    fn retry_deferred(&self) -> bool {
+        let table = self.shared.table_if(Role::RmaTarget);
+        let mut st = relock(&self.shared.state);
+        if st.deferred.is_empty() {
+            return false;
+        }
+        // Keep looking next round while some wait.
+        self.shared.dirty.store(true, Ordering::Release);
+        st.retry_deferred(table)
     }
 
     /// Feeds finished MQ transfers into the cores.

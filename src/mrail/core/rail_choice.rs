@@ -6,7 +6,7 @@
 //! *live* mask) into a [`RailChoice`]:
 //!
 //! * `fixed`: the process's own rail (local rank mod rails, see
-//!   [`local_rank`](super::local_rank)), or the next live rail after it
+//!   [`local_rank`](mod@super::local_rank)), or the next live rail after it
 //!   when it is down;
 //! * `round-robin`: one live rail per message, each in turn;
 //! * `striping`: all live rails (the data is then split by a

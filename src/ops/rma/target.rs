@@ -61,6 +61,10 @@ pub(crate) struct Handled {
     pub(crate) post: Option<TargetPost>,
     /// A remote event to report now.
     pub(crate) event: Option<RemoteEvent>,
+    /// The request (a long write) was refused only because an engine
+    /// still holds part of its range: the caller may hold it back and ask
+    /// again once that transfer has ended, instead of sending the refusal.
+    pub(crate) range_busy: bool,
 }
 
 /// The end of a long write: send `args` to `dest` as an AM **request**
@@ -170,6 +174,7 @@ impl RmaTarget {
                     ),
                     post: None,
                     event,
+                    range_busy: false,
                 }
             }
             Request::Read {
@@ -219,6 +224,7 @@ impl RmaTarget {
                         len: u64::from(len),
                         data: None,
                     }),
+                    range_busy: false,
                 }
             }
             Request::WriteLong {
@@ -244,7 +250,11 @@ impl RmaTarget {
                 };
                 let (target, buffer) = match pinned {
                     Ok(p) => p,
-                    Err(e) => return refused(&e),
+                    Err(e) => {
+                        let mut h = refused(&e);
+                        h.range_busy = e.kind() == ErrorKind::Busy;
+                        return h;
+                    }
                 };
                 let Some(tid) = self.longs.insert(LongWrite {
                     source,
@@ -262,6 +272,7 @@ impl RmaTarget {
                         buffer,
                     }),
                     event: None,
+                    range_busy: false,
                 }
             }
             Request::ReadLong {
@@ -289,6 +300,7 @@ impl RmaTarget {
                             },
                         }),
                         event: None,
+                        range_busy: false,
                     },
                     Err(e) => Handled {
                         reply: reply(
