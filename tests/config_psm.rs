@@ -256,7 +256,7 @@ fn seconds_reject_junk() {
     assert_eq!(
         e.to_string(),
         "FI_PSM_DELAY=\"2c\": item \"2c\" at byte 0: \"2c\" is not a decimal integer; expected \
-         a non-negative decimal number of seconds"
+         a non-negative decimal number of seconds, at most 60"
     );
     for junk in ["", "+1", " 1", "1 ", "0x10", "1.5", "1s", "one"] {
         let e = err(&[("FI_PSM_TIMEOUT", junk)]);
@@ -281,11 +281,145 @@ fn seconds_reject_overflow() {
         e.to_string(),
         "FI_PSM_TIMEOUT=\"99999999999999999999\": item \"99999999999999999999\" at byte 0: \
          \"99999999999999999999\" overflows a 64-bit integer; expected a non-negative decimal \
-         number of seconds"
+         number of seconds, at most 3600"
     );
-    // The largest u64 is fine (code using it saturates).
-    let cfg = psm(&[("FI_PSM_TIMEOUT", "18446744073709551615")]).unwrap();
-    assert_eq!(cfg.timeout().as_secs(), u64::MAX);
+}
+
+#[test]
+fn duration_maxima() {
+    assert_eq!(PsmConfig::MAX_DELAY, Duration::from_secs(60));
+    assert_eq!(PsmConfig::MAX_TIMEOUT, Duration::from_secs(3600));
+    assert_eq!(PsmConfig::MAX_PROG_INTERVAL, Duration::from_secs(1));
+    // The defaults are within them.
+    assert!(psmrail::config::DEFAULT_DELAY <= PsmConfig::MAX_DELAY);
+    assert!(psmrail::config::DEFAULT_TIMEOUT <= PsmConfig::MAX_TIMEOUT);
+    assert!(psmrail::config::DEFAULT_PROG_INTERVAL <= PsmConfig::MAX_PROG_INTERVAL);
+}
+
+#[test]
+fn delay_above_a_minute_is_an_error() {
+    // The largest u64 used to be accepted, and close then slept for good.
+    let e = err(&[("FI_PSM_DELAY", "18446744073709551615")]);
+    assert_eq!(
+        e.to_string(),
+        "FI_PSM_DELAY=\"18446744073709551615\": item \"18446744073709551615\" at byte 0: \
+         18446744073709551615 s is more than the maximum, 60 s; expected a non-negative decimal \
+         number of seconds, at most 60"
+    );
+    let e = err(&[("FI_PSM_DELAY", "61")]);
+    assert_eq!(
+        (e.var(), e.value(), e.item(), e.position()),
+        ("FI_PSM_DELAY", "61", "61", 0)
+    );
+    assert_eq!(e.problem(), Some("61 s is more than the maximum, 60 s"));
+    assert_eq!(
+        e.expected(),
+        "a non-negative decimal number of seconds, at most 60"
+    );
+    let cfg = psm(&[("FI_PSM_DELAY", "60")]).unwrap();
+    assert_eq!(cfg.delay(), PsmConfig::MAX_DELAY);
+}
+
+#[test]
+fn timeout_above_an_hour_is_an_error() {
+    let e = err(&[("FI_PSM_TIMEOUT", "3601")]);
+    assert_eq!(
+        e.to_string(),
+        "FI_PSM_TIMEOUT=\"3601\": item \"3601\" at byte 0: 3601 s is more than the maximum, \
+         3600 s; expected a non-negative decimal number of seconds, at most 3600"
+    );
+    let e = err(&[("FI_PSM_TIMEOUT", "18446744073709551615")]);
+    assert_eq!(e.var(), "FI_PSM_TIMEOUT");
+    assert!(
+        e.problem().unwrap().contains("more than the maximum"),
+        "{e}"
+    );
+    let cfg = psm(&[("FI_PSM_TIMEOUT", "3600")]).unwrap();
+    assert_eq!(cfg.timeout(), PsmConfig::MAX_TIMEOUT);
+}
+
+#[test]
+fn prog_interval_above_a_second_is_an_error() {
+    let e = err(&[("FI_PSM_PROG_INTERVAL", "1000001")]);
+    assert_eq!(
+        e.to_string(),
+        "FI_PSM_PROG_INTERVAL=\"1000001\": item \"1000001\" at byte 0: 1000001 us is more than \
+         the maximum, 1000000 us (1s); expected a decimal number of microseconds, at most \
+         1000000 (negative: the default, 1 with an affinity, else 1000)"
+    );
+    let e = err(&[("FI_PSM_PROG_INTERVAL", "9223372036854775807")]);
+    assert_eq!(e.var(), "FI_PSM_PROG_INTERVAL");
+    let cfg = psm(&[("FI_PSM_PROG_INTERVAL", "1000000")]).unwrap();
+    assert_eq!(cfg.prog_interval(), PsmConfig::MAX_PROG_INTERVAL);
+}
+
+#[test]
+fn builder_refuses_durations_above_the_maxima() {
+    let over = |d: Duration| d + Duration::from_nanos(1);
+    let cases = [
+        (
+            PsmConfig::builder().delay(over(PsmConfig::MAX_DELAY)),
+            "FI_PSM_DELAY",
+            "60.000000001s",
+            "60.000000001s (set in code) is more than the maximum, 60s",
+            "a delay of at most 60 s",
+        ),
+        (
+            PsmConfig::builder().timeout(Duration::from_secs(3601)),
+            "FI_PSM_TIMEOUT",
+            "3601s",
+            "3601s (set in code) is more than the maximum, 3600s",
+            "a timeout of at most 3600 s (1 hour)",
+        ),
+        (
+            PsmConfig::builder().prog_interval(Some(over(PsmConfig::MAX_PROG_INTERVAL))),
+            "FI_PSM_PROG_INTERVAL",
+            "1.000000001s",
+            "1.000000001s (set in code) is more than the maximum, 1s",
+            "an interval of at most 1 s, or None for the default",
+        ),
+    ];
+    for (builder, var, value, problem, expected) in cases {
+        let e = builder.build().unwrap_err();
+        assert_eq!(
+            (e.var(), e.value(), e.item(), e.position()),
+            (var, value, value, 0)
+        );
+        assert_eq!(e.problem(), Some(problem));
+        assert_eq!(e.expected(), expected);
+        let e: psmrail::Error = e.into();
+        assert_eq!(e.kind(), psmrail::ErrorKind::Inval);
+    }
+    // The largest durations there are, too.
+    for builder in [
+        PsmConfig::builder().delay(Duration::MAX),
+        PsmConfig::builder().timeout(Duration::MAX),
+        PsmConfig::builder().prog_interval(Some(Duration::MAX)),
+    ] {
+        assert!(builder.build().is_err());
+    }
+    // A setter overrides a variable, and is checked all the same.
+    let e = PsmConfig::builder_from_vars(&[("FI_PSM_DELAY", "2")])
+        .unwrap()
+        .delay(Duration::from_secs(3600))
+        .build()
+        .unwrap_err();
+    assert_eq!(e.var(), "FI_PSM_DELAY");
+    // The maxima themselves are accepted.
+    let cfg = PsmConfig::builder()
+        .delay(PsmConfig::MAX_DELAY)
+        .timeout(PsmConfig::MAX_TIMEOUT)
+        .prog_interval(Some(PsmConfig::MAX_PROG_INTERVAL))
+        .build()
+        .unwrap();
+    assert_eq!(
+        (cfg.delay(), cfg.timeout(), cfg.prog_interval()),
+        (
+            PsmConfig::MAX_DELAY,
+            PsmConfig::MAX_TIMEOUT,
+            PsmConfig::MAX_PROG_INTERVAL
+        )
+    );
 }
 
 #[test]
@@ -294,7 +428,7 @@ fn seconds_reject_negative_values() {
     assert_eq!(
         e.to_string(),
         "FI_PSM_DELAY=\"-1\": item \"-1\" at byte 0: \"-1\" is negative; expected a \
-         non-negative decimal number of seconds"
+         non-negative decimal number of seconds, at most 60"
     );
     assert_eq!(
         err(&[("FI_PSM_TIMEOUT", "-5")]).problem(),
@@ -348,8 +482,8 @@ fn prog_interval_rejects_junk_and_overflow() {
     assert_eq!(
         e.to_string(),
         "FI_PSM_PROG_INTERVAL=\"1ms\": item \"1ms\" at byte 0: \"1ms\" is not a decimal integer; \
-         expected a decimal number of microseconds (negative: the default, 1 with an affinity, \
-         else 1000)"
+         expected a decimal number of microseconds, at most 1000000 (negative: the default, 1 \
+         with an affinity, else 1000)"
     );
     let e = err(&[("FI_PSM_PROG_INTERVAL", "-99999999999999999999")]);
     assert_eq!(
@@ -357,7 +491,7 @@ fn prog_interval_rejects_junk_and_overflow() {
         Some("\"-99999999999999999999\" overflows a 64-bit integer")
     );
     let e = err(&[("FI_PSM_PROG_INTERVAL", "9223372036854775808")]);
-    assert!(e.to_string().contains("overflows"));
+    assert!(e.to_string().contains("overflows"), "{e}");
     assert!(psm(&[("FI_PSM_PROG_INTERVAL", "-0")]).is_err());
 }
 

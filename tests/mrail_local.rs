@@ -715,13 +715,15 @@ fn a_peer_that_goes_away_fails_its_transfers_instead_of_hanging() {
     b.ep.clone().close().unwrap();
     b.domain.clone().close().unwrap();
     let t = std::time::Instant::now();
-    let (got, _) = mrail_nodes::drive(&[a.domain.clone()], recv);
+    let (got, _) = mrail_nodes::drive(std::slice::from_ref(&a.domain), recv);
     let e = got.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     println!("the receive failed after {:?}: {e}", t.elapsed());
     // A send to the closed peer: refused at once or failed, never hanging.
-    let (sent, _) =
-        mrail_nodes::drive(&[a.domain.clone()], a.ep.tsend(to_b, 2, vec![1u8; 1 << 20]));
+    let (sent, _) = mrail_nodes::drive(
+        std::slice::from_ref(&a.domain),
+        a.ep.tsend(to_b, 2, vec![1u8; 1 << 20]),
+    );
     assert_eq!(sent.unwrap_err().kind(), ErrorKind::Io);
     drop(info);
 }

@@ -1282,7 +1282,9 @@ fn every_policy_carries_every_size_over_real_rails() {
             }
         }
         if policy == DEFAULT_POLICY {
-            // 64 MiB striped: each rail's link carries its half.
+            // 64 MiB striped: each rail's link carries a good share (rails
+            // of one speed get equal parts unless their measured rates
+            // differ by a quarter or more).
             let msg = tagged(64 * MIB, 64);
             let before = a_links(&rig);
             let b_before = b_links(&rig);
@@ -1295,7 +1297,7 @@ fn every_policy_carries_every_size_over_real_rails() {
                 let tx = after[r].tx - before[r].tx;
                 let rx = b_after[r].rx - b_before[r].rx;
                 assert!(
-                    tx.min(rx) >= 25 * MIB as u64,
+                    tx.min(rx) >= 16 * MIB as u64,
                     "rail {r} carried only {tx} bytes (A sent) / {rx} (B got) of a striped 64 MiB message"
                 );
             }

@@ -1,20 +1,23 @@
 //! The name server over real loopback sockets: registration and queries,
 //! the fallback to an existing server, C's bytes on the wire, hostile and
-//! stalled clients, timeouts, and prompt shutdown.
+//! stalled clients, timeouts, prompt shutdown, and where it listens (never
+//! the wildcard) and who may register (the host itself; the refusal of
+//! other hosts is tested without I/O in `session.rs` and on loopback in
+//! `server.rs`, where a test can make 127.0.0.2 count as foreign).
 //!
 //! Every server listens on an ephemeral loopback port (`start_on` with
 //! port 0) so tests run in parallel; only `default_uuid_port` touches the
 //! UUID-derived port, and it tolerates finding it in use.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use psmrail::config::JobUuid;
 use psmrail::engine::Epid;
-use psmrail::fabric::name_server::wire::{Reply, Request};
+use psmrail::fabric::name_server::wire::{Reply, Request, STATUS_NOT_LOCAL};
 use psmrail::fabric::name_server::{port_for, query, NameServer, MAX_CONNECTIONS};
 use psmrail::ErrorKind;
 
@@ -179,6 +182,124 @@ fn unspecified_address_serves_loopback() {
     let _r = ns.register(3, Epid(33)).unwrap();
     assert_eq!(query("127.0.0.1", port, 3, T).unwrap(), (3, Epid(33)));
     assert_eq!(query("localhost", port, 3, T).unwrap(), (3, Epid(33)));
+}
+
+/// Checks that `ns` serves named addresses on one port, loopback first,
+/// and holds no wildcard: another socket can still take the port on a
+/// loopback address it does not serve.
+fn assert_no_wildcard(ns: &NameServer) {
+    let addrs = ns.listen_addrs();
+    let port = ns.local_addr().port();
+    assert_eq!(addrs.first(), Some(&ns.local_addr()));
+    assert_eq!(
+        ns.local_addr().ip(),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        "{addrs:?}"
+    );
+    for a in addrs {
+        assert!(!a.ip().is_unspecified(), "{addrs:?}");
+        assert_eq!(a.port(), port, "{addrs:?}");
+    }
+    // A listener on 0.0.0.0:port would make this bind fail (in use).
+    let unserved = SocketAddr::from(([127, 0, 0, 2], port));
+    assert!(!addrs.contains(&unserved), "{addrs:?}");
+    TcpListener::bind(unserved).expect("the name server holds the wildcard address");
+}
+
+#[test]
+fn unspecified_address_binds_named_addresses_only() {
+    let ns = NameServer::start_on("0.0.0.0:0".parse().unwrap()).unwrap();
+    assert!(ns.is_serving());
+    assert_no_wildcard(&ns);
+    let _r = ns.register(3, Epid(33)).unwrap();
+    assert_eq!(
+        query("127.0.0.1", ns.local_addr().port(), 3, T).unwrap(),
+        (3, Epid(33))
+    );
+}
+
+#[test]
+fn a_client_handle_serves_nothing() {
+    let (a, _) = server();
+    let b = NameServer::start_on(a.local_addr()).unwrap();
+    assert!(!b.is_serving());
+    assert!(b.listen_addrs().is_empty());
+    assert_eq!(a.listen_addrs(), [a.local_addr()]);
+}
+
+/// A raw C-style command sent from `source` (any loopback address).
+fn from_source(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+    socket
+        .connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)).into(), T)
+        .unwrap();
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(frame).unwrap();
+    read_to_close(&mut s)
+}
+
+#[test]
+fn every_loopback_source_may_register() {
+    let (_ns, port) = server();
+    // The whole 127/8 range is this host.
+    for (source, service) in [
+        ([127, 0, 0, 1], 41),
+        ([127, 0, 0, 2], 42),
+        ([127, 9, 8, 7], 43),
+    ] {
+        let add = Request::Add {
+            service,
+            epid: Epid(u64::from(service)),
+        };
+        assert_eq!(from_source(source, port, &add.encode()), b"", "{source:?}");
+        assert_eq!(
+            query("127.0.0.1", port, service, T).unwrap(),
+            (service, Epid(u64::from(service)))
+        );
+    }
+    let del = Request::Del {
+        service: 42,
+        epid: Epid(42),
+    };
+    assert_eq!(from_source([127, 0, 0, 3], port, &del.encode()), b"");
+    assert_eq!(
+        query("127.0.0.1", port, 42, T).unwrap_err().kind(),
+        ErrorKind::NoData
+    );
+}
+
+/// What a server that refuses registrations from the client's address
+/// answers, seen through a handle that registers with it.
+#[test]
+fn a_refused_registration_is_an_access_error() {
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        let mut add = [0u8; 20];
+        s.read_exact(&mut add).unwrap();
+        assert_eq!(
+            Request::decode(&add),
+            Ok(Request::Add {
+                service: 9,
+                epid: Epid(99)
+            })
+        );
+        let refusal = Reply::NotFound {
+            status: STATUS_NOT_LOCAL,
+        };
+        s.write_all(&refusal.encode()).unwrap();
+    });
+    let handle = NameServer::start_on(addr).unwrap();
+    assert!(!handle.is_serving());
+    let e = handle.register(9, Epid(99)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Access, "{e}");
+    assert!(e.message().contains("only from its own host"), "{e}");
+    assert!(e.message().contains(&addr.to_string()), "{e}");
+    server.join().unwrap();
 }
 
 #[test]
@@ -438,6 +559,7 @@ fn default_uuid_port() {
         eprintln!("port 64331 is in use; not serving");
         return;
     }
+    assert_no_wildcard(&ns);
     let _r = ns.register(0x7e57, Epid(0x7e57)).unwrap();
     assert_eq!(
         query("localhost", 64331, 0x7e57, T).unwrap(),

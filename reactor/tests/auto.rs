@@ -84,6 +84,12 @@ fn pin_failure_is_reported_and_leaves_no_thread() {
         err.to_string().contains("1023"),
         "error names the set: {err}"
     );
+    // The failed thread is joined by `build`; the kernel may list it for
+    // a moment longer while it is reaped.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while threads_named("rx-badpin") != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(threads_named("rx-badpin"), 0);
 }
 

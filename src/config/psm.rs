@@ -32,9 +32,10 @@ pub const DEFAULT_PROG_INTERVAL_PINNED: Duration = Duration::from_micros(1);
 /// (fi_psm(7): "or 1000 if not").
 pub const DEFAULT_PROG_INTERVAL: Duration = Duration::from_micros(1000);
 
-const EXPECTED_SECONDS: &str = "a non-negative decimal number of seconds";
-const EXPECTED_MICROS: &str =
-    "a decimal number of microseconds (negative: the default, 1 with an affinity, else 1000)";
+const EXPECTED_DELAY: &str = "a non-negative decimal number of seconds, at most 60";
+const EXPECTED_TIMEOUT: &str = "a non-negative decimal number of seconds, at most 3600";
+const EXPECTED_MICROS: &str = "a decimal number of microseconds, at most 1000000 (negative: the \
+     default, 1 with an affinity, else 1000)";
 
 /// One `FI_PSM_*` parameter, for [`PsmConfig::source`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -127,11 +128,19 @@ impl<T> Setting<T> {
 /// | `FI_PSM_NAME_SERVER` | bool | on; **off** when an MPI launcher is detected ([`MPI_LAUNCHER_VARS`]) | [`name_server`](Self::name_server) |
 /// | `FI_PSM_TAGGED_RMA` | bool | on | [`tagged_rma`](Self::tagged_rma) |
 /// | `FI_PSM_AM_MSG` | bool | off | [`am_msg`](Self::am_msg) |
-/// | `FI_PSM_DELAY` | seconds | 1 | [`delay`](Self::delay) |
-/// | `FI_PSM_TIMEOUT` | seconds | 5; 0 skips the graceful close | [`timeout`](Self::timeout) |
+/// | `FI_PSM_DELAY` | seconds, at most 60 ([`MAX_DELAY`](Self::MAX_DELAY)) | 1 | [`delay`](Self::delay) |
+/// | `FI_PSM_TIMEOUT` | seconds, at most 3600 ([`MAX_TIMEOUT`](Self::MAX_TIMEOUT)) | 5; 0 skips the graceful close | [`timeout`](Self::timeout) |
 /// | `FI_PSM_PROG_THREAD` | bool | on | [`prog_thread`](Self::prog_thread) |
-/// | `FI_PSM_PROG_INTERVAL` | µs | 1 with an affinity, else 1000; negative = default | [`prog_interval`](Self::prog_interval) |
+/// | `FI_PSM_PROG_INTERVAL` | µs, at most 1000000 ([`MAX_PROG_INTERVAL`](Self::MAX_PROG_INTERVAL)) | 1 with an affinity, else 1000; negative = default | [`prog_interval`](Self::prog_interval) |
 /// | `FI_PSM_PROG_AFFINITY` | CPU list | unset | [`prog_affinity`](Self::prog_affinity) |
+///
+/// Closing a domain waits `FI_PSM_DELAY`, then closes its endpoint within
+/// `FI_PSM_TIMEOUT`, so it returns within their sum (at most 60 s + 1 hour).
+/// On the native engine libpsm2's `psm_ep_close` waits at least 1 s for
+/// connected peers (the engine keeps that second of a non-zero timeout for
+/// it), and a forced one up to 2 s: with connected peers, a timeout of 0
+/// gives `FI_PSM_DELAY` + 2 s and one under a second `FI_PSM_DELAY` + 1 s
+/// (measured: 2.006 s for 0 and 1.003 s for 1, with no delay).
 ///
 /// `FI_PSM_PROG_THREAD` is not in the man page; it comes from the C source
 /// (`psmx_init.c`, PR #1471): whether the provider may start a progress
@@ -141,7 +150,9 @@ impl<T> Setting<T> {
 /// Booleans take 1/0, yes/no, true/false, on/off (case-insensitive);
 /// numbers are decimal (see [`config`](super), "Numbers"). Any malformed
 /// value is an error ([`ConfigError`]); unlike C nothing falls back to a
-/// default silently. Reading never modifies the environment.
+/// default silently. A duration above its maximum is an error too, whether
+/// it comes from a variable or from the builder, so no setting can make
+/// `close` sleep for good. Reading never modifies the environment.
 ///
 /// ```
 /// use std::time::Duration;
@@ -195,6 +206,21 @@ impl Default for PsmConfig {
 }
 
 impl PsmConfig {
+    /// Largest `FI_PSM_DELAY`: 60 s. The delay is a workaround slept once
+    /// per domain close; a minute covers any use of it and keeps a typo
+    /// (or `u64::MAX`) from hanging `close` for good.
+    pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+    /// Largest `FI_PSM_TIMEOUT`: 1 hour. It bounds the graceful part of a
+    /// close and is the silence after which the peer watch declares a peer
+    /// dead; longer than an hour is no longer a timeout.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+    /// Largest `FI_PSM_PROG_INTERVAL` (1 000 000 µs): the progress thread
+    /// sleeps at most a second between progress calls, so automatic
+    /// progress stays automatic.
+    pub const MAX_PROG_INTERVAL: Duration = Duration::from_secs(1);
+
     /// A builder starting from the man-page defaults, without looking at the
     /// environment (so no MPI detection either).
     pub fn builder() -> PsmConfigBuilder {
@@ -242,15 +268,16 @@ impl PsmConfig {
         self.am_msg.value
     }
 
-    /// Sleep before closing the PSM endpoint (`FI_PSM_DELAY`).
+    /// Sleep before closing the PSM endpoint (`FI_PSM_DELAY`). At most
+    /// [`MAX_DELAY`](Self::MAX_DELAY).
     pub fn delay(&self) -> Duration {
         self.delay.value
     }
 
     /// Time allowed for the graceful endpoint close before a forced one
     /// (`FI_PSM_TIMEOUT`). Zero means: skip the graceful close and force it
-    /// at once (C fix `5fc2e6eac`; decisions.md). Code converting it to
-    /// nanoseconds must saturate: any `u64` number of seconds is accepted.
+    /// at once (C fix `5fc2e6eac`; decisions.md). At most
+    /// [`MAX_TIMEOUT`](Self::MAX_TIMEOUT).
     pub fn timeout(&self) -> Duration {
         self.timeout.value
     }
@@ -269,7 +296,8 @@ impl PsmConfig {
     /// The effective sleep between progress calls of the progress thread:
     /// `FI_PSM_PROG_INTERVAL` when it is set and not negative, else 1 µs
     /// when an affinity is set and 1000 µs when not (fi_psm(7)). Zero is
-    /// allowed and means a busy loop.
+    /// allowed and means a busy loop; at most
+    /// [`MAX_PROG_INTERVAL`](Self::MAX_PROG_INTERVAL).
     pub fn prog_interval(&self) -> Duration {
         match self.prog_interval.value {
             Some(d) => d,
@@ -486,13 +514,27 @@ impl PsmConfigBuilder {
             }
         }
 
-        for (param, slot) in [
-            (PsmParam::Delay, &mut b.delay),
-            (PsmParam::Timeout, &mut b.timeout),
+        for (param, slot, max, expected) in [
+            (
+                PsmParam::Delay,
+                &mut b.delay,
+                PsmConfig::MAX_DELAY,
+                EXPECTED_DELAY,
+            ),
+            (
+                PsmParam::Timeout,
+                &mut b.timeout,
+                PsmConfig::MAX_TIMEOUT,
+                EXPECTED_TIMEOUT,
+            ),
         ] {
             let var = param.env_name();
             if let Some(v) = read_var(vars, var)? {
-                let secs = parse_u64(&v).map_err(|p| int_error(var, &v, &p, EXPECTED_SECONDS))?;
+                let secs = parse_u64(&v).map_err(|p| int_error(var, &v, &p, expected))?;
+                if secs > max.as_secs() {
+                    let problem = format!("{secs} s is more than the maximum, {} s", max.as_secs());
+                    return Err(whole_value_error(var, &v, problem, expected));
+                }
                 *slot = Setting::env(Duration::from_secs(secs), var);
             }
         }
@@ -500,6 +542,14 @@ impl PsmConfigBuilder {
         let var = PsmParam::ProgInterval.env_name();
         if let Some(v) = read_var(vars, var)? {
             let us = parse_i64(&v).map_err(|p| int_error(var, &v, &p, EXPECTED_MICROS))?;
+            let max = PsmConfig::MAX_PROG_INTERVAL;
+            if u64::try_from(us).is_ok_and(|us| Duration::from_micros(us) > max) {
+                let problem = format!(
+                    "{us} us is more than the maximum, {} us ({max:?})",
+                    max.as_micros()
+                );
+                return Err(whole_value_error(var, &v, problem, EXPECTED_MICROS));
+            }
             // Negative: "use the default" (C semantics, decisions.md).
             let interval = u64::try_from(us).ok().map(Duration::from_micros);
             b.prog_interval = Setting::env(interval, var);
@@ -538,14 +588,16 @@ impl PsmConfigBuilder {
         self
     }
 
-    /// Sets the pre-close sleep (`FI_PSM_DELAY`).
+    /// Sets the pre-close sleep (`FI_PSM_DELAY`). More than
+    /// [`PsmConfig::MAX_DELAY`] makes [`build`](Self::build) fail.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Setting::explicit(delay);
         self
     }
 
     /// Sets the graceful-close timeout (`FI_PSM_TIMEOUT`); zero skips the
-    /// graceful close.
+    /// graceful close. More than [`PsmConfig::MAX_TIMEOUT`] makes
+    /// [`build`](Self::build) fail.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Setting::explicit(timeout);
         self
@@ -558,7 +610,8 @@ impl PsmConfigBuilder {
     }
 
     /// Sets the progress interval; `None` applies the default rule (1 µs
-    /// with an affinity, else 1000 µs).
+    /// with an affinity, else 1000 µs). More than
+    /// [`PsmConfig::MAX_PROG_INTERVAL`] makes [`build`](Self::build) fail.
     pub fn prog_interval(mut self, interval: Option<Duration>) -> Self {
         self.prog_interval = Setting::explicit(interval);
         self
@@ -578,9 +631,28 @@ impl PsmConfigBuilder {
         self
     }
 
-    /// Resolves the affinity and returns the configuration; warnings are
-    /// stored in it and emitted with `tracing::warn!`.
+    /// Checks the durations against their maxima, resolves the affinity
+    /// and returns the configuration; warnings are stored in it and emitted
+    /// with `tracing::warn!`.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the variable when a duration set in code is
+    /// above its maximum ([`PsmConfig::MAX_DELAY`],
+    /// [`PsmConfig::MAX_TIMEOUT`], [`PsmConfig::MAX_PROG_INTERVAL`]; values
+    /// read from variables were checked already), or when the affinity
+    /// names CPUs the topology lacks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail::config::PsmConfig;
+    ///
+    /// let e = PsmConfig::builder().delay(Duration::from_secs(61)).build().unwrap_err();
+    /// assert_eq!(e.var(), "FI_PSM_DELAY");
+    /// assert_eq!(e.value(), "61s");
+    /// assert_eq!(e.problem(), Some("61s (set in code) is more than the maximum, 60s"));
+    /// ```
     pub fn build(self) -> Result<PsmConfig, ConfigError> {
+        self.check_maxima()?;
         let resolved = match &self.prog_affinity.value {
             Some(spec) => {
                 let topology = match &self.topology {
@@ -596,6 +668,43 @@ impl PsmConfigBuilder {
             w.emit();
         }
         Ok(cfg)
+    }
+
+    /// Refuses durations above their maxima.
+    fn check_maxima(&self) -> Result<(), ConfigError> {
+        let interval = self.prog_interval.value.unwrap_or(Duration::ZERO);
+        for (param, value, max, expected) in [
+            (
+                PsmParam::Delay,
+                self.delay.value,
+                PsmConfig::MAX_DELAY,
+                "a delay of at most 60 s",
+            ),
+            (
+                PsmParam::Timeout,
+                self.timeout.value,
+                PsmConfig::MAX_TIMEOUT,
+                "a timeout of at most 3600 s (1 hour)",
+            ),
+            (
+                PsmParam::ProgInterval,
+                interval,
+                PsmConfig::MAX_PROG_INTERVAL,
+                "an interval of at most 1 s, or None for the default",
+            ),
+        ] {
+            if value > max {
+                let text = format!("{value:?}");
+                let problem = format!("{text} (set in code) is more than the maximum, {max:?}");
+                return Err(whole_value_error(
+                    param.env_name(),
+                    &text,
+                    problem,
+                    expected,
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Build without an affinity (cannot fail).
@@ -639,6 +748,16 @@ impl PsmConfigBuilder {
             warnings,
         }
     }
+}
+
+/// An error about the whole of `value`.
+fn whole_value_error(
+    var: &'static str,
+    value: &str,
+    problem: String,
+    expected: &'static str,
+) -> ConfigError {
+    ConfigError::new(var, value, 0..value.len(), expected).with_problem(problem)
 }
 
 fn int_error(

@@ -34,6 +34,16 @@
 //! Endpoints, address vectors and queues hold the domain (`Arc`), so the
 //! order in which an application drops them cannot crash anything; after
 //! an explicit close they report `FI_EOPBADSTATE`.
+//!
+//! How long a close takes: the steps before the sleep do not wait (a
+//! goodbye is one AM request per peer, with no answer awaited), so a close
+//! returns within `FI_PSM_DELAY + FI_PSM_TIMEOUT` (at most 60 s + 1 hour,
+//! the configuration's maxima) plus milliseconds, with one exception on the
+//! native engine: libpsm2's `psm_ep_close` waits for connected peers at
+//! least 1 s, and a forced one up to 2 s, so there a close with a zero
+//! `FI_PSM_TIMEOUT` can take `FI_PSM_DELAY + 2 s`, and one with a timeout
+//! under a second `FI_PSM_DELAY + 1 s` (see [the native engine](crate::engine::native),
+//! "Closing"; TrueScale's PSM 1.x may wait up to 60 s more).
 
 use super::av::{AddressVector, AvAttr};
 use super::endpoint::Endpoint;
@@ -240,7 +250,9 @@ impl DomainCore {
     }
 
     /// The close sequence (module docs); runs once, later calls return
-    /// `Ok` at once.
+    /// `Ok` at once. Only steps 2 and 3 wait: `FI_PSM_DELAY`, then the
+    /// engine's close within `FI_PSM_TIMEOUT` (both bounded by the
+    /// configuration's maxima).
     fn shutdown(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -260,7 +272,8 @@ impl DomainCore {
         if !config.delay().is_zero() {
             std::thread::sleep(config.delay());
         }
-        // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0).
+        // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0);
+        // the native engine's own psm_ep_close included (module docs).
         let result = self.engine.close(config.timeout());
         // 4. RMA and atomics still waiting for their peers end now (their
         // MQ transfers were just completed by the engine's close).
@@ -634,6 +647,11 @@ impl Domain {
     /// `FI_PSM_TIMEOUT` (forced at once when it is zero). Other handles
     /// (endpoints, AVs) then report `FI_EOPBADSTATE`. Dropping the last
     /// handle does the same, ignoring errors.
+    ///
+    /// Returns within `FI_PSM_DELAY + FI_PSM_TIMEOUT`, except on the native
+    /// engine with connected peers and a timeout under a second, where
+    /// libpsm2's own close adds up to 1 s (2 s for a zero, forced, timeout);
+    /// see [the native engine](crate::engine::native), "Closing".
     ///
     /// # Errors
     /// The engine's close error (the endpoint is closed anyway).

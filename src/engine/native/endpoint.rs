@@ -54,6 +54,11 @@ const HARVEST_BUDGET: usize = 64;
 const FAST_POLLS: u32 = 8;
 /// How long `connect` and `close` pause after a step that moved nothing.
 const IDLE_WAIT: Duration = Duration::from_micros(20);
+/// The shortest wait libpsm2's `psm_ep_close` allows itself for connected
+/// peers to disconnect (`PSMI_MIN_EP_CLOSE_TIMEOUT`; its longest,
+/// `PSMI_MAX_EP_CLOSE_TIMEOUT`, is 2 s and what a forced close gets).
+/// `close` keeps this much of a non-zero timeout for that call.
+const PSM2_CLOSE_MIN_WAIT: Duration = Duration::from_secs(1);
 
 /// The endpoint's state, behind its lock.
 struct Inner {
@@ -358,8 +363,9 @@ impl NativeEndpoint {
         self.lock_any().is_some_and(|g| g.ep.is_none())
     }
 
-    /// Forces the endpoint closed at once (what `close(Duration::ZERO)`
-    /// does).
+    /// Forces the endpoint closed (what `close(Duration::ZERO)` does): no
+    /// graceful phase, though libpsm2 may still wait up to 2 s for
+    /// connected peers (module docs, "Closing").
     pub fn close_now(&self) -> Result<()> {
         self.close(Duration::ZERO)
     }
@@ -1061,10 +1067,24 @@ impl NativeEndpoint {
         }
     }
 
+    /// What a non-zero close timeout keeps back for `psm_ep_close` itself:
+    /// libpsm2 waits for connected peers at least [`PSM2_CLOSE_MIN_WAIT`]
+    /// however little time it is given, so the graceful phase ends that
+    /// much early and the whole close fits in the timeout. Nothing for the
+    /// `self` device alone (no peers to wait for) or TrueScale (whose wait
+    /// does not depend on the time it is given).
+    fn psm_close_reserve(&self, timeout: Duration) -> Duration {
+        if self.self_only || self.lib.build() != PsmBuild::Psm2Compat {
+            return Duration::ZERO;
+        }
+        timeout.min(PSM2_CLOSE_MIN_WAIT)
+    }
+
     /// The closing sequence; see the module docs. Works on a poisoned
     /// endpoint too: PSM's resources are released either way.
     fn close_inner(&self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
+        let graceful_until = timeout.saturating_sub(self.psm_close_reserve(timeout));
         {
             let mut g = self.lock_any().ok_or_else(reentry_error)?;
             if g.ep.is_none() {
@@ -1083,11 +1103,12 @@ impl NativeEndpoint {
                 }
             }
         }
-        // Let the rest finish, within the timeout.
+        // Let the rest finish, within the timeout (less what psm_ep_close
+        // will take).
         loop {
             let mut g = self.lock_any().ok_or_else(reentry_error)?;
             let made = self.step(&mut g);
-            if g.ops.is_empty() || start.elapsed() >= timeout {
+            if g.ops.is_empty() || start.elapsed() >= graceful_until {
                 break;
             }
             drop(g);
@@ -1100,9 +1121,10 @@ impl NativeEndpoint {
             return Ok(());
         };
         // One psm_ep_close: forced for a zero timeout (FI_PSM_TIMEOUT=0),
-        // else graceful with what is left. Either way libpsm2 waits for
-        // connected peers to disconnect, between 1 s and 2 s (a forced
-        // close up to 2 s, so a graceful one with little left is quicker).
+        // else graceful with what is left (the reserve, when requests kept
+        // the graceful phase busy). Either way libpsm2 waits for connected
+        // peers to disconnect: a graceful close for what it is given, but
+        // between 1 s and 2 s; a forced one up to 2 s.
         let left = timeout.saturating_sub(start.elapsed());
         let graceful = (!timeout.is_zero()).then(|| left.max(Duration::from_nanos(1)));
         let closed = ep

@@ -102,15 +102,38 @@
 //!
 //! # Closing
 //! `close` cancels the receives that matched nothing, keeps progressing
-//! until the other requests finish or the timeout runs out, then closes
-//! the PSM endpoint with one `psm_ep_close`: graceful with what is left of
-//! the timeout, or forced for a zero timeout (`FI_PSM_TIMEOUT=0`); never
-//! both (psm-sys explains why a second call would touch freed memory).
-//! Whatever is still in flight then completes with `Canceled` (receives)
-//! or `Io` (sends): PSM no longer touches their memory. Dropping the
-//! endpoint closes it the same way. libpsm2 itself waits, in either mode,
-//! for connected peers to acknowledge the disconnect, between 1 s and 2 s
-//! when they do not: `close` returns within its timeout plus that.
+//! until the other requests finish or the graceful phase runs out, then
+//! closes the PSM endpoint with one `psm_ep_close`: graceful with what is
+//! left of the timeout, or forced for a zero timeout (`FI_PSM_TIMEOUT=0`);
+//! never both (psm-sys explains why a second call would touch freed
+//! memory). Whatever is still in flight then completes with `Canceled`
+//! (receives) or `Io` (sends): PSM no longer touches their memory.
+//! Dropping the endpoint closes it the same way.
+//!
+//! How long it takes: `psm_ep_close` itself waits for connected peers to
+//! acknowledge the disconnect, in either mode, and they rarely do (a peer
+//! still running has not closed; one that has closed no longer answers).
+//! libpsm2 bounds that wait by what it is given, but never less than 1 s
+//! nor more than 2 s, and a forced close waits the 2 s. So the graceful
+//! phase of a non-zero timeout ends 1 s early, keeping that second for
+//! `psm_ep_close`, and on the compat build `close(t)` returns, with
+//! connected peers:
+//!
+//! | timeout `t` | `close` returns within | measured: `self,shm`, one live peer, a send stuck in flight (median of 3) |
+//! |---|---|---|
+//! | 0 (forced) | 2 s | 2.006 s |
+//! | under 1 s | 1 s | |
+//! | 1 s or more | `t` | 1.003 s for 1 s; a domain with `FI_PSM_DELAY=1`, `FI_PSM_TIMEOUT=2`: 3.008 s |
+//!
+//! plus a few milliseconds, unless `PSM2_CLOSE_TIMEOUT` overrides
+//! libpsm2's wait (it is still capped at 2 s). Requests still in flight
+//! get `t` less that second to finish (none under 1 s; all of `t` when
+//! only the `self` device is enabled). Without connected peers
+//! `psm_ep_close` returns at once (a whole domain closes in about 1.5 ms).
+//! TrueScale's PSM 1.x waits for connected
+//! peers up to 60 s whatever it is given (read in its source; here it only
+//! has the `self` device, so it never waits), and its whole timeout goes
+//! to the graceful phase.
 //!
 //! # Limits
 //! From `psm_am_get_parameters`, capped: AM payloads at

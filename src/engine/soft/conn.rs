@@ -113,6 +113,19 @@ impl Credit {
     }
 }
 
+/// Which of the core's queues a connection waits in for eager credit
+/// (its credit fell below three quarters of its window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CreditWait {
+    /// Not waiting.
+    No,
+    /// Waiting, and it sent no message since it was last served: served
+    /// only from what the pool holds beyond a reserve.
+    New,
+    /// Waiting, and it sends messages: served first.
+    Active,
+}
+
 /// How a dialer or acceptor starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -149,6 +162,8 @@ pub(crate) struct Conn {
     /// A Data frame whose payload the edge is placing itself
     /// (`SoftCore::take_direct`): its token and the bytes still to come.
     pub direct: Option<(u64, usize)>,
+    /// The credit queue it waits in.
+    pub credit_wait: CreditWait,
 }
 
 /// Why transmitting stopped early.
@@ -227,11 +242,38 @@ impl Conn {
             next_token: 0,
             incoming: BTreeMap::new(),
             direct: None,
+            credit_wait: CreditWait::No,
         }
     }
 
     pub fn is_open(&self) -> bool {
         matches!(self.phase, ConnPhase::Established | ConnPhase::Closing)
+    }
+
+    /// Nothing in flight either way and nothing of the peer's waiting
+    /// here: no rendezvous request unmatched or in transfer, no AM request
+    /// unanswered (the peer holds all the credit of both `windows`).
+    /// Closing such a connection loses nothing.
+    pub fn idle(&self, rts_window: u64, am_window: u64) -> bool {
+        self.is_open()
+            && self.drained()
+            && self.direct.is_none()
+            && self.rx.rts >= rts_window
+            && self.rx.am >= am_window
+    }
+
+    /// Gives back the memory of queues that are empty (an idle
+    /// connection keeps none).
+    pub fn release_memory(&mut self) {
+        if self.control.is_empty() {
+            self.control = VecDeque::new();
+        }
+        if self.queued.is_empty() {
+            self.queued = VecDeque::new();
+        }
+        if self.streaming.is_empty() {
+            self.streaming = VecDeque::new();
+        }
     }
 
     /// Nothing in flight either way: a closing connection may say Bye.

@@ -58,24 +58,44 @@
 //!
 //! One [`progress`] call runs one step, and up to three more while a step
 //! leaves work behind (a read or write budget ran out, loopback bytes
-//! wait); after an ordinary step the sockets are known drained, and one
-//! more `read` would only delay a caller waiting to answer what arrived.
-//! A step looks for new connections (one `poll(2)` on the listeners: every
-//! step when the auto thread sleeps on socket readiness, every sixteenth
-//! otherwise), then for every link reads until the socket is empty or the
-//! link's read budget is spent, feeding the core, applying events and
-//! writing back after each read, and writes while the core has output and
-//! the socket takes it (within the write budget); then it enforces
-//! deadlines and drops finished links. With two or more sockets, one
-//! `poll(2)` over all of them (listeners included) says which to read, so
-//! an idle step costs one system call however many peers there are; with
-//! one socket it costs its `read`.
+//! wait, connections wait to be accepted); after an ordinary step the
+//! sockets are known drained, and one more `read` would only delay a
+//! caller waiting to answer what arrived.
+//!
+//! A step costs what moves, not what is connected: thousands of idle
+//! connections add nothing to it.
+//!
+//! * **Reading.** The sockets of connections past their handshake, and of
+//!   dials, are in a level-triggered epoll set: one `epoll_wait` says which
+//!   have bytes, EOF or an error (and whether a connection waits on the
+//!   listeners), and only those are read, each until the socket is empty
+//!   or the link's read budget is spent, feeding the core, applying events
+//!   and writing back after each read. With fewer than two such sockets
+//!   the step reads them directly (one `read` costs what one `epoll_wait`
+//!   does), and the listeners get a `poll(2)` of their own on the steps
+//!   that look for connections: every step while the auto thread sleeps on
+//!   socket readiness, every sixteenth otherwise. Accepted connections
+//!   still in their handshake are in an epoll set of their own, looked at
+//!   on those same steps only, so however many there are, the other steps
+//!   do not see them.
+//! * **Writing.** The core lists the connections that may have frames
+//!   ([`SoftCore::take_transmit_hints`]); those are written while the core
+//!   has output and the socket takes it (within the write budget).
+//! * **Watching.** Links that need a look whatever their socket says (a
+//!   connect or a dial's handshake in progress, a closed connection
+//!   draining, output the socket did not take, a failed write) are listed
+//!   and looked at every step until they no longer need it.
+//! * **Upkeep.** Every 100 ms a step also goes over every link: the
+//!   timeouts and buffers of "Resources" below, and the watch list made
+//!   afresh, so that no link waits on a missed hint for longer.
 //!
 //! # Timeouts
 //!
 //! `connect` gives each dial its timeout as a deadline (TCP connect plus
 //! handshake); accepted connections get
-//! [`SoftConfig::handshake_timeout`]; closed connections get
+//! [`SoftConfig::handshake_timeout`]; a connection holding part of a frame
+//! that completes no frame for [`SoftConfig::frame_timeout`] is closed
+//! (its peer goes down, as for a transport failure); closed connections get
 //! [`SoftConfig::linger`] to flush (and the lingerer as much again);
 //! `close` waits at most its timeout for
 //! every peer's graceful close and forces the rest (dropping an endpoint
@@ -83,13 +103,57 @@
 //! Dead peers are found by EOF or reset at once, and by `TCP_USER_TIMEOUT`
 //! ([`SoftConfig::peer_timeout`]) when the host vanished.
 //!
+//! # Resources
+//!
+//! What peers can make an endpoint hold is bounded, and let go of when
+//! they leave:
+//!
+//! * **Connections.** At most [`SoftConfig::max_connections`]; its docs
+//!   say which connection makes room for a newcomer when all are taken
+//!   (one still in its handshake, else the one idle longest of a peer the
+//!   layers above never named, closed gracefully). At most
+//!   [`SoftConfig::max_handshaking`] in their handshake (the oldest makes
+//!   room) and [`SoftConfig::max_connections_per_peer`] per epid.
+//! * **Buffers.** A connection's input holds at most one partial frame,
+//!   closed after [`SoftConfig::frame_timeout`] without progress. A link
+//!   with no traffic for an upkeep period (100 to 200 ms) gives back its
+//!   buffers and its connection's empty queues, a partial frame keeping
+//!   only its bytes; an idle socket is then looked at through a small
+//!   buffer on the stack, so it allocates nothing until bytes come.
+//! * **Unexpected messages.** At most the budget, all peers together;
+//!   those of a peer that went down are dropped after
+//!   [`SoftConfig::dead_peer_messages`], their bytes becoming credit for
+//!   the peers still here.
+//! * **Peers.** A peer that went down is forgotten after
+//!   [`SoftConfig::forget_peer_after`], unless a `connect` returned it (the
+//!   layers above may name it at any time: the address vector keeps the
+//!   handles `connect` gives for as long as it lives). The handle of a
+//!   forgotten peer is never reused: operations naming it fail with
+//!   `Inval`, `peer_epid` answers `None`.
+//!
+//! Memory, in user space (the kernel's socket buffers come on top), on a
+//! 64-bit target:
+//!
+//! | what | bytes |
+//! |---|---|
+//! | a connection past its handshake, idle, with its peer | about 1,700: its link (384), its protocol state (320), the peer's state and its entries in the maps (epid, handle, link and connection indices) |
+//! | a connection in its handshake | about 1,500 |
+//! | a peer down, not forgotten yet | about 380: its state, its entries, its two timers |
+//! | a forgotten peer | nothing |
+//! | a partial frame | its bytes |
+//!
+//! Maps and queues that grew for a crowd shrink once it is gone, and once
+//! the endpoint holds half of what it held at most (links, peers and
+//! unexpected messages counted together), the allocator is asked to hand
+//! its free memory back to the system (`malloc_trim`, with glibc).
+//!
 //! [`progress`]: crate::reactor::ProgressSource::progress
 
 use super::optable::{OpKind, OpTable};
 use super::protocol::{AmToken, ConnError, ConnId, CoreStats, Event, OpId};
 use super::transport::{
-    dial_tcp, dial_unix, poll_now, pollfd, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe,
-    Remote, Stream, MIN_READ,
+    dial_tcp, dial_unix, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller,
+    Remote, Stream, FIRST_READ, MIN_READ,
 };
 use super::wire::{HandshakeError, JobUuid};
 use super::{linger, Role, SoftConfig, SoftCore, SoftEpid};
@@ -100,7 +164,7 @@ use crate::engine::{
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, IoSlice};
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,9 +173,17 @@ use std::time::{Duration, Instant};
 
 /// Steps one `progress` call runs at most.
 const STEPS_PER_PROGRESS: usize = 4;
-/// Without a reactor poll to say so, look for new connections every this
-/// many steps.
+/// Without a reactor poll to say so, look for new connections, and at the
+/// connections still in their handshake, every this many steps.
 const ACCEPT_EVERY: u32 = 16;
+/// Most connections accepted in one step (more wait for the next).
+const MAX_ACCEPTS: usize = 64;
+/// Most ready sockets one look at a poller reports.
+const POLL_BATCH: usize = 256;
+/// The poller token of the listening sockets.
+const LISTENER: u64 = u64::MAX;
+/// How often a step also does the upkeep (`Inner::sweep`).
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
 /// Most slices one `writev` gathers.
 const MAX_IOV: usize = 64;
 /// How long `connect` and `close` sleep after a step that did nothing.
@@ -159,8 +231,20 @@ pub struct SoftStats {
     pub bytes_written: u64,
     /// Connections accepted.
     pub accepted: u64,
-    /// Incoming connections closed at once (too many connections).
+    /// Incoming connections closed at once (too many connections, none
+    /// of which could make room).
     pub rejected: u64,
+    /// Connections closed to make room (`SoftConfig::max_connections`,
+    /// `max_handshaking`, `max_connections_per_peer`).
+    pub evicted: u64,
+    /// Connections closed because a frame did not complete in time
+    /// (`SoftConfig::frame_timeout`).
+    pub stalled: u64,
+    /// Unexpected messages dropped because their peer stayed down
+    /// (`SoftConfig::dead_peer_messages`).
+    pub dropped_unexpected: u64,
+    /// Peers forgotten (`SoftConfig::forget_peer_after`).
+    pub forgotten_peers: u64,
     /// Operations posted and not yet handed back.
     pub live_ops: usize,
 }
@@ -196,11 +280,54 @@ pub(crate) struct Inner {
     pub more: bool,
     /// A `salvage` runs: links that end meanwhile are lost after it.
     pub salvaging: bool,
-    /// `poll(2)` set of a step (scratch, kept for its capacity).
-    pub pollfds: Vec<libc::pollfd>,
-    /// The link index of each entry of `pollfds` (`usize::MAX`: a
-    /// listener).
-    pub poll_owners: Vec<usize>,
+    /// Sockets of open connections and of dials (and the listeners).
+    pub hot: Poller,
+    /// Sockets of accepted connections still in their handshake.
+    pub cold: Poller,
+    /// The links in `hot` (a step with fewer than two reads them
+    /// directly).
+    pub hot_links: HashSet<LinkId>,
+    /// How many links `cold` holds.
+    pub cold_links: usize,
+    /// Accepted links in their handshake, oldest first (with entries of
+    /// links that since finished or went: skipped when met).
+    pub handshakes: VecDeque<LinkId>,
+    /// Where each link is in `links` (checked on use; a miss searches).
+    pub slots: HashMap<LinkId, usize>,
+    /// The link of each connection (checked on use; a miss searches).
+    pub by_conn: HashMap<ConnId, LinkId>,
+    /// Links to look at every step whatever their socket says
+    /// (`Inner::needs_watch`).
+    pub watch: Vec<LinkId>,
+    /// Links that died this step, to reap.
+    pub dead: Vec<LinkId>,
+    /// The links a step services (scratch): ids, and whether to read.
+    pub todo: Vec<(LinkId, bool)>,
+    /// Connections with frames to send (scratch for the core's hints).
+    pub hints: Vec<ConnId>,
+    /// The current round of write budgets (`begin_round`).
+    pub round: u64,
+    /// Peers `connect` returned: the layers above may name them at any
+    /// time, so they are never forgotten and their connections never
+    /// closed to make room.
+    pub named: HashSet<PeerAddr>,
+    /// Peers down, and since when.
+    pub down: HashMap<PeerAddr, Instant>,
+    /// The same, in the order their unexpected messages are due to be
+    /// dropped (`SoftConfig::dead_peer_messages`).
+    pub down_messages: VecDeque<(Instant, PeerAddr)>,
+    /// The same, in the order they are due to be forgotten
+    /// (`SoftConfig::forget_peer_after`).
+    pub down_forget: VecDeque<(Instant, PeerAddr)>,
+    /// When the next upkeep is due.
+    pub next_sweep: Instant,
+    /// When the last one ran.
+    pub last_sweep: Instant,
+    /// Upkeeps so far (plus one): the period links' `active` counts in.
+    pub epoch: u64,
+    /// The most the endpoint held since memory was last handed back to
+    /// the system (`Inner::release_memory`).
+    pub load_high: usize,
     pub stats: SoftStats,
 }
 
@@ -268,6 +395,19 @@ impl SoftEndpoint {
             }
         }
         let core = SoftCore::new(cfg.protocol.clone(), epid, JobUuid(options.uuid))?;
+        let poller = || {
+            Poller::new(POLL_BATCH)
+                .map_err(|e| io_error(ErrorKind::Io, "soft engine: epoll_create".to_owned(), e))
+        };
+        let (hot, cold) = (poller()?, poller()?);
+        let mut watched = Ok(());
+        listeners.fds(|_, fd| {
+            if watched.is_ok() {
+                watched = hot.add(fd, LISTENER);
+            }
+        });
+        watched.map_err(|e| io_error(ErrorKind::Io, "soft engine: epoll_ctl".to_owned(), e))?;
+        let now = Instant::now();
         let limits = core.limits();
         let completions = Arc::new(CompletionTable::new());
         let id = NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed);
@@ -298,8 +438,26 @@ impl SoftEndpoint {
                 peer_epids: peer_epids.clone(),
                 more: false,
                 salvaging: false,
-                pollfds: Vec::new(),
-                poll_owners: Vec::new(),
+                hot,
+                cold,
+                hot_links: HashSet::new(),
+                cold_links: 0,
+                handshakes: VecDeque::new(),
+                slots: HashMap::new(),
+                by_conn: HashMap::new(),
+                watch: Vec::new(),
+                dead: Vec::new(),
+                todo: Vec::new(),
+                hints: Vec::new(),
+                round: 0,
+                named: HashSet::new(),
+                down: HashMap::new(),
+                down_messages: VecDeque::new(),
+                down_forget: VecDeque::new(),
+                next_sweep: now + SWEEP_EVERY,
+                last_sweep: now,
+                epoch: 1,
+                load_high: 0,
                 stats: SoftStats::default(),
             }),
         })
@@ -408,12 +566,139 @@ impl Inner {
         id
     }
 
+    /// Where link `id` is in `links`.
     pub(crate) fn link_index(&self, id: LinkId) -> Option<usize> {
-        self.links.iter().position(|l| l.id == id)
+        match self.slots.get(&id) {
+            Some(&i) if self.links.get(i).is_some_and(|l| l.id == id) => Some(i),
+            _ => self.links.iter().position(|l| l.id == id),
+        }
     }
 
-    fn conn_index(&self, conn: ConnId) -> Option<usize> {
-        self.links.iter().position(|l| l.conn == Some(conn))
+    /// As [`link_index`](Self::link_index), in constant time: every link
+    /// is in the map but the loopback halves (made elsewhere), which are
+    /// searched once and then remembered. A link that is gone costs no
+    /// search.
+    fn slot(&mut self, id: LinkId) -> Option<usize> {
+        if let Some(&i) = self.slots.get(&id) {
+            if self.links.get(i).is_some_and(|l| l.id == id) {
+                return Some(i);
+            }
+        }
+        if self.loopback.is_none_or(|(a, b)| id != a && id != b) {
+            return None;
+        }
+        let i = self.links.iter().position(|l| l.id == id)?;
+        self.slots.insert(id, i);
+        Some(i)
+    }
+
+    /// The link carrying connection `conn`.
+    fn conn_index(&mut self, conn: ConnId) -> Option<usize> {
+        if let Some(&id) = self.by_conn.get(&conn) {
+            if let Some(i) = self.slot(id) {
+                if self.links[i].conn == Some(conn) {
+                    return Some(i);
+                }
+            }
+        }
+        // A connection the core has forgotten has no link: no search.
+        self.core.connection_phase(conn)?;
+        let i = self.links.iter().position(|l| l.conn == Some(conn))?;
+        self.by_conn.insert(conn, self.links[i].id);
+        Some(i)
+    }
+
+    /// Adds a link; its index.
+    fn push_link(&mut self, mut link: Link) -> usize {
+        link.active = self.epoch;
+        let i = self.links.len();
+        self.slots.insert(link.id, i);
+        if let Some(c) = link.conn {
+            self.by_conn.insert(c, link.id);
+        }
+        self.links.push(link);
+        i
+    }
+
+    /// Marks link `i` dead: it is dropped at the end of the step.
+    fn kill(&mut self, i: usize) {
+        self.set_polled(i, Polled::No);
+        let link = &mut self.links[i];
+        if link.phase != LinkPhase::Dead {
+            link.phase = LinkPhase::Dead;
+            self.dead.push(link.id);
+        }
+    }
+
+    /// Moves link `i`'s socket to poller set `to`. A socket that no set
+    /// can take is lost (nothing would ever read it).
+    fn set_polled(&mut self, i: usize, to: Polled) {
+        let link = &mut self.links[i];
+        let from = link.polled;
+        if from == to {
+            return;
+        }
+        let Some(fd) = link.stream().map(Stream::fd) else {
+            return;
+        };
+        let id = link.id;
+        link.polled = to;
+        match from {
+            Polled::Hot => {
+                self.hot.delete(fd);
+                self.hot_links.remove(&id);
+            }
+            Polled::Cold => {
+                self.cold.delete(fd);
+                self.cold_links -= 1;
+            }
+            Polled::No => {}
+        }
+        let added = match to {
+            Polled::Hot => self.hot.add(fd, id.0).map(|()| {
+                self.hot_links.insert(id);
+            }),
+            Polled::Cold => self.cold.add(fd, id.0).map(|()| self.cold_links += 1),
+            Polled::No => Ok(()),
+        };
+        if let Err(e) = added {
+            self.links[i].polled = Polled::No;
+            self.lose(i, ErrorKind::Io, format!("cannot poll the socket: {e}"));
+        }
+    }
+
+    /// Lists link `i` for a look every step.
+    fn watch(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        if !link.watched {
+            link.watched = true;
+            self.watch.push(link.id);
+        }
+    }
+
+    /// Whether link `i` needs a look next step whatever its socket says:
+    /// a connect or a drain in progress, a dial's handshake (its
+    /// deadline), output the socket has not taken, a failed transport not
+    /// dealt with yet, or frames the core still has for it (a write
+    /// budget ran out). Loopback halves are looked at every step anyway.
+    fn needs_watch(&self, i: usize) -> bool {
+        let l = &self.links[i];
+        if !matches!(l.pipe, Pipe::Stream(_)) {
+            // A loopback half is looked at every step while the pair
+            // stands; one left alone must find out.
+            return l.is_live() && l.peer_gone;
+        }
+        match l.phase {
+            LinkPhase::Connecting | LinkPhase::Draining => true,
+            LinkPhase::Dead => false,
+            LinkPhase::Handshaking if l.expect.is_some() => true,
+            LinkPhase::Handshaking | LinkPhase::Open => {
+                l.broken.is_some()
+                    || l.ended.is_some()
+                    || l.has_output()
+                    || l.conn.is_some_and(|c| self.core.wants_transmit(c))
+            }
+        }
     }
 
     /// The peer of `epid` if it is connected and not closing.
@@ -445,98 +730,111 @@ impl Inner {
         self.more = false;
         self.steps = self.steps.wrapping_add(1);
         let look = accept || self.registry.is_some() || self.steps % ACCEPT_EVERY == 0;
-        if self.readiness(look) {
+        let mut todo = std::mem::take(&mut self.todo);
+        todo.clear();
+        if self.readiness(look, &mut todo) {
             made |= self.accept_all();
         }
-        let mut i = 0;
-        while i < self.links.len() {
-            made |= self.service(i);
-            i += 1;
+        if look && self.cold_links > 0 {
+            self.cold_ready(&mut todo);
         }
+        // The listed links come after the ready ones (which are read).
+        let mut watch = std::mem::take(&mut self.watch);
+        for &id in &watch {
+            todo.push((id, false));
+            if let Some(i) = self.slot(id) {
+                self.links[i].watched = false;
+            }
+        }
+        watch.clear();
+        self.watch = watch;
+        if let Some((a, b)) = self.loopback {
+            todo.push((a, true));
+            todo.push((b, true));
+        }
+        let stamp = self.steps;
+        let mut now = None;
+        for &(id, readable) in &todo {
+            let Some(i) = self.slot(id) else {
+                continue;
+            };
+            let link = &mut self.links[i];
+            if link.stamp == stamp {
+                continue;
+            }
+            link.stamp = stamp;
+            link.readable = readable;
+            made |= self.service(i);
+            self.links[i].readable = false;
+            self.check_deadline(i, &mut now);
+            if self.needs_watch(i) {
+                self.watch(i);
+            }
+        }
+        self.todo = todo;
         made |= self.transmit_all();
-        self.check_deadlines();
+        self.maybe_sweep(now);
         made |= self.reap();
-        if self.loopback.is_some()
-            && self
-                .links
-                .iter()
-                .any(|l| matches!(l.pipe, Pipe::Loopback { .. }) && !l.input.is_empty())
-        {
-            self.more = true;
+        if let Some((a, b)) = self.loopback {
+            let waiting = [a, b].into_iter().any(|id| {
+                self.link_index(id)
+                    .is_some_and(|i| !self.links[i].input.is_empty())
+            });
+            if waiting {
+                self.more = true;
+            }
         }
         made
     }
 
-    /// Finds which sockets have something to read, and whether a
-    /// connection waits on the listeners (only asked when `listeners`).
+    /// Lists the links whose sockets have something to read (bytes, EOF
+    /// or an error), and says whether a connection waits on the
+    /// listeners (asked only when `listeners`).
     ///
-    /// With two or more sockets this is one `poll(2)` over all of them
-    /// (and the listeners, at no extra cost), so idle connections cost no
-    /// `read` each; with fewer, reading directly is cheaper, and the
-    /// listeners get a `poll(2)` of their own when asked.
-    fn readiness(&mut self, listeners: bool) -> bool {
-        let streams = self
-            .links
-            .iter()
-            .filter(|l| l.stream().is_some() && l.phase != LinkPhase::Connecting)
-            .count();
-        if streams < 2 {
-            for l in &mut self.links {
-                l.readable = true;
-            }
+    /// With two or more sockets in the hot set this is one look at its
+    /// poller (level-triggered epoll), which reports the listeners too at
+    /// no extra cost: idle connections cost nothing, however many. With
+    /// fewer, reading directly is cheaper, and the listeners get a
+    /// `poll(2)` of their own when asked.
+    fn readiness(&mut self, listeners: bool, todo: &mut Vec<(LinkId, bool)>) -> bool {
+        if self.hot_links.len() < 2 {
+            todo.extend(self.hot_links.iter().map(|id| (*id, true)));
             return listeners && self.listeners.as_ref().is_some_and(Listeners::pending);
         }
-        let mut fds = std::mem::take(&mut self.pollfds);
-        let mut owners = std::mem::take(&mut self.poll_owners);
-        fds.clear();
-        owners.clear();
-        if let Some(l) = &self.listeners {
-            l.fds(|_, fd| {
-                fds.push(pollfd(fd));
-                owners.push(usize::MAX);
-            });
-        }
-        for (i, l) in self.links.iter_mut().enumerate() {
-            l.readable = false;
-            match l.stream() {
-                Some(s) if l.phase != LinkPhase::Connecting => {
-                    fds.push(pollfd(s.fd()));
-                    owners.push(i);
-                }
-                // Loopback halves and connecting sockets are looked at
-                // directly.
-                _ => l.readable = true,
-            }
-        }
         let mut listener = false;
-        match poll_now(&mut fds) {
-            Ok(_) => {
-                for (fd, &i) in fds.iter().zip(&owners) {
-                    if fd.revents == 0 {
-                        continue;
-                    }
-                    match self.links.get_mut(i) {
-                        Some(l) => l.readable = true,
-                        None => listener = true,
-                    }
-                }
-            }
-            Err(_) => {
-                for l in &mut self.links {
-                    l.readable = true;
-                }
+        let looked = self.hot.ready(|token| {
+            if token == LISTENER {
                 listener = true;
+            } else {
+                todo.push((LinkId(token), true));
             }
+        });
+        if looked.is_err() {
+            todo.extend(self.hot_links.iter().map(|id| (*id, true)));
+            listener = true;
         }
-        self.pollfds = fds;
-        self.poll_owners = owners;
         listener
     }
 
-    /// Accepts every waiting connection (the caller saw one waiting).
+    /// Lists the accepted connections in their handshake that have
+    /// something to read.
+    fn cold_ready(&mut self, todo: &mut Vec<(LinkId, bool)>) {
+        if self
+            .cold
+            .ready(|token| todo.push((LinkId(token), true)))
+            .is_err()
+        {
+            todo.extend(self.handshakes.iter().map(|id| (*id, true)));
+        }
+    }
+
+    /// Accepts waiting connections (the caller saw one waiting), at most
+    /// [`MAX_ACCEPTS`] per step, making room for each
+    /// ([`make_room`](Self::make_room)).
     fn accept_all(&mut self) -> bool {
         let mut made = false;
-        loop {
+        let mut settled = false;
+        for _ in 0..MAX_ACCEPTS {
             let Some(listeners) = &self.listeners else {
                 return made;
             };
@@ -550,7 +848,7 @@ impl Inner {
                 }
             };
             made = true;
-            if self.links.len() >= self.cfg.max_connections {
+            if !self.make_room(&mut settled) {
                 self.stats.rejected += 1;
                 continue;
             }
@@ -561,11 +859,121 @@ impl Inner {
             let id = self.new_link_id();
             let mut link = Link::new(id, Pipe::Stream(stream), remote, LinkPhase::Handshaking);
             link.conn = Some(self.core.open_connection(Role::Acceptor));
+            // A Hello is small: no room for more before it is in.
+            link.read_size = MIN_READ;
             link.timeout = self.cfg.handshake_timeout;
             link.deadline = Instant::now().checked_add(link.timeout);
-            self.links.push(link);
-            self.register_link(self.links.len() - 1);
+            let i = self.push_link(link);
+            self.handshakes.push_back(id);
+            self.set_polled(i, Polled::Cold);
+            self.register_link(i);
         }
+        // More may wait: the next step takes them.
+        self.more = true;
+        made
+    }
+
+    /// Makes room for one more accepted connection; whether there is
+    /// (`SoftConfig::max_handshaking`, `max_connections`). `settled`: the
+    /// connections in their handshake were given their chance to finish
+    /// already in this round of accepts.
+    fn make_room(&mut self, settled: &mut bool) -> bool {
+        if self.cold_links >= self.cfg.max_handshaking {
+            if !*settled {
+                *settled = true;
+                self.settle_handshakes();
+            }
+            if self.cold_links >= self.cfg.max_handshaking {
+                self.evict_handshake();
+            }
+        }
+        if self.links.len() < self.cfg.max_connections {
+            return true;
+        }
+        let live = self.links.iter().filter(|l| l.is_live()).count();
+        live < self.cfg.max_connections || self.evict_handshake() || self.evict_idle()
+    }
+
+    /// Reads what the connections in their handshake have: those whose
+    /// Hello is in complete their handshake and leave the set.
+    fn settle_handshakes(&mut self) {
+        let mut ready = Vec::new();
+        self.cold_ready(&mut ready);
+        for (id, _) in ready {
+            let Some(i) = self.slot(id) else {
+                continue;
+            };
+            self.links[i].readable = true;
+            self.service(i);
+            self.links[i].readable = false;
+            if self.needs_watch(i) {
+                self.watch(i);
+            }
+        }
+    }
+
+    /// Closes the oldest accepted connection still in its handshake;
+    /// whether there was one.
+    fn evict_handshake(&mut self) -> bool {
+        while let Some(id) = self.handshakes.pop_front() {
+            let Some(i) = self.slot(id) else {
+                continue;
+            };
+            if self.links[i].polled != Polled::Cold {
+                // Finished its handshake, or gone.
+                continue;
+            }
+            self.stats.evicted += 1;
+            self.lose(
+                i,
+                ErrorKind::Io,
+                "closed to make room: too many connections in their handshake".to_owned(),
+            );
+            return true;
+        }
+        false
+    }
+
+    /// Closes gracefully (Bye) the connection idle longest among those
+    /// with nothing in flight whose peer nobody named; whether there was
+    /// one. Idle: no bytes either way since the last upkeep began.
+    fn evict_idle(&mut self) -> bool {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, l) in self.links.iter().enumerate() {
+            if l.phase != LinkPhase::Open
+                || !matches!(l.pipe, Pipe::Stream(_))
+                || l.active >= self.epoch
+            {
+                continue;
+            }
+            let Some(c) = l.conn else {
+                continue;
+            };
+            if !self.core.connection_idle(c) {
+                continue;
+            }
+            // Connections of peers the layers above named stay.
+            match self.core.connection_peer(c) {
+                Some(p) if !self.named.contains(&p) => {}
+                _ => continue,
+            }
+            if best.is_none_or(|(a, _)| l.active < a) {
+                best = Some((l.active, i));
+            }
+        }
+        let Some((_, i)) = best else {
+            return false;
+        };
+        let Some(c) = self.links[i].conn else {
+            return false;
+        };
+        self.stats.evicted += 1;
+        self.core.close_connection(c);
+        self.transmit(i);
+        if self.needs_watch(i) {
+            self.watch(i);
+        }
+        true
     }
 
     /// Services link `i`: connect, read, write, drain.
@@ -619,8 +1027,11 @@ impl Inner {
                     }
                 }
                 let expect = link.expect.expect("dialed links know their epid");
-                link.conn = Some(self.core.open_connection(Role::Dialer { expect }));
+                let conn = self.core.open_connection(Role::Dialer { expect });
+                link.conn = Some(conn);
                 link.phase = LinkPhase::Handshaking;
+                self.by_conn.insert(conn, link.id);
+                self.set_polled(i, Polled::Hot);
                 self.transmit(i);
                 true
             }
@@ -662,11 +1073,15 @@ impl Inner {
                     Ok(n) => {
                         made = true;
                         self.stats.bytes_read += n as u64;
+                        link.active = self.epoch;
                         link.direct = (n < d.len).then(|| super::DirectData {
                             offset: d.offset + n,
                             len: d.len - n,
                             ..d
                         });
+                        if link.direct.is_none() {
+                            link.frames += 1;
+                        }
                         self.core.direct_data(conn, n);
                         self.drain_events();
                         self.interleave(i);
@@ -685,6 +1100,7 @@ impl Inner {
                 }
             }
             let want = link.read_size.min(self.cfg.max_read).max(MIN_READ);
+            let before = link.input.len();
             match stream.read_buf(&mut link.input, want) {
                 Ok(0) => {
                     self.end_link(i, None);
@@ -693,10 +1109,15 @@ impl Inner {
                 Ok(n) => {
                     made = true;
                     self.stats.bytes_read += n as u64;
+                    link.active = self.epoch;
                     if n == want {
                         link.read_size = (want * 2).min(self.cfg.max_read);
                     }
                     let ok = self.core.handle_input(conn, &mut link.input).is_ok();
+                    if link.input.len() < before + n {
+                        // At least one frame went whole to the core.
+                        link.frames += 1;
+                    }
                     if ok && !link.input.is_empty() {
                         if let Ok(Some(d)) = self.core.take_direct(conn, &mut link.input) {
                             link.direct = Some(d);
@@ -790,6 +1211,7 @@ impl Inner {
                 Err(e) => return Err(e),
             };
             self.stats.bytes_written += n as u64;
+            self.links[i].active = self.epoch;
             let mut released = std::mem::take(&mut self.released);
             self.links[i].consume(n, &mut released);
             for op in released.drain(..) {
@@ -830,7 +1252,11 @@ impl Inner {
         loop {
             match self.flush(i) {
                 Ok(true) => {}
-                Ok(false) => return true,
+                Ok(false) => {
+                    // The socket is full: try again next step.
+                    self.watch(i);
+                    return true;
+                }
                 Err(e) => {
                     let link = &mut self.links[i];
                     if link.conn.is_some() && link.is_live() {
@@ -842,6 +1268,7 @@ impl Inner {
                         // its next service).
                         link.broken = Some(format!("write failed: {e}"));
                         self.more = true;
+                        self.watch(i);
                     } else {
                         self.lose(i, ErrorKind::Io, format!("write failed: {e}"));
                     }
@@ -855,9 +1282,14 @@ impl Inner {
             if !self.core.wants_transmit(conn) {
                 return made;
             }
+            if link.round != self.round {
+                link.round = self.round;
+                link.round_out = 0;
+            }
             if link.round_out >= self.cfg.write_budget {
                 // More to send, but this link had its share of the round.
                 self.more = true;
+                self.watch(i);
                 return true;
             }
             let before = link.refs.len();
@@ -885,13 +1317,46 @@ impl Inner {
     /// Starts a round (a progress step, or a post's flush): every link
     /// may compose `write_budget` bytes again.
     pub(crate) fn begin_round(&mut self) {
-        for l in &mut self.links {
-            l.round_out = 0;
+        self.round = self.round.wrapping_add(1);
+    }
+
+    /// Transmits on every connection that may have frames: those the
+    /// core lists ([`SoftCore::take_transmit_hints`]), or every one when
+    /// it lost count.
+    pub(crate) fn transmit_all(&mut self) -> bool {
+        let mut made = false;
+        let mut hints = std::mem::take(&mut self.hints);
+        // Transmitting grants credit, which may list more: a few rounds.
+        for _ in 0..4 {
+            hints.clear();
+            if !self.core.take_transmit_hints(&mut hints) {
+                made |= self.transmit_every();
+                continue;
+            }
+            if hints.is_empty() {
+                break;
+            }
+            for &conn in &hints {
+                let Some(i) = self.conn_index(conn) else {
+                    continue;
+                };
+                let link = &self.links[i];
+                if !link.is_live() {
+                    continue;
+                }
+                made |= match link.pipe {
+                    Pipe::Stream(_) => self.transmit(i),
+                    Pipe::Loopback { .. } => self.loopback_transmit(i),
+                };
+            }
         }
+        hints.clear();
+        self.hints = hints;
+        made
     }
 
     /// Transmits on every link whose connection has output.
-    pub(crate) fn transmit_all(&mut self) -> bool {
+    fn transmit_every(&mut self) -> bool {
         let mut made = false;
         for i in 0..self.links.len() {
             let link = &self.links[i];
@@ -929,7 +1394,7 @@ impl Inner {
             }
             Ok(false) => {}
             Err(_) => {
-                self.links[i].phase = LinkPhase::Dead;
+                self.kill(i);
                 return true;
             }
         }
@@ -940,53 +1405,60 @@ impl Inner {
         if let Pipe::Stream(s) = &link.pipe {
             // The input buffer is free (the connection is gone): scratch.
             if linger::safe_to_close(s, &mut link.input) {
-                link.phase = LinkPhase::Dead;
+                self.kill(i);
                 made = true;
             }
         }
         made
     }
 
-    fn check_deadlines(&mut self) {
-        if !self.links.iter().any(|l| l.deadline.is_some()) {
+    /// Enforces link `i`'s deadline (`now`: the time, once read).
+    fn check_deadline(&mut self, i: usize, now: &mut Option<Instant>) {
+        let link = &self.links[i];
+        let Some(deadline) = link.deadline else {
+            return;
+        };
+        if deadline > *now.get_or_insert_with(Instant::now) {
             return;
         }
-        let now = Instant::now();
-        for i in 0..self.links.len() {
-            let link = &self.links[i];
-            if link.deadline.is_none_or(|d| d > now) {
-                continue;
-            }
-            let t = link.timeout;
-            match link.phase {
-                LinkPhase::Connecting => self.lose(
-                    i,
-                    ErrorKind::TimedOut,
-                    format!("no TCP connection within {t:?}"),
-                ),
-                LinkPhase::Handshaking => self.lose(
-                    i,
-                    ErrorKind::TimedOut,
-                    format!("no answer to the handshake within {t:?}"),
-                ),
-                LinkPhase::Draining => self.links[i].phase = LinkPhase::Dead,
-                LinkPhase::Open | LinkPhase::Dead => self.links[i].deadline = None,
-            }
+        let t = link.timeout;
+        match link.phase {
+            LinkPhase::Connecting => self.lose(
+                i,
+                ErrorKind::TimedOut,
+                format!("no TCP connection within {t:?}"),
+            ),
+            LinkPhase::Handshaking => self.lose(
+                i,
+                ErrorKind::TimedOut,
+                format!("no answer to the handshake within {t:?}"),
+            ),
+            LinkPhase::Draining => self.kill(i),
+            LinkPhase::Open | LinkPhase::Dead => self.links[i].deadline = None,
         }
     }
 
-    /// Drops dead links; whether any went.
+    /// Drops the links that died; whether any went.
     fn reap(&mut self) -> bool {
-        if !self.links.iter().any(|l| l.phase == LinkPhase::Dead) {
-            return false;
-        }
-        let mut i = 0;
-        while i < self.links.len() {
+        let mut made = false;
+        // Reaping may kill more (a loopback partner): they go too.
+        while let Some(id) = self.dead.pop() {
+            let Some(i) = self.slot(id) else {
+                continue;
+            };
             if self.links[i].phase != LinkPhase::Dead {
-                i += 1;
                 continue;
             }
-            let mut link = self.links.remove(i);
+            made = true;
+            self.set_polled(i, Polled::No);
+            let mut link = self.links.swap_remove(i);
+            self.slots.remove(&id);
+            if let Some(moved) = self.links.get(i) {
+                self.slots.insert(moved.id, i);
+            }
+            if let Some(c) = link.conn {
+                self.by_conn.remove(&c);
+            }
             if link.registered {
                 if let (Some((registry, _)), Pipe::Stream(s)) = (&self.registry, &mut link.pipe) {
                     let _ = s.deregister(registry);
@@ -1024,13 +1496,224 @@ impl Inner {
                 self.drain_events();
             }
             if let Some(partner) = partner {
-                if let Some(j) = self.link_index(partner) {
+                if let Some(j) = self.slot(partner) {
                     self.links[j].peer_gone = true;
+                    self.watch(j);
                 }
                 self.loopback = None;
             }
         }
-        true
+        made
+    }
+
+    // ----- upkeep ----------------------------------------------------------
+
+    /// Runs the upkeep when it is due (`now`: the time, if the step read
+    /// it already).
+    fn maybe_sweep(&mut self, now: Option<Instant>) {
+        let now = now.unwrap_or_else(Instant::now);
+        if now >= self.next_sweep {
+            self.sweep(now);
+        }
+    }
+
+    /// The upkeep, every [`SWEEP_EVERY`] while steps run (module docs,
+    /// "Resources"): closes connections stalled mid-frame and accepted
+    /// ones past their handshake timeout, trims the buffers of idle links,
+    /// lists every link that needs a look (so nothing waits on a missed
+    /// hint for longer than this), drops the unexpected messages of peers
+    /// down for long and forgets such peers, and gives back memory.
+    fn sweep(&mut self, now: Instant) {
+        // A long gap means nobody drove the endpoint: nothing could
+        // arrive meanwhile, so stall clocks start afresh.
+        let gap = now.duration_since(self.last_sweep) > 10 * SWEEP_EVERY;
+        self.last_sweep = now;
+        self.next_sweep = now + SWEEP_EVERY;
+        let mut stalled = Vec::new();
+        let mut expired = Vec::new();
+        for i in 0..self.links.len() {
+            let watch = self.needs_watch(i);
+            let epoch = self.epoch;
+            let link = &mut self.links[i];
+            let stream = link.stream().is_some();
+            match link.phase {
+                LinkPhase::Open if stream && link.mid_frame() => match link.stall {
+                    Some((since, frames)) if frames == link.frames && !gap => {
+                        if now.duration_since(since) >= self.cfg.frame_timeout {
+                            stalled.push(link.id);
+                        }
+                    }
+                    _ => link.stall = Some((now, link.frames)),
+                },
+                LinkPhase::Open => link.stall = None,
+                LinkPhase::Handshaking
+                    if link.polled == Polled::Cold && link.deadline.is_some_and(|d| d <= now) =>
+                {
+                    expired.push(link.id);
+                }
+                _ => {}
+            }
+            // Idle for a whole period: its buffers go.
+            if stream && link.is_live() && link.active + 1 < epoch {
+                link.trim_buffers();
+                if let Some(c) = link.conn {
+                    self.core.release_connection_memory(c);
+                }
+            }
+            if watch {
+                self.watch(i);
+            }
+        }
+        let t = self.cfg.frame_timeout;
+        for id in stalled {
+            if let Some(i) = self.slot(id) {
+                self.stats.stalled += 1;
+                self.lose(
+                    i,
+                    ErrorKind::TimedOut,
+                    format!("no complete frame within {t:?}"),
+                );
+            }
+        }
+        for id in expired {
+            if let Some(i) = self.slot(id) {
+                self.check_deadline(i, &mut Some(now));
+            }
+        }
+        self.epoch += 1;
+        self.expire_peers(now);
+        self.release_memory();
+    }
+
+    /// Drops the unexpected messages of peers down for
+    /// `SoftConfig::dead_peer_messages`, and forgets peers down for
+    /// `forget_peer_after`.
+    fn expire_peers(&mut self, now: Instant) {
+        let (messages, forget) = (self.cfg.dead_peer_messages, self.cfg.forget_peer_after);
+        while let Some(&(since, peer)) = self.down_messages.front() {
+            if since.checked_add(messages).is_none_or(|due| due > now) {
+                break;
+            }
+            self.down_messages.pop_front();
+            if self.down.get(&peer) != Some(&since) {
+                // It came back since (and may have gone down again).
+                continue;
+            }
+            let n = self.core.drop_unexpected_from(peer);
+            if n > 0 {
+                self.stats.dropped_unexpected += n as u64;
+                tracing::debug!(
+                    ?peer,
+                    messages = n,
+                    "soft engine: dropped the unexpected messages of a peer down for {messages:?}"
+                );
+            }
+            self.settle_down(peer, since, now);
+        }
+        while let Some(&(since, peer)) = self.down_forget.front() {
+            if since.checked_add(forget).is_none_or(|due| due > now) {
+                break;
+            }
+            self.down_forget.pop_front();
+            if self.down.get(&peer) == Some(&since) {
+                self.settle_down(peer, since, now);
+            }
+        }
+    }
+
+    /// A peer down since `since` whose time came: forgotten when it may
+    /// be; its record goes once nothing more is due for it.
+    fn settle_down(&mut self, peer: PeerAddr, since: Instant, now: Instant) {
+        let due = |t: Duration| since.checked_add(t).map(|d| d <= now);
+        let forget = due(self.cfg.forget_peer_after);
+        if forget == Some(true) && !self.named.contains(&peer) && self.core.forget_peer(peer) {
+            if let Ok(mut map) = self.peer_epids.write() {
+                map.remove(&peer);
+            }
+            self.down.remove(&peer);
+            self.stats.forgotten_peers += 1;
+            return;
+        }
+        // `None`: never due.
+        let waiting = |d: Option<bool>| d == Some(false);
+        if !waiting(forget) && !waiting(due(self.cfg.dead_peer_messages)) {
+            self.down.remove(&peer);
+        }
+    }
+
+    /// Gives back memory that maps, queues and buffers kept from a past
+    /// load (an attack's connections, forgotten peers).
+    fn release_memory(&mut self) {
+        fn roomy(cap: usize, len: usize) -> bool {
+            cap > 4 * len + 64
+        }
+        self.core.release_memory();
+        if roomy(self.handshakes.len(), 2 * self.cold_links) {
+            let keep: VecDeque<LinkId> = self
+                .handshakes
+                .iter()
+                .copied()
+                .filter(|id| {
+                    self.link_index(*id)
+                        .is_some_and(|i| self.links[i].polled == Polled::Cold)
+                })
+                .collect();
+            self.handshakes = keep;
+        }
+        if roomy(self.by_conn.len(), self.links.len()) {
+            let links = &self.links;
+            let slots = &self.slots;
+            self.by_conn.retain(|c, id| {
+                slots
+                    .get(id)
+                    .and_then(|&i| links.get(i))
+                    .is_some_and(|l| l.conn == Some(*c))
+            });
+        }
+        macro_rules! shrink {
+            ($($x:expr),*) => {$(
+                if roomy($x.capacity(), $x.len()) {
+                    $x.shrink_to_fit();
+                }
+            )*};
+        }
+        shrink!(
+            self.slots,
+            self.by_conn,
+            self.hot_links,
+            self.down,
+            self.handshakes,
+            self.down_messages,
+            self.down_forget,
+            self.links,
+            self.watch,
+            self.dead,
+            self.todo,
+            self.hints
+        );
+        let roomy_epids = self
+            .peer_epids
+            .read()
+            .is_ok_and(|m| roomy(m.capacity(), m.len()));
+        if roomy_epids {
+            if let Ok(mut map) = self.peer_epids.write() {
+                map.shrink_to_fit();
+            }
+        }
+        // Freed memory stays with the allocator, scattered among what is
+        // still in use, unless it is handed back: after the endpoint let
+        // go of at least half of what it held (links, peers, unexpected
+        // messages, counted alike), it is.
+        let core = self.core.stats();
+        let load = self.links.len()
+            + core.peers
+            + self.down.len()
+            + (core.unexpected_bytes >> 16) as usize;
+        self.load_high = self.load_high.max(load);
+        if self.load_high >= 64 && 2 * load <= self.load_high {
+            self.load_high = load;
+            give_back_memory();
+        }
     }
 
     /// The bytes link `link` has yet to write, in wire order (the output
@@ -1135,16 +1818,18 @@ impl Inner {
     /// Link `i`'s transport failed: the core fails everything pending
     /// towards its peer; a dial a `connect` waits for records the error.
     pub(crate) fn lose(&mut self, i: usize, kind: ErrorKind, why: String) {
-        let link = &mut self.links[i];
+        let link = &self.links[i];
         let dialing = matches!(link.phase, LinkPhase::Connecting | LinkPhase::Handshaking);
         let record = dialing && link.awaited;
-        link.phase = LinkPhase::Dead;
+        self.kill(i);
+        let link = &mut self.links[i];
         link.direct = None;
         let remote = link.remote;
         let expect = link.expect;
         let id = link.id;
         let conn = link.conn.take();
         if let Some(conn) = conn {
+            self.by_conn.remove(&conn);
             self.core.connection_lost(conn, format!("{remote}: {why}"));
             self.drain_events();
         }
@@ -1186,19 +1871,11 @@ impl Inner {
                     Some(e) if e.refs > 0 => e.parked = Some(status),
                     _ => self.finish(op, status),
                 },
-                Event::Connected { conn, peer, epid } => {
-                    if let Ok(mut map) = self.peer_epids.write() {
-                        map.insert(peer, epid);
-                    }
-                    if let Some(i) = self.conn_index(conn) {
-                        let link = &mut self.links[i];
-                        link.phase = LinkPhase::Open;
-                        link.deadline = None;
-                    }
-                }
+                Event::Connected { conn, peer, epid } => self.on_connected(conn, peer, epid),
                 Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
                 Event::PeerDown { peer, epid, error } => {
                     tracing::debug!(?peer, %epid, %error, "soft engine: peer down");
+                    self.on_peer_down(peer);
                 }
                 Event::AmRequest {
                     token,
@@ -1273,6 +1950,46 @@ impl Inner {
         }
     }
 
+    /// A connection completed its handshake: it joins the connections
+    /// every step looks at, unless its peer has all the connections it
+    /// may hold (`SoftConfig::max_connections_per_peer`).
+    fn on_connected(&mut self, conn: ConnId, peer: PeerAddr, epid: Epid) {
+        if let Ok(mut map) = self.peer_epids.write() {
+            map.insert(peer, epid);
+        }
+        self.down.remove(&peer);
+        let Some(i) = self.conn_index(conn) else {
+            return;
+        };
+        let link = &mut self.links[i];
+        link.phase = LinkPhase::Open;
+        link.deadline = None;
+        if link.polled == Polled::Cold {
+            link.read_size = FIRST_READ;
+        }
+        if link.stream().is_some() {
+            self.set_polled(i, Polled::Hot);
+        }
+        if self.core.peer_connections(peer) > self.cfg.max_connections_per_peer {
+            tracing::debug!(?peer, %epid, "soft engine: too many connections from one peer; closing the newest");
+            self.stats.evicted += 1;
+            self.core.close_connection(conn);
+        }
+    }
+
+    /// A peer went down: its unexpected messages and then itself are due
+    /// to go (`SoftConfig::dead_peer_messages`, `forget_peer_after`).
+    fn on_peer_down(&mut self, peer: PeerAddr) {
+        let now = Instant::now();
+        self.down.insert(peer, now);
+        if now.checked_add(self.cfg.dead_peer_messages).is_some() {
+            self.down_messages.push_back((now, peer));
+        }
+        if now.checked_add(self.cfg.forget_peer_after).is_some() {
+            self.down_forget.push_back((now, peer));
+        }
+    }
+
     /// The core closed `conn`: flush its last frames, forget it, let the
     /// transport drain.
     fn on_closed(&mut self, conn: ConnId, error: Option<ConnError>) {
@@ -1307,6 +2024,7 @@ impl Inner {
             }
         }
         self.core.connection_lost(conn, "closed by the protocol");
+        self.by_conn.remove(&conn);
         let link = &mut self.links[i];
         let dialing = link.phase == LinkPhase::Handshaking;
         link.conn = None;
@@ -1343,8 +2061,10 @@ impl Inner {
                 link.phase = LinkPhase::Draining;
                 link.timeout = self.cfg.linger;
                 link.deadline = Instant::now().checked_add(self.cfg.linger);
+                self.set_polled(i, Polled::No);
+                self.watch(i);
             }
-            Pipe::Loopback { .. } => link.phase = LinkPhase::Dead,
+            Pipe::Loopback { .. } => self.kill(i),
         }
     }
 
@@ -1394,8 +2114,11 @@ impl Inner {
         if phase == LinkPhase::Handshaking {
             link.conn = Some(self.core.open_connection(Role::Dialer { expect: epid }));
         }
-        self.links.push(link);
-        let i = self.links.len() - 1;
+        let i = self.push_link(link);
+        if phase == LinkPhase::Handshaking {
+            self.set_polled(i, Polled::Hot);
+        }
+        self.watch(i);
         self.register_link(i);
         if phase == LinkPhase::Handshaking {
             self.transmit(i);
@@ -1423,7 +2146,7 @@ impl Inner {
             if self.links[i].conn.is_some() {
                 self.lose(i, ErrorKind::Io, "the endpoint closed".to_owned());
             }
-            self.links[i].phase = LinkPhase::Dead;
+            self.kill(i);
         }
         self.reap();
         for id in self.ops.ids() {
@@ -1442,6 +2165,19 @@ impl Inner {
         self.closed = true;
     }
 }
+
+/// Hands the allocator's free memory back to the system.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_back_memory() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it
+    // takes no pointer and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_back_memory() {}
 
 /// The reply channel handed to an AM handler.
 struct Replier<'a> {
@@ -1643,6 +2379,10 @@ impl EngineEndpoint for SoftEndpoint {
                 pending = false;
             }
             if !pending {
+                // The caller names these peers from now on.
+                for r in results.iter().flatten().flatten() {
+                    g.named.insert(*r);
+                }
                 for d in dials.iter().flatten() {
                     if let Some(k) = g.link_index(*d) {
                         g.links[k].awaited = false;

@@ -71,9 +71,58 @@ pub struct SoftConfig {
     /// post), so one busy peer cannot starve the others and every step
     /// stays bounded. Default 2 MiB.
     pub write_budget: usize,
-    /// Most connections an endpoint keeps (accepted and dialed); further
-    /// incoming ones are closed at once. Default 4096.
+    /// A connection whose input holds part of a frame (or the rest of a
+    /// Data payload) and completes no frame for this long is closed, as
+    /// if its transport had failed: what is pending towards its peer
+    /// fails. Such a connection costs the bytes it sent and no more: the
+    /// spare room of an input buffer (and the whole buffers of a
+    /// connection with no traffic) are released within a fraction of a
+    /// second. A frame of the default sizes completes within this time on
+    /// any link faster than about 30 KB/s. Default 10 s.
+    pub frame_timeout: Duration,
+    /// Most connections an endpoint keeps (accepted and dialed, counting
+    /// those still in their handshake). A connection arriving when all
+    /// are taken makes room, in this order: the oldest accepted
+    /// connection still in its handshake is closed; else the connection
+    /// idle longest (no bytes either way for a while, nothing in flight
+    /// on it) among those of peers the layers above never named (no
+    /// `connect` returned them) is closed gracefully (Bye); else the
+    /// newcomer is closed at once. Peers named by `connect` keep their
+    /// connections. Default 4096.
     pub max_connections: usize,
+    /// Most accepted connections still in their handshake. They are
+    /// looked at every step only while the endpoint sleeps on socket
+    /// readiness (auto progress), every sixteenth step otherwise, through
+    /// a poller of their own, so thousands of silent sockets cost the
+    /// established peers nothing. When all are taken, those whose Hello
+    /// already arrived finish their handshake first; then the oldest one
+    /// is closed to make room (a peer's Hello follows its connect at once:
+    /// the oldest ones are the ones that stay silent). Default 256.
+    pub max_handshaking: usize,
+    /// Most connections one peer (one epid) may hold; a handshake beyond
+    /// it is answered, then that connection is closed gracefully (Bye),
+    /// the peer's other connections untouched. Two endpoints dialing each
+    /// other at once make two connections; the endpoint reaching itself
+    /// makes two as well. At least 2; default 4.
+    pub max_connections_per_peer: usize,
+    /// Unexpected messages of a peer that went down (lost its last
+    /// connection) stay receivable this long; then they are dropped and
+    /// their bytes go back to the unexpected budget, so that peers still
+    /// here get eager credit again. The peer's coming back within this
+    /// time keeps them (and starts the clock afresh when it goes down
+    /// again). Rendezvous requests of a peer that went down are dropped
+    /// at once: nobody could send their data. Default 60 s.
+    pub dead_peer_messages: Duration,
+    /// A peer that went down is forgotten after this long, unless a
+    /// `connect` returned it (the layers above may name it, as the
+    /// address vector does, and keep doing so) or unexpected messages of
+    /// it are still waiting (see [`dead_peer_messages`](Self::dead_peer_messages)).
+    /// Its [`PeerAddr`](crate::engine::PeerAddr) is never handed out
+    /// again: operations naming it fail with `Inval`, and `peer_epid`
+    /// answers `None`; a later connection from its epid makes a new
+    /// peer. What one peer costs is listed in the endpoint's module
+    /// docs. Default 60 s.
+    pub forget_peer_after: Duration,
 }
 
 impl SoftConfig {
@@ -92,7 +141,12 @@ impl SoftConfig {
         max_read: 1 << 20,
         read_budget: 1 << 20,
         write_budget: 2 << 20,
+        frame_timeout: Duration::from_secs(10),
         max_connections: 4096,
+        max_handshaking: 256,
+        max_connections_per_peer: 4,
+        dead_peer_messages: Duration::from_secs(60),
+        forget_peer_after: Duration::from_secs(60),
     };
 
     /// Checks every field; the error names the one at fault.
@@ -112,12 +166,23 @@ impl SoftConfig {
             ("read_budget", self.read_budget),
             ("write_budget", self.write_budget),
             ("max_connections", self.max_connections),
+            ("max_handshaking", self.max_handshaking),
         ] {
             if v == 0 {
                 return bad(format!(
                     "soft engine configuration: {name} must be at least 1"
                 ));
             }
+        }
+        if self.max_connections_per_peer < 2 {
+            return bad(format!(
+                "soft engine configuration: max_connections_per_peer ({}) must be at least 2 \
+                 (crossed dials and the endpoint reaching itself make two connections)",
+                self.max_connections_per_peer
+            ));
+        }
+        if self.frame_timeout.is_zero() {
+            return bad("soft engine configuration: frame_timeout must not be zero".into());
         }
         if self.socket_buffer == Some(0) {
             return bad("soft engine configuration: socket_buffer must be at least 1".into());

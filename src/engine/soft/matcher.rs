@@ -275,6 +275,31 @@ impl<R: Copy + Eq + Hash, U> TagMatcher<R, U> {
         seqs.into_iter().map(|s| self.take_unexpected(s)).collect()
     }
 
+    /// Whether any unexpected message satisfies `pred`.
+    pub fn any_unexpected(&self, pred: impl FnMut(&Unexpected<U>) -> bool) -> bool {
+        self.unexpected.values().any(pred)
+    }
+
+    /// Gives back the memory of index maps far larger than what they
+    /// hold now (after a burst of distinct tags).
+    pub fn release_memory(&mut self) {
+        for cap_len in [
+            (self.posted_exact.capacity(), self.posted_exact.len()),
+            (
+                self.unexpected_by_tag.capacity(),
+                self.unexpected_by_tag.len(),
+            ),
+            (self.posted_index.capacity(), self.posted_index.len()),
+        ] {
+            if cap_len.0 > 4 * cap_len.1 + 64 {
+                self.posted_exact.shrink_to_fit();
+                self.unexpected_by_tag.shrink_to_fit();
+                self.posted_index.shrink_to_fit();
+                return;
+            }
+        }
+    }
+
     /// Number of queued receives.
     pub fn posted_len(&self) -> usize {
         self.posted_index.len()

@@ -24,7 +24,10 @@
 //!   it appended. Call it after every other call that may create output:
 //!   `handle_input` (Cts, credit, AM replies), `send`, `recv` (a Cts),
 //!   `am_request`, `am_reply`, `am_done`, `close_peer`.
-//!   [`transmit_pending`](SoftCore::transmit_pending) lists the candidates.
+//!   [`transmit_pending`](SoftCore::transmit_pending) lists the candidates;
+//!   [`take_transmit_hints`](SoftCore::take_transmit_hints) lists those
+//!   that may have gained frames since it was last asked, so an edge with
+//!   many idle connections need not look at each.
 //! * **Events.** Drain [`poll_event`](SoftCore::poll_event) after every
 //!   call. `Place` means "copy these bytes into op's buffer at offset";
 //!   `Complete` hands the op's result back; `AmRequest` must be answered
@@ -38,8 +41,16 @@
 //!   operation towards it completes with an error. Frames on different
 //!   connections of one peer are not ordered, so feed the input the peer's
 //!   other connections already have first.
-//! * **Graceful close.** [`shutdown`](SoftCore::shutdown) or
-//!   [`close_peer`](SoftCore::close_peer): each connection says Bye once
+//! * **Peers that left.** A peer without connections keeps its unexpected
+//!   messages (receivable as before) and its [`PeerAddr`]; the edge bounds
+//!   both in time: [`drop_unexpected_from`](SoftCore::drop_unexpected_from)
+//!   drops the messages (their bytes become credit for the others),
+//!   [`forget_peer`](SoftCore::forget_peer) forgets the peer once nothing
+//!   of it is left.
+//! * **Graceful close.** [`shutdown`](SoftCore::shutdown),
+//!   [`close_peer`](SoftCore::close_peer), or one connection alone
+//!   ([`close_connection`](SoftCore::close_connection)): each connection
+//!   says Bye once
 //!   nothing is in flight on it. A Bye received closes that connection
 //!   alone (what of ours is left on it fails); the peer goes down with its
 //!   last connection, so messages on its other ones still arrive.
@@ -56,8 +67,15 @@
 //!   of the sender's credit; the receiver returns the cost to the pool as
 //!   soon as the message matches a receive (at once or from the unexpected
 //!   queue), and re-grants from the pool to connections whose credit fell
-//!   below three quarters of their window. So unexpected bytes + credit
-//!   outstanding ≤ budget at all times.
+//!   below three quarters of their window: first to those that send
+//!   messages, oldest request first; then, from what the pool holds beyond
+//!   a reserve of one window, to those that sent nothing since they last
+//!   got credit (new connections, mostly). Granted credit is the peer's
+//!   until it spends it, so without the reserve a crowd of idle
+//!   connections could hold the whole budget while the peers that send got
+//!   none. So unexpected bytes + credit outstanding ≤ budget at all times,
+//!   and a re-grant costs the grants it makes, however many connections
+//!   there are.
 //! * **Rendezvous entries.** A sender without eager credit sends the
 //!   message as Rts instead (header only; the data waits at the sender until
 //!   the receive matches). Rts frames have their own per-connection credit
@@ -77,7 +95,8 @@
 
 use super::config::ProtocolConfig;
 use super::conn::{
-    Conn, ConnPhase, Control, Credit, Incoming, MissingPayload, Outgoing, Role, SendOp, Sink,
+    Conn, ConnPhase, Control, Credit, CreditWait, Incoming, MissingPayload, Outgoing, Role, SendOp,
+    Sink,
 };
 use super::matcher::{Arrival, TagMatcher};
 use super::wire::{
@@ -351,6 +370,8 @@ pub struct CoreStats {
     pub queued_sends: usize,
     /// Open connections.
     pub connections: usize,
+    /// Peers known (connected, or down and not forgotten yet).
+    pub peers: usize,
 }
 
 /// A message waiting in the unexpected queue.
@@ -418,11 +439,18 @@ pub struct SoftCore {
     /// Eager credit held by connections (granted, not yet spent).
     granted: u64,
     pool_dirty: bool,
-    grant_cursor: u64,
+    /// Connections waiting for eager credit that send messages (served
+    /// first), and the others, oldest request first
+    /// ([`CreditWait`]).
+    credit_active: VecDeque<ConnId>,
+    credit_new: VecDeque<ConnId>,
+    /// Connections that may have frames to transmit since the edge last
+    /// asked ([`take_transmit_hints`](Self::take_transmit_hints)); when
+    /// too many to list, `hints_overflow` says "any".
+    hints: Vec<ConnId>,
+    hints_overflow: bool,
     /// Sends finished by a transmit (scratch, kept for its capacity).
     done_scratch: Vec<(OpId, MqStatus)>,
-    /// Connection order of a regrant (scratch, kept for its capacity).
-    regrant_scratch: Vec<ConnId>,
 }
 
 fn inval(msg: String) -> Error {
@@ -452,9 +480,11 @@ impl SoftCore {
             next_peer: 1,
             granted: 0,
             pool_dirty: false,
-            grant_cursor: 0,
+            credit_active: VecDeque::new(),
+            credit_new: VecDeque::new(),
+            hints: Vec::new(),
+            hints_overflow: false,
             done_scratch: Vec::new(),
-            regrant_scratch: Vec::new(),
         })
     }
 
@@ -482,6 +512,7 @@ impl SoftCore {
             posted_recvs: self.matcher.posted_len(),
             queued_sends: self.conns.values().map(|c| c.queued.len()).sum(),
             connections: self.conns.len(),
+            peers: self.peers.len(),
         }
     }
 
@@ -574,7 +605,12 @@ impl SoftCore {
                     return Err(e);
                 }
             };
+            let handshaking = self
+                .conns
+                .get(&conn)
+                .is_some_and(|c| c.phase == ConnPhase::Handshaking);
             match self.on_frame(conn, frame) {
+                Ok(()) if handshaking => self.established(conn),
                 Ok(()) => {}
                 Err(ConnError::PeerClosed) => {
                     // Nothing follows a Bye on this connection.
@@ -798,6 +834,7 @@ impl SoftCore {
                     conn.phase = ConnPhase::Closing;
                 }
             }
+            self.hint(c);
         }
     }
 
@@ -866,14 +903,17 @@ impl SoftCore {
         }
         conn.queued.push_back(SendOp { op, tag, len, mode });
         self.ops.insert(op, OpState::Send);
+        self.hint(conn_id);
         Ok(())
     }
 
     fn send_conn(&self, peer: PeerAddr) -> Result<ConnId> {
-        let p = self
-            .peers
-            .get(&peer)
-            .ok_or_else(|| inval(format!("{peer:?} is not a connected peer")))?;
+        let p = self.peers.get(&peer).ok_or_else(|| {
+            inval(format!(
+                "{peer:?} is not a peer of this endpoint (never connected, or forgotten \
+                     after it went down; connect to its epid again)"
+            ))
+        })?;
         match p.send_conn {
             Some(c) if !p.closing => Ok(c),
             _ => Err(Error::new(
@@ -999,6 +1039,7 @@ impl SoftCore {
             frame: Frame::AmRequest(Self::am_frame(handler, args, payload)),
             returns_am_credit: false,
         });
+        self.hint(conn_id);
         Ok(())
     }
 
@@ -1023,6 +1064,7 @@ impl SoftCore {
             frame: Frame::AmReply(Self::am_frame(handler, args, payload)),
             returns_am_credit: true,
         });
+        self.hint(token.conn);
         Ok(())
     }
 
@@ -1033,6 +1075,7 @@ impl SoftCore {
                 am: 1,
                 ..Credit::default()
             });
+            self.hint(token.conn);
         }
     }
 
@@ -1081,7 +1124,7 @@ impl SoftCore {
                 if let Arrival::Matched { recv, payload } = arrival {
                     self.deliver(recv, tag, payload);
                 }
-                self.pool_dirty = true;
+                self.want_credit(id, true);
             }
             Frame::Rts { msg_id, tag, len } => {
                 if conn.rx.rts == 0 {
@@ -1097,6 +1140,7 @@ impl SoftCore {
                 if let Arrival::Matched { recv, payload } = self.matcher.arrive(tag, 0, pending) {
                     self.deliver(recv, tag, payload);
                 }
+                self.want_credit(id, true);
             }
             Frame::Cts { msg_id, token, len } => {
                 let send = conn
@@ -1199,6 +1243,17 @@ impl SoftCore {
             }
         };
         if let Err(refusal) = check_hello(&self.hello, &theirs) {
+            // Only this log and the error name the UUIDs (ours and the one
+            // the peer sent); the Refuse frame carries neither.
+            let epid = self.hello.epid;
+            match refusal {
+                Refusal::BadMagic | Refusal::Protocol => {
+                    tracing::debug!(conn = ?id, %epid, "soft engine: refused a connection: {refusal}")
+                }
+                _ => {
+                    tracing::warn!(conn = ?id, %epid, "soft engine: refused a connection: {refusal}")
+                }
+            }
             self.push_refuse(id, &refusal);
             return Err(HandshakeError::Refused(refusal).into());
         }
@@ -1266,6 +1321,8 @@ impl SoftCore {
         Ok(())
     }
 
+    /// Queues the Refuse that tells the peer why; it names no job
+    /// ([`Refusal::to_frame`]).
     fn push_refuse(&mut self, id: ConnId, refusal: &Refusal) {
         if let Some(c) = self.conns.get_mut(&id) {
             c.control.push_back(Control {
@@ -1357,6 +1414,7 @@ impl SoftCore {
                     c.incoming.insert(token, inc);
                     self.ops.insert(op, OpState::Receiving);
                 }
+                self.hint(conn);
             }
         }
     }
@@ -1479,35 +1537,100 @@ impl SoftCore {
 
     // ----- credit --------------------------------------------------------
 
-    /// Hands the free part of the budget to connections whose eager credit
-    /// fell below three quarters of their window, round-robin.
+    /// The eager credit the pool keeps from connections that have not sent
+    /// any message since they last got some: one window (less when the
+    /// budget holds fewer than two).
+    fn credit_reserve(&self) -> u64 {
+        let window = self.config.peer_eager_window;
+        window.min(self.config.unexpected_budget.saturating_sub(window))
+    }
+
+    /// Queues `id` for eager credit if its credit fell below three
+    /// quarters of its window; `active` when it just sent a message
+    /// (served first).
+    fn want_credit(&mut self, id: ConnId, active: bool) {
+        self.pool_dirty = true;
+        let window = self.config.peer_eager_window;
+        let Some(conn) = self.conns.get_mut(&id).filter(|c| c.is_open()) else {
+            return;
+        };
+        if window.saturating_sub(conn.rx.eager) < (window / 4).max(1) {
+            return;
+        }
+        match (active, conn.credit_wait) {
+            (true, CreditWait::No | CreditWait::New) => {
+                conn.credit_wait = CreditWait::Active;
+                self.credit_active.push_back(id);
+            }
+            (false, CreditWait::No) => {
+                conn.credit_wait = CreditWait::New;
+                self.credit_new.push_back(id);
+            }
+            _ => {}
+        }
+    }
+
+    /// A connection's handshake completed: it wants its first credit.
+    fn established(&mut self, id: ConnId) {
+        if self.conns.get(&id).is_some_and(Conn::is_open) {
+            self.want_credit(id, false);
+            self.hint(id);
+        }
+    }
+
+    /// Hands the free part of the budget (what neither unexpected
+    /// messages nor outstanding credit hold) to connections waiting for
+    /// eager credit: first those that send messages, oldest request
+    /// first, each up to its window; then those that sent nothing since
+    /// they last got credit (new connections, mostly), from what the pool
+    /// holds beyond a reserve ([`credit_reserve`](Self::credit_reserve)).
+    /// Credit, once granted, is the peer's until it spends it, so without
+    /// the reserve a crowd of idle connections could hold the whole
+    /// budget while the peers that send get none. The cost is that of
+    /// the grants made, whatever the number of connections.
     fn regrant(&mut self) {
         if !self.pool_dirty {
             return;
         }
         self.pool_dirty = false;
         let window = self.config.peer_eager_window;
-        let mut free = self
+        if window == 0 {
+            return;
+        }
+        let free = self
             .config
             .unexpected_budget
             .saturating_sub(self.matcher.unexpected_bytes())
             .saturating_sub(self.granted);
-        if free == 0 || window == 0 {
-            return;
+        let left = self.serve_credit(CreditWait::Active, free);
+        let reserve = self.credit_reserve();
+        if left > reserve {
+            self.serve_credit(CreditWait::New, left - reserve);
         }
+        self.prune_credit_queues();
+    }
+
+    /// Grants up to `avail` bytes to the connections of one queue in
+    /// order; what is left of `avail`.
+    fn serve_credit(&mut self, which: CreditWait, mut avail: u64) -> u64 {
+        let window = self.config.peer_eager_window;
         let threshold = (window / 4).max(1);
-        let cursor = ConnId(self.grant_cursor);
-        // Reused across calls: no allocation per regrant.
-        let mut order = std::mem::take(&mut self.regrant_scratch);
-        order.clear();
-        order.extend(
-            self.conns
-                .range(cursor..)
-                .chain(self.conns.range(..cursor))
-                .map(|(id, _)| *id),
-        );
-        for &id in &order {
-            let conn = self.conns.get_mut(&id).expect("listed above");
+        while avail > 0 {
+            let queue = match which {
+                CreditWait::Active => &mut self.credit_active,
+                _ => &mut self.credit_new,
+            };
+            let Some(id) = queue.pop_front() else {
+                break;
+            };
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if conn.credit_wait != which {
+                // Moved to the other queue, or served already.
+                continue;
+            }
+            conn.credit_wait = CreditWait::No;
             if !conn.is_open() {
                 continue;
             }
@@ -1515,19 +1638,218 @@ impl SoftCore {
             if deficit < threshold {
                 continue;
             }
-            let x = deficit.min(free);
+            let x = deficit.min(avail);
             conn.grant(Credit {
                 eager: x,
                 ..Credit::default()
             });
             self.granted += x;
-            free -= x;
-            self.grant_cursor = id.0 + 1;
-            if free == 0 {
-                break;
+            avail -= x;
+            if x < deficit {
+                // The pool ran dry: first in line for the next bytes.
+                conn.credit_wait = which;
+                let queue = match which {
+                    CreditWait::Active => &mut self.credit_active,
+                    _ => &mut self.credit_new,
+                };
+                queue.push_front(id);
+            }
+            self.hint(id);
+        }
+        avail
+    }
+
+    /// Drops entries of closed or served connections once they outnumber
+    /// the connections (a queue left unserved for long, as the new
+    /// connections' queue while the budget is taken, would grow with
+    /// every connection that came and went).
+    fn prune_credit_queues(&mut self) {
+        let bound = 2 * self.conns.len() + 64;
+        for which in [CreditWait::Active, CreditWait::New] {
+            let conns = &self.conns;
+            let queue = match which {
+                CreditWait::Active => &mut self.credit_active,
+                _ => &mut self.credit_new,
+            };
+            if queue.len() > bound {
+                queue.retain(|id| {
+                    conns
+                        .get(id)
+                        .is_some_and(|c| c.is_open() && c.credit_wait == which)
+                });
             }
         }
-        self.regrant_scratch = order;
+    }
+
+    // ----- the edge's upkeep ----------------------------------------------
+
+    /// Notes that `conn` may have frames to transmit.
+    fn hint(&mut self, conn: ConnId) {
+        if self.hints_overflow {
+            return;
+        }
+        if self.hints.len() >= MAX_HINTS {
+            self.hints.clear();
+            self.hints_overflow = true;
+            return;
+        }
+        self.hints.push(conn);
+    }
+
+    /// Moves to `out` the connections that may have gained frames to
+    /// transmit since the last call, so an edge with many idle
+    /// connections need not ask each one ([`wants_transmit`](Self::wants_transmit))
+    /// after every call: those a send, a receive's Cts, an AM request,
+    /// reply or completion, a credit grant, a graceful close or a finished
+    /// handshake touched. What `handle_input` and `poll_transmit` leave on
+    /// their own connection is not listed (the edge is at it already).
+    /// A connection may be listed twice, or have nothing after all.
+    /// `false` when there were too many to list: any connection may have
+    /// frames then.
+    pub fn take_transmit_hints(&mut self, out: &mut Vec<ConnId>) -> bool {
+        out.append(&mut self.hints);
+        !std::mem::take(&mut self.hints_overflow)
+    }
+
+    /// The eager credit granted on `conn` and not spent yet (0 for an
+    /// unknown connection).
+    pub fn connection_credit(&self, conn: ConnId) -> u64 {
+        self.conns.get(&conn).map_or(0, |c| c.rx.eager)
+    }
+
+    /// How many connections `peer` has (0 for an unknown peer).
+    pub fn peer_connections(&self, peer: PeerAddr) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.conns.len())
+    }
+
+    /// Whether closing `conn` would lose nothing: it is open, nothing of
+    /// ours is in flight on it, and nothing of the peer's waits on it (no
+    /// rendezvous request unmatched or in transfer, no AM request
+    /// unanswered).
+    pub fn connection_idle(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| {
+            c.idle(
+                self.config.peer_rts_window.into(),
+                self.config.peer_am_window.into(),
+            )
+        })
+    }
+
+    /// Closes one connection gracefully, leaving the peer's others: no
+    /// new send goes on it, and it says Bye once nothing is in flight on
+    /// it (drive `poll_transmit`). The peer goes down only if this was its
+    /// last connection (then as with [`close_peer`](Self::close_peer)).
+    /// A connection still in its handshake closes at once.
+    pub fn close_connection(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        match c.phase {
+            ConnPhase::Handshaking => {
+                self.close_conn(conn, ConnError::Closed);
+                return;
+            }
+            ConnPhase::Established => {}
+            ConnPhase::Closing | ConnPhase::Closed => return,
+        }
+        let Some(peer) = c.peer else {
+            return;
+        };
+        let others: Vec<ConnId> = self.peers.get(&peer).map_or_else(Vec::new, |p| {
+            p.conns.iter().copied().filter(|c| *c != conn).collect()
+        });
+        let next = others.into_iter().find(|c| {
+            self.conns
+                .get(c)
+                .is_some_and(|c| c.phase == ConnPhase::Established)
+        });
+        let Some(next) = next else {
+            self.close_peer(peer);
+            return;
+        };
+        if let Some(p) = self.peers.get_mut(&peer) {
+            if p.send_conn == Some(conn) {
+                p.send_conn = Some(next);
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.phase = ConnPhase::Closing;
+        }
+        self.hint(conn);
+    }
+
+    /// Drops the unexpected messages that came from `peer` (a peer gone
+    /// for long, whose messages nobody received): their bytes go back to
+    /// the budget and become credit for the others. How many went.
+    pub fn drop_unexpected_from(&mut self, peer: PeerAddr) -> usize {
+        let gone = self
+            .matcher
+            .remove_unexpected_if(|u| u.payload.source() == peer);
+        if !gone.is_empty() {
+            self.pool_dirty = true;
+            self.regrant();
+        }
+        gone.len()
+    }
+
+    /// Forgets a peer that is down, with nothing of it in the unexpected
+    /// queue: its [`PeerAddr`] is never handed out again (operations
+    /// naming it fail with `Inval`, [`peer_epid`](Self::peer_epid)
+    /// answers `None`), and a later connection from its epid makes a new
+    /// peer. Nothing else refers to a peer with no connection: its
+    /// operations were failed when it went down. `false`, and nothing
+    /// done, while the peer has a connection or unexpected messages.
+    pub fn forget_peer(&mut self, peer: PeerAddr) -> bool {
+        let Some(p) = self.peers.get(&peer) else {
+            return false;
+        };
+        if !p.conns.is_empty() || p.send_conn.is_some() {
+            return false;
+        }
+        if self.matcher.any_unexpected(|u| u.payload.source() == peer) {
+            return false;
+        }
+        let epid = p.epid;
+        self.peers.remove(&peer);
+        if self.by_epid.get(&epid) == Some(&peer) {
+            self.by_epid.remove(&epid);
+        }
+        true
+    }
+
+    /// Gives back the memory an idle connection's empty queues hold.
+    pub fn release_connection_memory(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.release_memory();
+        }
+    }
+
+    /// Gives back memory that maps and queues kept from a past load
+    /// (peers forgotten, connections gone, the unexpected queue drained).
+    pub fn release_memory(&mut self) {
+        shrink_map(&mut self.peers);
+        shrink_map(&mut self.by_epid);
+        shrink_map(&mut self.ops);
+        self.prune_credit_queues();
+        for q in [&mut self.credit_active, &mut self.credit_new] {
+            if q.capacity() > 4 * q.len() + 64 {
+                q.shrink_to_fit();
+            }
+        }
+        if self.hints.capacity() > 4 * self.hints.len() + 64 {
+            self.hints.shrink_to_fit();
+        }
+        self.matcher.release_memory();
+    }
+}
+
+/// Most connections [`SoftCore::take_transmit_hints`] lists at once.
+const MAX_HINTS: usize = 4096;
+
+/// Shrinks a map holding far fewer entries than it has room for.
+fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len() + 64 {
+        m.shrink_to_fit();
     }
 }
 

@@ -328,12 +328,11 @@ fn other_job_is_refused_on_both_sides() {
             theirs: UUID
         })
     );
+    // The refusal does not carry the acceptor's UUID: the dialer knows
+    // only that its own was refused.
     assert_eq!(
         at_dialer,
-        HandshakeError::RefusedByPeer(Refusal::UuidMismatch {
-            ours: UUID,
-            theirs: JobUuid([0x77; 16])
-        })
+        HandshakeError::RefusedByPeer(Refusal::OtherJob { ours: UUID })
     );
     let e = ConnError::Handshake(at_dialer);
     assert_eq!(e.kind(), ErrorKind::ConnRefused);
@@ -1406,4 +1405,173 @@ proptest! {
         };
         run_interleaving(acts, cfg)?;
     }
+}
+
+// ----- resources: credit, departed peers ------------------------------------------
+
+/// The eager credit node 0 granted on its connection `conn` and that was
+/// not spent yet.
+fn granted_to(net: &Net, conn: ConnId) -> u64 {
+    net.nodes[0].core.connection_credit(conn)
+}
+
+#[test]
+fn idle_connections_cannot_take_the_credit_active_ones_need() {
+    // Budget 4096 in windows of 1024; a reserve of one window stays for
+    // connections that send. Node 1 connects first and sends; nodes 2..6
+    // connect and stay idle.
+    let mut net = Net::new(&vec![small(); 7]);
+    let mut conns = Vec::new();
+    for n in 1..7 {
+        let l = net.dial(n, 0);
+        net.run();
+        conns.push(net.links[l].ends[1].1);
+    }
+    let windows: Vec<u64> = conns.iter().map(|c| granted_to(&net, *c)).collect();
+    assert_eq!(
+        windows,
+        vec![1024, 1024, 1024, 0, 0, 0],
+        "idle newcomers stop at the reserve"
+    );
+    // Node 1 sends 8 messages (8 x 114 bytes of credit) and node 0
+    // receives them: the credit comes back to node 1, the active one,
+    // not to the idle ones waiting.
+    let p = net.peer(1, 0);
+    for round in 0..3u8 {
+        let sends: Vec<OpId> = (0..8)
+            .map(|i| net.nodes[1].send(p, 9, data(50, round * 8 + i), SendMode::Standard))
+            .collect();
+        net.run();
+        // All eager: unexpected and charged (a rendezvous costs nothing).
+        let st = net.nodes[0].core.stats();
+        assert_eq!(
+            (st.unexpected_msgs, st.unexpected_bytes),
+            (8, 8 * 114),
+            "round {round}: node 1 kept its eager credit"
+        );
+        for _ in 0..8 {
+            net.nodes[0].recv(TagMatch::exact(9), 64);
+        }
+        net.run();
+        assert!(sends
+            .iter()
+            .all(|s| net.nodes[1].status(*s).error.is_none()));
+    }
+    let idle: Vec<u64> = conns[3..].iter().map(|c| granted_to(&net, *c)).collect();
+    assert_eq!(idle, vec![0, 0, 0], "the idle ones got nothing meanwhile");
+    // A newcomer that sends (a rendezvous, with no eager credit) is
+    // active: it gets credit from the reserve.
+    let p6 = net.peer(6, 0);
+    net.nodes[6].send(p6, 7, data(500, 1), SendMode::Standard);
+    net.run();
+    assert_eq!(granted_to(&net, conns[5]), 1024);
+}
+
+#[test]
+fn departed_peers_messages_can_be_dropped_and_the_peer_forgotten() {
+    let mut net = Net::pair(small(), small());
+    let p = net.peer(0, 1);
+    let theirs = net.peer(1, 0);
+    for i in 0..3 {
+        net.nodes[1].send(theirs, 5, data(40, i), SendMode::Standard);
+    }
+    net.run();
+    assert_eq!(net.nodes[0].core.stats().unexpected_msgs, 3);
+    let (conn, other) = (net.links[0].ends[0].1, net.links[0].ends[1].1);
+    // A connected peer, or one with messages waiting, stays.
+    assert!(!net.nodes[0].core.forget_peer(p));
+    net.nodes[0].core.connection_lost(conn, "gone");
+    net.nodes[0].pump();
+    net.nodes[1].core.connection_lost(other, "gone");
+    net.nodes[1].pump();
+    assert!(!net.nodes[0].core.is_peer_up(p));
+    // Its messages are still receivable.
+    let r = net.nodes[0].recv(TagMatch::exact(5), 64);
+    assert_eq!(net.nodes[0].done[&r].data, data(40, 0));
+    assert_eq!(net.nodes[0].done[&r].status.source, Some(p));
+    assert!(!net.nodes[0].core.forget_peer(p));
+    // Dropped, they free their budget.
+    assert_eq!(net.nodes[0].core.drop_unexpected_from(p), 2);
+    assert_eq!(net.nodes[0].core.stats().unexpected_bytes, 0);
+    assert_eq!(net.nodes[0].core.drop_unexpected_from(p), 0);
+    // Forgotten: the handle names nothing any more.
+    assert_eq!(net.nodes[0].core.stats().peers, 1);
+    assert!(net.nodes[0].core.forget_peer(p));
+    assert_eq!(net.nodes[0].core.stats().peers, 0);
+    assert_eq!(net.nodes[0].core.peer_epid(p), None);
+    assert_eq!(net.nodes[0].core.peer_of(epid(1)), None);
+    let e = net.nodes[0]
+        .core
+        .send(p, 1, 4, SendMode::Standard, OpId(1 << 40))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Inval, "{e}");
+    assert!(e.message().contains("forgotten"), "{e}");
+    // The same epid connecting again is a new peer.
+    net.dial(1, 0);
+    net.run();
+    let again = net.peer(0, 1);
+    assert_ne!(again, p);
+    assert_eq!(net.nodes[0].core.peer_epid(again), Some(epid(1)));
+    let r = net.nodes[0].recv(TagMatch::exact(6), 8);
+    let theirs = net.nodes[1]
+        .core
+        .peer_of(epid(0))
+        .expect("node 1 knows node 0");
+    net.nodes[1].send(theirs, 6, data(8, 9), SendMode::Standard);
+    net.run();
+    assert_eq!(net.nodes[0].done[&r].status.source, Some(again));
+}
+
+#[test]
+fn closing_one_connection_leaves_the_peer_up_on_the_others() {
+    let mut net = crossed_pair();
+    let p = net.peer(0, 1);
+    let (c0, c1) = (net.links[0].ends[0].1, net.links[1].ends[1].1);
+    assert_eq!(net.nodes[0].core.peer_connections(p), 2);
+    assert!(net.nodes[0].core.connection_idle(c0));
+    net.nodes[0].core.close_connection(c0);
+    net.run();
+    assert_eq!(net.nodes[0].core.peer_connections(p), 1);
+    assert!(net.nodes[0].core.is_peer_up(p));
+    assert!(net.nodes[0].down.is_empty() && net.nodes[1].down.is_empty());
+    // Messages go on the other connection, both ways.
+    let r = net.nodes[1].recv(TagMatch::exact(3), 600);
+    net.nodes[0].send(p, 3, data(600, 3), SendMode::Standard);
+    let back = net.peer(1, 0);
+    let r0 = net.nodes[0].recv(TagMatch::exact(4), 30);
+    net.nodes[1].send(back, 4, data(30, 4), SendMode::Standard);
+    net.run();
+    assert_eq!(net.nodes[1].done[&r].data, data(600, 3));
+    assert_eq!(net.nodes[0].done[&r0].data, data(30, 4));
+    // Closing the last one takes the peer down gracefully.
+    net.nodes[0].core.close_connection(c1);
+    net.run();
+    assert!(!net.nodes[0].core.is_peer_up(p));
+    assert!(matches!(&net.nodes[0].down[..], [(_, ConnError::Closed)]));
+}
+
+#[test]
+fn transmit_hints_name_the_connections_with_frames() {
+    let mut net = crossed_pair();
+    let p = net.peer(0, 1);
+    let mut hints = Vec::new();
+    assert!(net.nodes[0].core.take_transmit_hints(&mut hints));
+    hints.clear();
+    net.nodes[0].send(p, 1, data(10, 1), SendMode::Standard);
+    assert!(net.nodes[0].core.take_transmit_hints(&mut hints));
+    assert!(!hints.is_empty());
+    assert!(hints.iter().all(|c| net.nodes[0].core.wants_transmit(*c)));
+    hints.clear();
+    assert!(net.nodes[0].core.take_transmit_hints(&mut hints));
+    assert!(hints.is_empty(), "taken once");
+    // Every connection that wants to transmit was named.
+    net.nodes[0].core.am_request(p, 0, &[], b"x").unwrap();
+    net.nodes[0].core.close_peer(p);
+    assert!(net.nodes[0].core.take_transmit_hints(&mut hints));
+    let wanting: Vec<ConnId> = net.nodes[0].core.transmit_pending().collect();
+    assert!(!wanting.is_empty());
+    assert!(
+        wanting.iter().all(|c| hints.contains(c)),
+        "{wanting:?} {hints:?}"
+    );
 }

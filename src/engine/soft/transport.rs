@@ -1,8 +1,9 @@
 //! The edge's byte pipes: listeners, streams and the per-connection state
 //! ([`Link`]) that sits between a socket and the core.
 //!
-//! This is the I/O half of the soft engine (the core, [`SoftCore`], never
-//! sees a socket). Every socket is non-blocking (mio); nothing here waits.
+//! This is the I/O half of the soft engine (the core,
+//! [`SoftCore`](super::SoftCore), never sees a socket). Every socket is
+//! non-blocking (mio); nothing here waits.
 //!
 //! # Transports
 //!
@@ -32,7 +33,12 @@
 //! core handed over ([`DirectData`]), straight into the receive buffer.
 //! Writes are one `writev` of the output bytes interleaved with the
 //! referred payloads. Buffers are reused; in steady state nothing is
-//! allocated per message.
+//! allocated per message. A link idle for a while gives its buffers back
+//! ([`Link::trim_buffers`]); the next read gets memory only once bytes
+//! come.
+//!
+//! Which sockets have something to read is one look at a [`Poller`], a
+//! level-triggered epoll set, whose cost is that of the ready sockets.
 
 use super::protocol::{ConnId, DirectData, PayloadRef};
 use super::SoftConfig;
@@ -43,7 +49,7 @@ use mio::{Interest, Registry, Token};
 use std::fmt;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// Names a link of one endpoint (never reused).
@@ -80,8 +86,31 @@ impl Stream {
 
     /// Reads into the spare capacity of `buf` (reserving `want` bytes
     /// first), at most `want` bytes. `Ok(0)` is end of stream.
+    ///
+    /// A buffer without memory (an idle link's, trimmed) gets some only
+    /// once bytes come: the first look goes through a small buffer on the
+    /// stack, so looking at an idle socket allocates nothing.
     pub fn read_buf(&self, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
-        read_spare(self.fd(), buf, want)
+        if buf.capacity() > 0 || want == 0 {
+            return read_spare(self.fd(), buf, want);
+        }
+        let mut probe = [0u8; PROBE_READ];
+        let k = want.min(PROBE_READ);
+        let n = self.read_slice(&mut probe[..k])?;
+        if n == 0 {
+            return Ok(0);
+        }
+        buf.reserve(want);
+        buf.extend_from_slice(&probe[..n]);
+        if n < k || n == want {
+            return Ok(n);
+        }
+        match read_spare(self.fd(), buf, want - n) {
+            Ok(m) => Ok(n + m),
+            // The bytes read first are in; the rest of the story (EOF, an
+            // error) comes with the next read.
+            Err(_) => Ok(n),
+        }
     }
 
     /// Reads into `dst` (a receive buffer: direct placement).
@@ -214,6 +243,9 @@ impl Stream {
     }
 }
 
+/// Size of the first look at a socket whose buffer has no memory.
+const PROBE_READ: usize = 1024;
+
 /// Size of one read that drops what it reads.
 const DISCARD_READ: usize = 64 << 10;
 
@@ -295,6 +327,88 @@ pub(crate) fn poll_for(fds: &mut [libc::pollfd], timeout: Duration) -> io::Resul
         Ok(0)
     } else {
         Err(e)
+    }
+}
+
+/// A level-triggered epoll set: which of its sockets have bytes (or EOF,
+/// or an error) to read, in one system call that costs what the ready
+/// ones cost, however many are idle. Each descriptor carries a token.
+pub(crate) struct Poller {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl fmt::Debug for Poller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Poller").field("fd", &self.fd).finish()
+    }
+}
+
+impl Poller {
+    /// An empty set reporting at most `batch` ready descriptors per look.
+    pub fn new(batch: usize) -> io::Result<Poller> {
+        // SAFETY: epoll_create1 takes no pointer; a non-negative result is
+        // a new descriptor that nothing else owns.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Poller {
+            // SAFETY: `fd` was just created and is owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; batch.max(1)],
+        })
+    }
+
+    /// Watches `fd` for input, reported with `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token)
+    }
+
+    /// Stops watching `fd` (nothing happens if it was not watched).
+    pub fn delete(&self, fd: RawFd) {
+        // An error only means it was not in the set.
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: `ev` is a live epoll_event the call only reads; both
+        // descriptors are open for the duration of the call.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Calls `f` with the token of every ready descriptor, without
+    /// waiting: at most the batch per call (epoll hands the others out
+    /// next time, round-robin). How many there were.
+    pub fn ready(&mut self, mut f: impl FnMut(u64)) -> io::Result<usize> {
+        let max = libc::c_int::try_from(self.events.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `events` is a live buffer of `max` epoll_event structs
+        // that epoll_wait only writes; the epoll descriptor is open.
+        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), self.events.as_mut_ptr(), max, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        let n = n as usize;
+        for ev in &self.events[..n] {
+            // A copy: the struct is packed on some targets.
+            let token = ev.u64;
+            f(token);
+        }
+        Ok(n)
     }
 }
 
@@ -487,6 +601,20 @@ pub(crate) enum Pipe {
     },
 }
 
+/// Which [`Poller`] of its endpoint watches a link's socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// None: the link is looked at directly (connecting, draining,
+    /// loopback) or is gone.
+    No,
+    /// The set every step looks at: connections past their handshake
+    /// and the ones this endpoint dialed.
+    Hot,
+    /// The set of accepted connections still in their handshake, looked
+    /// at less often.
+    Cold,
+}
+
 /// Where a link is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LinkPhase {
@@ -547,6 +675,23 @@ pub(crate) struct Link {
     pub round_out: usize,
     /// Its socket may have bytes (or EOF) to read this step.
     pub readable: bool,
+    /// The endpoint's poller set watching the socket.
+    pub polled: Polled,
+    /// Listed for a look every step (connecting, draining, output the
+    /// socket did not take yet, ...).
+    pub watched: bool,
+    /// The round `round_out` counts for.
+    pub round: u64,
+    /// The step that last serviced it (one service per step).
+    pub stamp: u32,
+    /// Frames completed on it so far (whole frames decoded, direct
+    /// payloads placed): its input is progressing.
+    pub frames: u64,
+    /// Since when its input has held part of a frame with no frame
+    /// completed, and the frame count then (`SoftConfig::frame_timeout`).
+    pub stall: Option<(Instant, u64)>,
+    /// The endpoint's sweep period in which bytes last moved on it.
+    pub active: u64,
 }
 
 /// Smallest read into an input buffer.
@@ -579,6 +724,13 @@ impl Link {
             registered: false,
             round_out: 0,
             readable: true,
+            polled: Polled::No,
+            watched: false,
+            round: 0,
+            stamp: 0,
+            frames: 0,
+            stall: None,
+            active: 0,
         }
     }
 
@@ -639,6 +791,38 @@ impl Link {
     /// Bytes of memory its buffers hold.
     pub fn buffer_capacity(&self) -> (usize, usize) {
         (self.input.capacity(), self.output.capacity())
+    }
+
+    /// Whether its input holds part of a frame: bytes the core has not
+    /// consumed, or the rest of a Data payload being placed.
+    pub fn mid_frame(&self) -> bool {
+        !self.input.is_empty() || self.direct.is_some()
+    }
+
+    /// Lets go of buffer memory an idle link does not need: an empty
+    /// buffer's allocation, a partial frame's spare room (the decoder
+    /// reserves the whole frame as soon as its header is in; it reserves
+    /// again when more bytes come). Not while a Data payload is being
+    /// placed, whose bytes bypass the input buffer.
+    pub fn trim_buffers(&mut self) {
+        if self.direct.is_none() {
+            if self.input.is_empty() {
+                if self.input.capacity() > 0 {
+                    self.input = BytesMut::new();
+                    self.read_size = FIRST_READ;
+                }
+            } else if self.input.capacity() > self.input.len() + MIN_READ {
+                self.input = BytesMut::from(&self.input[..]);
+            }
+        }
+        if !self.has_output() {
+            if self.output.capacity() > 0 {
+                self.output = BytesMut::new();
+            }
+            if self.refs.capacity() > 0 {
+                self.refs = Vec::new();
+            }
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::wire::{Reply, Request, HEADER_LEN, MAX_FRAME_LEN};
+use super::wire::{Reply, Request, HEADER_LEN, MAX_FRAME_LEN, STATUS_NOT_LOCAL};
 use crate::engine::Epid;
 use crate::{Error, ErrorKind, Result};
 
@@ -289,33 +289,55 @@ pub(crate) fn query_server(server: &Server, service: u32, d: &Deadline) -> Resul
 /// Sends an ADD or DEL and waits until the server closes the connection,
 /// which it does once the command is carried out (C's server too), so the
 /// change is visible to the next query.
+///
+/// Errors besides [`query`]'s: [`ErrorKind::Access`] if the server refused
+/// the command because it does not come from the server's host (an ACK of
+/// status [`STATUS_NOT_LOCAL`]); [`ErrorKind::Io`] for any other answer.
 pub(crate) fn update_server(server: &Server, request: &Request, d: &Deadline) -> Result<()> {
     let mut s = connect(server, d)?;
     write_all(&mut s, &request.encode(), server, d)?;
-    let mut sink = [0u8; 1];
+    let mut answer = [0u8; HEADER_LEN];
+    let mut got = 0;
     let doing = format!("close after {}", request.op());
-    loop {
+    while got < answer.len() {
         let left = d.remaining(server, &doing)?;
         s.set_read_timeout(Some(left))
             .map_err(|e| io_error(server, "setting a read timeout", e))?;
-        match s.read(&mut sink) {
+        match s.read(&mut answer[got..]) {
+            Ok(0) => break,
             // A reset is a close too: the server had nothing more to say.
-            Ok(0) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
-            Ok(_) => {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!(
-                        "name server {}: answered a {} (the protocol has no reply to it)",
-                        server.what,
-                        request.op()
-                    ),
-                ))
-            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Ok(n) => got += n,
             Err(e) if is_retry(&e) => {}
             Err(e) => return Err(io_error(server, "waiting for the close", e)),
         }
     }
+    if got == 0 {
+        return Ok(());
+    }
+    if Reply::decode(&answer[..got])
+        == Ok(Reply::NotFound {
+            status: STATUS_NOT_LOCAL,
+        })
+    {
+        return Err(Error::new(
+            ErrorKind::Access,
+            format!(
+                "name server {}: refused the {}: it accepts registrations only from its own \
+                 host",
+                server.what,
+                request.op()
+            ),
+        ));
+    }
+    Err(Error::new(
+        ErrorKind::Io,
+        format!(
+            "name server {}: answered a {} (the protocol has no reply to it)",
+            server.what,
+            request.op()
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -8,13 +8,17 @@
 //!   ignores (reserved; a request's status);
 //! * the bytes fed in pieces to server sessions, one connection after
 //!   another, give the commands the one-shot decoder gives, and the table
-//!   they build answers queries as a simple model of C's rules does.
+//!   they build answers queries as a simple model of C's rules does;
+//! * fed again with every other connection from another host, those
+//!   connections' ADD and DEL are refused with the refusal ACK and change
+//!   nothing, and their queries are answered as the model says.
 
 use std::collections::BTreeMap;
 
-use super::registry::{Registry, MAX_ENTRIES};
+use super::access::Origin;
+use super::registry::{Refusal, Registry, MAX_ENTRIES};
 use super::session::{Session, Step};
-use super::wire::{Reply, Request, HEADER_LEN};
+use super::wire::{Reply, Request, HEADER_LEN, STATUS_NOT_LOCAL};
 use crate::engine::Epid;
 
 /// Runs every check on `data`. Returns whether it is one valid frame
@@ -40,7 +44,14 @@ pub fn check_frame(data: &[u8]) -> bool {
         assert_eq!(again[4..], data[4..], "{r:?}");
         assert_eq!(Reply::decode(&again), Ok(r));
     }
-    check_sessions(data);
+    check_sessions(data, |_| Origin::Local);
+    check_sessions(data, |conn| {
+        if conn % 2 == 1 {
+            Origin::Remote
+        } else {
+            Origin::Local
+        }
+    });
     request.is_ok() || reply.is_ok()
 }
 
@@ -69,14 +80,19 @@ impl Model {
     }
 }
 
-fn check_sessions(data: &[u8]) {
+/// Feeds `data` to sessions, one connection after another; connection `i`
+/// comes from `origin(i)`.
+fn check_sessions(data: &[u8], origin: fn(usize) -> Origin) {
     let piece_len = 1 + usize::from(data.first().copied().unwrap_or(0) % 7);
     let mut table = Registry::new();
     let mut model = Model::default();
     let mut rest = data;
+    let mut conn = 0;
     while !rest.is_empty() {
         let start = rest;
-        let mut session = Session::new();
+        let from = origin(conn);
+        conn += 1;
+        let mut session = Session::new(from);
         let mut consumed = 0;
         let outcome = loop {
             let piece = &rest[..piece_len.min(rest.len())];
@@ -100,6 +116,20 @@ fn check_sessions(data: &[u8]) {
             None => {
                 assert!(Request::decode(frame).is_err(), "{frame:?} is complete");
                 return;
+            }
+            Some(Ok(Step::Done {
+                request,
+                reply,
+                outcome,
+            })) if from == Origin::Remote && !matches!(request, Request::Query { .. }) => {
+                assert_eq!(Request::decode(frame), Ok(request));
+                assert_eq!(outcome, Err(Refusal::NotLocal), "{request:?}");
+                let answer = reply.map(|f| Reply::decode(&f));
+                let refusal = Reply::NotFound {
+                    status: STATUS_NOT_LOCAL,
+                };
+                assert_eq!(answer, Some(Ok(refusal)), "{request:?}");
+                assert_eq!(table.len(), model.0.len());
             }
             Some(Ok(Step::Done { request, reply, .. })) => {
                 assert_eq!(Request::decode(frame), Ok(request));

@@ -19,11 +19,12 @@
 //!   little-endian hosts (x86), including its one big-endian field.
 //! * **Rules**: duplicate ADD refused, DEL only with the matching epid,
 //!   service 0 a query wildcard answered with a real entry
-//!   (`registry.rs` lists the two deliberate differences).
+//!   (`registry.rs` lists the two deliberate differences), and ADD and DEL
+//!   only from the node itself (below).
 //!
 //! # One server per node per UUID
 //!
-//! [`NameServer::start`] binds the UUID's port on all addresses. The first
+//! [`NameServer::start`] binds the UUID's port on loopback. The first
 //! process of a job on a node gets it and serves; the others find it in use
 //! and register with that server over loopback. fi_psm(7): "The name server
 //! won't work properly if there are more than one processes from the same
@@ -32,6 +33,17 @@
 //! getting local transport address with fi_getname and exchanging the
 //! addresses with out-of-band mechanism." Registrations also disappear
 //! when the serving process exits.
+//!
+//! # Who may use it
+//!
+//! The serving process also binds the port on each address configured on
+//! the host's interfaces (each on its own, never the wildcard `0.0.0.0`),
+//! so that clients on other nodes can query it by the node's name or
+//! address. Anyone who reaches it may QUERY; only the node itself may ADD
+//! or DEL: a registration whose peer address is neither loopback nor one of
+//! the host's own is refused, changes nothing, and is answered with an ACK
+//! of status [`wire::STATUS_NOT_LOCAL`] (C's server would have carried it
+//! out, letting any host redirect a service). `access.rs` has the rules.
 //!
 //! # When it runs
 //!
@@ -43,11 +55,13 @@
 //!
 //! # Layout
 //!
-//! `wire` (frames, pure), `port` ([`port_for`]), `registry` (the table,
-//! pure), `session` (one server connection, pure), `server`
+//! `wire` (frames, pure), `port` ([`port_for`]), `access` (where to listen,
+//! who may register; pure), `registry` (the table, pure), `session` (one
+//! server connection, pure), `server`
 //! ([`NameServer`], the mio thread), `client` ([`query`] and the remote
 //! ADD/DEL, blocking sockets with a deadline).
 
+mod access;
 mod client;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -22,9 +22,12 @@ use crate::engine::Epid;
 /// Most entries one server holds.
 pub(crate) const MAX_ENTRIES: usize = 1 << 16;
 
-/// Why the table refused an ADD or DEL.
+/// Why an ADD or DEL was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Refusal {
+    /// It came from another host; only the node's own processes register
+    /// (`access.rs`). Decided by the session, before the table.
+    NotLocal,
     /// Service 0 is the query wildcard, not a name.
     Wildcard,
     /// ADD: the service is registered already, to this epid.
@@ -40,6 +43,10 @@ pub(crate) enum Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Refusal::NotLocal => f.write_str(
+                "the name server accepts registrations only from its own host (loopback or \
+                 one of the host's addresses)",
+            ),
             Refusal::Wildcard => {
                 f.write_str("service 0 is the query wildcard and names no endpoint")
             }

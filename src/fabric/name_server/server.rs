@@ -2,9 +2,11 @@
 //! on the node runs it, a handle that registers there), and
 //! [`Registration`], one service → epid entry that is removed on drop.
 //!
-//! The server is one thread running a mio poll loop over the listener, a
-//! waker (so that drop stops it at once) and up to [`MAX_CONNECTIONS`]
-//! connections, each driven by a sans-IO [`Session`]. Unlike C's server,
+//! The server is one thread running a mio poll loop over its listeners (one
+//! per served address, `access.rs`), a waker (so that drop stops it at
+//! once) and up to [`MAX_CONNECTIONS`] connections, each driven by a
+//! sans-IO [`Session`] that knows whether its peer is on this host (only
+//! then are ADD and DEL carried out). Unlike C's server,
 //! which serves one connection at a time and blocks on it, a client that
 //! sends garbage, stalls mid-frame or closes early costs only its own
 //! connection: it is closed at the first bad byte, or when
@@ -12,7 +14,7 @@
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::access::{self, LocalHost};
 use super::client::{query_server, update_server, Deadline, Server};
 use super::port::port_for;
 use super::registry::{Refusal, Registry};
@@ -42,9 +45,9 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Pause after an accept error such as running out of descriptors.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-const LISTENER: Token = Token(0);
-const WAKER: Token = Token(1);
-const FIRST_CONNECTION: usize = 2;
+/// The waker's token; listener `i` is `Token(1 + i)`, and the connections
+/// follow the listeners.
+const WAKER: Token = Token(0);
 
 fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
     // The table stays consistent whatever a panicking holder was doing
@@ -55,13 +58,22 @@ fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
 /// The name server of this process: serving, or registering with the
 /// node's existing server.
 ///
-/// [`start`](Self::start) binds TCP `0.0.0.0:`[`port_for`]`(uuid)`, then
-/// `[::]` if IPv4 cannot be bound, with `SO_REUSEADDR` (C's order). If the
-/// port is in use, another process on the node serves this job already:
-/// this handle then serves nothing, and [`register`](Self::register) sends
-/// ADD (and later DEL) to that server on localhost, as C does. So there is
-/// one server per node per UUID, and its registrations are lost when the
-/// process that owns it exits (fi_psm(7)).
+/// [`start`](Self::start) binds TCP port [`port_for`]`(uuid)` on
+/// `127.0.0.1` (or `::1` if IPv4 cannot be bound), with `SO_REUSEADDR`. If
+/// that port is in use, another process on the node serves this job
+/// already: this handle then serves nothing, and
+/// [`register`](Self::register) sends ADD (and later DEL) to that server on
+/// localhost, as C does. So there is one server per node per UUID, and its
+/// registrations are lost when the process that owns it exits (fi_psm(7)).
+///
+/// A serving handle then binds the same port on `::1` and on each address
+/// configured on the host's interfaces, each on its own and never the
+/// wildcard, so that other nodes can query it
+/// ([`listen_addrs`](Self::listen_addrs)). It answers QUERY on all of them
+/// but carries out ADD and DEL only from its own host (a loopback peer, or
+/// a peer address that is one of the host's); one from elsewhere changes
+/// nothing and is answered with an ACK of status
+/// [`STATUS_NOT_LOCAL`](super::wire::STATUS_NOT_LOCAL).
 ///
 /// Dropping a serving `NameServer` stops its thread and closes the port
 /// promptly.
@@ -86,6 +98,7 @@ fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
 /// ```
 pub struct NameServer {
     addr: SocketAddr,
+    listening: Vec<SocketAddr>,
     role: Role,
 }
 
@@ -107,16 +120,37 @@ struct Stop {
 }
 
 impl NameServer {
-    /// Starts (or joins) the name server of the job `uuid` on this node.
+    /// Starts (or joins) the name server of the job `uuid` on this node:
+    /// loopback and the host's own addresses, as the type's documentation
+    /// says.
     ///
-    /// Errors: [`ErrorKind::Other`] if neither address can be bound for a
-    /// reason other than "in use", or the poll or thread cannot be created.
+    /// Errors: [`ErrorKind::Other`] if no address can be bound for a reason
+    /// other than "in use", or the poll or thread cannot be created.
     pub fn start(uuid: &JobUuid) -> Result<NameServer> {
-        let port = port_for(uuid);
-        let binds = [
-            SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
-            SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
-        ];
+        Self::start_on_host(port_for(uuid))
+    }
+
+    /// Starts a name server on `addr` (port 0: an ephemeral port, see
+    /// [`local_addr`](Self::local_addr)); for tests and explicit set-ups.
+    /// An unspecified address (`0.0.0.0` or `[::]`) stands for the
+    /// addresses [`start`](Self::start) serves, on `addr`'s port; nothing is
+    /// bound to the wildcard. If `addr` is in use, the handle registers with
+    /// the server there (on loopback when `addr` is unspecified).
+    pub fn start_on(addr: SocketAddr) -> Result<NameServer> {
+        if addr.ip().is_unspecified() {
+            return Self::start_on_host(addr.port());
+        }
+        Self::start_with(
+            &[addr.ip()],
+            addr.port(),
+            LocalHost::new(access::host_addrs()),
+            Server::at(addr.to_string(), vec![addr]),
+        )
+    }
+
+    /// Serves `port` on loopback and the host's addresses.
+    fn start_on_host(port: u16) -> Result<NameServer> {
+        let host = access::host_addrs();
         // C sends to "localhost" and tries what it resolves to; the two
         // loopback addresses are that without depending on /etc/hosts.
         let local = Server::at(
@@ -126,42 +160,59 @@ impl NameServer {
                 SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
             ],
         );
-        Self::start_with(&binds, local)
+        Self::start_with(
+            &access::listen_ips(&host),
+            port,
+            LocalHost::new(host),
+            local,
+        )
     }
 
-    /// Starts a name server on `addr` (port 0: an ephemeral port, see
-    /// [`local_addr`](Self::local_addr)); for tests and explicit set-ups.
-    /// If `addr` is in use, the handle registers with the server there (on
-    /// loopback when `addr` is unspecified).
-    pub fn start_on(addr: SocketAddr) -> Result<NameServer> {
-        let mut target = addr;
-        if target.ip().is_unspecified() {
-            target.set_ip(match addr {
-                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        Self::start_with(&[addr], Server::at(target.to_string(), vec![target]))
-    }
-
-    fn start_with(binds: &[SocketAddr], existing: Server) -> Result<NameServer> {
+    /// Binds `ips` on `port`. The first address that binds decides: in use
+    /// means another process serves (register with `existing`); once it is
+    /// bound (port 0 resolved), the others are served on the same port, or
+    /// skipped with a log line.
+    fn start_with(
+        ips: &[IpAddr],
+        mut port: u16,
+        local: LocalHost,
+        existing: Server,
+    ) -> Result<NameServer> {
+        let mut listeners = Vec::new();
         let mut last = None;
-        for &addr in binds {
+        for &ip in ips {
+            let addr = SocketAddr::new(ip, port);
             match TcpListener::bind(addr) {
-                Ok(listener) => return Self::serve(listener),
+                Ok(listener) => {
+                    if listeners.is_empty() {
+                        if let Ok(bound) = listener.local_addr() {
+                            port = bound.port();
+                        }
+                    }
+                    listeners.push(listener);
+                }
                 // C's rule: in use means a peer runs the server; stop there.
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                Err(e) if listeners.is_empty() && e.kind() == io::ErrorKind::AddrInUse => {
                     tracing::info!(
                         "name server: {addr} is in use; registering with the server at {}",
                         existing.what()
                     );
                     return Ok(NameServer {
                         addr: existing.first_addr().unwrap_or(addr),
+                        listening: Vec::new(),
                         role: Role::Client { server: existing },
                     });
                 }
-                Err(e) => last = Some((addr, e)),
+                Err(e) if listeners.is_empty() => last = Some((addr, e)),
+                // E.g. no IPv6 on this host.
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                    tracing::debug!("name server: not serving on {addr}: {e}");
+                }
+                Err(e) => tracing::warn!("name server: not serving on {addr}: {e}"),
             }
+        }
+        if !listeners.is_empty() {
+            return Self::serve(listeners, local);
         }
         match last {
             Some((addr, e)) => Err(Error::with_source(
@@ -176,17 +227,22 @@ impl NameServer {
         }
     }
 
-    fn serve(mut listener: TcpListener) -> Result<NameServer> {
+    fn serve(mut listeners: Vec<TcpListener>, local: LocalHost) -> Result<NameServer> {
         let setup = |what: &str, e: io::Error| {
             Error::with_source(ErrorKind::Other, format!("name server: {what}"), e)
         };
-        let addr = listener
-            .local_addr()
+        let listening = listeners
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<io::Result<Vec<SocketAddr>>>()
             .map_err(|e| setup("reading the bound address", e))?;
+        let addr = listening[0];
         let poll = Poll::new().map_err(|e| setup("creating the poll", e))?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(|e| setup("registering the listener", e))?;
+        for (i, listener) in listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(listener, Token(1 + i), Interest::READABLE)
+                .map_err(|e| setup("registering a listener", e))?;
+        }
         let waker =
             Waker::new(poll.registry(), WAKER).map_err(|e| setup("creating the waker", e))?;
         let stop = Arc::new(Stop {
@@ -196,7 +252,9 @@ impl NameServer {
         let table = Arc::new(Mutex::new(Registry::new()));
         let event_loop = EventLoop {
             poll,
-            listener,
+            first_connection: 1 + listeners.len(),
+            listeners,
+            local,
             table: Arc::clone(&table),
             stop: Arc::clone(&stop),
             conns: Vec::new(),
@@ -208,9 +266,10 @@ impl NameServer {
             .name("psmrail-ns".into())
             .spawn(move || event_loop.run())
             .map_err(|e| setup("starting the thread", e))?;
-        tracing::info!("name server: serving on {addr}");
+        tracing::info!("name server: serving on {listening:?}");
         Ok(NameServer {
             addr,
+            listening,
             role: Role::Serving {
                 table,
                 stop,
@@ -225,10 +284,18 @@ impl NameServer {
         matches!(self.role, Role::Serving { .. })
     }
 
-    /// The address served on, or (when not serving) the address of the
-    /// server registrations go to.
+    /// The address served on (the first of
+    /// [`listen_addrs`](Self::listen_addrs), loopback unless `start_on`
+    /// named another), or (when not serving) the address of the server
+    /// registrations go to.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Every address served on, [`local_addr`](Self::local_addr) first;
+    /// empty when another process serves.
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listening
     }
 
     /// Registers `service` → `epid` on the node's server; dropping the
@@ -290,6 +357,7 @@ impl NameServer {
 
 fn refused(server: &str, service: u32, epid: Epid, r: Refusal) -> Error {
     let kind = match r {
+        Refusal::NotLocal => ErrorKind::Access,
         Refusal::Taken(_) => ErrorKind::Busy,
         Refusal::Full => ErrorKind::NoMem,
         Refusal::Wildcard | Refusal::Unknown | Refusal::OtherEpid(_) => ErrorKind::Inval,
@@ -451,6 +519,12 @@ impl Conn {
                     }) => {
                         match outcome {
                             Ok(()) => tracing::debug!("name server: {}: {request:?}", self.peer),
+                            Err(r @ Refusal::NotLocal) => {
+                                tracing::info!(
+                                    "name server: {}: {request:?} refused: {r}",
+                                    self.peer
+                                )
+                            }
                             Err(r) => {
                                 tracing::debug!(
                                     "name server: {}: {request:?} refused: {r}",
@@ -482,10 +556,15 @@ impl Conn {
 /// The server thread's state.
 struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// Listener `i` has `Token(1 + i)`.
+    listeners: Vec<TcpListener>,
+    /// Who may register.
+    local: LocalHost,
     table: Arc<Mutex<Registry>>,
     stop: Arc<Stop>,
-    /// Slot `i` is token `FIRST_CONNECTION + i`.
+    /// The token of connection slot 0 (after the listeners').
+    first_connection: usize,
+    /// Slot `i` is token `first_connection + i`.
     conns: Vec<Option<Conn>>,
     live: usize,
     /// Accepting stopped at [`MAX_CONNECTIONS`] with connections possibly
@@ -510,8 +589,8 @@ impl EventLoop {
                 match ev.token() {
                     // The flag is checked at the top of the loop.
                     WAKER => {}
-                    LISTENER => self.accept(),
-                    Token(t) => self.drive(t.wrapping_sub(FIRST_CONNECTION)),
+                    Token(t) if t < self.first_connection => self.accept(),
+                    Token(t) => self.drive(t - self.first_connection),
                 }
             }
             self.expire();
@@ -537,26 +616,33 @@ impl EventLoop {
             .fold(IDLE_POLL, Duration::min)
     }
 
+    /// Accepts what waits on every listener (they are edge-triggered, so
+    /// each is drained), up to [`MAX_CONNECTIONS`].
     fn accept(&mut self) {
         self.backlogged = false;
-        while self.live < MAX_CONNECTIONS {
-            match self.listener.accept() {
-                Ok((stream, peer)) => self.add(stream, peer),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    // E.g. out of descriptors: the connection stays queued.
-                    tracing::debug!("name server: accept failed: {e}");
-                    self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+        for i in 0..self.listeners.len() {
+            loop {
+                if self.live >= MAX_CONNECTIONS {
+                    self.backlogged = true;
                     return;
+                }
+                match self.listeners[i].accept() {
+                    Ok((stream, peer)) => self.add(stream, peer),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        // E.g. out of descriptors: the connection stays queued.
+                        tracing::debug!("name server: accept failed: {e}");
+                        self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+                        break;
+                    }
                 }
             }
         }
-        self.backlogged = true;
     }
 
     fn add(&mut self, mut stream: TcpStream, peer: SocketAddr) {
@@ -567,7 +653,7 @@ impl EventLoop {
                 self.conns.len() - 1
             }
         };
-        let token = Token(FIRST_CONNECTION + slot);
+        let token = Token(self.first_connection + slot);
         if let Err(e) = self.poll.registry().register(
             &mut stream,
             token,
@@ -579,7 +665,7 @@ impl EventLoop {
         self.conns[slot] = Some(Conn {
             stream,
             peer,
-            session: Session::new(),
+            session: Session::new(self.local.origin(peer.ip())),
             out: None,
             deadline: Instant::now() + CONNECTION_TIMEOUT,
         });
@@ -620,5 +706,137 @@ impl EventLoop {
                 self.close(slot);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::name_server::query;
+    use crate::fabric::name_server::wire::{Reply, STATUS_NOT_LOCAL};
+    use socket2::{Domain, Socket, Type};
+    use std::net::TcpStream as StdStream;
+
+    const T: Duration = Duration::from_secs(20);
+
+    /// A server on 127.0.0.1 for which only 127.0.0.1 is this host, so that
+    /// a client bound to 127.0.0.2 plays another host.
+    fn server_trusting_127_0_0_1() -> (NameServer, SocketAddr) {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let ns = NameServer::start_with(
+            &[ip],
+            0,
+            LocalHost::exactly([ip]),
+            Server::at("unused".into(), Vec::new()),
+        )
+        .unwrap();
+        assert!(ns.is_serving());
+        let addr = ns.local_addr();
+        (ns, addr)
+    }
+
+    /// Sends `request` from `source` and returns everything answered
+    /// before the server closed.
+    fn exchange(source: Ipv4Addr, server: SocketAddr, request: Request) -> Vec<u8> {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+        socket.connect_timeout(&server.into(), T).unwrap();
+        let mut s: StdStream = socket.into();
+        s.set_read_timeout(Some(T)).unwrap();
+        assert_eq!(s.local_addr().unwrap().ip(), IpAddr::V4(source));
+        s.write_all(&request.encode()).unwrap();
+        let mut got = Vec::new();
+        match s.read_to_end(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("the server did not close: {e}"),
+        }
+        got
+    }
+
+    #[test]
+    fn registrations_from_a_foreign_address_are_refused_on_a_real_socket() {
+        let (ns, addr) = server_trusting_127_0_0_1();
+        let local = Ipv4Addr::LOCALHOST;
+        let stranger = Ipv4Addr::new(127, 0, 0, 2);
+        let port = addr.port();
+        let _mine = ns.register(5, Epid(0x55)).unwrap();
+        let refusal = Reply::NotFound {
+            status: STATUS_NOT_LOCAL,
+        }
+        .encode();
+        // The stranger's DEL then ADD would redirect service 5.
+        for request in [
+            Request::Del {
+                service: 5,
+                epid: Epid(0x55),
+            },
+            Request::Add {
+                service: 5,
+                epid: Epid(0xbad),
+            },
+            Request::Add {
+                service: 6,
+                epid: Epid(0xbad),
+            },
+        ] {
+            assert_eq!(
+                exchange(stranger, addr, request),
+                refusal.as_bytes(),
+                "{request:?}"
+            );
+        }
+        assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(0x55)));
+        assert_eq!(
+            query("127.0.0.1", port, 6, T).unwrap_err().kind(),
+            ErrorKind::NoData
+        );
+        // The stranger may still query.
+        let found = Reply::decode(&exchange(stranger, addr, Request::Query { service: 5 }));
+        assert_eq!(
+            found,
+            Ok(Reply::Found {
+                service: 5,
+                epid: Epid(0x55)
+            })
+        );
+        // And the host registers over the same socket path.
+        let add = Request::Add {
+            service: 6,
+            epid: Epid(0x66),
+        };
+        assert_eq!(exchange(local, addr, add), b"");
+        assert_eq!(query("127.0.0.1", port, 6, T).unwrap(), (6, Epid(0x66)));
+    }
+
+    #[test]
+    fn a_refused_registration_is_an_access_error_for_the_client() {
+        // The client connects from 127.0.0.1, so the refusing server here
+        // counts no address as its host.
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let strict = NameServer::start_with(
+            &[ip],
+            0,
+            LocalHost::exactly([]),
+            Server::at("unused".into(), Vec::new()),
+        )
+        .unwrap();
+        let addr = strict.local_addr();
+        let e = update_server(
+            &Server::at(addr.to_string(), vec![addr]),
+            &Request::Add {
+                service: 1,
+                epid: Epid(1),
+            },
+            &Deadline::after(T),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Access, "{e}");
+        assert!(e.message().contains("only from its own host"), "{e}");
+        assert!(e.message().contains(&addr.to_string()), "{e}");
+        assert_eq!(
+            query("127.0.0.1", addr.port(), 1, T).unwrap_err().kind(),
+            ErrorKind::NoData
+        );
     }
 }

@@ -18,6 +18,12 @@
 //! | ACK, status 0        | service u32 + name u64 (the real service)     | 20 B  |
 //! | ACK, status ≠ 0      | none (C sends `-FI_ENOENT`, [`STATUS_NOT_FOUND`]) | 8 B |
 //!
+//! C's server answers nothing to ADD and DEL. psmrail's answers one that
+//! came from another host, which it refuses, with an ACK of status
+//! `-FI_EACCES` ([`STATUS_NOT_LOCAL`]) before closing, so that the sender
+//! learns why; a C client, which closes right after sending, never reads
+//! it.
+//!
 //! The body is in the C provider's *host* byte order; psmrail fixes it to
 //! little-endian so that it meets the C provider on x86 byte for byte.
 //! Only the status is byte-swapped, despite C's comment claiming network
@@ -50,6 +56,12 @@ pub const MAX_FRAME_LEN: usize = ENTRY_FRAME_LEN;
 /// The status C's server puts in an ACK when nothing matched
 /// (`-FI_ENOENT`).
 pub const STATUS_NOT_FOUND: NonZeroI32 = match NonZeroI32::new(-2) {
+    Some(s) => s,
+    None => unreachable!(),
+};
+/// The status of the ACK that refuses an ADD or DEL from another host
+/// (`-FI_EACCES`): only the server's own host may register.
+pub const STATUS_NOT_LOCAL: NonZeroI32 = match NonZeroI32::new(-13) {
     Some(s) => s,
     None => unreachable!(),
 };
@@ -371,7 +383,8 @@ pub enum Reply {
         /// Its endpoint's id.
         epid: Epid,
     },
-    /// A non-zero status and no body: nothing matched.
+    /// A non-zero status and no body: nothing matched, or (status
+    /// [`STATUS_NOT_LOCAL`], after an ADD or DEL) the request was refused.
     NotFound {
         /// The status (C sends [`STATUS_NOT_FOUND`]; any non-zero value
         /// means failure to its client).

@@ -28,6 +28,10 @@ pub const MIN_SAMPLE_BYTES: u64 = 256 << 10;
 /// Weight of a new sample in the moving average (1/4).
 const NEW_SAMPLE_SHARE: f64 = 0.25;
 
+/// Learned rates this close (fastest over slowest) count as equal: rails
+/// of one speed keep equal parts whatever the measurement noise.
+pub const EQUAL_WITHIN: f64 = 1.25;
+
 /// Rates of up to 16 rails, in bytes per second.
 ///
 /// ```
@@ -100,19 +104,26 @@ impl RailRates {
 
     /// The stripe weights for the rails in `mask` (4 bits per rail, the
     /// fastest 15, the others in proportion, at least 1), or 0 (equal
-    /// shares) while a rail of the mask has no rate, or when `mask` names
-    /// a rail beyond the 16 that weights can describe.
+    /// shares) while a rail of the mask has no rate, when learned rates
+    /// are within [`EQUAL_WITHIN`] of each other, or when `mask` names a
+    /// rail beyond the 16 that weights can describe.
     pub fn weights(&self, mask: u64) -> u64 {
         if mask == 0 || mask >> self.rates.len().min(16) != 0 {
             return 0;
         }
         let members = || (0..self.rates.len()).filter(move |&r| mask & (1 << r) != 0);
-        let mut max = 0.0f64;
+        let (mut max, mut min) = (0.0f64, f64::INFINITY);
         for r in members() {
             match self.rates[r] {
-                Some(rate) if rate > 0.0 => max = max.max(rate),
+                Some(rate) if rate > 0.0 => {
+                    max = max.max(rate);
+                    min = min.min(rate);
+                }
                 _ => return 0,
             }
+        }
+        if !self.fixed && max < EQUAL_WITHIN * min {
+            return 0;
         }
         members().fold(0, |w, r| {
             let share = self.rates[r].unwrap_or(0.0) / max;
@@ -143,6 +154,16 @@ mod tests {
         c.sample(0, 1 << 30, Duration::from_millis(1));
         assert_eq!(c.rate(0), Some(125e6));
         assert!(c.is_configured());
+    }
+
+    #[test]
+    fn learned_rates_close_together_keep_equal_parts() {
+        let mut r = RailRates::learning(2);
+        r.sample(0, 1 << 20, Duration::from_millis(10));
+        r.sample(1, 1 << 20, Duration::from_millis(9));
+        assert_eq!(r.weights(0b11), 0);
+        // Configured rates are taken as they are.
+        assert_eq!(RailRates::configured(&[1000, 1100]).weights(0b11), 0xfe);
     }
 
     #[test]

@@ -4,9 +4,16 @@
 //! own Hello contents) or Refuse with a reason; the dialer checks the
 //! HelloAck the same way and refuses it likewise. Like PSM, which refuses
 //! endpoints of another job, a peer with another job UUID, another protocol
-//! version or a foreign magic is refused, and **both** sides learn the
-//! same [`Refusal`]: the refuser from the Hello it judged, the refused side
-//! from the Refuse frame, which carries the refuser's version and UUID.
+//! version or a foreign magic is refused, and **both** sides learn why: the
+//! refuser from the Hello it judged, the refused side from the Refuse
+//! frame's reason and the refuser's protocol version.
+//!
+//! The job UUID is the job's only key, so a Refuse never carries it: its
+//! UUID field is sent as zeros and ignored on receipt. Otherwise anyone could
+//! send a Hello with a made-up UUID, read the real one from the refusal and
+//! connect with it. The refuser knows both UUIDs and reports them
+//! ([`Refusal::UuidMismatch`]); the refused side knows only its own and that
+//! the peer's job differs ([`Refusal::OtherJob`]).
 
 use super::{FrameKind, FrameLimits, MAGIC, PROTOCOL_VERSION};
 use crate::engine::Epid;
@@ -102,7 +109,10 @@ pub struct Refuse {
     pub code: RefuseCode,
     /// The refuser's protocol version.
     pub version: u16,
-    /// The refuser's job.
+    /// Where the layout, frozen across versions, has room for a job UUID.
+    /// A refuser sends zeros ([`Refusal::to_frame`]): naming its job would
+    /// hand the job's key to whoever it refuses. A receiver ignores the
+    /// field ([`Refusal::from_frame`]).
     pub uuid: JobUuid,
 }
 
@@ -120,13 +130,24 @@ pub enum Refusal {
         /// The other side's.
         theirs: u16,
     },
-    /// Another job.
+    /// Another job, as the refusing side sees it: the peer's Hello named
+    /// `theirs`.
     #[error("the peer belongs to another job: its UUID is {theirs}, ours is {ours}")]
     UuidMismatch {
         /// This side's job.
         ours: JobUuid,
-        /// The other side's.
+        /// The other side's, from its Hello.
         theirs: JobUuid,
+    },
+    /// Another job, as the refused side learns it from a Refuse frame,
+    /// which does not say which job the peer belongs to.
+    #[error(
+        "the peer belongs to another job: it refused our job UUID {ours} (a refusal does not \
+         name the peer's)"
+    )]
+    OtherJob {
+        /// This side's job.
+        ours: JobUuid,
     },
     /// The handshake was not followed (some other frame came first).
     #[error("the handshake was not followed")]
@@ -139,23 +160,26 @@ impl Refusal {
         match self {
             Refusal::BadMagic => RefuseCode::BadMagic,
             Refusal::VersionMismatch { .. } => RefuseCode::VersionMismatch,
-            Refusal::UuidMismatch { .. } => RefuseCode::UuidMismatch,
+            Refusal::UuidMismatch { .. } | Refusal::OtherJob { .. } => RefuseCode::UuidMismatch,
             Refusal::Protocol => RefuseCode::Protocol,
         }
     }
 
     /// The Refuse frame that tells the peer, sent by the side whose Hello
-    /// is `ours`.
+    /// is `ours`: the reason and `ours`'s protocol version. Its UUID field
+    /// is zeros whatever the reason; neither side's job UUID leaves in a
+    /// refusal.
     pub fn to_frame(&self, ours: &Hello) -> Refuse {
         Refuse {
             code: self.code(),
             version: ours.version,
-            uuid: ours.uuid,
+            uuid: JobUuid::default(),
         }
     }
 
     /// The refusal a Refuse frame reports, seen by the side whose Hello is
-    /// `ours`.
+    /// `ours`. The frame's UUID field is ignored, so another job reads as
+    /// [`Refusal::OtherJob`].
     pub fn from_frame(r: &Refuse, ours: &Hello) -> Refusal {
         match r.code {
             RefuseCode::BadMagic => Refusal::BadMagic,
@@ -163,10 +187,7 @@ impl Refusal {
                 ours: ours.version,
                 theirs: r.version,
             },
-            RefuseCode::UuidMismatch => Refusal::UuidMismatch {
-                ours: ours.uuid,
-                theirs: r.uuid,
-            },
+            RefuseCode::UuidMismatch => Refusal::OtherJob { ours: ours.uuid },
             RefuseCode::Protocol => Refusal::Protocol,
         }
     }
@@ -230,10 +251,18 @@ impl HandshakeError {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{encode, Frame};
     use super::*;
+    use bytes::BytesMut;
+
+    const OURS: JobUuid = JobUuid([0xa5; 16]);
 
     fn ours() -> Hello {
-        Hello::ours(JobUuid([1; 16]), Epid(10), FrameLimits::DEFAULT)
+        Hello::ours(OURS, Epid(10), FrameLimits::DEFAULT)
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
     }
 
     #[test]
@@ -254,7 +283,7 @@ mod tests {
                     uuid: JobUuid([2; 16]),
                     ..ours()
                 },
-                |r| matches!(r, Refusal::UuidMismatch { .. }),
+                |r| matches!(r, Refusal::UuidMismatch { .. } | Refusal::OtherJob { .. }),
             ),
             (
                 Hello {
@@ -277,6 +306,7 @@ mod tests {
             assert!(want(&at_a), "{at_a}");
             let at_b = Refusal::from_frame(&at_a.to_frame(&a), &b);
             assert!(want(&at_b), "{at_b}");
+            assert_eq!(at_a.code(), at_b.code());
             match (&at_a, &at_b) {
                 (
                     Refusal::VersionMismatch { ours, theirs },
@@ -285,31 +315,82 @@ mod tests {
                         theirs: t2,
                     },
                 ) => assert_eq!((ours, theirs), (t2, o2)),
-                (
-                    Refusal::UuidMismatch { ours, theirs },
-                    Refusal::UuidMismatch {
-                        ours: o2,
-                        theirs: t2,
-                    },
-                ) => assert_eq!((ours, theirs), (t2, o2)),
-                _ => {}
+                (Refusal::UuidMismatch { ours, theirs }, Refusal::OtherJob { ours: o2 }) => {
+                    // The refuser saw both jobs; the refused side knows
+                    // only its own.
+                    assert_eq!((ours, theirs), (&a.uuid, &b.uuid));
+                    assert_eq!(o2, &b.uuid);
+                }
+                (Refusal::BadMagic, Refusal::BadMagic) => {}
+                other => panic!("the two sides disagree: {other:?}"),
             }
         }
     }
 
     #[test]
+    fn refuse_frames_never_carry_a_job_uuid() {
+        let refusals = [
+            Refusal::BadMagic,
+            Refusal::VersionMismatch { ours: 1, theirs: 2 },
+            Refusal::UuidMismatch {
+                ours: OURS,
+                theirs: JobUuid([2; 16]),
+            },
+            Refusal::OtherJob { ours: OURS },
+            Refusal::Protocol,
+        ];
+        for r in refusals {
+            let frame = r.to_frame(&ours());
+            assert_eq!(frame.code, r.code());
+            assert_eq!(frame.version, PROTOCOL_VERSION);
+            assert_eq!(frame.uuid, JobUuid([0; 16]), "{r:?}");
+            let mut bytes = BytesMut::new();
+            encode(&Frame::Refuse(frame), &mut bytes);
+            assert!(!contains(&bytes, &OURS.0), "{r:?}: {bytes:02x?}");
+            assert!(!contains(&bytes, &[2; 16]), "{r:?}: {bytes:02x?}");
+        }
+    }
+
+    #[test]
+    fn a_uuid_in_a_received_refuse_is_ignored() {
+        // A peer of another build may still fill the field; it is not
+        // taken for the peer's job.
+        let leaky = Refuse {
+            code: RefuseCode::UuidMismatch,
+            version: PROTOCOL_VERSION,
+            uuid: JobUuid([0x3c; 16]),
+        };
+        let r = Refusal::from_frame(&leaky, &ours());
+        assert_eq!(r, Refusal::OtherJob { ours: OURS });
+        assert!(!r.to_string().contains("3c3c"), "{r}");
+    }
+
+    #[test]
     fn messages_are_clear() {
+        // The refusing side names both jobs.
         let r = Refusal::UuidMismatch {
             ours: JobUuid([0xab; 16]),
             theirs: JobUuid([0; 16]),
         };
-        let e = HandshakeError::RefusedByPeer(r.clone());
+        let e = HandshakeError::Refused(r.clone());
         assert_eq!(
             e.to_string(),
-            "refused by the peer: the peer belongs to another job: its UUID is \
+            "refused the peer: the peer belongs to another job: its UUID is \
              00000000-0000-0000-0000-000000000000, ours is abababab-abab-abab-abab-abababababab"
         );
         assert_eq!(e.refusal(), Some(&r));
+        // The refused side names its own and says the peer's differs.
+        let r = Refusal::OtherJob {
+            ours: JobUuid([0xab; 16]),
+        };
+        let e = HandshakeError::RefusedByPeer(r.clone());
+        assert_eq!(
+            e.to_string(),
+            "refused by the peer: the peer belongs to another job: it refused our job UUID \
+             abababab-abab-abab-abab-abababababab (a refusal does not name the peer's)"
+        );
+        assert_eq!(e.refusal(), Some(&r));
+        assert_eq!(r.code(), RefuseCode::UuidMismatch);
         let v = Refusal::VersionMismatch { ours: 1, theirs: 2 };
         assert_eq!(
             v.to_string(),

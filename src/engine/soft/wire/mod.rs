@@ -26,7 +26,7 @@
 //! |------|------------|-------------------------------------------------------------|
 //! | 0x01 | Hello      | magic `PSMRAIL\0`, version u16, job uuid (16 B), epid u64, limits (24 B): 58 B |
 //! | 0x02 | HelloAck   | as Hello, from the acceptor                                 |
-//! | 0x03 | Refuse     | reason u8, refuser's version u16, refuser's uuid (16 B): 19 B |
+//! | 0x03 | Refuse     | reason u8, refuser's version u16, 16 B sent as zeros (never a job uuid): 19 B |
 //! | 0x04 | Credit     | eager bytes u64, rendezvous entries u32, AM requests u32: 16 B |
 //! | 0x10 | Eager      | tag u64, payload (≤ receiver's `max_eager`)                 |
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
@@ -41,7 +41,8 @@
 //! `max_message` u64 — what that side *accepts*; the other side sends
 //! within them. The layout of Hello, HelloAck, Refuse and of the header is
 //! frozen across protocol versions, so any two versions can refuse each
-//! other with a clear reason.
+//! other with a clear reason. A Refuse never names a job: the UUID is the
+//! job's key, and a refusal goes to whoever asked (see [`Refusal`]).
 //!
 //! # Credit
 //!
