@@ -659,6 +659,73 @@ impl Driver {
         result
     }
 
+    /// An inject (`data` at most the rails' inject size less the header)
+    /// that leaves at once as one rail inject, without a buffer of its own
+    /// or a completion: `Ok(true)`, counted on the send counter. `Ok(false)`
+    /// when the size policy stripes it instead (nothing happened then: the
+    /// caller sends it the long way).
+    pub(crate) fn inject(
+        &self,
+        dest: FiAddr,
+        class: MsgClass,
+        tag: u64,
+        data: &[u8],
+    ) -> Result<bool> {
+        let (_, entry) = self.av.peer(dest)?;
+        let mut st = relock(&self.state);
+        if st.closed {
+            return Err(closed_error());
+        }
+        let live = st.live;
+        let rail = match st.chooser.choose(data.len() as u64, live) {
+            Some(RailChoice::One(r)) => r,
+            Some(RailChoice::All(_)) => return Ok(false),
+            None => return Err(no_rail_error()),
+        };
+        let token = entry.addr.token();
+        let Some(ps) = st.peer(token, true) else {
+            return Err(no_rail_error());
+        };
+        let seq = ps.tx.next();
+        let frame = Frame::Eager {
+            class,
+            seq,
+            source: self.token,
+            tag,
+        };
+        let mut wire = [0u8; RAIL_INJECT];
+        let sent = frame
+            .write_to(&mut wire)
+            .map_err(header_error)
+            .and_then(|hl| {
+                let end = hl + data.len();
+                let room = wire.get_mut(hl..end).ok_or_else(|| {
+                    Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
+                })?;
+                room.copy_from_slice(data);
+                self.rail_domain(rail)
+                    .direct()
+                    .inject(entry.rails[rail], CTRL_TAG, &wire[..end])
+                    .map_err(|e| rail_error(rail, "inject", e))
+            });
+        if let Err(e) = sent {
+            // Nothing left: the peer must not wait for this number.
+            if let Some(ps) = st.peer(token, true) {
+                ps.tx = TxSequence::with_start(seq);
+            }
+            return Err(e);
+        }
+        drop(st);
+        let rs = &self.stats.rails[rail];
+        bump(&rs.msgs_sent, 1);
+        bump(&rs.bytes_sent, data.len() as u64);
+        if let Some(c) = &self.bindings.send_counter {
+            c.inc();
+        }
+        self.notify();
+        Ok(true)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn send_eager(
         &self,

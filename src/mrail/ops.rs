@@ -365,6 +365,19 @@ impl MrailEndpoint {
                 ),
             ));
         }
+        check(
+            self,
+            match class {
+                MsgClass::Msg => Caps::MSG,
+                MsgClass::Tagged => Caps::TAGGED,
+            },
+            true,
+            "inject",
+        )?;
+        // The common case: one rail inject, straight from `data`.
+        if self.driver().inject(dest, class, tag, data)? {
+            return Ok(());
+        }
         let sink = self.driver().future_sink();
         let Sink::Future(key) = sink else {
             unreachable!("future_sink gives a future sink")
