@@ -1,4 +1,4 @@
-//! Soft engine benchmark (issue 6): ping-pong half round trip and streaming
+//! Soft engine benchmark: ping-pong half round trip and streaming
 //! bandwidth on loopback, client and server in two processes pinned to
 //! different cores, in one run beside a hand-written tokio TCP baseline.
 //!

@@ -81,7 +81,7 @@ impl std::fmt::Debug for BufferOwner {
 /// went through memory, and each read-back of a struct another function had
 /// just written stalled the path from a message's arrival to the reply.
 /// One pointer travels in a register: the API's 8 B ping-pong went from
-/// 1.36x to about 1.2x of raw PSM (README, "The API"). The price is one
+/// 1.36x to about 1.2x of raw PSM (BENCHMARKING.md, "The API"). The price is one
 /// small box when a buffer is made from a `Vec`, `Bytes`, `BytesMut` or
 /// region, taken from a per-thread stock of the boxes of dropped buffers
 /// (up to 16), so that steady traffic allocates none: a program may turn

@@ -21,9 +21,9 @@
 //! the post's result through memory once more. Under callgrind that cut
 //! the API's 8 B ping-pong by 77 instructions per message (2,020 to
 //! 1,943, the engine's fast path taking 1,532), and inlining the receive
-//! future into the task 81 more (1,948 to 1,867, session 9), worth about
-//! 10 ns per side in time (README, "The API"). Making the `OpBuffer` one
-//! pointer wide (session 11) removed most of what was left of that cost.
+//! future into the task 81 more (1,948 to 1,867), worth about
+//! 10 ns per side in time (BENCHMARKING.md, "The API"). Making the `OpBuffer` one
+//! pointer wide removed most of what was left of that cost.
 
 use super::native::NativeEndpoint;
 use super::{EngineEndpoint, MqCompletion, OpBuffer, PeerAddr, PostError, SendMode, TagMatch};

@@ -98,7 +98,7 @@ mod tests {
 
     /// What crosses a function boundary between a message's arrival and
     /// the reply stays narrow: moving wide structs there is what the API's
-    /// 8 B latency paid for (README, "The API", session 11). Widening
+    /// 8 B latency paid for (BENCHMARKING.md, "A buffer one pointer wide"). Widening
     /// these is a decision to measure first, not an accident.
     #[test]
     fn completions_and_receive_outputs_stay_narrow() {

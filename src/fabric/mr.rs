@@ -20,7 +20,7 @@
 //!   (`FI_EBUSY` when in use). Raw keys are the key's 8 little-endian bytes
 //!   so a multi-rail layer can concatenate per-rail keys.
 
-// `MrTable::register` is called by the domain once wired (issue 5).
+// `MrTable::register` is called by the domain once wired.
 #![allow(dead_code)]
 
 mod access;

@@ -24,7 +24,7 @@
 //!
 //! Stamping costs a few nanoseconds per message and moves nothing else:
 //! stamping more points than these two perturbed the path it measured
-//! (README, "The API", session 11).
+//! (BENCHMARKING.md, "A buffer one pointer wide").
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
