@@ -53,11 +53,12 @@ use super::core::header::{
 };
 use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
+use super::core::rail_load::RailLoad;
 use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
 use super::region::SharedBuffer;
-use super::stripe_join::{RailPart, Striped};
+use super::stripe_join::{PartOutput, RailPart, Striped};
 use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
 use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
@@ -462,6 +463,8 @@ pub(crate) struct Driver {
     hot_rail: AtomicUsize,
     /// Fast-path polls so far (which ones visit the other rails).
     fast_polls: AtomicUsize,
+    /// The striped parts on each rail (which parts teach rates).
+    load: Arc<RailLoad>,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -526,6 +529,7 @@ impl Driver {
             bindings,
             hot_rail: AtomicUsize::new(0),
             fast_polls: AtomicUsize::new(0),
+            load: RailLoad::new(n),
         });
         {
             let mut st = relock(&driver.state);
@@ -784,7 +788,7 @@ impl Driver {
         };
         bump(&rs.msgs_sent, 1);
         bump(&rs.bytes_sent, len as u64);
-        let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false);
+        let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false, None);
         let placeholder = EagerSend {
             class,
             len,
@@ -1144,12 +1148,14 @@ impl Driver {
                 break;
             };
             let tags = TagMatch::exact(data_tag(recv_id, s.part));
+            let stint = RailLoad::begin(&self.load, s.rail);
             match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
                 Ok(key) => parts.push(RailPart::new(
                     self.rail_domain(s.rail).clone(),
                     key,
                     s.rail,
                     true,
+                    Some(stint),
                 )),
                 Err(e) => {
                     failed = Some(rail_error(s.rail, "part receive", e.error));
@@ -1553,6 +1559,7 @@ impl Driver {
             };
             let domain = self.rail_domain(s.rail);
             let tag = data_tag(recv_id, s.part);
+            let stint = RailLoad::begin(&self.load, s.rail);
             match domain.direct().isend_keyed(
                 x.entry.rails[s.rail],
                 tag,
@@ -1563,7 +1570,13 @@ impl Driver {
                     let rs = &self.stats.rails[s.rail];
                     bump(&rs.stripes, 1);
                     bump(&rs.bytes_sent, s.len);
-                    parts.push(RailPart::new(domain.clone(), key, s.rail, false));
+                    parts.push(RailPart::new(
+                        domain.clone(),
+                        key,
+                        s.rail,
+                        false,
+                        Some(stint),
+                    ));
                 }
                 Err(e) => {
                     failed = Some(rail_error(s.rail, "part send", e.error));
@@ -1646,7 +1659,7 @@ impl Driver {
         };
         let x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
-        for p in &joined.parts {
+        for p in joined.parts.iter().filter(|p| p.alone) {
             let took = p.at.saturating_duration_since(x.posted);
             st.rates.sample(p.rail, p.bytes as u64, took);
         }
@@ -1677,7 +1690,7 @@ impl Driver {
             return;
         };
         let waker = x.waker.clone();
-        let Poll::Ready((_, result)) =
+        let Poll::Ready(PartOutput { result, .. }) =
             std::pin::Pin::new(part).poll(&mut Context::from_waker(&waker))
         else {
             return;

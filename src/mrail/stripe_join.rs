@@ -14,6 +14,7 @@
 //! rail's engine reports inside the reactor's progress) costs one queue
 //! push, not a scan of every transfer. Polling never runs progress itself.
 
+use super::core::rail_load::RailStint;
 use crate::engine::MqCompletion;
 use crate::fabric::DomainCore;
 use crate::reactor::OpKey;
@@ -26,20 +27,42 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// What one part reports: its rail and the bytes moved, or the error.
-pub(crate) type PartOutput = (usize, Result<usize, Error>);
+/// What one part reports.
+#[derive(Debug)]
+pub(crate) struct PartOutput {
+    pub(crate) rail: usize,
+    /// The bytes moved, or the error.
+    pub(crate) result: Result<usize, Error>,
+    /// Whether the part had its rail to itself from posting to completion
+    /// ([`RailLoad`]): only then is its duration a rate sample.
+    pub(crate) alone: bool,
+}
 
-/// One finished part of a join: its rail, bytes, and when its completion
-/// was seen.
+impl PartOutput {
+    /// A part's report that says nothing about the rail's load.
+    #[cfg(test)]
+    fn shared(rail: usize, result: Result<usize, Error>) -> Self {
+        PartOutput {
+            rail,
+            result,
+            alone: false,
+        }
+    }
+}
+
+/// One finished part of a join: its rail, bytes, when its completion was
+/// seen, and whether it had the rail to itself.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PartDone {
     pub(crate) rail: usize,
     pub(crate) bytes: usize,
     pub(crate) at: Instant,
+    pub(crate) alone: bool,
 }
 
 /// One part of a striped transfer: a rail operation posted under `key` in
-/// the rail domain's completion table.
+/// the rail domain's completion table, holding its stint on the rail (if
+/// it is one whose rail load is tracked) until it completes.
 ///
 /// Dropping it before completion cancels a receive that has not matched
 /// and abandons the slot: the rail's engine keeps the part's window (and
@@ -49,28 +72,42 @@ pub(crate) struct RailPart {
     key: Option<OpKey>,
     rail: usize,
     receive: bool,
+    stint: Option<RailStint>,
 }
 
 impl RailPart {
-    /// The part posted on `rail` (whose domain is `domain`) under `key`.
-    pub(crate) fn new(domain: Arc<DomainCore>, key: OpKey, rail: usize, receive: bool) -> Self {
+    /// The part posted on `rail` (whose domain is `domain`) under `key`;
+    /// `stint` is its time on the rail, when the rail's load is tracked.
+    pub(crate) fn new(
+        domain: Arc<DomainCore>,
+        key: OpKey,
+        rail: usize,
+        receive: bool,
+        stint: Option<RailStint>,
+    ) -> Self {
         RailPart {
             domain,
             key: Some(key),
             rail,
             receive,
+            stint,
         }
     }
 
     /// What the completion means for this part.
-    fn output(&self, done: MqCompletion) -> PartOutput {
+    fn output(&mut self, done: MqCompletion) -> PartOutput {
         let status = done.status;
         drop(done.buffer);
+        let alone = self.stint.take().is_some_and(RailStint::end);
         let result = match status.error {
             None => Ok(status.nbytes),
             Some(kind) => Err(part_error(self.rail, self.receive, kind, status.nbytes)),
         };
-        (self.rail, result)
+        PartOutput {
+            rail: self.rail,
+            result,
+            alone,
+        }
     }
 }
 
@@ -94,10 +131,11 @@ impl Future for RailPart {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PartOutput> {
         let Some(key) = self.key else {
             // Polled after completion: a caller bug the join never makes.
-            return Poll::Ready((
-                self.rail,
-                Err(Error::new(ErrorKind::Other, "part polled twice")),
-            ));
+            return Poll::Ready(PartOutput {
+                rail: self.rail,
+                result: Err(Error::new(ErrorKind::Other, "part polled twice")),
+                alone: false,
+            });
         };
         match self.domain.table().poll_take(key, cx) {
             Poll::Ready(done) => {
@@ -179,11 +217,16 @@ impl<F: Future<Output = PartOutput>> Future for StripeJoin<F> {
             error: None,
             parts: Vec::with_capacity(outputs.len()),
         };
-        for ((rail, result), at) in outputs {
-            match result {
+        for (out, at) in outputs {
+            match out.result {
                 Ok(n) => {
                     joined.bytes += n as u64;
-                    joined.parts.push(PartDone { rail, bytes: n, at });
+                    joined.parts.push(PartDone {
+                        rail: out.rail,
+                        bytes: n,
+                        at,
+                        alone: out.alone,
+                    });
                 }
                 Err(e) if joined.error.is_none() => joined.error = Some(e),
                 Err(_) => {}
@@ -221,10 +264,16 @@ mod tests {
     #[test]
     fn joins_every_part_and_names_the_first_failure() {
         let parts = vec![
-            ready((0usize, Ok::<usize, Error>(10))),
-            ready((1, Err(Error::new(ErrorKind::Io, "rail 1: gone")))),
-            ready((2, Ok(5))),
-            ready((3, Err(Error::new(ErrorKind::Io, "rail 3: gone")))),
+            ready(PartOutput::shared(0, Ok(10))),
+            ready(PartOutput::shared(
+                1,
+                Err(Error::new(ErrorKind::Io, "rail 1: gone")),
+            )),
+            ready(PartOutput::shared(2, Ok(5))),
+            ready(PartOutput::shared(
+                3,
+                Err(Error::new(ErrorKind::Io, "rail 3: gone")),
+            )),
         ];
         let joined = futures::executor::block_on(StripeJoin::new(parts));
         assert_eq!(joined.bytes, 15);
@@ -243,14 +292,14 @@ mod tests {
     fn waits_for_the_slowest_part() {
         let (tx, rx) = futures::channel::oneshot::channel::<PartOutput>();
         let slow = async move { rx.await.unwrap() };
-        let fast = async { (0usize, Ok::<usize, Error>(1)) };
+        let fast = async { PartOutput::shared(0, Ok(1)) };
         let parts: Vec<Pin<Box<dyn Future<Output = PartOutput>>>> =
             vec![Box::pin(fast), Box::pin(slow)];
         let mut join = Box::pin(StripeJoin::new(parts));
         let waker = futures::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(join.as_mut().poll(&mut cx).is_pending());
-        tx.send((1, Ok(2))).unwrap();
+        tx.send(PartOutput::shared(1, Ok(2))).unwrap();
         match join.as_mut().poll(&mut cx) {
             Poll::Ready(j) => assert_eq!(j.bytes, 3),
             Poll::Pending => panic!("the join should be ready"),

@@ -14,6 +14,8 @@
 //!   ([`StripePlan`]), equally or by weight;
 //! * [`rail_rates`]: each rail's rate, configured or learned, and the
 //!   stripe weights that follow ([`RailRates`]);
+//! * [`rail_load`]: the striped parts on each rail, so that only a part
+//!   that had its rail alone teaches a rate ([`RailLoad`]);
 //! * [`sequence`]: per-peer sequence numbers ([`TxSequence`]) and the
 //!   receive-side reorder buffer ([`Reorder`]) that undoes the reordering
 //!   between rails;
@@ -34,6 +36,7 @@ pub mod header;
 pub mod local_rank;
 pub mod matcher;
 pub mod rail_choice;
+pub mod rail_load;
 pub mod rail_rates;
 pub mod sequence;
 pub mod stripe;
@@ -42,6 +45,7 @@ pub use header::{Frame, HeaderError, MsgClass, NackReason};
 pub use local_rank::{local_rank, LocalRank};
 pub use matcher::{ArrivalSpec, Matcher, RecvSpec};
 pub use rail_choice::{RailChoice, RailChooser, RailCountError};
+pub use rail_load::{RailLoad, RailStint};
 pub use rail_rates::RailRates;
 pub use sequence::{Reorder, ReorderError, TxSequence};
 pub use stripe::{Stripe, StripePlan};

@@ -8,11 +8,16 @@
 //! bytes over the time from posting its receive (when the answer to the
 //! request leaves) to the last byte landing — the rail's own pace, which
 //! the sender cannot see (its sends complete as soon as the socket buffers
-//! take them). Samples fold into a moving average per rail. Parts that land
+//! take them). Only parts that had their rail to themselves count (see
+//! [`rail_load`](super::rail_load)), and only parts big and slow enough
+//! that a scheduler's time slice does not dominate them
+//! ([`MIN_SAMPLE_BYTES`], [`MIN_SAMPLE_TIME`]). A rail's rate is the median
+//! of its last [`SAMPLE_WINDOW`] samples, known once it has
+//! [`MIN_SAMPLES`]: one stalled part does not move it. Parts that land
 //! early on a fast rail give it a higher estimate, so it gets a larger
 //! share next time; the shares settle where every part takes as long as
 //! the others, which is when they are in proportion to the rails' rates.
-//! Until every rail of a plan has a sample, plans are equal. Configured
+//! Until every rail of a plan has a rate, plans are equal. Configured
 //! rates are used as they are and never replaced by samples.
 //!
 //! The receiver cuts its receives by these weights and sends them back in
@@ -20,13 +25,21 @@
 //! so the sender cuts its parts the same way. No clock is read here:
 //! samples come with their duration.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Parts smaller than this tell too little about a rail's rate.
 pub const MIN_SAMPLE_BYTES: u64 = 256 << 10;
 
-/// Weight of a new sample in the moving average (1/4).
-const NEW_SAMPLE_SHARE: f64 = 0.25;
+/// Parts that took less than this tell too little about a rail's rate
+/// (a time slice or a wake-up is a large share of them).
+pub const MIN_SAMPLE_TIME: Duration = Duration::from_millis(2);
+
+/// Samples kept per rail; the rate is their median.
+pub const SAMPLE_WINDOW: usize = 5;
+
+/// Samples a rail needs before its rate counts as known.
+pub const MIN_SAMPLES: usize = 3;
 
 /// Learned rates this close (fastest over slowest) count as equal: rails
 /// of one speed keep equal parts whatever the measurement noise.
@@ -42,16 +55,22 @@ pub const EQUAL_WITHIN: f64 = 1.25;
 /// let r = RailRates::configured(&[1000, 2500]);
 /// assert_eq!(r.weights(0b11), 0xf6); // rail 0: 6, rail 1: 15
 ///
-/// // Learned: equal until both rails have a sample.
+/// // Learned: equal until both rails have three samples.
 /// let mut r = RailRates::learning(2);
-/// r.sample(0, 1 << 20, Duration::from_millis(8));
+/// for _ in 0..3 {
+///     r.sample(0, 1 << 20, Duration::from_millis(8));
+/// }
 /// assert_eq!(r.weights(0b11), 0);
-/// r.sample(1, 1 << 20, Duration::from_millis(4));
+/// for _ in 0..3 {
+///     r.sample(1, 1 << 20, Duration::from_millis(4));
+/// }
 /// assert_eq!(r.weights(0b11), 0xf8); // rail 1 is twice as fast
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct RailRates {
     rates: Vec<Option<f64>>,
+    /// The last samples of each rail, in bytes per second (learning only).
+    samples: Vec<VecDeque<f64>>,
     fixed: bool,
 }
 
@@ -60,6 +79,7 @@ impl RailRates {
     pub fn learning(rails: usize) -> RailRates {
         RailRates {
             rates: vec![None; rails.min(16)],
+            samples: vec![VecDeque::with_capacity(SAMPLE_WINDOW); rails.min(16)],
             fixed: false,
         }
     }
@@ -72,6 +92,7 @@ impl RailRates {
                 .take(16)
                 .map(|&m| (m > 0).then(|| m as f64 * 1e6 / 8.0))
                 .collect(),
+            samples: Vec::new(),
             fixed: true,
         }
     }
@@ -81,20 +102,22 @@ impl RailRates {
         self.fixed
     }
 
-    /// Folds in a part of `bytes` that took `took` on `rail`. Ignored for
-    /// configured rates, small parts and zero durations.
+    /// Folds in a part of `bytes` that took `took` on `rail` (having the
+    /// rail to itself). Ignored for configured rates and for parts below
+    /// [`MIN_SAMPLE_BYTES`] or [`MIN_SAMPLE_TIME`].
     pub fn sample(&mut self, rail: usize, bytes: u64, took: Duration) {
-        if self.fixed || bytes < MIN_SAMPLE_BYTES || took.is_zero() {
+        if self.fixed || bytes < MIN_SAMPLE_BYTES || took < MIN_SAMPLE_TIME {
             return;
         }
-        let Some(slot) = self.rates.get_mut(rail) else {
+        let (Some(slot), Some(window)) = (self.rates.get_mut(rail), self.samples.get_mut(rail))
+        else {
             return;
         };
-        let rate = bytes as f64 / took.as_secs_f64();
-        *slot = Some(match *slot {
-            Some(old) => old + NEW_SAMPLE_SHARE * (rate - old),
-            None => rate,
-        });
+        if window.len() == SAMPLE_WINDOW {
+            window.pop_front();
+        }
+        window.push_back(bytes as f64 / took.as_secs_f64());
+        *slot = (window.len() >= MIN_SAMPLES).then(|| median(window));
     }
 
     /// The rate of `rail` in bytes per second, if known.
@@ -133,6 +156,19 @@ impl RailRates {
     }
 }
 
+/// The median of a non-empty window (the mean of the middle two when
+/// even).
+fn median(window: &VecDeque<f64>) -> f64 {
+    let mut sorted: Vec<f64> = window.iter().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,15 +176,25 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn samples_move_the_estimate_gradually() {
+    fn the_rate_is_the_median_of_recent_samples() {
         let mut r = RailRates::learning(2);
         r.sample(0, 1 << 20, Duration::from_millis(10));
+        r.sample(0, 1 << 20, Duration::from_millis(10));
+        assert_eq!(r.rate(0), None, "two samples are not enough");
+        // One stalled part does not move the estimate.
+        r.sample(0, 1 << 20, Duration::from_millis(70));
         let first = r.rate(0).unwrap();
-        r.sample(0, 1 << 20, Duration::from_millis(20));
-        let second = r.rate(0).unwrap();
-        assert!(second < first && second > first / 2.0, "{first} {second}");
-        // Small parts and configured rates ignore samples.
-        r.sample(1, 1000, Duration::from_millis(1));
+        assert_eq!(first, (1 << 20) as f64 / 0.010);
+        // A lasting change does, once it is most of the window.
+        for _ in 0..3 {
+            r.sample(0, 1 << 20, Duration::from_millis(20));
+        }
+        assert_eq!(r.rate(0).unwrap(), (1 << 20) as f64 / 0.020);
+        // Small or quick parts and configured rates ignore samples.
+        for _ in 0..3 {
+            r.sample(1, 1000, Duration::from_millis(10));
+            r.sample(1, 1 << 20, Duration::from_micros(500));
+        }
         assert_eq!(r.rate(1), None);
         let mut c = RailRates::configured(&[1000, 1000]);
         c.sample(0, 1 << 30, Duration::from_millis(1));
@@ -159,8 +205,10 @@ mod tests {
     #[test]
     fn learned_rates_close_together_keep_equal_parts() {
         let mut r = RailRates::learning(2);
-        r.sample(0, 1 << 20, Duration::from_millis(10));
-        r.sample(1, 1 << 20, Duration::from_millis(9));
+        for _ in 0..3 {
+            r.sample(0, 1 << 20, Duration::from_millis(10));
+            r.sample(1, 1 << 20, Duration::from_millis(9));
+        }
         assert_eq!(r.weights(0b11), 0);
         // Configured rates are taken as they are.
         assert_eq!(RailRates::configured(&[1000, 1100]).weights(0b11), 0xfe);
