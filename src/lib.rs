@@ -13,6 +13,7 @@ mod error;
 pub mod fabric;
 pub mod mrail;
 pub mod ops;
+pub mod resend;
 
 #[doc(hidden)]
 pub use ops::am_msg::{AmMsgCounts, AmMsgHook};

@@ -16,8 +16,9 @@
 //! the edge ([`SendPayloads`]) while encoding a frame.
 
 use super::protocol::{OpId, PayloadRef, SendPayloads};
+use super::session::Session;
 use super::wire::{
-    encode, put_data, put_data_header, put_eager, put_eager_header, Frame, FrameLimits,
+    encode, put_data, put_data_header, put_eager, put_eager_header, Frame, FrameLimits, Hello,
     ENTRY_OVERHEAD,
 };
 use crate::engine::{MqStatus, PeerAddr, SendMode};
@@ -34,6 +35,13 @@ pub(crate) struct SendOp {
 }
 
 impl SendOp {
+    /// A send's success status turned into a failure of kind `error`.
+    pub fn failed_status(mut s: MqStatus, error: crate::ErrorKind) -> MqStatus {
+        s.error = Some(error);
+        s.nbytes = 0;
+        s
+    }
+
     pub fn status(&self, error: Option<crate::ErrorKind>) -> MqStatus {
         let len = if error.is_some() { 0 } else { self.len };
         MqStatus {
@@ -53,6 +61,9 @@ pub(crate) struct Outgoing {
     pub token: u64,
     pub accept: u64,
     pub sent: u64,
+    /// A chunk went on the wire by reference: the send completes when
+    /// the peer acknowledges it ([`Session`]).
+    pub referenced: bool,
 }
 
 /// A rendezvous receive: the receive matched an Rts and sent a Cts.
@@ -95,6 +106,12 @@ pub enum ConnPhase {
     Established,
     /// Graceful close: no new sends; Bye goes out once everything drained.
     Closing,
+    /// The transport broke; the link waits for a new one (its state and
+    /// operations are kept, new ones queue).
+    Detached,
+    /// The dialer reconnected and asked to resume the link; waiting for
+    /// the acceptor's answer.
+    Resuming,
     /// Done: only a last Refuse may remain to transmit.
     Closed,
 }
@@ -138,11 +155,33 @@ pub enum Role {
     Acceptor,
 }
 
+/// A Data frame whose payload the edge is placing itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DirectFrame {
+    pub token: u64,
+    /// Payload bytes still to come.
+    pub left: usize,
+    /// The whole frame's length on the wire.
+    pub frame_len: u64,
+    /// Where its payload starts in the message (the transfer's progress
+    /// before it, to roll back to if the transport breaks mid-frame).
+    pub offset: u64,
+}
+
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub role: Role,
     pub phase: ConnPhase,
+    /// The phase a detached or resuming connection returns to.
+    pub resume_to: ConnPhase,
     pub peer: Option<PeerAddr>,
+    /// Handshake frames (Hello, Session, HelloAck, Refuse): first out,
+    /// outside the link's numbered stream.
+    pub hs: VecDeque<Frame>,
+    /// The other side's Hello or HelloAck, until its Session follows.
+    pub their_hello: Option<Hello>,
+    /// The link: positions, acknowledgements, what to send again.
+    pub session: Session,
     pub control: VecDeque<Control>,
     /// What we may send to the peer (its limits and ours, whichever is
     /// smaller); set by the handshake.
@@ -160,8 +199,8 @@ pub(crate) struct Conn {
     pub next_token: u64,
     pub incoming: BTreeMap<u64, Incoming>,
     /// A Data frame whose payload the edge is placing itself
-    /// (`SoftCore::take_direct`): its token and the bytes still to come.
-    pub direct: Option<(u64, usize)>,
+    /// (`SoftCore::take_direct`).
+    pub direct: Option<DirectFrame>,
     /// The credit queue it waits in.
     pub credit_wait: CreditWait,
 }
@@ -225,11 +264,15 @@ impl Sink<'_> {
 }
 
 impl Conn {
-    pub fn new(role: Role, send_limits: FrameLimits) -> Conn {
+    pub fn new(role: Role, send_limits: FrameLimits, session: Session) -> Conn {
         Conn {
             role,
             phase: ConnPhase::Handshaking,
+            resume_to: ConnPhase::Established,
             peer: None,
+            hs: VecDeque::new(),
+            their_hello: None,
+            session,
             control: VecDeque::new(),
             send_limits,
             tx: Credit::default(),
@@ -246,8 +289,35 @@ impl Conn {
         }
     }
 
+    /// Past the handshake and not closed: the link stands (with or
+    /// without a transport right now).
     pub fn is_open(&self) -> bool {
+        matches!(
+            self.phase,
+            ConnPhase::Established | ConnPhase::Closing | ConnPhase::Detached | ConnPhase::Resuming
+        )
+    }
+
+    /// The link stands and has a transport: frames flow.
+    pub fn has_transport(&self) -> bool {
         matches!(self.phase, ConnPhase::Established | ConnPhase::Closing)
+    }
+
+    /// Whether the connection is closing (or will be, once resumed).
+    pub fn closing(&self) -> bool {
+        self.phase == ConnPhase::Closing
+            || (matches!(self.phase, ConnPhase::Detached | ConnPhase::Resuming)
+                && self.resume_to == ConnPhase::Closing)
+    }
+
+    /// The transport broke mid-frame: a Data payload being placed is
+    /// rolled back to its frame's start (it comes again whole).
+    pub fn roll_back_direct(&mut self) {
+        if let Some(d) = self.direct.take() {
+            if let Some(inc) = self.incoming.get_mut(&d.token) {
+                inc.received = d.offset;
+            }
+        }
     }
 
     /// Nothing in flight either way and nothing of the peer's waiting
@@ -283,6 +353,7 @@ impl Conn {
             && self.awaiting_cts.is_empty()
             && self.streaming.is_empty()
             && self.incoming.is_empty()
+            && !self.session.has_deferred()
     }
 
     fn eager_charge(&self, s: &SendOp) -> Option<u64> {
@@ -292,19 +363,27 @@ impl Conn {
     }
 
     fn head_can_go(&self) -> bool {
-        self.queued
-            .front()
-            .is_some_and(|s| self.tx.rts > 0 || self.eager_charge(s).is_some())
+        !self.session.log_full()
+            && self
+                .queued
+                .front()
+                .is_some_and(|s| self.tx.rts > 0 || self.eager_charge(s).is_some())
     }
 
     pub fn wants_transmit(&self) -> bool {
         match self.phase {
-            ConnPhase::Handshaking | ConnPhase::Closed => !self.control.is_empty(),
+            ConnPhase::Handshaking
+            | ConnPhase::Closed
+            | ConnPhase::Detached
+            | ConnPhase::Resuming => !self.hs.is_empty(),
             ConnPhase::Established | ConnPhase::Closing => {
-                !self.control.is_empty()
+                !self.hs.is_empty()
+                    || !self.control.is_empty()
                     || !self.give.is_zero()
                     || self.head_can_go()
                     || !self.streaming.is_empty()
+                    || self.session.wants_ack()
+                    || self.session.replay_due()
                     || (self.phase == ConnPhase::Closing && self.drained())
             }
         }
@@ -321,10 +400,59 @@ impl Conn {
     }
 
     /// Appends frames to the sink while it holds less than `limit` bytes:
-    /// control frames (always, they are few), pending credit, then new
-    /// messages and Data chunks in turn. Finished sends are pushed to
-    /// `done`.
+    /// handshake frames, then (with a transport) the replay of a resumed
+    /// link, control frames (always, they are few), pending credit, new
+    /// messages and Data chunks in turn, and an acknowledgement of what
+    /// was consumed. What enters the link's stream is recorded in its
+    /// log. Finished sends are pushed to `done`.
     pub fn transmit(
+        &mut self,
+        out: &mut Sink<'_>,
+        limit: usize,
+        payloads: &dyn SendPayloads,
+        done: &mut Vec<(OpId, MqStatus)>,
+    ) -> Result<(), MissingPayload> {
+        while let Some(f) = self.hs.pop_front() {
+            encode(&f, out.out);
+        }
+        if !self.has_transport() {
+            return Ok(());
+        }
+        if self.session.replay_due() {
+            let referring = out.refs.is_some();
+            let mut refs = out.refs.as_deref_mut();
+            let mut added = 0;
+            let replayed = self.session.replay(
+                out.out,
+                |o, op, range| match refs.as_deref_mut() {
+                    Some(r) if referring && range.len() >= MIN_REFERENCED => {
+                        added += range.len();
+                        r.push(PayloadRef { at: o.len(), op, range });
+                        true
+                    }
+                    _ => false,
+                },
+                payloads,
+            );
+            out.referenced += added;
+            replayed.map_err(MissingPayload)?;
+        }
+        let mark = (out.out.len(), out.refs.as_ref().map_or(0, |r| r.len()));
+        self.session.begin_batch(mark.0, out.referenced);
+        let result = self.transmit_stream(out, limit, payloads, done);
+        if out.out.len() > mark.0 || self.session.wants_ack() {
+            if let Some(ack) = self.session.take_ack() {
+                encode(&ack, out.out);
+            }
+        }
+        let refs = out.refs.as_deref().map_or(&[][..], |r| &r[mark.1..]);
+        self.session
+            .record(&out.out[mark.0..], mark.0, refs, done);
+        result
+    }
+
+    /// The numbered part of a transmit (see [`transmit`](Self::transmit)).
+    fn transmit_stream(
         &mut self,
         out: &mut Sink<'_>,
         limit: usize,
@@ -333,15 +461,12 @@ impl Conn {
     ) -> Result<(), MissingPayload> {
         while let Some(c) = self.control.pop_front() {
             encode(&c.frame, out.out);
-            if c.returns_am_credit && self.is_open() {
+            if c.returns_am_credit {
                 self.grant(Credit {
                     am: 1,
                     ..Credit::default()
                 });
             }
-        }
-        if !self.is_open() {
-            return Ok(());
         }
         while !self.give.is_zero() {
             let rts = self.give.rts.min(u64::from(u32::MAX));
@@ -399,8 +524,14 @@ impl Conn {
         self.queued.pop_front();
         if let Some(charge) = self.eager_charge(&s) {
             self.tx.eager -= charge;
+            let referenced = out.refers(p.len());
             out.eager(s.op, s.tag, p);
-            done.push((s.op, s.status(None)));
+            if referenced {
+                self.session
+                    .defer(s.op, s.status(None), out.out.len(), out.referenced);
+            } else {
+                done.push((s.op, s.status(None)));
+            }
         } else {
             self.tx.rts -= 1;
             let msg_id = self.next_msg_id;
@@ -434,6 +565,7 @@ impl Conn {
         };
         let n = (o.accept - o.sent).min(u64::from(self.send_limits.max_chunk));
         let start = o.sent as usize;
+        o.referenced |= out.refers(n as usize);
         out.data(
             o.send.op,
             o.token,
@@ -443,7 +575,16 @@ impl Conn {
         );
         o.sent += n;
         if o.sent == o.accept {
-            done.push((o.send.op, o.send.status(None)));
+            if o.referenced {
+                self.session.defer(
+                    o.send.op,
+                    o.send.status(None),
+                    out.out.len(),
+                    out.referenced,
+                );
+            } else {
+                done.push((o.send.op, o.send.status(None)));
+            }
         } else {
             self.streaming.push_back(o);
         }
@@ -471,6 +612,13 @@ impl Conn {
             incoming
                 .into_values()
                 .map(|i| (i.op, i.status(Some(error)))),
+        );
+        // Sent, but never acknowledged: the peer may not have them.
+        v.extend(
+            self.session
+                .take_deferred()
+                .into_iter()
+                .map(|(op, s)| (op, SendOp::failed_status(s, error))),
         );
         v
     }

@@ -245,6 +245,14 @@ pub struct SoftStats {
     pub dropped_unexpected: u64,
     /// Peers forgotten (`SoftConfig::forget_peer_after`).
     pub forgotten_peers: u64,
+    /// Connections whose transport failed and whose link waited for a
+    /// new one.
+    pub detached: u64,
+    /// Links resumed on a new transport.
+    pub resumed: u64,
+    /// Detached links given up (the peer gone, refused, or no new
+    /// transport within the close timeout).
+    pub abandoned: u64,
     /// Operations posted and not yet handed back.
     pub live_ops: usize,
 }
@@ -280,6 +288,9 @@ pub(crate) struct Inner {
     pub more: bool,
     /// A `salvage` runs: links that end meanwhile are lost after it.
     pub salvaging: bool,
+    /// Connections whose link waits for a new transport
+    /// (`reconnect.rs`).
+    pub detached: HashMap<ConnId, super::reconnect::Detached>,
     /// Sockets of open connections and of dials (and the listeners).
     pub hot: Poller,
     /// Sockets of accepted connections still in their handshake.
@@ -438,6 +449,7 @@ impl SoftEndpoint {
                 peer_epids: peer_epids.clone(),
                 more: false,
                 salvaging: false,
+                detached: HashMap::new(),
                 hot,
                 cold,
                 hot_links: HashSet::new(),
@@ -593,7 +605,7 @@ impl Inner {
     }
 
     /// The link carrying connection `conn`.
-    fn conn_index(&mut self, conn: ConnId) -> Option<usize> {
+    pub(crate) fn conn_index(&mut self, conn: ConnId) -> Option<usize> {
         if let Some(&id) = self.by_conn.get(&conn) {
             if let Some(i) = self.slot(id) {
                 if self.links[i].conn == Some(conn) {
@@ -609,7 +621,7 @@ impl Inner {
     }
 
     /// Adds a link; its index.
-    fn push_link(&mut self, mut link: Link) -> usize {
+    pub(crate) fn push_link(&mut self, mut link: Link) -> usize {
         link.active = self.epoch;
         let i = self.links.len();
         self.slots.insert(link.id, i);
@@ -621,7 +633,7 @@ impl Inner {
     }
 
     /// Marks link `i` dead: it is dropped at the end of the step.
-    fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         self.set_polled(i, Polled::No);
         let link = &mut self.links[i];
         if link.phase != LinkPhase::Dead {
@@ -632,7 +644,7 @@ impl Inner {
 
     /// Moves link `i`'s socket to poller set `to`. A socket that no set
     /// can take is lost (nothing would ever read it).
-    fn set_polled(&mut self, i: usize, to: Polled) {
+    pub(crate) fn set_polled(&mut self, i: usize, to: Polled) {
         let link = &mut self.links[i];
         let from = link.polled;
         if from == to {
@@ -668,7 +680,7 @@ impl Inner {
     }
 
     /// Lists link `i` for a look every step.
-    fn watch(&mut self, i: usize) {
+    pub(crate) fn watch(&mut self, i: usize) {
         let link = &mut self.links[i];
         if !link.watched {
             link.watched = true;
@@ -706,7 +718,7 @@ impl Inner {
         self.core.peer_of(epid).filter(|p| self.core.is_peer_up(*p))
     }
 
-    fn register_link(&mut self, i: usize) {
+    pub(crate) fn register_link(&mut self, i: usize) {
         let Some((registry, token)) = &self.registry else {
             return;
         };
@@ -772,6 +784,7 @@ impl Inner {
             }
         }
         self.todo = todo;
+        made |= self.reconnect_due();
         made |= self.transmit_all();
         self.maybe_sweep(now);
         made |= self.reap();
@@ -1026,6 +1039,10 @@ impl Inner {
                         tracing::debug!(error = %e, "soft engine: cannot set socket options");
                     }
                 }
+                if let Some(conn) = link.resumes {
+                    self.reconnected(i, conn);
+                    return true;
+                }
                 let expect = link.expect.expect("dialed links know their epid");
                 let conn = self.core.open_connection(Role::Dialer { expect });
                 link.conn = Some(conn);
@@ -1244,7 +1261,7 @@ impl Inner {
     }
 
     /// Writes what the core has for link `i` while the socket takes it.
-    fn transmit(&mut self, i: usize) -> bool {
+    pub(crate) fn transmit(&mut self, i: usize) -> bool {
         let mut made = false;
         if self.links[i].broken.is_some() {
             return false;
@@ -1465,8 +1482,10 @@ impl Inner {
                 }
             }
             // What is left to write goes with the socket to the lingerer,
-            // unless the transport failed (nothing more reaches the peer).
-            let failed = link.ended.is_some() || link.broken.is_some() || link.peer_gone;
+            // unless the transport failed (nothing more reaches the peer)
+            // or the link went on without it.
+            let failed =
+                link.ended.is_some() || link.broken.is_some() || link.peer_gone || link.superseded;
             let output = match &link.pipe {
                 Pipe::Stream(_) if !failed && link.has_output() => self.pending_output(&link),
                 _ => Vec::new(),
@@ -1486,8 +1505,9 @@ impl Inner {
                 }
                 Pipe::Loopback { partner: p } => partner = Some(p),
             }
-            // Sends whose payload went to the lingerer count as written.
-            let unsent = (!(handed && written)).then_some(ErrorKind::Io);
+            // Sends whose payload went to the lingerer count as written;
+            // those of a link that went on are its log's to send again.
+            let unsent = (!(handed && written) && !link.superseded).then_some(ErrorKind::Io);
             for r in refs {
                 self.release_ref(r.op, unsent);
             }
@@ -1821,6 +1841,7 @@ impl Inner {
         let link = &self.links[i];
         let dialing = matches!(link.phase, LinkPhase::Connecting | LinkPhase::Handshaking);
         let record = dialing && link.awaited;
+        let attempt = link.resumes;
         self.kill(i);
         let link = &mut self.links[i];
         link.direct = None;
@@ -1830,8 +1851,16 @@ impl Inner {
         let conn = link.conn.take();
         if let Some(conn) = conn {
             self.by_conn.remove(&conn);
+            if self.try_detach(i, conn) {
+                if attempt.is_some() {
+                    self.attempt_failed(conn, kind, format!("{remote}: {why}"));
+                }
+                return;
+            }
             self.core.connection_lost(conn, format!("{remote}: {why}"));
             self.drain_events();
+        } else if let Some(conn) = attempt {
+            self.attempt_failed(conn, kind, format!("{remote}: {why}"));
         }
         if record {
             let target = expect.map_or_else(|| "?".to_owned(), |e| e.to_string());
@@ -1872,6 +1901,7 @@ impl Inner {
                     _ => self.finish(op, status),
                 },
                 Event::Connected { conn, peer, epid } => self.on_connected(conn, peer, epid),
+                Event::Resumed { conn, replaced } => self.on_resumed(conn, replaced),
                 Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
                 Event::PeerDown { peer, epid, error } => {
                     tracing::debug!(?peer, %epid, %error, "soft engine: peer down");
@@ -2142,6 +2172,9 @@ impl Inner {
     /// failed (`Io` towards peers, `Canceled` for the rest), buffers handed
     /// back.
     pub(crate) fn force_close(&mut self) {
+        // From here on no link waits for a new transport.
+        self.closed = true;
+        self.abandon_all("the endpoint closed");
         for i in 0..self.links.len() {
             if self.links[i].conn.is_some() {
                 self.lose(i, ErrorKind::Io, "the endpoint closed".to_owned());

@@ -19,6 +19,14 @@ pub const FUZZ_UUID: JobUuid = JobUuid(*b"psmrail-fuzzing!");
 pub const FUZZ_EPID: Epid = Epid(0x0000_2328_7f00_0001);
 /// The epid their dialer expects to reach.
 pub const FUZZ_PEER: Epid = Epid(0x0000_2329_7f00_0001);
+/// The link-id seed of the fuzzed cores, so that a dialer's link id is
+/// known to the inputs ([`fuzz_link`]).
+pub const FUZZ_LINK_SEED: u64 = 0x5eed_0f11_4a11_5eed;
+
+/// The link id the fuzzed dialer names (its first connection's).
+pub fn fuzz_link() -> u64 {
+    super::protocol::link_id(FUZZ_LINK_SEED, super::ConnId(0))
+}
 
 /// Small limits, so that hostile lengths just above them are cheap to
 /// express.
@@ -128,6 +136,7 @@ pub fn fuzz_handshake(data: &[u8]) {
         let Ok(mut core) = SoftCore::new(config.clone(), FUZZ_EPID, FUZZ_UUID) else {
             return;
         };
+        core.set_link_seed(FUZZ_LINK_SEED);
         let conn = core.open_connection(role);
         let recv_cap = 40;
         let _ = core.recv(TagMatch::ANY, recv_cap, OpId(1));
@@ -259,6 +268,11 @@ pub fn seeds() -> (Seeds, Seeds) {
             version: 1,
             uuid: FUZZ_UUID,
         }),
+        Frame::Session {
+            link: 7,
+            resume: super::wire::NEW_LINK,
+        },
+        Frame::Ack { received: 40 },
         Frame::Credit {
             eager_bytes: 4096,
             rts: 8,
@@ -372,7 +386,11 @@ pub fn seeds() -> (Seeds, Seeds) {
         } else {
             Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER))
         };
-        let mut v = frames(&[first]);
+        let session = Frame::Session {
+            link: fuzz_link(),
+            resume: super::wire::NEW_LINK,
+        };
+        let mut v = frames(&[first, session]);
         v.extend(frames(rest));
         v
     };
@@ -460,6 +478,34 @@ pub fn seeds() -> (Seeds, Seeds) {
             "hello-twice",
             hs(false, &[Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER))]),
         ),
+        (
+            "hello-then-ack-beyond",
+            hs(false, &[Frame::Ack { received: 1 << 40 }]),
+        ),
+        (
+            "resume-unknown-link",
+            frames(&[
+                Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER)),
+                Frame::Session {
+                    link: 99,
+                    resume: 0,
+                },
+            ]),
+        ),
+        (
+            "ack-other-link",
+            frames(&[
+                Frame::HelloAck(hello(FUZZ_UUID, FUZZ_PEER)),
+                Frame::Session {
+                    link: fuzz_link() ^ 1,
+                    resume: super::wire::NEW_LINK,
+                },
+            ]),
+        ),
+        (
+            "hello-without-session",
+            frames(&[Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER)), eager(1, b"x")]),
+        ),
         ("other-uuid", frames(&[Frame::Hello(bad_uuid.clone())])),
         ("other-uuid-ack", frames(&[Frame::HelloAck(bad_uuid)])),
         ("other-version", frames(&[Frame::Hello(v2.clone())])),
@@ -543,6 +589,7 @@ mod tests {
             ("ack-then-traffic", Role::Dialer { expect: FUZZ_PEER }),
         ] {
             let mut core = SoftCore::new(ProtocolConfig::DEFAULT, FUZZ_EPID, FUZZ_UUID).unwrap();
+            core.set_link_seed(FUZZ_LINK_SEED);
             let conn = core.open_connection(role);
             let mut input = BytesMut::from(&get(name)[..]);
             let _ = core.handle_input(conn, &mut input);
@@ -569,7 +616,7 @@ mod tests {
         while dec.decode(&mut b).unwrap().is_some() {
             n += 1;
         }
-        assert_eq!(n, 11);
+        assert_eq!(n, 13);
         fuzz_frame_decoder(every);
     }
 

@@ -31,14 +31,14 @@ impl Inner {
             Remote::Loopback,
             LinkPhase::Handshaking,
         );
-        d.conn = Some(self.core.open_connection(Role::Dialer { expect: own }));
+        d.conn = Some(self.core.open_pipe_connection(Role::Dialer { expect: own }));
         let mut a = Link::new(
             acceptor,
             Pipe::Loopback { partner: dialer },
             Remote::Loopback,
             LinkPhase::Handshaking,
         );
-        a.conn = Some(self.core.open_connection(Role::Acceptor));
+        a.conn = Some(self.core.open_pipe_connection(Role::Acceptor));
         self.links.push(d);
         self.links.push(a);
         self.loopback = Some((dialer, acceptor));

@@ -72,6 +72,8 @@ mod loopback;
 pub mod matcher;
 mod optable;
 pub mod protocol;
+mod reconnect;
+mod session;
 mod transport;
 pub mod wire;
 

@@ -95,14 +95,16 @@
 
 use super::config::ProtocolConfig;
 use super::conn::{
-    Conn, ConnPhase, Control, Credit, CreditWait, Incoming, MissingPayload, Outgoing, Role, SendOp,
-    Sink,
+    Conn, ConnPhase, Control, Credit, CreditWait, DirectFrame, Incoming, MissingPayload, Outgoing,
+    Role, SendOp, Sink, MIN_REFERENCED,
 };
 use super::matcher::{Arrival, TagMatcher};
+use super::session::Session;
 use super::wire::{
     check_hello, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, FrameLimits, HandshakeError,
-    Hello, JobUuid, Refusal, WireError, ENTRY_OVERHEAD,
+    Hello, JobUuid, Refusal, WireError, ENTRY_OVERHEAD, NEW_LINK,
 };
+use crate::resend::AckError;
 use crate::engine::soft::epid::RESERVED_EPID_BITS;
 use crate::engine::{EngineLimits, Epid, MqStatus, PeerAddr, SendMode, TagMatch};
 use crate::{Error, ErrorKind, Result};
@@ -231,6 +233,9 @@ pub enum Violation {
     /// A frame that has no place after the handshake.
     #[error("unexpected {0:?} frame after the handshake")]
     UnexpectedFrame(FrameKind),
+    /// An acknowledgement of bytes never sent.
+    #[error("bad acknowledgement: {0}")]
+    Ack(#[from] AckError),
 }
 
 /// Why a connection ended.
@@ -280,6 +285,18 @@ impl From<ConnError> for Error {
 /// What the core tells the edge.
 #[derive(Debug)]
 pub enum Event {
+    /// A link whose transport broke continues on a new one: the
+    /// connection `conn` keeps its id, operations and place in the
+    /// stream. On the acceptor's side the new transport came as connection
+    /// `replaced`, which is gone now: its transport carries `conn` from
+    /// here on, and `conn`'s old transport (if the edge still has one) is
+    /// to be dropped unread.
+    Resumed {
+        /// The connection.
+        conn: ConnId,
+        /// The connection the new transport was accepted as.
+        replaced: Option<ConnId>,
+    },
     /// The handshake completed; `peer` is usable.
     Connected {
         /// The connection.
@@ -451,6 +468,11 @@ pub struct SoftCore {
     hints_overflow: bool,
     /// Sends finished by a transmit (scratch, kept for its capacity).
     done_scratch: Vec<(OpId, MqStatus)>,
+    /// Link ids come from here (a per-process random seed, mixed).
+    link_seed: u64,
+    /// A connection whose handshake resumed another one's link: its
+    /// input continues under that connection (`input_frames`).
+    rebound: Option<(ConnId, ConnId)>,
 }
 
 fn inval(msg: String) -> Error {
@@ -485,6 +507,8 @@ impl SoftCore {
             hints: Vec::new(),
             hints_overflow: false,
             done_scratch: Vec::new(),
+            link_seed: random_seed() ^ epid.0,
+            rebound: None,
         })
     }
 
@@ -524,19 +548,113 @@ impl SoftCore {
     // ----- connections -------------------------------------------------
 
     /// Starts the protocol on a new transport connection. A dialer's Hello
-    /// is queued at once.
+    /// (and Session, naming a new link) is queued at once. What the
+    /// connection sends is kept until the peer acknowledges it, so that
+    /// the link survives a broken transport ([`detach`](Self::detach)).
     pub fn open_connection(&mut self, role: Role) -> ConnId {
+        self.open(role, true)
+    }
+
+    /// As [`open_connection`](Self::open_connection), for a transport that
+    /// cannot break (the endpoint's pipe to itself): nothing is kept for
+    /// resending.
+    pub fn open_pipe_connection(&mut self, role: Role) -> ConnId {
+        self.open(role, false)
+    }
+
+    fn open(&mut self, role: Role, logging: bool) -> ConnId {
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
-        let mut conn = Conn::new(role, self.config.frame_limits());
+        let link = match role {
+            Role::Dialer { .. } => self.new_link_id(id),
+            // The dialer names the link.
+            Role::Acceptor => 0,
+        };
+        let mut conn = Conn::new(
+            role,
+            self.config.frame_limits(),
+            Session::new(link, logging),
+        );
         if let Role::Dialer { .. } = role {
-            conn.control.push_back(Control {
-                frame: Frame::Hello(self.hello.clone()),
-                returns_am_credit: false,
+            conn.hs.push_back(Frame::Hello(self.hello.clone()));
+            conn.hs.push_back(Frame::Session {
+                link,
+                resume: NEW_LINK,
             });
         }
         self.conns.insert(id, conn);
         id
+    }
+
+    /// A link id for connection `id`: unpredictable to others, never 0.
+    fn new_link_id(&self, id: ConnId) -> u64 {
+        link_id(self.link_seed, id)
+    }
+
+    /// Sets the seed link ids come from (by default random per process):
+    /// a fixed seed makes a dialer's link ids reproducible, for tests and
+    /// fuzzing ([`link_id`]).
+    pub fn set_link_seed(&mut self, seed: u64) {
+        self.link_seed = seed;
+    }
+
+    /// The transport of `conn` broke, but its link can go on: the
+    /// connection keeps its operations and state (new operations queue
+    /// on it) and waits for a new transport. The dialer's side connects
+    /// again and calls [`resume`](Self::resume); the acceptor's side waits
+    /// for the dialer's Hello. `false` (and nothing done) when the link
+    /// cannot be resumed (still in its handshake, closed, or the endpoint's
+    /// pipe): then call [`connection_lost`](Self::connection_lost). A
+    /// resuming connection whose new transport broke goes back to waiting.
+    ///
+    /// The input of the broken transport that was not fed to
+    /// `handle_input` is dropped: the peer sends it again. A Data payload
+    /// the edge was placing itself ([`take_direct`](Self::take_direct))
+    /// comes again whole.
+    pub fn detach(&mut self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        if c.phase == ConnPhase::Resuming {
+            // The new transport broke too: wait for another.
+            c.phase = ConnPhase::Detached;
+            c.hs.clear();
+            c.their_hello = None;
+            return true;
+        }
+        if !c.has_transport() || c.peer.is_none() || !c.session.logging() {
+            return false;
+        }
+        c.roll_back_direct();
+        c.resume_to = c.phase;
+        c.phase = ConnPhase::Detached;
+        c.hs.clear();
+        true
+    }
+
+    /// The dialer's side of a detached link has a new transport: the
+    /// Hello and Session that resume the link are queued. `Inval` for a
+    /// connection that is not a detached dialer.
+    pub fn resume(&mut self, conn: ConnId) -> Result<()> {
+        let hello = self.hello.clone();
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .filter(|c| c.phase == ConnPhase::Detached && matches!(c.role, Role::Dialer { .. }))
+            .ok_or_else(|| inval(format!("{conn:?} is not a detached dialer connection")))?;
+        c.phase = ConnPhase::Resuming;
+        c.their_hello = None;
+        c.hs.push_back(Frame::Hello(hello));
+        c.hs.push_back(Frame::Session {
+            link: c.session.link,
+            resume: c.session.received(),
+        });
+        Ok(())
+    }
+
+    /// The role a connection was opened with.
+    pub fn connection_role(&self, conn: ConnId) -> Option<Role> {
+        self.conns.get(&conn).map(|c| c.role)
     }
 
     /// The phase of a connection (`None` once forgotten).
@@ -583,7 +701,7 @@ impl SoftCore {
         result
     }
 
-    fn input_frames(&mut self, conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
+    fn input_frames(&mut self, mut conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
         loop {
             match self.conns.get(&conn).map(|c| (c.phase, c.direct.is_some())) {
                 None => return Err(ConnError::Lost(format!("unknown connection {conn:?}"))),
@@ -596,6 +714,7 @@ impl SoftCore {
                 Some((_, true)) => return Ok(()),
                 Some(_) => {}
             }
+            let before = input.len();
             let frame = match self.decoder.decode(input) {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -605,12 +724,25 @@ impl SoftCore {
                     return Err(e);
                 }
             };
+            let size = (before - input.len()) as u64;
             let handshaking = self
                 .conns
                 .get(&conn)
                 .is_some_and(|c| c.phase == ConnPhase::Handshaking);
-            match self.on_frame(conn, frame) {
-                Ok(()) if handshaking => self.established(conn),
+            let result = self.on_frame(conn, frame, size);
+            if let Some((from, to)) = self.rebound.take() {
+                // The handshake resumed another connection's link: the
+                // rest of this transport's input is that link's.
+                if from == conn {
+                    conn = to;
+                }
+            }
+            let now_open = self
+                .conns
+                .get(&conn)
+                .is_some_and(|c| c.phase == ConnPhase::Established);
+            match result {
+                Ok(()) if handshaking && now_open => self.established(conn),
                 Ok(()) => {}
                 Err(ConnError::PeerClosed) => {
                     // Nothing follows a Bye on this connection.
@@ -738,7 +870,7 @@ impl SoftCore {
         let Some(c) = self.conns.get_mut(&conn) else {
             return Ok(None);
         };
-        if !c.is_open() || c.direct.is_some() {
+        if !c.has_transport() || c.direct.is_some() {
             return Ok(None);
         }
         let (token, offset, n) = match self.decoder.peek_data(input) {
@@ -765,7 +897,12 @@ impl SoftCore {
         let payload = frame.split_off(prefix).freeze();
         inc.received += present as u64;
         let op = inc.op;
-        c.direct = Some((token, n - present));
+        c.direct = Some(DirectFrame {
+            token,
+            left: n - present,
+            frame_len: (prefix + n) as u64,
+            offset,
+        });
         if present > 0 {
             self.events.push_back(Event::Place {
                 op,
@@ -788,21 +925,31 @@ impl SoftCore {
     /// If no direct payload is pending on `conn` or `n` exceeds what is
     /// left of it (a bug in the edge).
     pub fn direct_data(&mut self, conn: ConnId, n: usize) {
-        let Some(c) = self.conns.get_mut(&conn).filter(|c| c.is_open()) else {
+        let Some(c) = self.conns.get_mut(&conn).filter(|c| c.has_transport()) else {
             return;
         };
         if let Some(p) = c.peer.and_then(|p| self.peers.get_mut(&p)) {
             p.activity = p.activity.wrapping_add(1);
         }
-        let (token, left) = c.direct.expect("direct_data without take_direct");
-        assert!(n <= left, "direct_data: {n} bytes, only {left} announced");
-        c.direct = (left > n).then_some((token, left - n));
+        let d = c.direct.expect("direct_data without take_direct");
+        assert!(n <= d.left, "direct_data: {n} bytes, only {} announced", d.left);
+        c.direct = (d.left > n).then_some(DirectFrame {
+            left: d.left - n,
+            ..d
+        });
+        let token = d.token;
         let inc = c
             .incoming
             .get_mut(&token)
             .expect("a direct payload belongs to a live transfer");
         inc.received += n as u64;
-        if inc.received == inc.accept {
+        let finished = inc.received == inc.accept;
+        if c.direct.is_none() {
+            // The whole frame is in; its sender may wait for the
+            // acknowledgement (a referenced payload).
+            c.session.consumed(d.frame_len, finished);
+        }
+        if finished {
             let status = inc.status(trunc(inc));
             let op = inc.op;
             c.incoming.remove(&token);
@@ -813,8 +960,22 @@ impl SoftCore {
     /// The transport of `conn` is gone (EOF, error, timeout, or closed by
     /// the edge after a `ConnectionClosed`): its peer goes down and every
     /// operation pending towards it fails. The connection is forgotten.
+    ///
+    /// A detached link that could not be resumed ends here too; if nothing
+    /// was in flight on it either way, it ends as a graceful close would
+    /// (the peer's other connections stay).
     pub fn connection_lost(&mut self, conn: ConnId, why: impl Into<String>) {
-        self.close_conn(conn, ConnError::Lost(why.into()));
+        let idle_detached = self.conns.get(&conn).is_some_and(|c| {
+            matches!(c.phase, ConnPhase::Detached | ConnPhase::Resuming)
+                && c.drained()
+                && c.rx.rts >= u64::from(self.config.peer_rts_window)
+                && c.rx.am >= u64::from(self.config.peer_am_window)
+        });
+        if idle_detached {
+            self.finish_graceful(conn);
+        } else {
+            self.close_conn(conn, ConnError::Lost(why.into()));
+        }
         self.conns.remove(&conn);
         self.regrant();
     }
@@ -832,6 +993,9 @@ impl SoftCore {
             if let Some(conn) = self.conns.get_mut(&c) {
                 if conn.phase == ConnPhase::Established {
                     conn.phase = ConnPhase::Closing;
+                }
+                if matches!(conn.phase, ConnPhase::Detached | ConnPhase::Resuming) {
+                    conn.resume_to = ConnPhase::Closing;
                 }
             }
             self.hint(c);
@@ -1081,16 +1245,39 @@ impl SoftCore {
 
     // ----- frames --------------------------------------------------------
 
-    fn on_frame(&mut self, id: ConnId, frame: Frame) -> Result<(), ConnError> {
+    fn on_frame(&mut self, id: ConnId, frame: Frame, size: u64) -> Result<(), ConnError> {
         let conn = self.conns.get_mut(&id).expect("checked by the caller");
-        if conn.phase == ConnPhase::Handshaking {
+        if matches!(conn.phase, ConnPhase::Handshaking | ConnPhase::Resuming) {
             return self.on_handshake(id, frame);
         }
         let source = conn.peer.expect("an open connection has a peer");
         if let Some(p) = self.peers.get_mut(&source) {
             p.activity = p.activity.wrapping_add(1);
         }
+        // Every frame past the handshake is part of the link's stream. Its
+        // sender waits for the acknowledgement of a payload it referenced
+        // (a large Eager message, the last Data chunk of a transfer).
+        let urgent = match &frame {
+            Frame::Eager { payload, .. } => payload.len() >= MIN_REFERENCED,
+            Frame::Data { token, payload, .. } => conn
+                .incoming
+                .get(token)
+                .is_some_and(|i| i.received + payload.len() as u64 == i.accept),
+            _ => false,
+        };
+        conn.session.consumed(size, urgent);
         match frame {
+            Frame::Ack { received } => {
+                let mut done = std::mem::take(&mut self.done_scratch);
+                let acked = conn.session.on_ack(received, &mut done);
+                for (op, status) in done.drain(..) {
+                    self.complete(op, status);
+                }
+                self.done_scratch = done;
+                acked.map_err(Violation::Ack)?;
+                // A closing connection may have waited for this.
+                self.hint(id);
+            }
             Frame::Credit {
                 eager_bytes,
                 rts,
@@ -1162,6 +1349,7 @@ impl SoftCore {
                         token,
                         accept: len,
                         sent: 0,
+                        referenced: false,
                     });
                 }
             }
@@ -1221,7 +1409,7 @@ impl SoftCore {
             }),
             // A graceful close of this connection alone (`on_bye`).
             Frame::Bye => return Err(ConnError::PeerClosed),
-            Frame::Hello(_) | Frame::HelloAck(_) | Frame::Refuse(_) => {
+            Frame::Hello(_) | Frame::HelloAck(_) | Frame::Refuse(_) | Frame::Session { .. } => {
                 return Err(Violation::UnexpectedFrame(frame.kind()).into())
             }
         }
@@ -1229,15 +1417,21 @@ impl SoftCore {
     }
 
     fn on_handshake(&mut self, id: ConnId, frame: Frame) -> Result<(), ConnError> {
-        let role = self.conns[&id].role;
-        let (theirs, reply) = match (role, frame) {
-            (Role::Acceptor, Frame::Hello(h)) => (h, true),
-            (Role::Dialer { .. }, Frame::HelloAck(h)) => (h, false),
-            (Role::Dialer { .. }, Frame::Refuse(r)) => {
+        let (role, waiting) = {
+            let c = &self.conns[&id];
+            (c.role, c.their_hello.is_some())
+        };
+        let (theirs, reply) = match (role, frame, waiting) {
+            (Role::Acceptor, Frame::Hello(h), false) => (h, true),
+            (Role::Dialer { .. }, Frame::HelloAck(h), false) => (h, false),
+            (_, Frame::Session { link, resume }, true) => {
+                return self.on_session(id, link, resume);
+            }
+            (Role::Dialer { .. }, Frame::Refuse(r), _) => {
                 let refusal = Refusal::from_frame(&r, &self.hello);
                 return Err(HandshakeError::RefusedByPeer(refusal).into());
             }
-            (_, other) => {
+            (_, other, _) => {
                 self.push_refuse(id, &Refusal::Protocol);
                 return Err(HandshakeError::UnexpectedFrame { got: other.kind() }.into());
             }
@@ -1266,6 +1460,118 @@ impl SoftCore {
                 .into());
             }
         }
+        // The Session frame follows.
+        self.conns.get_mut(&id).expect("checked").their_hello = Some(theirs);
+        Ok(())
+    }
+
+    /// The Session frame after the other side's Hello (or HelloAck): a new
+    /// link, or one to resume.
+    fn on_session(&mut self, id: ConnId, link: u64, resume: u64) -> Result<(), ConnError> {
+        let c = self.conns.get_mut(&id).expect("checked by the caller");
+        let theirs = c.their_hello.take().expect("checked by the caller");
+        match (c.role, c.phase) {
+            (Role::Acceptor, _) if resume == NEW_LINK => {
+                c.session = Session::new(link, c.session.logging());
+                self.link_peer(id, theirs, true)
+            }
+            (Role::Acceptor, _) => self.resume_accepted(id, &theirs, link, resume),
+            (Role::Dialer { .. }, ConnPhase::Handshaking) => {
+                if link != c.session.link || resume != NEW_LINK {
+                    return Err(HandshakeError::UnexpectedFrame {
+                        got: FrameKind::Session,
+                    }
+                    .into());
+                }
+                self.link_peer(id, theirs, false)
+            }
+            (Role::Dialer { .. }, _) => {
+                // Resuming: the acceptor says how much of our stream it
+                // consumed.
+                if link != c.session.link || resume == NEW_LINK {
+                    return Err(HandshakeError::UnexpectedFrame {
+                        got: FrameKind::Session,
+                    }
+                    .into());
+                }
+                let mut done = Vec::new();
+                let resumed = c.session.resume_at(resume, &mut done);
+                c.phase = c.resume_to;
+                for (op, status) in done {
+                    self.complete(op, status);
+                }
+                resumed.map_err(Violation::Ack)?;
+                self.hint(id);
+                self.events.push_back(Event::Resumed {
+                    conn: id,
+                    replaced: None,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// An accepted connection `id` asks to resume `link` of the peer
+    /// `theirs` names, whose side consumed `resume` bytes of our stream:
+    /// the link's connection takes over this transport, and `id` is gone.
+    fn resume_accepted(
+        &mut self,
+        id: ConnId,
+        theirs: &Hello,
+        link: u64,
+        resume: u64,
+    ) -> Result<(), ConnError> {
+        let peer = self.by_epid.get(&theirs.epid).copied();
+        let target = peer.and_then(|p| self.peers.get(&p)).and_then(|p| {
+            p.conns.iter().copied().find(|c| {
+                self.conns.get(c).is_some_and(|c| {
+                    c.is_open() && c.session.logging() && c.session.link == link && c.role == Role::Acceptor
+                })
+            })
+        });
+        let Some(target) = target else {
+            tracing::debug!(conn = ?id, epid = %theirs.epid, "soft engine: refused to resume an unknown link");
+            self.push_refuse(id, &Refusal::UnknownLink);
+            return Err(HandshakeError::Refused(Refusal::UnknownLink).into());
+        };
+        let hello = self.hello.clone();
+        let t = self.conns.get_mut(&target).expect("found above");
+        if t.has_transport() {
+            // Its old transport broke too, and we did not see it yet.
+            t.roll_back_direct();
+            t.resume_to = t.phase;
+        }
+        let mut done = Vec::new();
+        if let Err(e) = t.session.resume_at(resume, &mut done) {
+            if !t.has_transport() {
+                t.phase = ConnPhase::Detached;
+            }
+            self.push_refuse(id, &Refusal::Protocol);
+            return Err(ConnError::Protocol(Violation::Ack(e)));
+        }
+        t.phase = t.resume_to;
+        t.hs.push_back(Frame::HelloAck(hello));
+        t.hs.push_back(Frame::Session {
+            link,
+            resume: t.session.received(),
+        });
+        for (op, status) in done {
+            self.complete(op, status);
+        }
+        self.conns.remove(&id);
+        self.rebound = Some((id, target));
+        self.hint(target);
+        self.events.push_back(Event::Resumed {
+            conn: target,
+            replaced: Some(id),
+        });
+        Ok(())
+    }
+
+    /// A new link's handshake completed on `id` with the peer whose Hello
+    /// is `theirs`: the connection joins that peer (made, or revived if it
+    /// was down); `reply` for the acceptor, which answers.
+    fn link_peer(&mut self, id: ConnId, theirs: Hello, reply: bool) -> Result<(), ConnError> {
         // Link to the peer of that epid (reviving it if it was down).
         let peer = match self.by_epid.get(&theirs.epid) {
             Some(p) => *p,
@@ -1293,6 +1599,7 @@ impl SoftCore {
             p.send_conn = Some(id);
             p.closing = false;
         }
+        let hello = self.hello.clone();
         let conn = self.conns.get_mut(&id).expect("checked by the caller");
         conn.peer = Some(peer);
         conn.send_limits = self.hello.limits.min(&theirs.limits);
@@ -1302,9 +1609,10 @@ impl SoftCore {
             ConnPhase::Established
         };
         if reply {
-            conn.control.push_back(Control {
-                frame: Frame::HelloAck(self.hello.clone()),
-                returns_am_credit: false,
+            conn.hs.push_back(Frame::HelloAck(hello));
+            conn.hs.push_back(Frame::Session {
+                link: conn.session.link,
+                resume: NEW_LINK,
             });
         }
         conn.grant(Credit {
@@ -1325,10 +1633,7 @@ impl SoftCore {
     /// ([`Refusal::to_frame`]).
     fn push_refuse(&mut self, id: ConnId, refusal: &Refusal) {
         if let Some(c) = self.conns.get_mut(&id) {
-            c.control.push_back(Control {
-                frame: Frame::Refuse(refusal.to_frame(&self.hello)),
-                returns_am_credit: false,
-            });
+            c.hs.push_back(Frame::Refuse(refusal.to_frame(&self.hello)));
         }
     }
 
@@ -1461,7 +1766,8 @@ impl SoftCore {
     fn close_conn(&mut self, id: ConnId, error: ConnError) {
         if let Some(conn) = self.conns.get_mut(&id) {
             // Only a Refuse is worth flushing from a failed connection.
-            conn.control.retain(|c| matches!(c.frame, Frame::Refuse(_)));
+            conn.control.clear();
+            conn.hs.retain(|f| matches!(f, Frame::Refuse(_)));
         }
         if let Some(Some(peer)) = self.retire(id, Some(error.clone()), error.kind()) {
             self.peer_down(peer, id, error, true);
@@ -1486,6 +1792,7 @@ impl SoftCore {
     fn on_bye(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.get_mut(&id) {
             conn.control.clear();
+            conn.hs.clear();
         }
         let error = ConnError::PeerClosed;
         let Some(peer) = self.retire(id, Some(error.clone()), error.kind()) else {
@@ -1749,8 +2056,11 @@ impl SoftCore {
                 self.close_conn(conn, ConnError::Closed);
                 return;
             }
-            ConnPhase::Established => {}
+            ConnPhase::Established | ConnPhase::Detached | ConnPhase::Resuming => {}
             ConnPhase::Closing | ConnPhase::Closed => return,
+        }
+        if c.closing() {
+            return;
         }
         let Some(peer) = c.peer else {
             return;
@@ -1773,7 +2083,11 @@ impl SoftCore {
             }
         }
         if let Some(c) = self.conns.get_mut(&conn) {
-            c.phase = ConnPhase::Closing;
+            if c.phase == ConnPhase::Established {
+                c.phase = ConnPhase::Closing;
+            } else {
+                c.resume_to = ConnPhase::Closing;
+            }
         }
         self.hint(conn);
     }
@@ -1851,6 +2165,26 @@ fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
     if m.capacity() > 4 * m.len() + 64 {
         m.shrink_to_fit();
     }
+}
+
+/// The link id a core whose link seed is `seed` gives its dialer
+/// connection `conn` (never 0).
+pub fn link_id(seed: u64, conn: ConnId) -> u64 {
+    let mut x = seed ^ conn.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finalizer.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    x.max(1)
+}
+
+/// A per-process random seed, from the standard library's hasher keys
+/// (no clock is read).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 fn trunc(inc: &Incoming) -> Option<ErrorKind> {

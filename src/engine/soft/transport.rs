@@ -692,6 +692,16 @@ pub(crate) struct Link {
     pub stall: Option<(Instant, u64)>,
     /// The endpoint's sweep period in which bytes last moved on it.
     pub active: u64,
+    /// A reconnection attempt for this detached connection: the dial
+    /// that resumes it, or (`probe`) a look at whether its peer still
+    /// listens.
+    pub resumes: Option<ConnId>,
+    /// The attempt only probes the peer's listener.
+    pub probe: bool,
+    /// Its connection's link went on without it (detached or resumed
+    /// elsewhere): its unwritten output is not the peer's any more, and
+    /// dropping it fails no send (the link's log sends it again).
+    pub superseded: bool,
 }
 
 /// Smallest read into an input buffer.
@@ -731,6 +741,9 @@ impl Link {
             frames: 0,
             stall: None,
             active: 0,
+            resumes: None,
+            probe: false,
+            superseded: false,
         }
     }
 

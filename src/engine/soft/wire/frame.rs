@@ -23,6 +23,10 @@ pub enum FrameKind {
     Refuse = 0x03,
     /// Grants credit to the other side.
     Credit = 0x04,
+    /// Names the connection's link, new or resumed (handshake).
+    Session = 0x05,
+    /// Acknowledges the stream bytes consumed.
+    Ack = 0x06,
     /// A whole message, tag and payload.
     Eager = 0x10,
     /// Request to send a large message.
@@ -47,6 +51,8 @@ impl FrameKind {
             0x02 => FrameKind::HelloAck,
             0x03 => FrameKind::Refuse,
             0x04 => FrameKind::Credit,
+            0x05 => FrameKind::Session,
+            0x06 => FrameKind::Ack,
             0x10 => FrameKind::Eager,
             0x11 => FrameKind::Rts,
             0x12 => FrameKind::Cts,
@@ -122,6 +128,21 @@ pub enum Frame {
     HelloAck(Hello),
     /// Refuses a connection.
     Refuse(Refuse),
+    /// Names the link a connection carries: after Hello, the dialer's
+    /// link id and, for a resumed link, the bytes of the acceptor's stream
+    /// it consumed; after HelloAck, the acceptor's answer.
+    Session {
+        /// The link id (never 0).
+        link: u64,
+        /// Stream bytes of the other side consumed, or [`NEW_LINK`] for a
+        /// new link.
+        resume: u64,
+    },
+    /// The sender consumed this many bytes of the receiver's stream.
+    Ack {
+        /// Bytes consumed since the link began.
+        received: u64,
+    },
     /// Grants credit.
     Credit {
         /// Eager bytes (payload + [`super::ENTRY_OVERHEAD`] per message).
@@ -182,6 +203,8 @@ impl Frame {
             Frame::HelloAck(_) => FrameKind::HelloAck,
             Frame::Refuse(_) => FrameKind::Refuse,
             Frame::Credit { .. } => FrameKind::Credit,
+            Frame::Session { .. } => FrameKind::Session,
+            Frame::Ack { .. } => FrameKind::Ack,
             Frame::Eager { .. } => FrameKind::Eager,
             Frame::Rts { .. } => FrameKind::Rts,
             Frame::Cts { .. } => FrameKind::Cts,
@@ -199,6 +222,8 @@ impl Frame {
                 Frame::Hello(_) | Frame::HelloAck(_) => HELLO_BODY,
                 Frame::Refuse(_) => REFUSE_BODY,
                 Frame::Credit { .. } => CREDIT_BODY,
+                Frame::Session { .. } => SESSION_BODY,
+                Frame::Ack { .. } => ACK_BODY,
                 Frame::Eager { payload, .. } => 8 + payload.len(),
                 Frame::Rts { .. } | Frame::Cts { .. } => 24,
                 Frame::Data { payload, .. } => 16 + payload.len(),
@@ -213,6 +238,11 @@ impl Frame {
 pub(crate) const HELLO_BODY: usize = 58;
 const REFUSE_BODY: usize = 19;
 const CREDIT_BODY: usize = 16;
+const SESSION_BODY: usize = 16;
+const ACK_BODY: usize = 8;
+
+/// The `resume` of a [`Frame::Session`] that starts a new link.
+pub const NEW_LINK: u64 = u64::MAX;
 
 fn am_body_len(nargs: usize, payload: usize) -> usize {
     4 + 8 * nargs + payload
@@ -226,6 +256,8 @@ pub(crate) fn body_bounds(kind: FrameKind, limits: &FrameLimits) -> (u32, u32) {
         FrameKind::Hello | FrameKind::HelloAck => fixed(HELLO_BODY),
         FrameKind::Refuse => fixed(REFUSE_BODY),
         FrameKind::Credit => fixed(CREDIT_BODY),
+        FrameKind::Session => fixed(SESSION_BODY),
+        FrameKind::Ack => fixed(ACK_BODY),
         FrameKind::Eager => (8, 8 + limits.max_eager),
         FrameKind::Rts | FrameKind::Cts => fixed(24),
         FrameKind::Data => (17, 16 + limits.max_chunk),
@@ -337,6 +369,15 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
             out.put_u64_le(*eager_bytes);
             out.put_u32_le(*rts);
             out.put_u32_le(*am);
+        }
+        Frame::Session { link, resume } => {
+            put_header(out, FrameKind::Session, SESSION_BODY);
+            out.put_u64_le(*link);
+            out.put_u64_le(*resume);
+        }
+        Frame::Ack { received } => {
+            put_header(out, FrameKind::Ack, ACK_BODY);
+            out.put_u64_le(*received);
         }
         Frame::Eager { tag, payload } => put_eager(out, *tag, payload),
         Frame::Rts { msg_id, tag, len } => {
@@ -546,6 +587,19 @@ impl FrameDecoder {
                 rts: b.u32(8),
                 am: b.u32(12),
             },
+            FrameKind::Session => {
+                let link = b.u64(0);
+                if link == 0 {
+                    return Err(WireError::ZeroLink);
+                }
+                Frame::Session {
+                    link,
+                    resume: b.u64(8),
+                }
+            }
+            FrameKind::Ack => Frame::Ack {
+                received: b.u64(0),
+            },
             FrameKind::Eager => Frame::Eager {
                 tag: b.u64(0),
                 payload: body.slice(8..),
@@ -673,7 +727,7 @@ mod tests {
         let epid = (0u64..(1 << 62)).prop_map(Epid);
         let hello = (any::<[u8; 16]>(), epid)
             .prop_map(|(u, e)| Hello::ours(JobUuid(u), e, FrameLimits::DEFAULT));
-        let refuse = (1u8..=4, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
+        let refuse = (1u8..=5, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
             Frame::Refuse(Refuse {
                 code: RefuseCode::from_u8(c).unwrap(),
                 version: v,
@@ -684,6 +738,8 @@ mod tests {
             hello.clone().prop_map(Frame::Hello),
             hello.prop_map(Frame::HelloAck),
             refuse,
+            (1u64.., any::<u64>()).prop_map(|(link, resume)| Frame::Session { link, resume }),
+            any::<u64>().prop_map(|received| Frame::Ack { received }),
             (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(eager_bytes, rts, am)| {
                 Frame::Credit {
                     eager_bytes,

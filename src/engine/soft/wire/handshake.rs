@@ -87,6 +87,8 @@ pub enum RefuseCode {
     UuidMismatch = 3,
     /// The handshake was not followed.
     Protocol = 4,
+    /// A resumption named a link the acceptor does not have (any more).
+    UnknownLink = 5,
 }
 
 impl RefuseCode {
@@ -97,6 +99,7 @@ impl RefuseCode {
             2 => RefuseCode::VersionMismatch,
             3 => RefuseCode::UuidMismatch,
             4 => RefuseCode::Protocol,
+            5 => RefuseCode::UnknownLink,
             _ => return None,
         })
     }
@@ -152,6 +155,10 @@ pub enum Refusal {
     /// The handshake was not followed (some other frame came first).
     #[error("the handshake was not followed")]
     Protocol,
+    /// The peer has no link of that id to resume (it closed it, or it is
+    /// another process at the same address).
+    #[error("the peer has no such link to resume")]
+    UnknownLink,
 }
 
 impl Refusal {
@@ -162,6 +169,7 @@ impl Refusal {
             Refusal::VersionMismatch { .. } => RefuseCode::VersionMismatch,
             Refusal::UuidMismatch { .. } | Refusal::OtherJob { .. } => RefuseCode::UuidMismatch,
             Refusal::Protocol => RefuseCode::Protocol,
+            Refusal::UnknownLink => RefuseCode::UnknownLink,
         }
     }
 
@@ -189,6 +197,7 @@ impl Refusal {
             },
             RefuseCode::UuidMismatch => Refusal::OtherJob { ours: ours.uuid },
             RefuseCode::Protocol => Refusal::Protocol,
+            RefuseCode::UnknownLink => Refusal::UnknownLink,
         }
     }
 }

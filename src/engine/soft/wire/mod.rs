@@ -28,6 +28,8 @@
 //! | 0x02 | HelloAck   | as Hello, from the acceptor                                 |
 //! | 0x03 | Refuse     | reason u8, refuser's version u16, 16 B sent as zeros (never a job uuid): 19 B |
 //! | 0x04 | Credit     | eager bytes u64, rendezvous entries u32, AM requests u32: 16 B |
+//! | 0x05 | Session    | link id u64 (never 0), resume point u64 (`u64::MAX`: a new link): 16 B |
+//! | 0x06 | Ack        | stream bytes consumed u64: 8 B                              |
 //! | 0x10 | Eager      | tag u64, payload (≤ receiver's `max_eager`)                 |
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
 //! | 0x12 | Cts        | msg id u64, receiver token u64, accepted length u64: 24 B   |
@@ -44,6 +46,21 @@
 //! other with a clear reason. A Refuse never names a job: the UUID is the
 //! job's key, and a refusal goes to whoever asked (see [`Refusal`]).
 //!
+//! # Links: acknowledgements and resumption
+//!
+//! Since version 2 the handshake is Hello + Session from the dialer,
+//! HelloAck + Session from the acceptor. The dialer's Session names the
+//! connection's *link* (a random id) and says [`NEW_LINK`]; once both
+//! Sessions are exchanged, every byte either side sends is numbered, from
+//! 0, and each side acknowledges what it consumed (Ack, cumulative,
+//! itself part of the stream). When the transport breaks, the dialer
+//! connects again and sends Hello + Session naming the same link and how
+//! many of the acceptor's bytes it consumed; the acceptor answers with its
+//! own count (or refuses an unknown link), and each side sends again,
+//! from the other's count, what it had sent, so the stream continues as
+//! if nothing had happened: no frame lost, none taken twice (see
+//! [`super::session`]).
+//!
 //! # Credit
 //!
 //! Receivers grant credit (the Credit frame); a sender initiates an Eager
@@ -55,7 +72,7 @@
 mod frame;
 mod handshake;
 
-pub use frame::{encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind};
+pub use frame::{encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, NEW_LINK};
 pub(crate) use frame::{put_data, put_data_header, put_eager, put_eager_header, DATA_PREFIX};
 pub use handshake::{check_hello, HandshakeError, Hello, JobUuid, Refusal, Refuse, RefuseCode};
 
@@ -64,7 +81,7 @@ pub const HEADER_LEN: usize = 8;
 /// First bytes of every Hello and HelloAck body.
 pub const MAGIC: [u8; 8] = *b"PSMRAIL\0";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Most AM arguments the frame format can carry (a configuration may allow
 /// fewer).
 pub const MAX_WIRE_AM_ARGS: usize = 16;
@@ -235,6 +252,9 @@ pub enum WireError {
     /// A Data frame without payload.
     #[error("empty Data frame")]
     EmptyData,
+    /// A Session frame naming link 0.
+    #[error("Session frame with link id 0")]
+    ZeroLink,
     /// A message length or offset beyond `max_message`.
     #[error("{field} = {value} exceeds the largest message ({max} bytes)")]
     MessageTooLong {

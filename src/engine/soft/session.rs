@@ -1,0 +1,370 @@
+//! [`Session`]: the link a connection carries, which outlives its
+//! transport.
+//!
+//! Every byte a connection sends after its handshake has a position in
+//! the link's stream. The sender keeps what it sent until the peer
+//! acknowledges it (a [`ResendLog`](crate::resend::ResendLog) of the
+//! frames' bytes, with the large send payloads that went on the wire
+//! straight from their buffers kept as references), and counts what it
+//! consumed of the peer's stream. When the transport breaks, the dialer
+//! connects again and the two sides exchange their counts (the Session
+//! frames of the handshake); each replays from the other's count, so the
+//! stream continues exactly where the peer stands: no frame is lost and
+//! none is taken twice.
+//!
+//! A send whose payload is referenced rather than copied cannot complete
+//! while the log may still need its buffer: its completion waits here
+//! until the peer acknowledges the bytes (which it does at once for
+//! such frames, see [`Session::consumed`]). Sends whose bytes were copied
+//! complete as before, when their bytes are in the transmit buffer.
+//!
+//! Acknowledgements are cumulative byte counts, sent when
+//! [`ACK_EVERY`] bytes were consumed since the last one, after a frame
+//! whose sender waits for it, and on every transmit that carries frames
+//! anyway (they cost 16 bytes).
+
+use super::protocol::{OpId, PayloadRef, SendPayloads};
+use super::wire::Frame;
+use crate::engine::MqStatus;
+use crate::resend::{AckError, ReceiveCursor, ResendLog};
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// Consumed bytes after which an acknowledgement goes out even if the
+/// peer waits for nothing.
+pub(crate) const ACK_EVERY: u64 = 256 << 10;
+
+/// Bytes copied into the log past which a connection starts no new
+/// message until the peer acknowledges some (a peer that never
+/// acknowledges only stalls its own traffic).
+pub(crate) const LOG_COPY_LIMIT: u64 = 32 << 20;
+
+/// What the log keeps of one stretch of the stream.
+#[derive(Debug)]
+pub(crate) enum Retained {
+    /// Bytes as they went out (headers, small frames, copied payloads).
+    Bytes(Bytes),
+    /// Bytes of a send's buffer, which the edge still holds.
+    Payload { op: OpId, range: Range<usize> },
+}
+
+/// One connection's link state (module docs).
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The link id, shared by both sides.
+    pub link: u64,
+    /// Whether sent bytes are kept for resending (not for the endpoint's
+    /// pipe to itself, which cannot break).
+    logging: bool,
+    log: ResendLog<Retained>,
+    /// Bytes of `Retained::Bytes` held.
+    copied: u64,
+    /// What was consumed of the peer's stream.
+    rx: ReceiveCursor,
+    /// The last count acknowledged to the peer.
+    acked_to_peer: u64,
+    /// The peer waits for an acknowledgement.
+    urgent: bool,
+    /// After a resumption: replay the log from here before anything new.
+    replay_from: Option<u64>,
+    /// Sends waiting for the peer to acknowledge up to a position.
+    deferred: VecDeque<(u64, OpId, MqStatus)>,
+    /// Sends of the batch being composed whose completion is deferred,
+    /// with where their last byte ends within the batch.
+    unplaced: Vec<(u64, OpId, MqStatus)>,
+    /// Where the batch being composed starts: output bytes and
+    /// referenced bytes before it.
+    batch_mark: (usize, usize),
+}
+
+impl Session {
+    /// A new link `link`; `logging` keeps what is sent for resending.
+    pub fn new(link: u64, logging: bool) -> Session {
+        Session {
+            link,
+            logging,
+            log: ResendLog::new(),
+            copied: 0,
+            rx: ReceiveCursor::default(),
+            acked_to_peer: 0,
+            urgent: false,
+            replay_from: None,
+            deferred: VecDeque::new(),
+            unplaced: Vec::new(),
+            batch_mark: (0, 0),
+        }
+    }
+
+    /// Whether what is sent is kept (the link can be resumed).
+    pub fn logging(&self) -> bool {
+        self.logging
+    }
+
+    /// Bytes of the peer's stream consumed.
+    pub fn received(&self) -> u64 {
+        self.rx.next()
+    }
+
+    /// A whole frame of `n` bytes was consumed; `urgent` when its sender
+    /// waits for the acknowledgement (a referenced payload).
+    pub fn consumed(&mut self, n: u64, urgent: bool) {
+        self.rx.advance(n);
+        self.urgent |= urgent;
+    }
+
+    /// Whether an acknowledgement must go out now.
+    pub fn wants_ack(&self) -> bool {
+        let owed = self.rx.next() - self.acked_to_peer;
+        owed > 0 && (self.urgent || owed >= ACK_EVERY)
+    }
+
+    /// The acknowledgement to send, if anything was consumed since the
+    /// last one.
+    pub fn take_ack(&mut self) -> Option<Frame> {
+        let received = self.rx.next();
+        self.urgent = false;
+        if received == self.acked_to_peer {
+            return None;
+        }
+        self.acked_to_peer = received;
+        Some(Frame::Ack { received })
+    }
+
+    /// Whether new messages must wait for acknowledgements.
+    pub fn log_full(&self) -> bool {
+        self.copied >= LOG_COPY_LIMIT
+    }
+
+    /// Whether a resumption's replay is due.
+    pub fn replay_due(&self) -> bool {
+        self.replay_from.is_some()
+    }
+
+    /// Whether sends still wait for the peer's acknowledgement.
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty() || !self.unplaced.is_empty()
+    }
+
+    /// A batch starts, after `out_len` output bytes and `referenced`
+    /// referenced bytes of earlier ones.
+    pub fn begin_batch(&mut self, out_len: usize, referenced: usize) {
+        self.batch_mark = (out_len, referenced);
+    }
+
+    /// Send `op`, whose bytes went into the batch being composed by
+    /// reference and end where the batch now holds `out_len` output and
+    /// `referenced` referenced bytes, completes once the peer
+    /// acknowledges its last byte.
+    pub fn defer(&mut self, op: OpId, status: MqStatus, out_len: usize, referenced: usize) {
+        let at = (out_len - self.batch_mark.0) + (referenced - self.batch_mark.1);
+        self.unplaced.push((at as u64, op, status));
+    }
+
+    /// Records the batch just composed: `out` are its bytes from the
+    /// position where it started in the output buffer (`base`), `refs`
+    /// the payloads referenced in it (their `at` counts from the output
+    /// buffer's start). Deferred sends of the batch wait for its end.
+    /// Sends that can complete now are pushed to `done`.
+    pub fn record(
+        &mut self,
+        out: &[u8],
+        base: usize,
+        refs: &[PayloadRef],
+        done: &mut Vec<(OpId, MqStatus)>,
+    ) {
+        if !self.logging {
+            done.extend(self.unplaced.drain(..).map(|(_, op, s)| (op, s)));
+            return;
+        }
+        let start = self.log.end();
+        let mut pos = 0;
+        for r in refs {
+            let at = r.at - base;
+            if at > pos {
+                self.keep_bytes(&out[pos..at]);
+                pos = at;
+            }
+            self.log.push(
+                r.range.len() as u64,
+                Retained::Payload {
+                    op: r.op,
+                    range: r.range.clone(),
+                },
+            );
+        }
+        if out.len() > pos {
+            self.keep_bytes(&out[pos..]);
+        }
+        self.deferred.extend(
+            self.unplaced
+                .drain(..)
+                .map(|(at, op, s)| (start + at, op, s)),
+        );
+    }
+
+    fn keep_bytes(&mut self, b: &[u8]) {
+        self.copied += b.len() as u64;
+        self.log
+            .push(b.len() as u64, Retained::Bytes(Bytes::copy_from_slice(b)));
+    }
+
+    /// The peer consumed `received` bytes of our stream: what the log no
+    /// longer needs goes, and the sends waiting for it complete (pushed
+    /// to `done`).
+    pub fn on_ack(
+        &mut self,
+        received: u64,
+        done: &mut Vec<(OpId, MqStatus)>,
+    ) -> Result<(), AckError> {
+        if !self.logging {
+            return Ok(());
+        }
+        let mut freed = 0;
+        for r in self.log.ack(received)? {
+            if let Retained::Bytes(b) = r {
+                freed += b.len() as u64;
+            }
+        }
+        self.copied -= freed;
+        while let Some(&(end, _, _)) = self.deferred.front() {
+            if end > received {
+                break;
+            }
+            let (_, op, status) = self.deferred.pop_front().expect("just seen");
+            done.push((op, status));
+        }
+        Ok(())
+    }
+
+    /// A resumption: the peer consumed `received` bytes of our stream;
+    /// what it lacks is replayed before anything new.
+    pub fn resume_at(
+        &mut self,
+        received: u64,
+        done: &mut Vec<(OpId, MqStatus)>,
+    ) -> Result<(), AckError> {
+        self.log.replay(received).map(|_| ())?;
+        self.on_ack(received, done)?;
+        self.replay_from = (received < self.log.end()).then_some(received);
+        // The peer learns our count in the handshake.
+        self.acked_to_peer = self.rx.next();
+        self.urgent = false;
+        Ok(())
+    }
+
+    /// Appends the replay to `out` (referencing payloads through `refer`
+    /// when it gives them a place, copying them from `payloads`
+    /// otherwise). `Err(op)` when the edge no longer has op's buffer.
+    pub fn replay(
+        &mut self,
+        out: &mut BytesMut,
+        mut refer: impl FnMut(&mut BytesMut, OpId, Range<usize>) -> bool,
+        payloads: &dyn SendPayloads,
+    ) -> Result<(), OpId> {
+        let Some(from) = self.replay_from.take() else {
+            return Ok(());
+        };
+        let items = self.log.replay(from).expect("checked when resumed");
+        for (skip, n, item) in items {
+            let (skip, n) = (skip as usize, n as usize);
+            match item {
+                Retained::Bytes(b) => out.extend_from_slice(&b[skip..skip + n]),
+                Retained::Payload { op, range } => {
+                    let r = range.start + skip..range.start + skip + n;
+                    if refer(out, *op, r.clone()) {
+                        continue;
+                    }
+                    match payloads.payload(*op).and_then(|p| p.get(r)) {
+                        Some(p) => out.extend_from_slice(p),
+                        None => return Err(*op),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sends still waiting for acknowledgements (the link is gone:
+    /// the caller fails them).
+    pub fn take_deferred(&mut self) -> Vec<(OpId, MqStatus)> {
+        let mut v: Vec<(OpId, MqStatus)> =
+            self.unplaced.drain(..).map(|(_, op, s)| (op, s)).collect();
+        v.extend(self.deferred.drain(..).map(|(_, op, s)| (op, s)));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn status() -> MqStatus {
+        MqStatus {
+            tag: 1,
+            msg_len: 4,
+            nbytes: 4,
+            source: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn referenced_sends_complete_on_the_ack_and_replay_rebuilds_the_stream() {
+        let mut s = Session::new(9, true);
+        let mut done = Vec::new();
+        // A batch: 3 header bytes, 4 payload bytes of op 1, 2 more bytes.
+        let out = b"hdrxx";
+        let refs = [PayloadRef {
+            at: 3,
+            op: OpId(1),
+            range: 0..4,
+        }];
+        s.begin_batch(0, 0);
+        s.defer(OpId(1), status(), 3, 4);
+        s.record(out, 0, &refs, &mut done);
+        assert!(done.is_empty() && s.has_deferred());
+        // The peer got 5 bytes, then the transport broke.
+        s.resume_at(5, &mut done).unwrap();
+        assert!(done.is_empty(), "the payload is not all acknowledged");
+        assert!(s.has_deferred());
+        let payloads: HashMap<OpId, Vec<u8>> = [(OpId(1), b"PAYL".to_vec())].into();
+        let mut again = BytesMut::new();
+        s.replay(&mut again, |_, _, _| false, &payloads).unwrap();
+        assert_eq!(&again[..], b"YLxx");
+        s.on_ack(7, &mut done).unwrap();
+        assert_eq!(done.len(), 1, "its last byte is acknowledged");
+        assert!(!s.has_deferred());
+        assert!(s.on_ack(10, &mut done).is_err(), "beyond what was sent");
+    }
+
+    #[test]
+    fn acks_are_owed_by_size_or_urgency() {
+        let mut s = Session::new(9, true);
+        s.consumed(100, false);
+        assert!(!s.wants_ack());
+        s.consumed(ACK_EVERY, false);
+        assert!(s.wants_ack());
+        assert_eq!(
+            s.take_ack(),
+            Some(Frame::Ack {
+                received: 100 + ACK_EVERY
+            })
+        );
+        assert_eq!(s.take_ack(), None);
+        s.consumed(1, true);
+        assert!(s.wants_ack());
+    }
+
+    #[test]
+    fn a_pipe_keeps_nothing() {
+        let mut s = Session::new(9, false);
+        let mut done = Vec::new();
+        s.begin_batch(0, 0);
+        s.defer(OpId(1), status(), 3, 0);
+        s.record(b"abc", 0, &[], &mut done);
+        assert_eq!(done.len(), 1);
+        assert!(s.on_ack(1_000, &mut done).is_ok());
+    }
+}
