@@ -427,7 +427,11 @@ impl Conn {
                 |o, op, range| match refs.as_deref_mut() {
                     Some(r) if referring && range.len() >= MIN_REFERENCED => {
                         added += range.len();
-                        r.push(PayloadRef { at: o.len(), op, range });
+                        r.push(PayloadRef {
+                            at: o.len(),
+                            op,
+                            range,
+                        });
                         true
                     }
                     _ => false,
@@ -446,8 +450,7 @@ impl Conn {
             }
         }
         let refs = out.refs.as_deref().map_or(&[][..], |r| &r[mark.1..]);
-        self.session
-            .record(&out.out[mark.0..], mark.0, refs, done);
+        self.session.record(&out.out[mark.0..], mark.0, refs, done);
         result
     }
 

@@ -104,9 +104,9 @@ use super::wire::{
     check_hello, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, FrameLimits, HandshakeError,
     Hello, JobUuid, Refusal, WireError, ENTRY_OVERHEAD, NEW_LINK,
 };
-use crate::resend::AckError;
 use crate::engine::soft::epid::RESERVED_EPID_BITS;
 use crate::engine::{EngineLimits, Epid, MqStatus, PeerAddr, SendMode, TagMatch};
+use crate::resend::AckError;
 use crate::{Error, ErrorKind, Result};
 use bytes::{Bytes, BytesMut};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -932,7 +932,11 @@ impl SoftCore {
             p.activity = p.activity.wrapping_add(1);
         }
         let d = c.direct.expect("direct_data without take_direct");
-        assert!(n <= d.left, "direct_data: {n} bytes, only {} announced", d.left);
+        assert!(
+            n <= d.left,
+            "direct_data: {n} bytes, only {} announced",
+            d.left
+        );
         c.direct = (d.left > n).then_some(DirectFrame {
             left: d.left - n,
             ..d
@@ -1421,9 +1425,9 @@ impl SoftCore {
             let c = &self.conns[&id];
             (c.role, c.their_hello.is_some())
         };
-        let (theirs, reply) = match (role, frame, waiting) {
-            (Role::Acceptor, Frame::Hello(h), false) => (h, true),
-            (Role::Dialer { .. }, Frame::HelloAck(h), false) => (h, false),
+        let theirs = match (role, frame, waiting) {
+            (Role::Acceptor, Frame::Hello(h), false)
+            | (Role::Dialer { .. }, Frame::HelloAck(h), false) => h,
             (_, Frame::Session { link, resume }, true) => {
                 return self.on_session(id, link, resume);
             }
@@ -1525,7 +1529,10 @@ impl SoftCore {
         let target = peer.and_then(|p| self.peers.get(&p)).and_then(|p| {
             p.conns.iter().copied().find(|c| {
                 self.conns.get(c).is_some_and(|c| {
-                    c.is_open() && c.session.logging() && c.session.link == link && c.role == Role::Acceptor
+                    c.is_open()
+                        && c.session.logging()
+                        && c.session.link == link
+                        && c.role == Role::Acceptor
                 })
             })
         });

@@ -597,9 +597,7 @@ impl FrameDecoder {
                     resume: b.u64(8),
                 }
             }
-            FrameKind::Ack => Frame::Ack {
-                received: b.u64(0),
-            },
+            FrameKind::Ack => Frame::Ack { received: b.u64(0) },
             FrameKind::Eager => Frame::Eager {
                 tag: b.u64(0),
                 payload: body.slice(8..),
