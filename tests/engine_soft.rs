@@ -13,7 +13,7 @@ use conformance::{
     wait_ok, Watchdog, STEP, UUID,
 };
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode,
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
 };
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{
@@ -227,6 +227,14 @@ fn hello(uuid: [u8; 16], instance: u32) -> Vec<u8> {
     let mut b = bytes::BytesMut::new();
     encode(
         &Frame::Hello(Hello::ours(JobUuid(uuid), epid, FrameLimits::DEFAULT)),
+        &mut b,
+    );
+    // A new link (protocol version 2 names it right after the Hello).
+    encode(
+        &Frame::Session {
+            link: 1 + u64::from(instance),
+            resume: NEW_LINK,
+        },
         &mut b,
     );
     b.to_vec()

@@ -9,6 +9,7 @@
 use bytes::BytesMut;
 use psmrail::engine::soft::wire::{
     encode, Frame, FrameDecoder, FrameLimits, HandshakeError, Hello, JobUuid, Refusal, RefuseCode,
+    NEW_LINK,
 };
 use psmrail::engine::soft::{
     ConnError, Event, OpId, ProtocolConfig, Role, SoftConfig, SoftCore, SoftEngine, SoftEpid,
@@ -52,6 +53,13 @@ fn hello_bytes(uuid: [u8; 16], epid: Epid) -> Vec<u8> {
     let mut b = BytesMut::new();
     encode(
         &Frame::Hello(Hello::ours(JobUuid(uuid), epid, FrameLimits::DEFAULT)),
+        &mut b,
+    );
+    encode(
+        &Frame::Session {
+            link: 1,
+            resume: NEW_LINK,
+        },
         &mut b,
     );
     b.to_vec()

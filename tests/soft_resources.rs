@@ -20,7 +20,7 @@
 //! the RSS too comes back within a few percent.
 
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD,
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD, NEW_LINK,
 };
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{
@@ -242,6 +242,13 @@ fn hello_bytes(n: u32) -> Vec<u8> {
             fake_epid(n),
             FrameLimits::DEFAULT,
         )),
+        &mut b,
+    );
+    encode(
+        &Frame::Session {
+            link: 1 + u64::from(n),
+            resume: NEW_LINK,
+        },
         &mut b,
     );
     b.to_vec()

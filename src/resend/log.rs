@@ -42,7 +42,7 @@ pub enum AckError {
 ///
 /// // The peer has 12 bytes: the first item goes, the second stays.
 /// let released: Vec<_> = log.ack(12).unwrap().collect();
-/// assert_eq!(released, ["first ten bytes"]);
+/// assert_eq!(released, [(10, "first ten bytes")]);
 ///
 /// // A new path resumes where the peer stands, 13: three bytes into the
 /// // second item, whose last two go again.
@@ -110,16 +110,17 @@ impl<T> ResendLog<T> {
         self.items.is_empty()
     }
 
-    /// The items held, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items.iter().map(|(_, _, t)| t)
+    /// The items held, oldest first, each with the position it starts
+    /// at and its length.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, &T)> {
+        self.items.iter().map(|(start, len, t)| (*start, *len, t))
     }
 
     /// The peer has everything before `upto`: releases the items wholly
-    /// before it (returned, oldest first). An acknowledgement older than
+    /// before it (returned with their lengths, oldest first). An acknowledgement older than
     /// the last one releases nothing; one beyond what was sent is an
     /// error and changes nothing.
-    pub fn ack(&mut self, upto: u64) -> Result<impl Iterator<Item = T> + '_, AckError> {
+    pub fn ack(&mut self, upto: u64) -> Result<impl Iterator<Item = (u64, T)> + '_, AckError> {
         if upto > self.end {
             return Err(AckError::Ahead {
                 got: upto,
@@ -133,7 +134,7 @@ impl<T> ResendLog<T> {
             .iter()
             .take_while(|(start, len, _)| start + len <= acked && (*len > 0 || *start < acked))
             .count();
-        Ok(self.items.drain(..done).map(|(_, _, t)| t))
+        Ok(self.items.drain(..done).map(|(_, len, t)| (len, t)))
     }
 
     /// What to send again for a peer that has everything before `from`:
@@ -180,12 +181,15 @@ mod tests {
             Some(AckError::Ahead { got: 13, sent: 12 })
         );
         assert_eq!(log.len(), 3, "a refused ack changes nothing");
-        assert_eq!(log.ack(5).unwrap().collect::<Vec<_>>(), ['a']);
+        assert_eq!(log.ack(5).unwrap().collect::<Vec<_>>(), [(4, 'a')]);
         // An older ack is no error and releases nothing.
         assert_eq!(log.ack(2).unwrap().count(), 0);
         assert_eq!(log.acked(), 5);
         assert_eq!(log.unacked(), 7);
-        assert_eq!(log.ack(12).unwrap().collect::<Vec<_>>(), ['b', 'c']);
+        assert_eq!(
+            log.ack(12).unwrap().collect::<Vec<_>>(),
+            [(4, 'b'), (4, 'c')]
+        );
         assert!(log.is_empty());
     }
 
@@ -213,7 +217,7 @@ mod tests {
         for m in ["m0", "m1", "m2"] {
             log.push(1, m);
         }
-        assert_eq!(log.ack(1).unwrap().collect::<Vec<_>>(), ["m0"]);
+        assert_eq!(log.ack(1).unwrap().collect::<Vec<_>>(), [(1, "m0")]);
         let again: Vec<_> = log.replay(1).unwrap().map(|(_, _, m)| *m).collect();
         assert_eq!(again, ["m1", "m2"]);
     }

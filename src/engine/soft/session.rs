@@ -27,7 +27,7 @@ use super::protocol::{OpId, PayloadRef, SendPayloads};
 use super::wire::Frame;
 use crate::engine::MqStatus;
 use crate::resend::{AckError, ReceiveCursor, ResendLog};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -43,8 +43,9 @@ pub(crate) const LOG_COPY_LIMIT: u64 = 32 << 20;
 /// What the log keeps of one stretch of the stream.
 #[derive(Debug)]
 pub(crate) enum Retained {
-    /// Bytes as they went out (headers, small frames, copied payloads).
-    Bytes(Bytes),
+    /// Bytes as they went out (headers, small frames, copied payloads),
+    /// kept in the session's copy ring, in order.
+    Copied,
     /// Bytes of a send's buffer, which the edge still holds.
     Payload { op: OpId, range: Range<usize> },
 }
@@ -58,8 +59,9 @@ pub(crate) struct Session {
     /// pipe to itself, which cannot break).
     logging: bool,
     log: ResendLog<Retained>,
-    /// Bytes of `Retained::Bytes` held.
-    copied: u64,
+    /// The bytes of the log's `Copied` items, oldest first (a ring: in
+    /// steady state it allocates nothing).
+    copies: VecDeque<u8>,
     /// What was consumed of the peer's stream.
     rx: ReceiveCursor,
     /// The last count acknowledged to the peer.
@@ -85,7 +87,7 @@ impl Session {
             link,
             logging,
             log: ResendLog::new(),
-            copied: 0,
+            copies: VecDeque::new(),
             rx: ReceiveCursor::default(),
             acked_to_peer: 0,
             urgent: false,
@@ -133,7 +135,7 @@ impl Session {
 
     /// Whether new messages must wait for acknowledgements.
     pub fn log_full(&self) -> bool {
-        self.copied >= LOG_COPY_LIMIT
+        self.copies.len() as u64 >= LOG_COPY_LIMIT
     }
 
     /// Whether a resumption's replay is due.
@@ -204,9 +206,8 @@ impl Session {
     }
 
     fn keep_bytes(&mut self, b: &[u8]) {
-        self.copied += b.len() as u64;
-        self.log
-            .push(b.len() as u64, Retained::Bytes(Bytes::copy_from_slice(b)));
+        self.copies.extend(b);
+        self.log.push(b.len() as u64, Retained::Copied);
     }
 
     /// The peer consumed `received` bytes of our stream: what the log no
@@ -221,12 +222,14 @@ impl Session {
             return Ok(());
         }
         let mut freed = 0;
-        for r in self.log.ack(received)? {
-            if let Retained::Bytes(b) = r {
-                freed += b.len() as u64;
+        for (len, r) in self.log.ack(received)? {
+            // Released items are whole and oldest first: their ring bytes
+            // are at its front.
+            if matches!(r, Retained::Copied) {
+                freed += len as usize;
             }
         }
-        self.copied -= freed;
+        self.copies.drain(..freed);
         while let Some(&(end, _, _)) = self.deferred.front() {
             if end > received {
                 break;
@@ -265,13 +268,21 @@ impl Session {
         let Some(from) = self.replay_from.take() else {
             return Ok(());
         };
-        let items = self.log.replay(from).expect("checked when resumed");
-        for (skip, n, item) in items {
-            let (skip, n) = (skip as usize, n as usize);
+        // Every item held, to find the copied ones' bytes in the ring.
+        let mut ring = 0usize;
+        for (start, len, item) in self.log.iter() {
+            let end = start + len;
+            let skip = from.saturating_sub(start).min(len) as usize;
+            let len = len as usize;
             match item {
-                Retained::Bytes(b) => out.extend_from_slice(&b[skip..skip + n]),
-                Retained::Payload { op, range } => {
-                    let r = range.start + skip..range.start + skip + n;
+                Retained::Copied => {
+                    if end > from {
+                        out.extend(self.copies.range(ring + skip..ring + len));
+                    }
+                    ring += len;
+                }
+                Retained::Payload { op, range } if end > from => {
+                    let r = range.start + skip..range.end;
                     if refer(out, *op, r.clone()) {
                         continue;
                     }
@@ -280,6 +291,7 @@ impl Session {
                         None => return Err(*op),
                     }
                 }
+                Retained::Payload { .. } => {}
             }
         }
         Ok(())
