@@ -678,7 +678,9 @@ fn learned_rates_appear_after_striped_traffic() {
         .rails
         .iter()
         .all(|r| r.rate_mbit.is_none()));
-    exchange_sizes(&n, &[4 << 20, 4 << 20]);
+    // A rail's rate needs three parts that had the rail to themselves and
+    // lasted 2 ms or more: on loopback, parts of 16 MiB.
+    exchange_sizes(&n, &[32 << 20; 4]);
     let s = n.nodes[0].ep.stats();
     assert!(
         s.rails.iter().all(|r| r.rate_mbit.is_some_and(|m| m > 0)),

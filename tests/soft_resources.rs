@@ -404,7 +404,12 @@ impl RawPeer {
 // ----- behaviour -----------------------------------------------------------------
 
 fn engine_with(tune: impl FnOnce(&mut SoftConfig)) -> SoftEngine {
-    let mut cfg = SoftConfig::default();
+    // The raw clients are a crowd of made-up identities: no identity
+    // check (tests/peer_identity.rs has those).
+    let mut cfg = SoftConfig {
+        verify_peers: false,
+        ..SoftConfig::default()
+    };
     tune(&mut cfg);
     SoftEngine::new(cfg).unwrap()
 }
@@ -982,6 +987,7 @@ fn figures_config() -> SoftConfig {
         frame_timeout: Duration::from_secs(2),
         dead_peer_messages: Duration::from_secs(3),
         forget_peer_after: Duration::from_secs(3),
+        verify_peers: false,
         ..SoftConfig::default()
     }
 }

@@ -380,7 +380,15 @@ impl RawPeer {
 /// would be failed with the peer, unread.
 #[test]
 fn messages_on_other_connections_arrive_before_the_peer_goes_down() {
-    let b = open(&engine(false));
+    // The raw peer claims a made-up epid: no identity check.
+    let b = open(
+        &SoftEngine::new(SoftConfig {
+            unix_sockets: false,
+            verify_peers: false,
+            ..SoftConfig::default()
+        })
+        .unwrap(),
+    );
     let mut p = RawPeer::new();
     // Accepted first, established second at the peer: not its send
     // connection.

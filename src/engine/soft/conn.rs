@@ -102,6 +102,9 @@ pub(crate) struct Control {
 pub enum ConnPhase {
     /// Hello / HelloAck not exchanged yet.
     Handshaking,
+    /// Acceptor: the dialer's Hello and Session came; its claim to its
+    /// epid is being checked before the HelloAck.
+    Verifying,
     /// Messages flow.
     Established,
     /// Graceful close: no new sends; Bye goes out once everything drained.
@@ -178,8 +181,13 @@ pub(crate) struct Conn {
     /// Handshake frames (Hello, Session, HelloAck, Refuse): first out,
     /// outside the link's numbered stream.
     pub hs: VecDeque<Frame>,
-    /// The other side's Hello or HelloAck, until its Session follows.
+    /// The other side's Hello or HelloAck, until its Session follows (and
+    /// while its identity is checked).
     pub their_hello: Option<Hello>,
+    /// Acceptor: the dialer must prove its epid before the HelloAck.
+    pub verify: bool,
+    /// The nonce a Proof must carry (TCP identity check).
+    pub proof: Option<u64>,
     /// The link: positions, acknowledgements, what to send again.
     pub session: Session,
     pub control: VecDeque<Control>,
@@ -272,6 +280,8 @@ impl Conn {
             peer: None,
             hs: VecDeque::new(),
             their_hello: None,
+            verify: false,
+            proof: None,
             session,
             control: VecDeque::new(),
             send_limits,
@@ -373,6 +383,7 @@ impl Conn {
     pub fn wants_transmit(&self) -> bool {
         match self.phase {
             ConnPhase::Handshaking
+            | ConnPhase::Verifying
             | ConnPhase::Closed
             | ConnPhase::Detached
             | ConnPhase::Resuming => !self.hs.is_empty(),

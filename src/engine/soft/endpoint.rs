@@ -20,13 +20,19 @@
 //!   whose payload is still referred to by unwritten output completes once
 //!   it is written), `AmRequest` runs the handler and answers exactly once,
 //!   `ConnectionClosed` flushes the last frames and lets the socket drain;
-//! * EOF or a socket error is `connection_lost`: every operation pending
-//!   towards that peer fails, the other peers are untouched. First,
-//!   though, everything the kernel still holds from that peer is read, on
-//!   that socket after a failed write and on the peer's other sockets
-//!   (`salvage`): the kernel returns the bytes that arrived before an EOF
-//!   or a reset, and a message the peer completed must not be failed
-//!   because one of its connections ended first.
+//! * EOF or a socket error detaches the connection's link, which gets a
+//!   new transport (`reconnect.rs`): the dialer's side connects again, and
+//!   what either side had not consumed is sent again, so a reset under
+//!   live traffic loses nothing. Only when that fails (nothing listens at
+//!   the peer's address any more, the peer no longer has the link, or no
+//!   new transport came within `FI_PSM_TIMEOUT`) is it
+//!   `connection_lost`: every operation pending towards that peer fails,
+//!   the other peers are untouched. First, though, everything the kernel
+//!   still holds from that peer is read, on that socket after a failed
+//!   write and on the peer's other sockets (`salvage`): the kernel returns
+//!   the bytes that arrived before an EOF or a reset, and a message the
+//!   peer completed must not be failed because one of its connections
+//!   ended first.
 //!
 //! # Closing
 //!
@@ -100,8 +106,12 @@
 //! `close` waits at most its timeout for
 //! every peer's graceful close and forces the rest (dropping an endpoint
 //! that was not closed does the same within the options' `close_timeout`).
-//! Dead peers are found by EOF or reset at once, and by `TCP_USER_TIMEOUT`
-//! ([`SoftConfig::peer_timeout`]) when the host vanished.
+//! A connection whose transport fails waits up to the endpoint's close
+//! timeout (`FI_PSM_TIMEOUT`, 5 s by default; 0 disables reconnection)
+//! for a new one. Dead peers are still found at once: reconnecting to a
+//! process or endpoint that is gone finds nothing listening. A host that
+//! vanished is found by `TCP_USER_TIMEOUT` ([`SoftConfig::peer_timeout`])
+//! and then by the close timeout.
 //!
 //! # Resources
 //!
@@ -871,7 +881,11 @@ impl Inner {
             self.stats.accepted += 1;
             let id = self.new_link_id();
             let mut link = Link::new(id, Pipe::Stream(stream), remote, LinkPhase::Handshaking);
-            link.conn = Some(self.core.open_connection(Role::Acceptor));
+            let conn = self.core.open_connection(Role::Acceptor);
+            if self.cfg.verify_peers {
+                self.core.require_verification(conn);
+            }
+            link.conn = Some(conn);
             // A Hello is small: no room for more before it is in.
             link.read_size = MIN_READ;
             link.timeout = self.cfg.handshake_timeout;
@@ -1038,6 +1052,10 @@ impl Inner {
                     if let Err(e) = s.tune(&self.cfg) {
                         tracing::debug!(error = %e, "soft engine: cannot set socket options");
                     }
+                }
+                if link.challenge.is_some() {
+                    self.challenge_connected(i);
+                    return true;
                 }
                 if let Some(conn) = link.resumes {
                     self.reconnected(i, conn);
@@ -1507,7 +1525,7 @@ impl Inner {
             }
             // Sends whose payload went to the lingerer count as written;
             // those of a link that went on are its log's to send again.
-            let unsent = (!(handed && written) && !link.superseded).then_some(ErrorKind::Io);
+            let unsent = (!(link.superseded || (handed && written))).then_some(ErrorKind::Io);
             for r in refs {
                 self.release_ref(r.op, unsent);
             }
@@ -1842,6 +1860,7 @@ impl Inner {
         let dialing = matches!(link.phase, LinkPhase::Connecting | LinkPhase::Handshaking);
         let record = dialing && link.awaited;
         let attempt = link.resumes;
+        let challenged = link.challenge;
         self.kill(i);
         let link = &mut self.links[i];
         link.direct = None;
@@ -1861,6 +1880,12 @@ impl Inner {
             self.drain_events();
         } else if let Some(conn) = attempt {
             self.attempt_failed(conn, kind, format!("{remote}: {why}"));
+        } else if let Some(conn) = challenged {
+            self.core.verified(
+                conn,
+                Err(format!("the challenge to {remote} failed: {why}")),
+            );
+            self.drain_events();
         }
         if record {
             let target = expect.map_or_else(|| "?".to_owned(), |e| e.to_string());
@@ -1902,6 +1927,7 @@ impl Inner {
                 },
                 Event::Connected { conn, peer, epid } => self.on_connected(conn, peer, epid),
                 Event::Resumed { conn, replaced } => self.on_resumed(conn, replaced),
+                Event::Verify { conn, epid } => self.on_verify(conn, epid),
                 Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
                 Event::PeerDown { peer, epid, error } => {
                     tracing::debug!(?peer, %epid, %error, "soft engine: peer down");

@@ -123,6 +123,14 @@ pub struct SoftConfig {
     /// peer. What one peer costs is listed in the endpoint's module
     /// docs. Default 60 s.
     pub forget_peer_after: Duration,
+    /// Check that an accepted connection's dialer is the endpoint its
+    /// Hello names before answering it: over a Unix socket, it must be the
+    /// process listening at that epid's socket name (`SO_PEERCRED`); over
+    /// TCP it must come from that epid's address and answer a challenge
+    /// sent to that epid's listener (one extra connection and round trip
+    /// per new connection). Without it, anyone who knows the job UUID can
+    /// claim any epid. Default on.
+    pub verify_peers: bool,
 }
 
 impl SoftConfig {
@@ -147,6 +155,7 @@ impl SoftConfig {
         max_connections_per_peer: 4,
         dead_peer_messages: Duration::from_secs(60),
         forget_peer_after: Duration::from_secs(60),
+        verify_peers: true,
     };
 
     /// Checks every field; the error names the one at fault.

@@ -75,6 +75,7 @@ pub mod protocol;
 mod reconnect;
 mod session;
 mod transport;
+mod verify;
 pub mod wire;
 
 #[cfg(test)]

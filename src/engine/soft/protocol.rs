@@ -37,10 +37,13 @@
 //!   Bye may be left), close the socket, call
 //!   [`connection_lost`](SoftCore::connection_lost).
 //! * **Failures.** When a socket fails or reaches EOF, call
-//!   `connection_lost`: the connection's peer goes down and every pending
-//!   operation towards it completes with an error. Frames on different
-//!   connections of one peer are not ordered, so feed the input the peer's
-//!   other connections already have first.
+//!   [`detach`](SoftCore::detach) first: the connection's link waits for a
+//!   new transport, with its operations pending (see "Links" below). When
+//!   it cannot (or the edge gives up on it), call `connection_lost`: the
+//!   connection's peer goes down and every pending operation towards it
+//!   completes with an error. Frames on different connections of one peer
+//!   are not ordered, so feed the input the peer's other connections
+//!   already have first.
 //! * **Peers that left.** A peer without connections keeps its unexpected
 //!   messages (receivable as before) and its [`PeerAddr`]; the edge bounds
 //!   both in time: [`drop_unexpected_from`](SoftCore::drop_unexpected_from)
@@ -54,6 +57,23 @@
 //!   nothing is in flight on it. A Bye received closes that connection
 //!   alone (what of ours is left on it fails); the peer goes down with its
 //!   last connection, so messages on its other ones still arrive.
+//!
+//! # Links
+//!
+//! A connection's frames after its handshake form a numbered byte stream,
+//! its *link* ([`session`](super::session)): each side keeps what it sent
+//! until the other acknowledges it (Ack frames) and counts what it
+//! consumed. A detached link is resumed on a new transport: the dialer's
+//! side opens one (a TCP or Unix connect, then
+//! [`resume`](SoftCore::resume), which queues Hello + Session with its
+//! count); the acceptor's core ties the new connection's Session to the
+//! link by its id (`Event::Resumed`, the new connection's id gives way to
+//! the link's) and answers with its own count; each side then sends
+//! again what the other had not consumed, and the stream goes on: no
+//! frame lost, none taken twice, credit and rendezvous state untouched.
+//! Sends posted meanwhile queue on the link. A send whose payload went out
+//! by reference completes when the peer acknowledges it (the log needs
+//! the buffer until then); the receiver acknowledges such frames at once.
 //!
 //! # Credit and back-pressure
 //!
@@ -296,6 +316,19 @@ pub enum Event {
         conn: ConnId,
         /// The connection the new transport was accepted as.
         replaced: Option<ConnId>,
+    },
+    /// The dialer of accepted connection `conn` claims to be `epid`
+    /// ([`require_verification`](SoftCore::require_verification)): check
+    /// the claim and answer with [`verified`](SoftCore::verified) (a Unix
+    /// socket: is the dialer the process listening at `epid`'s name? TCP:
+    /// does it come from `epid`'s address, and does a Challenge sent to
+    /// `epid`'s listener come back as a Proof on `conn`
+    /// ([`expect_proof`](SoftCore::expect_proof))?). The handshake waits.
+    Verify {
+        /// The connection.
+        conn: ConnId,
+        /// The epid its Hello claims.
+        epid: Epid,
     },
     /// The handshake completed; `peer` is usable.
     Connected {
@@ -652,6 +685,53 @@ impl SoftCore {
         Ok(())
     }
 
+    /// The acceptor's side of `conn` checks the dialer's identity before
+    /// it answers a new link's handshake (`Event::Verify`). Call it right
+    /// after [`open_connection`](Self::open_connection).
+    pub fn require_verification(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.verify = c.role == Role::Acceptor;
+        }
+    }
+
+    /// The identity check of `conn` sent a Challenge with `nonce`: a
+    /// Proof with it on `conn` passes the check, any other fails it.
+    pub fn expect_proof(&mut self, conn: ConnId, nonce: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.proof = Some(nonce);
+        }
+    }
+
+    /// The identity check of `conn` ended: the handshake completes, or the
+    /// dialer is refused (`Err`, why; logged).
+    pub fn verified(&mut self, conn: ConnId, result: std::result::Result<(), String>) {
+        let Some(c) = self
+            .conns
+            .get_mut(&conn)
+            .filter(|c| c.phase == ConnPhase::Verifying)
+        else {
+            return;
+        };
+        let theirs = c
+            .their_hello
+            .take()
+            .expect("a verifying connection has a Hello");
+        let epid = theirs.epid;
+        let outcome = match result {
+            Ok(()) => self.link_peer(conn, theirs, true),
+            Err(why) => {
+                tracing::warn!(?conn, %epid, %why, "soft engine: refused a dialer claiming an epid it could not prove");
+                self.push_refuse(conn, &Refusal::Identity);
+                Err(HandshakeError::Refused(Refusal::Identity).into())
+            }
+        };
+        match outcome {
+            Ok(()) => self.established(conn),
+            Err(e) => self.close_conn(conn, e),
+        }
+        self.regrant();
+    }
+
     /// The role a connection was opened with.
     pub fn connection_role(&self, conn: ConnId) -> Option<Role> {
         self.conns.get(&conn).map(|c| c.role)
@@ -728,7 +808,7 @@ impl SoftCore {
             let handshaking = self
                 .conns
                 .get(&conn)
-                .is_some_and(|c| c.phase == ConnPhase::Handshaking);
+                .is_some_and(|c| matches!(c.phase, ConnPhase::Handshaking | ConnPhase::Verifying));
             let result = self.on_frame(conn, frame, size);
             if let Some((from, to)) = self.rebound.take() {
                 // The handshake resumed another connection's link: the
@@ -1016,7 +1096,7 @@ impl SoftCore {
         let handshaking: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.phase == ConnPhase::Handshaking)
+            .filter(|(_, c)| matches!(c.phase, ConnPhase::Handshaking | ConnPhase::Verifying))
             .map(|(id, _)| *id)
             .collect();
         for c in handshaking {
@@ -1251,7 +1331,10 @@ impl SoftCore {
 
     fn on_frame(&mut self, id: ConnId, frame: Frame, size: u64) -> Result<(), ConnError> {
         let conn = self.conns.get_mut(&id).expect("checked by the caller");
-        if matches!(conn.phase, ConnPhase::Handshaking | ConnPhase::Resuming) {
+        if matches!(
+            conn.phase,
+            ConnPhase::Handshaking | ConnPhase::Verifying | ConnPhase::Resuming
+        ) {
             return self.on_handshake(id, frame);
         }
         let source = conn.peer.expect("an open connection has a peer");
@@ -1413,18 +1496,43 @@ impl SoftCore {
             }),
             // A graceful close of this connection alone (`on_bye`).
             Frame::Bye => return Err(ConnError::PeerClosed),
-            Frame::Hello(_) | Frame::HelloAck(_) | Frame::Refuse(_) | Frame::Session { .. } => {
-                return Err(Violation::UnexpectedFrame(frame.kind()).into())
-            }
+            Frame::Hello(_)
+            | Frame::HelloAck(_)
+            | Frame::Refuse(_)
+            | Frame::Session { .. }
+            | Frame::Challenge { .. }
+            | Frame::Proof { .. } => return Err(Violation::UnexpectedFrame(frame.kind()).into()),
         }
         Ok(())
     }
 
     fn on_handshake(&mut self, id: ConnId, frame: Frame) -> Result<(), ConnError> {
-        let (role, waiting) = {
+        let (role, waiting, phase) = {
             let c = &self.conns[&id];
-            (c.role, c.their_hello.is_some())
+            (c.role, c.their_hello.is_some(), c.phase)
         };
+        if phase == ConnPhase::Verifying {
+            return match frame {
+                Frame::Proof { nonce } if self.conns[&id].proof == Some(nonce) => {
+                    let c = self.conns.get_mut(&id).expect("checked");
+                    let theirs = c
+                        .their_hello
+                        .take()
+                        .expect("a verifying connection has a Hello");
+                    self.link_peer(id, theirs, true)
+                }
+                other => {
+                    tracing::warn!(conn = ?id, got = ?other.kind(), "soft engine: refused a dialer whose identity proof failed");
+                    self.push_refuse(id, &Refusal::Identity);
+                    Err(HandshakeError::Refused(Refusal::Identity).into())
+                }
+            };
+        }
+        if let (Role::Acceptor, Frame::Challenge { nonce, from }, false) = (role, &frame, waiting) {
+            self.answer_challenge(*nonce, *from);
+            // A challenge connection carries nothing else.
+            return Err(ConnError::Closed);
+        }
         let theirs = match (role, frame, waiting) {
             (Role::Acceptor, Frame::Hello(h), false)
             | (Role::Dialer { .. }, Frame::HelloAck(h), false) => h,
@@ -1477,6 +1585,13 @@ impl SoftCore {
         match (c.role, c.phase) {
             (Role::Acceptor, _) if resume == NEW_LINK => {
                 c.session = Session::new(link, c.session.logging());
+                if c.verify {
+                    let epid = theirs.epid;
+                    c.their_hello = Some(theirs);
+                    c.phase = ConnPhase::Verifying;
+                    self.events.push_back(Event::Verify { conn: id, epid });
+                    return Ok(());
+                }
                 self.link_peer(id, theirs, true)
             }
             (Role::Acceptor, _) => self.resume_accepted(id, &theirs, link, resume),
@@ -1512,6 +1627,33 @@ impl SoftCore {
                 });
                 Ok(())
             }
+        }
+    }
+
+    /// A Challenge from `from` with `nonce` came on a connection of its
+    /// own: if this endpoint is dialing `from`, the proof goes on that
+    /// connection (each one still waiting for its answer).
+    fn answer_challenge(&mut self, nonce: u64, from: Epid) {
+        // The endpoint dialed at `from`'s address, whatever instance it
+        // expected there (a stale epid learns from the HelloAck that
+        // another endpoint answers).
+        let place = |e: Epid| super::SoftEpid::try_from(e).ok().map(|s| s.socket_addr());
+        let asking = place(from);
+        let waiting: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                matches!(c.role, Role::Dialer { expect } if expect == from || (asking.is_some() && place(expect) == asking))
+                    && c.phase == ConnPhase::Handshaking
+                    && c.their_hello.is_none()
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.hs.push_back(Frame::Proof { nonce });
+            }
+            self.hint(id);
         }
     }
 
@@ -2059,7 +2201,7 @@ impl SoftCore {
             return;
         };
         match c.phase {
-            ConnPhase::Handshaking => {
+            ConnPhase::Handshaking | ConnPhase::Verifying => {
                 self.close_conn(conn, ConnError::Closed);
                 return;
             }
@@ -2187,7 +2329,7 @@ pub fn link_id(seed: u64, conn: ConnId) -> u64 {
 
 /// A per-process random seed, from the standard library's hasher keys
 /// (no clock is read).
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     std::collections::hash_map::RandomState::new()
         .build_hasher()

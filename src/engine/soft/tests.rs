@@ -104,6 +104,7 @@ impl Node {
             match ev {
                 Event::Connected { conn, peer, epid } => self.connected.push((conn, peer, epid)),
                 Event::Resumed { conn, replaced } => self.resumed.push((conn, replaced)),
+                Event::Verify { conn, .. } => self.core.verified(conn, Ok(())),
                 Event::ConnectionClosed { conn, error } => self.closed.push((conn, error)),
                 Event::PeerDown { peer, error, .. } => self.down.push((peer, error)),
                 Event::Place { op, offset, bytes } => {

@@ -702,6 +702,9 @@ pub(crate) struct Link {
     /// elsewhere): its unwritten output is not the peer's any more, and
     /// dropping it fails no send (the link's log sends it again).
     pub superseded: bool,
+    /// It carries the identity Challenge for this accepted connection
+    /// (`verify.rs`).
+    pub challenge: Option<ConnId>,
 }
 
 /// Smallest read into an input buffer.
@@ -744,6 +747,7 @@ impl Link {
             resumes: None,
             probe: false,
             superseded: false,
+            challenge: None,
         }
     }
 

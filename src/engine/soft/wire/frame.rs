@@ -27,6 +27,11 @@ pub enum FrameKind {
     Session = 0x05,
     /// Acknowledges the stream bytes consumed.
     Ack = 0x06,
+    /// Asks an endpoint to prove it dialed (identity check, on a
+    /// connection of its own).
+    Challenge = 0x07,
+    /// Answers a Challenge on the connection being checked.
+    Proof = 0x08,
     /// A whole message, tag and payload.
     Eager = 0x10,
     /// Request to send a large message.
@@ -53,6 +58,8 @@ impl FrameKind {
             0x04 => FrameKind::Credit,
             0x05 => FrameKind::Session,
             0x06 => FrameKind::Ack,
+            0x07 => FrameKind::Challenge,
+            0x08 => FrameKind::Proof,
             0x10 => FrameKind::Eager,
             0x11 => FrameKind::Rts,
             0x12 => FrameKind::Cts,
@@ -138,6 +145,20 @@ pub enum Frame {
         /// new link.
         resume: u64,
     },
+    /// Sent by an acceptor to the listener of the endpoint a dialer
+    /// claims to be: if that endpoint is dialing `from`, it proves it by
+    /// sending [`Frame::Proof`] with `nonce` on that connection.
+    Challenge {
+        /// A value only the real endpoint learns.
+        nonce: u64,
+        /// The acceptor's endpoint id.
+        from: Epid,
+    },
+    /// The dialer's answer to a [`Frame::Challenge`].
+    Proof {
+        /// The challenge's value.
+        nonce: u64,
+    },
     /// The sender consumed this many bytes of the receiver's stream.
     Ack {
         /// Bytes consumed since the link began.
@@ -205,6 +226,8 @@ impl Frame {
             Frame::Credit { .. } => FrameKind::Credit,
             Frame::Session { .. } => FrameKind::Session,
             Frame::Ack { .. } => FrameKind::Ack,
+            Frame::Challenge { .. } => FrameKind::Challenge,
+            Frame::Proof { .. } => FrameKind::Proof,
             Frame::Eager { .. } => FrameKind::Eager,
             Frame::Rts { .. } => FrameKind::Rts,
             Frame::Cts { .. } => FrameKind::Cts,
@@ -224,6 +247,8 @@ impl Frame {
                 Frame::Credit { .. } => CREDIT_BODY,
                 Frame::Session { .. } => SESSION_BODY,
                 Frame::Ack { .. } => ACK_BODY,
+                Frame::Challenge { .. } => CHALLENGE_BODY,
+                Frame::Proof { .. } => PROOF_BODY,
                 Frame::Eager { payload, .. } => 8 + payload.len(),
                 Frame::Rts { .. } | Frame::Cts { .. } => 24,
                 Frame::Data { payload, .. } => 16 + payload.len(),
@@ -240,6 +265,8 @@ const REFUSE_BODY: usize = 19;
 const CREDIT_BODY: usize = 16;
 const SESSION_BODY: usize = 16;
 const ACK_BODY: usize = 8;
+const CHALLENGE_BODY: usize = 16;
+const PROOF_BODY: usize = 8;
 
 /// The `resume` of a [`Frame::Session`] that starts a new link.
 pub const NEW_LINK: u64 = u64::MAX;
@@ -258,6 +285,8 @@ pub(crate) fn body_bounds(kind: FrameKind, limits: &FrameLimits) -> (u32, u32) {
         FrameKind::Credit => fixed(CREDIT_BODY),
         FrameKind::Session => fixed(SESSION_BODY),
         FrameKind::Ack => fixed(ACK_BODY),
+        FrameKind::Challenge => fixed(CHALLENGE_BODY),
+        FrameKind::Proof => fixed(PROOF_BODY),
         FrameKind::Eager => (8, 8 + limits.max_eager),
         FrameKind::Rts | FrameKind::Cts => fixed(24),
         FrameKind::Data => (17, 16 + limits.max_chunk),
@@ -378,6 +407,15 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
         Frame::Ack { received } => {
             put_header(out, FrameKind::Ack, ACK_BODY);
             out.put_u64_le(*received);
+        }
+        Frame::Challenge { nonce, from } => {
+            put_header(out, FrameKind::Challenge, CHALLENGE_BODY);
+            out.put_u64_le(*nonce);
+            out.put_u64_le(from.0);
+        }
+        Frame::Proof { nonce } => {
+            put_header(out, FrameKind::Proof, PROOF_BODY);
+            out.put_u64_le(*nonce);
         }
         Frame::Eager { tag, payload } => put_eager(out, *tag, payload),
         Frame::Rts { msg_id, tag, len } => {
@@ -598,6 +636,17 @@ impl FrameDecoder {
                 }
             }
             FrameKind::Ack => Frame::Ack { received: b.u64(0) },
+            FrameKind::Challenge => {
+                let from = b.u64(8);
+                if from & RESERVED_EPID_BITS != 0 {
+                    return Err(WireError::ReservedEpidBits(from));
+                }
+                Frame::Challenge {
+                    nonce: b.u64(0),
+                    from: Epid(from),
+                }
+            }
+            FrameKind::Proof => Frame::Proof { nonce: b.u64(0) },
             FrameKind::Eager => Frame::Eager {
                 tag: b.u64(0),
                 payload: body.slice(8..),
@@ -725,7 +774,7 @@ mod tests {
         let epid = (0u64..(1 << 62)).prop_map(Epid);
         let hello = (any::<[u8; 16]>(), epid)
             .prop_map(|(u, e)| Hello::ours(JobUuid(u), e, FrameLimits::DEFAULT));
-        let refuse = (1u8..=5, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
+        let refuse = (1u8..=6, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
             Frame::Refuse(Refuse {
                 code: RefuseCode::from_u8(c).unwrap(),
                 version: v,
@@ -738,6 +787,11 @@ mod tests {
             refuse,
             (1u64.., any::<u64>()).prop_map(|(link, resume)| Frame::Session { link, resume }),
             any::<u64>().prop_map(|received| Frame::Ack { received }),
+            (any::<u64>(), 0u64..(1 << 62)).prop_map(|(nonce, e)| Frame::Challenge {
+                nonce,
+                from: Epid(e)
+            }),
+            any::<u64>().prop_map(|nonce| Frame::Proof { nonce }),
             (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(eager_bytes, rts, am)| {
                 Frame::Credit {
                     eager_bytes,

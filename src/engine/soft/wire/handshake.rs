@@ -89,6 +89,8 @@ pub enum RefuseCode {
     Protocol = 4,
     /// A resumption named a link the acceptor does not have (any more).
     UnknownLink = 5,
+    /// The dialer could not prove it is the endpoint it claims to be.
+    Identity = 6,
 }
 
 impl RefuseCode {
@@ -100,6 +102,7 @@ impl RefuseCode {
             3 => RefuseCode::UuidMismatch,
             4 => RefuseCode::Protocol,
             5 => RefuseCode::UnknownLink,
+            6 => RefuseCode::Identity,
             _ => return None,
         })
     }
@@ -159,6 +162,11 @@ pub enum Refusal {
     /// another process at the same address).
     #[error("the peer has no such link to resume")]
     UnknownLink,
+    /// The dialer could not prove it is the endpoint its Hello names (a
+    /// Unix-socket peer that is not the process listening for that epid,
+    /// a TCP peer from another address or without the Proof).
+    #[error("the dialer could not prove it is the endpoint it claims to be")]
+    Identity,
 }
 
 impl Refusal {
@@ -170,6 +178,7 @@ impl Refusal {
             Refusal::UuidMismatch { .. } | Refusal::OtherJob { .. } => RefuseCode::UuidMismatch,
             Refusal::Protocol => RefuseCode::Protocol,
             Refusal::UnknownLink => RefuseCode::UnknownLink,
+            Refusal::Identity => RefuseCode::Identity,
         }
     }
 
@@ -198,6 +207,7 @@ impl Refusal {
             RefuseCode::UuidMismatch => Refusal::OtherJob { ours: ours.uuid },
             RefuseCode::Protocol => Refusal::Protocol,
             RefuseCode::UnknownLink => Refusal::UnknownLink,
+            RefuseCode::Identity => Refusal::Identity,
         }
     }
 }

@@ -30,6 +30,8 @@
 //! | 0x04 | Credit     | eager bytes u64, rendezvous entries u32, AM requests u32: 16 B |
 //! | 0x05 | Session    | link id u64 (never 0), resume point u64 (`u64::MAX`: a new link): 16 B |
 //! | 0x06 | Ack        | stream bytes consumed u64: 8 B                              |
+//! | 0x07 | Challenge  | nonce u64, the asking acceptor's epid u64: 16 B             |
+//! | 0x08 | Proof      | nonce u64: 8 B                                              |
 //! | 0x10 | Eager      | tag u64, payload (≤ receiver's `max_eager`)                 |
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
 //! | 0x12 | Cts        | msg id u64, receiver token u64, accepted length u64: 24 B   |
@@ -60,6 +62,19 @@
 //! from the other's count, what it had sent, so the stream continues as
 //! if nothing had happened: no frame lost, none taken twice (see
 //! [`super::session`]).
+//!
+//! # Identity
+//!
+//! A Hello claims an epid; the acceptor checks the claim before it
+//! answers. Over a Unix socket the dialer's process (`SO_PEERCRED`) must
+//! be the one listening at the claimed epid's socket name. Over TCP the
+//! connection must come from the epid's address, and the acceptor sends a
+//! Challenge (a random nonce) on a connection of its own to the epid's
+//! listener: the real endpoint, which is dialing the acceptor, answers
+//! with a Proof carrying the nonce on the connection being checked. A
+//! dialer that cannot prove its claim is refused (reason 6) and nothing of
+//! the real endpoint's is touched. Resuming a link needs no check: its id
+//! is known only to the two endpoints that made it.
 //!
 //! # Credit
 //!
