@@ -12,7 +12,10 @@
 //! yields whatever `decode_eof` makes of no bytes, usually nothing). Bytes
 //! that do not form a frame are the codec's error (tokio-util's
 //! "bytes remaining on stream" for codecs with the default `decode_eof`),
-//! and decoding goes on with the next message.
+//! and decoding goes on with the next message, with the codec in the state
+//! the error left it in: a codec that keeps state between calls (such as
+//! `LengthDelimitedCodec`, which remembers a header it read) can be
+//! started afresh through [`FramedChannel::codec_mut`].
 //!
 //! Errors of the channel reach the codec's error type through
 //! `From<std::io::Error>` (see [`io_error`](super::io_error)).
