@@ -26,6 +26,14 @@
 //! by the progress thread (auto progress). `examples/tokio_echo.rs` runs a
 //! `Framed<ByteStream, LengthDelimitedCodec>` echo server and client.
 //!
+//! With manual progress a domain progresses only while one of its
+//! operations is polled (or its `Reactor::progress` runs). A side that has
+//! finished its last operation — a server that closed its channel — must
+//! still progress for the last messages it sent to leave: keep a task
+//! calling `domain.reactor().progress()` while the endpoint lives, or use
+//! auto progress (`Hints::progress(ProgressKind::Auto)`), which tokio
+//! programs usually want anyway.
+//!
 //! Adapters borrow their endpoint, like the operations do. In a spawned
 //! task, move a clone of the endpoint into the task and make the adapter
 //! there:
