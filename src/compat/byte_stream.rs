@@ -115,6 +115,35 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// `AsyncRead + AsyncWrite` over a [`Channel`]: see the [module
 /// docs](self) for how bytes become messages, end of stream, errors and
 /// cancel safety.
+///
+/// `tokio_util::codec::Framed` over it, unchanged:
+///
+/// ```
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+/// # let config = PsmConfig::builder().name_server(false)
+/// #     .delay(std::time::Duration::ZERO).build().unwrap();
+/// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// # let info = getinfo(Some(&hints))?.remove(0);
+/// # let domain = Fabric::open(&info)?.domain(&info)?;
+/// # let av = domain.av(AvAttr::new())?;
+/// # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+/// # let me = av.insert(&[ep.getname()]).remove(0)?;
+/// use futures::{SinkExt, StreamExt};
+/// use psmrail::compat::{ByteStream, ChannelConfig};
+/// use tokio_util::codec::{Framed, LinesCodec};
+///
+/// let a = ByteStream::with_config(&ep, me, 1, ChannelConfig::new().recv_tag(2))?;
+/// let b = ByteStream::with_config(&ep, me, 2, ChannelConfig::new().recv_tag(1))?;
+/// let (mut a, mut b) = (Framed::new(a, LinesCodec::new()), Framed::new(b, LinesCodec::new()));
+/// let rt = tokio::runtime::Builder::new_current_thread().build()?;
+/// rt.block_on(async {
+///     a.send("GET /").await?;
+///     assert_eq!(b.next().await.transpose()?.as_deref(), Some("GET /"));
+///     Ok::<(), tokio_util::codec::LinesCodecError>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct ByteStream<'a, E: MessageEndpoint> {
     chan: Channel<'a, E>,

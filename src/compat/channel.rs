@@ -12,7 +12,7 @@
 //! One tag bit, the *end-of-stream bit* ([`ChannelConfig::eof_bit`], by
 //! default bit 61, the highest bit every psm and mrail endpoint leaves to
 //! the application), is the channel's: closing the [`Sink`]
-//! ([`SinkExt::close`](futures::SinkExt::close)) sends one zero-length
+//! ([`SinkExt::close`](futures::SinkExt)) sends one zero-length
 //! message with the send tag plus that bit, after every message sent
 //! before it, and the peer's [`Stream`] ends (`None`) when it takes it.
 //! The channel's receives match both tags (the bit is in their ignore
@@ -36,10 +36,10 @@
 //! the next `poll_ready`, `poll_flush` or `poll_close`.
 //!
 //! # Cancel safety
-//! * [`StreamExt::next`](futures::StreamExt::next) is cancel safe: the
+//! * `StreamExt::next` is cancel safe: the
 //!   receives live in the channel, not in the future, so dropping the
 //!   future loses nothing; the next call hands out the same message.
-//! * [`SinkExt::send`](futures::SinkExt::send): once the item has been
+//! * `SinkExt::send`: once the item has been
 //!   handed to `start_send` the message is posted and is delivered even if
 //!   the future (or the whole channel) is dropped; dropping the future
 //!   before that drops the item unsent. `flush` and `close` are cancel
@@ -92,6 +92,10 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 /// The end-of-stream bit a [`ChannelConfig`] starts with: bit 61.
+///
+/// ```
+/// assert_eq!(psmrail::compat::DEFAULT_EOF_BIT, 1 << 61);
+/// ```
 pub const DEFAULT_EOF_BIT: u64 = 1 << 61;
 
 /// The largest `max_message`: PSM carries at most 2³²−1 bytes a message.
@@ -215,6 +219,32 @@ enum SendState {
 /// its endpoint, as the endpoint's own futures do; to use one in a spawned
 /// task, move a clone of the endpoint (a cheap handle) into the task and
 /// make the channel there.
+///
+/// ```
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+/// # let config = PsmConfig::builder().name_server(false)
+/// #     .delay(std::time::Duration::ZERO).build().unwrap();
+/// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// # let info = getinfo(Some(&hints))?.remove(0);
+/// # let domain = Fabric::open(&info)?.domain(&info)?;
+/// # let av = domain.av(AvAttr::new())?;
+/// # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+/// # let me = av.insert(&[ep.getname()]).remove(0)?;
+/// use futures::{SinkExt, StreamExt};
+/// use psmrail::compat::{Channel, ChannelConfig};
+///
+/// let mut a = Channel::with_config(&ep, me, 1, ChannelConfig::new().recv_tag(2))?;
+/// let mut b = Channel::with_config(&ep, me, 2, ChannelConfig::new().recv_tag(1))?;
+/// futures::executor::block_on(async {
+///     a.send(bytes::Bytes::from_static(b"to b")).await?;
+///     b.send(bytes::Bytes::from_static(b"to a")).await?;
+///     assert_eq!(&b.next().await.unwrap()?[..], b"to b");
+///     assert_eq!(&a.next().await.unwrap()?[..], b"to a");
+///     Ok::<(), psmrail::Error>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Channel<'a, E: MessageEndpoint> {
     ep: &'a E,
     peer: FiAddr,

@@ -69,6 +69,33 @@ use tokio_util::codec::{Decoder, Encoder};
 /// Frames over a [`Channel`], one message each, with codec `C`: a
 /// [`Stream`] of decoded items and a [`Sink`] of items to encode. See the
 /// [module docs](self).
+///
+/// ```
+/// # use psmrail::config::PsmConfig;
+/// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+/// # let config = PsmConfig::builder().name_server(false)
+/// #     .delay(std::time::Duration::ZERO).build().unwrap();
+/// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+/// # let info = getinfo(Some(&hints))?.remove(0);
+/// # let domain = Fabric::open(&info)?.domain(&info)?;
+/// # let av = domain.av(AvAttr::new())?;
+/// # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+/// # let me = av.insert(&[ep.getname()]).remove(0)?;
+/// use futures::{SinkExt, StreamExt};
+/// use psmrail::compat::{Channel, ChannelConfig, FramedChannel};
+/// use tokio_util::codec::LengthDelimitedCodec;
+///
+/// let a = Channel::with_config(&ep, me, 1, ChannelConfig::new().recv_tag(2))?;
+/// let b = Channel::with_config(&ep, me, 2, ChannelConfig::new().recv_tag(1))?;
+/// let mut a = FramedChannel::new(a, LengthDelimitedCodec::new());
+/// let mut b = FramedChannel::new(b, LengthDelimitedCodec::new());
+/// futures::executor::block_on(async {
+///     a.send(bytes::Bytes::from_static(b"a frame")).await?;
+///     assert_eq!(&b.next().await.unwrap()?[..], b"a frame");
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct FramedChannel<'a, E: MessageEndpoint, C> {
     chan: Channel<'a, E>,

@@ -46,6 +46,13 @@ use crate::{Error, ErrorKind};
 use std::io;
 
 /// The `std::io::ErrorKind` for a libfabric kind (see the module table).
+///
+/// ```
+/// use psmrail::compat::io_error_kind;
+/// use psmrail::ErrorKind;
+/// assert_eq!(io_error_kind(ErrorKind::Io), std::io::ErrorKind::ConnectionReset);
+/// assert_eq!(io_error_kind(ErrorKind::Canceled), std::io::ErrorKind::Other);
+/// ```
 pub fn io_error_kind(kind: ErrorKind) -> io::ErrorKind {
     match kind {
         ErrorKind::Again => io::ErrorKind::WouldBlock,

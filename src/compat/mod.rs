@@ -74,12 +74,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod byte_stream;
-mod channel;
-mod codec;
+pub mod byte_stream;
+pub mod channel;
+pub mod codec;
 pub mod io_error;
 mod ring;
 
 pub use byte_stream::ByteStream;
 pub use channel::{Channel, ChannelConfig, DEFAULT_EOF_BIT};
 pub use codec::FramedChannel;
+pub use io_error::io_error_kind;
