@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(feature = "tokio")]
+pub mod compat;
 pub mod config;
 pub mod engine;
 mod error;

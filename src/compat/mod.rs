@@ -1,0 +1,86 @@
+//! tokio and tokio-util adapters (feature `tokio`): psmrail's message
+//! operations as the traits tokio code is written against.
+//!
+//! The fabric carries messages, tagged, between endpoints; tokio code
+//! expects streams of items, sinks, codecs and byte streams. This module
+//! is the bridge, above the operations ([`crate::ops`]) and generic over
+//! [`MessageEndpoint`](crate::ops::MessageEndpoint), so every adapter
+//! works over a psm [`Endpoint`](crate::fabric::Endpoint) and an mrail
+//! [`MrailEndpoint`](crate::mrail::MrailEndpoint) alike:
+//!
+//! * [`Channel`] — one conversation (endpoint, peer, tag) as a
+//!   `futures::Stream` of received messages and a `futures::Sink` of
+//!   messages to send, with receives posted ahead, a bounded number of
+//!   sends in flight, and an end-of-stream marker sent on close.
+//! * [`FramedChannel`] — typed frames over a channel with any
+//!   `tokio_util::codec` encoder/decoder, one message per frame.
+//! * [`ByteStream`] — `tokio::io::AsyncRead + AsyncWrite` over a channel,
+//!   for protocol code written for a socket (`tokio_util::codec::Framed`,
+//!   HTTP/1, ...); `tokio_util::compat` turns it into a `futures::io`
+//!   stream.
+//! * [`io_error`] — `From<psmrail::Error> for std::io::Error`, so `?`
+//!   works in tokio code.
+//!
+//! The adapters run on any executor: they only poll the operations'
+//! futures, which make progress themselves (manual progress) or are woken
+//! by the progress thread (auto progress). `examples/tokio_echo.rs` runs a
+//! `Framed<ByteStream, LengthDelimitedCodec>` echo server and client.
+//!
+//! With manual progress a domain progresses only while one of its
+//! operations is polled (or its `Reactor::progress` runs). A side that has
+//! finished its last operation — a server that closed its channel — must
+//! still progress for the last messages it sent to leave: keep a task
+//! calling `domain.reactor().progress()` while the endpoint lives, or use
+//! auto progress (`Hints::progress(ProgressKind::Auto)`), which tokio
+//! programs usually want anyway.
+//!
+//! Adapters borrow their endpoint, like the operations do. In a spawned
+//! task, move a clone of the endpoint into the task and make the adapter
+//! there:
+//!
+//! ```
+//! # use psmrail::config::PsmConfig;
+//! # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+//! # let config = PsmConfig::builder().name_server(false)
+//! #     .delay(std::time::Duration::ZERO).build().unwrap();
+//! # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+//! # let info = getinfo(Some(&hints))?.remove(0);
+//! # let domain = Fabric::open(&info)?.domain(&info)?;
+//! # let av = domain.av(AvAttr::new())?;
+//! # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+//! # let me = av.insert(&[ep.getname()]).remove(0)?;
+//! use futures::{SinkExt, StreamExt};
+//! use psmrail::compat::{Channel, ChannelConfig};
+//!
+//! let rt = tokio::runtime::Runtime::new()?;
+//! let server_ep = ep.clone();
+//! let server = rt.spawn(async move {
+//!     // Echoes every message until the client closes.
+//!     let mut ch = Channel::with_config(&server_ep, me, 2, ChannelConfig::new().recv_tag(1))?;
+//!     while let Some(msg) = ch.next().await {
+//!         ch.send(msg?.freeze()).await?;
+//!     }
+//!     ch.close().await
+//! });
+//! rt.block_on(async {
+//!     let mut ch = Channel::with_config(&ep, me, 1, ChannelConfig::new().recv_tag(2))?;
+//!     ch.send(b"ping".to_vec().into()).await?;
+//!     assert_eq!(ch.next().await.transpose()?.as_deref(), Some(&b"ping"[..]));
+//!     ch.close().await?;
+//!     assert!(ch.next().await.is_none()); // the server closed too
+//!     Ok::<(), psmrail::Error>(())
+//! })?;
+//! rt.block_on(server)??;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod byte_stream;
+pub mod channel;
+pub mod codec;
+pub mod io_error;
+mod ring;
+
+pub use byte_stream::ByteStream;
+pub use channel::{Channel, ChannelConfig, DEFAULT_EOF_BIT};
+pub use codec::FramedChannel;
+pub use io_error::io_error_kind;
