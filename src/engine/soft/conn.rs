@@ -188,6 +188,12 @@ pub(crate) struct Conn {
     pub verify: bool,
     /// The nonce a Proof must carry (TCP identity check).
     pub proof: Option<u64>,
+    /// The job-secret challenge this side sent (its proof is awaited).
+    pub auth_sent: Option<[u8; 16]>,
+    /// The other side proved the job secret.
+    pub authed: bool,
+    /// Acceptor: the dialer's Session, held until it proves the secret.
+    pub pending_session: Option<(u64, u64)>,
     /// The link: positions, acknowledgements, what to send again.
     pub session: Session,
     pub control: VecDeque<Control>,
@@ -282,6 +288,9 @@ impl Conn {
             their_hello: None,
             verify: false,
             proof: None,
+            auth_sent: None,
+            authed: false,
+            pending_session: None,
             session,
             control: VecDeque::new(),
             send_limits,

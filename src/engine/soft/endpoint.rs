@@ -415,7 +415,8 @@ impl SoftEndpoint {
                 tracing::warn!(%epid, error = %e, "soft engine: no unix-socket listener; same-host peers use TCP");
             }
         }
-        let core = SoftCore::new(cfg.protocol.clone(), epid, JobUuid(options.uuid))?;
+        let mut core = SoftCore::new(cfg.protocol.clone(), epid, JobUuid(options.uuid))?;
+        core.set_job_secret(cfg.job_secret.clone());
         let poller = || {
             Poller::new(POLL_BATCH)
                 .map_err(|e| io_error(ErrorKind::Io, "soft engine: epoll_create".to_owned(), e))

@@ -131,6 +131,12 @@ pub struct SoftConfig {
     /// per new connection). Without it, anyone who knows the job UUID can
     /// claim any epid. Default on.
     pub verify_peers: bool,
+    /// A secret every endpoint of the job shares: both sides of every
+    /// handshake prove they know it (HMAC-SHA256 challenges), and a side
+    /// without it is refused. See [`JobSecret`](super::JobSecret) for what it protects and
+    /// what not. `getinfo` fills it from `PSMRAIL_JOB_SECRET` when the
+    /// hints give none. Default none.
+    pub job_secret: Option<super::JobSecret>,
 }
 
 impl SoftConfig {
@@ -156,6 +162,7 @@ impl SoftConfig {
         dead_peer_messages: Duration::from_secs(60),
         forget_peer_after: Duration::from_secs(60),
         verify_peers: true,
+        job_secret: None,
     };
 
     /// Checks every field; the error names the one at fault.

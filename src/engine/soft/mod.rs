@@ -67,6 +67,7 @@ mod engine;
 pub mod epid;
 #[doc(hidden)]
 pub mod fuzzing;
+mod job_secret;
 mod linger;
 mod loopback;
 pub mod matcher;
@@ -90,6 +91,7 @@ pub use conn::{ConnPhase, Role};
 pub use endpoint::{SoftEndpoint, SoftStats};
 pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
+pub use job_secret::{JobSecret, JOB_SECRET_VAR, MIN_SECRET_LEN};
 pub use matcher::TagMatcher;
 pub use protocol::{
     AmToken, ConnError, ConnId, CoreStats, DirectData, Event, OpId, PayloadRef, SendPayloads,

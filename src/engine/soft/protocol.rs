@@ -118,6 +118,7 @@ use super::conn::{
     Conn, ConnPhase, Control, Credit, CreditWait, DirectFrame, Incoming, MissingPayload, Outgoing,
     Role, SendOp, Sink, MIN_REFERENCED,
 };
+use super::job_secret::{new_nonce, JobSecret, ProofSide, MAC_LEN, NONCE_LEN};
 use super::matcher::{Arrival, TagMatcher};
 use super::session::Session;
 use super::wire::{
@@ -503,6 +504,8 @@ pub struct SoftCore {
     done_scratch: Vec<(OpId, MqStatus)>,
     /// Link ids come from here (a per-process random seed, mixed).
     link_seed: u64,
+    /// The job secret both sides of every handshake must prove.
+    job_secret: Option<JobSecret>,
     /// A connection whose handshake resumed another one's link: its
     /// input continues under that connection (`input_frames`).
     rebound: Option<(ConnId, ConnId)>,
@@ -541,6 +544,7 @@ impl SoftCore {
             hints_overflow: false,
             done_scratch: Vec::new(),
             link_seed: random_seed() ^ epid.0,
+            job_secret: None,
             rebound: None,
         })
     }
@@ -624,6 +628,12 @@ impl SoftCore {
         link_id(self.link_seed, id)
     }
 
+    /// Sets the job secret every handshake must prove, both ways
+    /// ([`JobSecret`]); `None` (the default) requires none.
+    pub fn set_job_secret(&mut self, secret: Option<JobSecret>) {
+        self.job_secret = secret;
+    }
+
     /// Sets the seed link ids come from (by default random per process):
     /// a fixed seed makes a dialer's link ids reproducible, for tests and
     /// fuzzing ([`link_id`]).
@@ -677,6 +687,8 @@ impl SoftCore {
             .ok_or_else(|| inval(format!("{conn:?} is not a detached dialer connection")))?;
         c.phase = ConnPhase::Resuming;
         c.their_hello = None;
+        c.authed = false;
+        c.auth_sent = None;
         c.hs.push_back(Frame::Hello(hello));
         c.hs.push_back(Frame::Session {
             link: c.session.link,
@@ -1501,7 +1513,11 @@ impl SoftCore {
             | Frame::Refuse(_)
             | Frame::Session { .. }
             | Frame::Challenge { .. }
-            | Frame::Proof { .. } => return Err(Violation::UnexpectedFrame(frame.kind()).into()),
+            | Frame::Proof { .. }
+            | Frame::AuthChallenge { .. }
+            | Frame::AuthProof { .. } => {
+                return Err(Violation::UnexpectedFrame(frame.kind()).into())
+            }
         }
         Ok(())
     }
@@ -1532,6 +1548,24 @@ impl SoftCore {
             self.answer_challenge(*nonce, *from);
             // A challenge connection carries nothing else.
             return Err(ConnError::Closed);
+        }
+        match (role, &frame, waiting) {
+            (Role::Dialer { .. }, Frame::AuthChallenge { nonce }, false) => {
+                return self.answer_auth(id, *nonce);
+            }
+            (Role::Dialer { .. }, Frame::AuthProof { mac, .. }, false) => {
+                return self.check_acceptor_proof(id, mac);
+            }
+            (Role::Acceptor, Frame::AuthProof { nonce, mac }, true) => {
+                return self.check_dialer_proof(id, nonce, mac);
+            }
+            (Role::Dialer { .. }, Frame::HelloAck(_), false)
+                if self.job_secret.is_some() && !self.conns[&id].authed =>
+            {
+                // Answered without proving the secret.
+                return self.refuse_auth(id, "the acceptor sent no proof of the job secret");
+            }
+            _ => {}
         }
         let theirs = match (role, frame, waiting) {
             (Role::Acceptor, Frame::Hello(h), false)
@@ -1581,6 +1615,14 @@ impl SoftCore {
     /// link, or one to resume.
     fn on_session(&mut self, id: ConnId, link: u64, resume: u64) -> Result<(), ConnError> {
         let c = self.conns.get_mut(&id).expect("checked by the caller");
+        if c.role == Role::Acceptor && self.job_secret.is_some() && !c.authed {
+            // The dialer proves the job secret first.
+            let nonce = new_nonce();
+            c.auth_sent = Some(nonce);
+            c.pending_session = Some((link, resume));
+            c.hs.push_back(Frame::AuthChallenge { nonce });
+            return Ok(());
+        }
         let theirs = c.their_hello.take().expect("checked by the caller");
         match (c.role, c.phase) {
             (Role::Acceptor, _) if resume == NEW_LINK => {
@@ -1628,6 +1670,98 @@ impl SoftCore {
                 Ok(())
             }
         }
+    }
+
+    /// The dialer's answer to the acceptor's AuthChallenge: its proof, and
+    /// a challenge for the acceptor.
+    fn answer_auth(&mut self, id: ConnId, challenge: [u8; NONCE_LEN]) -> Result<(), ConnError> {
+        let Some(secret) = self.job_secret.clone() else {
+            return self.refuse_auth(
+                id,
+                "the acceptor asks for a job secret, and this side has none",
+            );
+        };
+        let ours = self.hello.epid.0;
+        let c = self.conns.get_mut(&id).expect("checked by the caller");
+        let Role::Dialer { expect } = c.role else {
+            unreachable!("checked by the caller")
+        };
+        let nonce = new_nonce();
+        c.auth_sent = Some(nonce);
+        let mac = secret.prove(
+            ProofSide::Dialer,
+            &challenge,
+            ours,
+            expect.0,
+            c.session.link,
+        );
+        c.hs.push_back(Frame::AuthProof { nonce, mac });
+        self.hint(id);
+        Ok(())
+    }
+
+    /// The acceptor's proof, answering the dialer's challenge.
+    fn check_acceptor_proof(&mut self, id: ConnId, mac: &[u8; MAC_LEN]) -> Result<(), ConnError> {
+        let ours = self.hello.epid.0;
+        let c = &self.conns[&id];
+        let Role::Dialer { expect } = c.role else {
+            unreachable!("checked by the caller")
+        };
+        let good = match (&self.job_secret, c.auth_sent) {
+            (Some(secret), Some(challenge)) => secret.check(
+                ProofSide::Acceptor,
+                &challenge,
+                ours,
+                expect.0,
+                c.session.link,
+                mac,
+            ),
+            _ => false,
+        };
+        if !good {
+            return self.refuse_auth(id, "the acceptor's proof of the job secret is wrong");
+        }
+        self.conns.get_mut(&id).expect("checked").authed = true;
+        Ok(())
+    }
+
+    /// The dialer's proof, answering the acceptor's challenge; then the
+    /// acceptor proves itself and the handshake goes on.
+    fn check_dialer_proof(
+        &mut self,
+        id: ConnId,
+        their_challenge: &[u8; NONCE_LEN],
+        mac: &[u8; MAC_LEN],
+    ) -> Result<(), ConnError> {
+        let ours = self.hello.epid.0;
+        let c = &self.conns[&id];
+        let (Some(secret), Some(challenge), Some((link, resume)), Some(theirs)) = (
+            self.job_secret.clone(),
+            c.auth_sent,
+            c.pending_session,
+            c.their_hello.as_ref().map(|h| h.epid.0),
+        ) else {
+            return self.refuse_auth(id, "an unexpected proof of the job secret");
+        };
+        if !secret.check(ProofSide::Dialer, &challenge, theirs, ours, link, mac) {
+            return self.refuse_auth(id, "the dialer's proof of the job secret is wrong");
+        }
+        let answer = secret.prove(ProofSide::Acceptor, their_challenge, theirs, ours, link);
+        let c = self.conns.get_mut(&id).expect("checked");
+        c.authed = true;
+        c.pending_session = None;
+        c.hs.push_back(Frame::AuthProof {
+            nonce: [0; NONCE_LEN],
+            mac: answer,
+        });
+        self.on_session(id, link, resume)
+    }
+
+    /// Refuses the job-secret authentication of `id` (`why` is logged).
+    fn refuse_auth(&mut self, id: ConnId, why: &str) -> Result<(), ConnError> {
+        tracing::warn!(conn = ?id, %why, "soft engine: job secret authentication failed");
+        self.push_refuse(id, &Refusal::Auth);
+        Err(HandshakeError::Refused(Refusal::Auth).into())
     }
 
     /// A Challenge from `from` with `nonce` came on a connection of its

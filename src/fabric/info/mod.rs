@@ -204,7 +204,10 @@ impl<'a> GetInfo<'a> {
         };
         let (choice, from) = engine_choice::resolve(hints.engine, vars)?;
         let engine = engine_choice::decide(choice, from, engine_choice::native_probe)?;
-        let soft = hints.soft.clone().unwrap_or_default();
+        let mut soft = hints.soft.clone().unwrap_or_default();
+        if soft.job_secret.is_none() {
+            soft.job_secret = crate::engine::soft::JobSecret::from_vars(vars)?;
+        }
         if engine == EngineKind::Soft {
             soft.validate()?;
         }

@@ -32,6 +32,10 @@ pub enum FrameKind {
     Challenge = 0x07,
     /// Answers a Challenge on the connection being checked.
     Proof = 0x08,
+    /// Asks the dialer to prove it knows the job secret.
+    AuthChallenge = 0x09,
+    /// Proves knowledge of the job secret (and may ask in turn).
+    AuthProof = 0x0a,
     /// A whole message, tag and payload.
     Eager = 0x10,
     /// Request to send a large message.
@@ -60,6 +64,8 @@ impl FrameKind {
             0x06 => FrameKind::Ack,
             0x07 => FrameKind::Challenge,
             0x08 => FrameKind::Proof,
+            0x09 => FrameKind::AuthChallenge,
+            0x0a => FrameKind::AuthProof,
             0x10 => FrameKind::Eager,
             0x11 => FrameKind::Rts,
             0x12 => FrameKind::Cts,
@@ -159,6 +165,20 @@ pub enum Frame {
         /// The challenge's value.
         nonce: u64,
     },
+    /// The acceptor asks the dialer to prove it knows the job secret
+    /// ([`JobSecret`](crate::engine::soft::JobSecret)).
+    AuthChallenge {
+        /// A fresh random value.
+        nonce: [u8; 16],
+    },
+    /// A proof of the job secret for the other side's challenge, and (from
+    /// the dialer) a challenge for the acceptor; zeros where not used.
+    AuthProof {
+        /// The dialer's challenge to the acceptor.
+        nonce: [u8; 16],
+        /// HMAC-SHA256 of the challenge answered, both epids and the link.
+        mac: [u8; 32],
+    },
     /// The sender consumed this many bytes of the receiver's stream.
     Ack {
         /// Bytes consumed since the link began.
@@ -228,6 +248,8 @@ impl Frame {
             Frame::Ack { .. } => FrameKind::Ack,
             Frame::Challenge { .. } => FrameKind::Challenge,
             Frame::Proof { .. } => FrameKind::Proof,
+            Frame::AuthChallenge { .. } => FrameKind::AuthChallenge,
+            Frame::AuthProof { .. } => FrameKind::AuthProof,
             Frame::Eager { .. } => FrameKind::Eager,
             Frame::Rts { .. } => FrameKind::Rts,
             Frame::Cts { .. } => FrameKind::Cts,
@@ -249,6 +271,8 @@ impl Frame {
                 Frame::Ack { .. } => ACK_BODY,
                 Frame::Challenge { .. } => CHALLENGE_BODY,
                 Frame::Proof { .. } => PROOF_BODY,
+                Frame::AuthChallenge { .. } => AUTH_CHALLENGE_BODY,
+                Frame::AuthProof { .. } => AUTH_PROOF_BODY,
                 Frame::Eager { payload, .. } => 8 + payload.len(),
                 Frame::Rts { .. } | Frame::Cts { .. } => 24,
                 Frame::Data { payload, .. } => 16 + payload.len(),
@@ -267,6 +291,8 @@ const SESSION_BODY: usize = 16;
 const ACK_BODY: usize = 8;
 const CHALLENGE_BODY: usize = 16;
 const PROOF_BODY: usize = 8;
+const AUTH_CHALLENGE_BODY: usize = 16;
+const AUTH_PROOF_BODY: usize = 48;
 
 /// The `resume` of a [`Frame::Session`] that starts a new link.
 pub const NEW_LINK: u64 = u64::MAX;
@@ -287,6 +313,8 @@ pub(crate) fn body_bounds(kind: FrameKind, limits: &FrameLimits) -> (u32, u32) {
         FrameKind::Ack => fixed(ACK_BODY),
         FrameKind::Challenge => fixed(CHALLENGE_BODY),
         FrameKind::Proof => fixed(PROOF_BODY),
+        FrameKind::AuthChallenge => fixed(AUTH_CHALLENGE_BODY),
+        FrameKind::AuthProof => fixed(AUTH_PROOF_BODY),
         FrameKind::Eager => (8, 8 + limits.max_eager),
         FrameKind::Rts | FrameKind::Cts => fixed(24),
         FrameKind::Data => (17, 16 + limits.max_chunk),
@@ -416,6 +444,15 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
         Frame::Proof { nonce } => {
             put_header(out, FrameKind::Proof, PROOF_BODY);
             out.put_u64_le(*nonce);
+        }
+        Frame::AuthChallenge { nonce } => {
+            put_header(out, FrameKind::AuthChallenge, AUTH_CHALLENGE_BODY);
+            out.put_slice(nonce);
+        }
+        Frame::AuthProof { nonce, mac } => {
+            put_header(out, FrameKind::AuthProof, AUTH_PROOF_BODY);
+            out.put_slice(nonce);
+            out.put_slice(mac);
         }
         Frame::Eager { tag, payload } => put_eager(out, *tag, payload),
         Frame::Rts { msg_id, tag, len } => {
@@ -647,6 +684,11 @@ impl FrameDecoder {
                 }
             }
             FrameKind::Proof => Frame::Proof { nonce: b.u64(0) },
+            FrameKind::AuthChallenge => Frame::AuthChallenge { nonce: b.arr(0) },
+            FrameKind::AuthProof => Frame::AuthProof {
+                nonce: b.arr(0),
+                mac: b.arr(16),
+            },
             FrameKind::Eager => Frame::Eager {
                 tag: b.u64(0),
                 payload: body.slice(8..),
@@ -774,7 +816,7 @@ mod tests {
         let epid = (0u64..(1 << 62)).prop_map(Epid);
         let hello = (any::<[u8; 16]>(), epid)
             .prop_map(|(u, e)| Hello::ours(JobUuid(u), e, FrameLimits::DEFAULT));
-        let refuse = (1u8..=6, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
+        let refuse = (1u8..=7, any::<u16>(), any::<[u8; 16]>()).prop_map(|(c, v, u)| {
             Frame::Refuse(Refuse {
                 code: RefuseCode::from_u8(c).unwrap(),
                 version: v,
@@ -792,6 +834,9 @@ mod tests {
                 from: Epid(e)
             }),
             any::<u64>().prop_map(|nonce| Frame::Proof { nonce }),
+            any::<[u8; 16]>().prop_map(|nonce| Frame::AuthChallenge { nonce }),
+            (any::<[u8; 16]>(), any::<[u8; 32]>())
+                .prop_map(|(nonce, mac)| Frame::AuthProof { nonce, mac }),
             (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(eager_bytes, rts, am)| {
                 Frame::Credit {
                     eager_bytes,

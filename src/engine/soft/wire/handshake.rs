@@ -91,6 +91,9 @@ pub enum RefuseCode {
     UnknownLink = 5,
     /// The dialer could not prove it is the endpoint it claims to be.
     Identity = 6,
+    /// The job-secret authentication failed (a wrong proof, or only one
+    /// side has a secret).
+    Auth = 7,
 }
 
 impl RefuseCode {
@@ -103,6 +106,7 @@ impl RefuseCode {
             4 => RefuseCode::Protocol,
             5 => RefuseCode::UnknownLink,
             6 => RefuseCode::Identity,
+            7 => RefuseCode::Auth,
             _ => return None,
         })
     }
@@ -167,6 +171,10 @@ pub enum Refusal {
     /// a TCP peer from another address or without the Proof).
     #[error("the dialer could not prove it is the endpoint it claims to be")]
     Identity,
+    /// The job-secret authentication failed: a proof did not match, or
+    /// only one side has a secret (`PSMRAIL_JOB_SECRET`).
+    #[error("job secret authentication failed (a wrong secret, or only one side has one)")]
+    Auth,
 }
 
 impl Refusal {
@@ -179,6 +187,7 @@ impl Refusal {
             Refusal::Protocol => RefuseCode::Protocol,
             Refusal::UnknownLink => RefuseCode::UnknownLink,
             Refusal::Identity => RefuseCode::Identity,
+            Refusal::Auth => RefuseCode::Auth,
         }
     }
 
@@ -208,6 +217,7 @@ impl Refusal {
             RefuseCode::Protocol => Refusal::Protocol,
             RefuseCode::UnknownLink => Refusal::UnknownLink,
             RefuseCode::Identity => Refusal::Identity,
+            RefuseCode::Auth => Refusal::Auth,
         }
     }
 }

@@ -32,6 +32,8 @@
 //! | 0x06 | Ack        | stream bytes consumed u64: 8 B                              |
 //! | 0x07 | Challenge  | nonce u64, the asking acceptor's epid u64: 16 B             |
 //! | 0x08 | Proof      | nonce u64: 8 B                                              |
+//! | 0x09 | AuthChallenge | nonce (16 B): 16 B                                       |
+//! | 0x0a | AuthProof  | nonce (16 B), HMAC-SHA256 (32 B): 48 B                      |
 //! | 0x10 | Eager      | tag u64, payload (≤ receiver's `max_eager`)                 |
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
 //! | 0x12 | Cts        | msg id u64, receiver token u64, accepted length u64: 24 B   |
@@ -75,6 +77,14 @@
 //! dialer that cannot prove its claim is refused (reason 6) and nothing of
 //! the real endpoint's is touched. Resuming a link needs no check: its id
 //! is known only to the two endpoints that made it.
+//!
+//! # Job secret
+//!
+//! With a job secret ([`super::JobSecret`]) the acceptor answers the
+//! dialer's Hello + Session with an AuthChallenge; the dialer answers with
+//! an AuthProof (its HMAC of the challenge, and a challenge of its own);
+//! the acceptor's HelloAck comes after its own AuthProof. Either side that
+//! lacks the secret, or gets a wrong proof, refuses (reason 7).
 //!
 //! # Credit
 //!

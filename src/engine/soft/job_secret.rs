@@ -1,0 +1,195 @@
+//! [`JobSecret`]: an optional shared secret that authenticates the soft
+//! engine's handshake.
+//!
+//! `FI_PSM_UUID` is a job *key*: it keeps jobs apart, but anyone who reads
+//! it (it travels in every Hello, in clear) can join the job. For links
+//! that cross networks one does not trust, every process of a job can be
+//! given one secret as well (`PSMRAIL_JOB_SECRET`, or
+//! [`SoftConfig::job_secret`](super::SoftConfig::job_secret)). Both sides
+//! of every connection then prove they know it before anything else
+//! happens: the acceptor sends a random challenge, the dialer answers with
+//! an HMAC-SHA256 of it (bound to both epids and the link) and a
+//! challenge of its own, which the acceptor answers the same way. A side
+//! without the secret, or with another one, is refused
+//! ([`Refusal::Auth`](super::wire::Refusal::Auth)), whichever side it is.
+//!
+//! What it protects: a stranger on the network cannot connect to the job
+//! (nor pass for one of its endpoints), whatever it learned from traffic
+//! it saw. What it does not: the traffic itself is neither encrypted nor
+//! integrity-protected after the handshake, so someone who can *change*
+//! packets on the path can still read and alter messages (use an encrypted
+//! network — a VPN, WireGuard, IPsec — for that); and every process given
+//! the secret is trusted alike.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::fmt;
+use std::sync::Arc;
+
+/// The environment variable that gives the secret.
+pub const JOB_SECRET_VAR: &str = "PSMRAIL_JOB_SECRET";
+
+/// Fewest bytes a secret may have.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// Bytes of a handshake challenge.
+pub const NONCE_LEN: usize = 16;
+
+/// Bytes of a proof (HMAC-SHA256).
+pub const MAC_LEN: usize = 32;
+
+/// A job's shared secret (its bytes are never printed).
+///
+/// ```
+/// use psmrail::engine::soft::JobSecret;
+///
+/// let s = JobSecret::new(b"correct horse battery staple".to_vec()).unwrap();
+/// assert_eq!(format!("{s:?}"), "JobSecret(28 bytes)");
+/// assert!(JobSecret::new(b"short".to_vec()).is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobSecret(Arc<[u8]>);
+
+impl fmt::Debug for JobSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JobSecret({} bytes)", self.0.len())
+    }
+}
+
+/// Which side a proof comes from (each side's proof is bound to its role,
+/// so one cannot be replayed as the other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProofSide {
+    Dialer,
+    Acceptor,
+}
+
+impl JobSecret {
+    /// A secret of at least [`MIN_SECRET_LEN`] bytes; `Inval` otherwise.
+    pub fn new(bytes: Vec<u8>) -> crate::Result<JobSecret> {
+        if bytes.len() < MIN_SECRET_LEN {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Inval,
+                format!(
+                    "a job secret needs at least {MIN_SECRET_LEN} bytes, got {}",
+                    bytes.len()
+                ),
+            ));
+        }
+        Ok(JobSecret(bytes.into()))
+    }
+
+    /// The secret [`JOB_SECRET_VAR`] gives in the process environment, if
+    /// set: `Inval` naming the variable when it is set but too short (or
+    /// not UTF-8).
+    pub fn from_env() -> crate::Result<Option<JobSecret>> {
+        Self::from_vars(&crate::config::ProcessEnv)
+    }
+
+    /// As [`from_env`](Self::from_env), from `vars`.
+    pub fn from_vars(vars: &dyn crate::config::VarSource) -> crate::Result<Option<JobSecret>> {
+        let Some(v) = vars.var_os(JOB_SECRET_VAR) else {
+            return Ok(None);
+        };
+        match v.into_string() {
+            Err(_) => Err(crate::Error::new(
+                crate::ErrorKind::Inval,
+                format!("{JOB_SECRET_VAR} is not valid UTF-8"),
+            )),
+            Ok(v) => JobSecret::new(v.into_bytes()).map(Some).map_err(|e| {
+                crate::Error::new(
+                    crate::ErrorKind::Inval,
+                    format!("{JOB_SECRET_VAR}: {}", e.message()),
+                )
+            }),
+        }
+    }
+
+    /// The proof `side` gives for `challenge` on the link `link` between
+    /// `dialer` and `acceptor`.
+    pub(crate) fn prove(
+        &self,
+        side: ProofSide,
+        challenge: &[u8; NONCE_LEN],
+        dialer: u64,
+        acceptor: u64,
+        link: u64,
+    ) -> [u8; MAC_LEN] {
+        self.mac(side, challenge, dialer, acceptor, link)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// Whether `proof` is `side`'s proof for `challenge` (compared in
+    /// constant time).
+    pub(crate) fn check(
+        &self,
+        side: ProofSide,
+        challenge: &[u8; NONCE_LEN],
+        dialer: u64,
+        acceptor: u64,
+        link: u64,
+        proof: &[u8; MAC_LEN],
+    ) -> bool {
+        self.mac(side, challenge, dialer, acceptor, link)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    fn mac(
+        &self,
+        side: ProofSide,
+        challenge: &[u8; NONCE_LEN],
+        dialer: u64,
+        acceptor: u64,
+        link: u64,
+    ) -> Hmac<Sha256> {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(match side {
+            ProofSide::Dialer => b"psmrail soft handshake: dialer  ",
+            ProofSide::Acceptor => b"psmrail soft handshake: acceptor",
+        });
+        m.update(challenge);
+        m.update(&dialer.to_le_bytes());
+        m.update(&acceptor.to_le_bytes());
+        m.update(&link.to_le_bytes());
+        m
+    }
+}
+
+/// A fresh random challenge (the operating system's generator).
+pub(crate) fn new_nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    if getrandom::fill(&mut n).is_err() {
+        // No system generator: the standard library's per-process keys
+        // still make the value unpredictable to others.
+        let a = super::protocol::random_seed().to_le_bytes();
+        let b = super::protocol::random_seed().to_le_bytes();
+        n[..8].copy_from_slice(&a);
+        n[8..].copy_from_slice(&b);
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proofs_bind_side_nonce_epids_and_link() {
+        let s = JobSecret::new(vec![7; 32]).unwrap();
+        let other = JobSecret::new(vec![8; 32]).unwrap();
+        let n = [1u8; NONCE_LEN];
+        let p = s.prove(ProofSide::Dialer, &n, 1, 2, 3);
+        assert!(s.check(ProofSide::Dialer, &n, 1, 2, 3, &p));
+        assert!(!s.check(ProofSide::Acceptor, &n, 1, 2, 3, &p));
+        assert!(!s.check(ProofSide::Dialer, &[2u8; NONCE_LEN], 1, 2, 3, &p));
+        assert!(!s.check(ProofSide::Dialer, &n, 9, 2, 3, &p));
+        assert!(!s.check(ProofSide::Dialer, &n, 1, 9, 3, &p));
+        assert!(!s.check(ProofSide::Dialer, &n, 1, 2, 9, &p));
+        assert!(!other.check(ProofSide::Dialer, &n, 1, 2, 3, &p));
+        assert_ne!(new_nonce(), new_nonce());
+    }
+}

@@ -1,0 +1,220 @@
+//! The optional job secret (`PSMRAIL_JOB_SECRET`, `SoftConfig::job_secret`)
+//! authenticates every soft-engine handshake both ways: endpoints sharing
+//! it connect; an endpoint without it, or with another one, is refused on
+//! either side of the connection; a raw client that knows the job UUID
+//! but not the secret gets a challenge and never a HelloAck.
+
+use bytes::BytesMut;
+use psmrail::config::FnVars;
+use psmrail::engine::soft::wire::{
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
+};
+use psmrail::engine::soft::{JobSecret, SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
+use psmrail::engine::{EndpointOptions, Engine, EngineEndpoint, OpBuffer, SendMode, TagMatch};
+use psmrail::fabric::{getinfo, EngineChoice, Hints};
+use psmrail::reactor::{ProgressSource, Reactor};
+use psmrail::ErrorKind;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const JOB: [u8; 16] = *b"secret-tests!!!!";
+
+fn secret(s: &str) -> Option<JobSecret> {
+    Some(JobSecret::new(s.as_bytes().to_vec()).unwrap())
+}
+
+fn open(unix: bool, secret: Option<JobSecret>) -> Arc<SoftEndpoint> {
+    SoftEngine::new(SoftConfig {
+        unix_sockets: unix,
+        handshake_timeout: Duration::from_secs(2),
+        job_secret: secret,
+        ..SoftConfig::default()
+    })
+    .unwrap()
+    .open(&EndpointOptions {
+        uuid: JOB,
+        unit: None,
+        port: None,
+        close_timeout: Duration::from_secs(1),
+    })
+    .unwrap()
+}
+
+/// Progresses `a` and `b` on a thread while `body` runs.
+fn driven<T>(a: &Arc<SoftEndpoint>, b: &Arc<SoftEndpoint>, body: impl FnOnce() -> T) -> T {
+    let reactor = Reactor::manual();
+    let (sa, sb): (Arc<dyn ProgressSource>, Arc<dyn ProgressSource>) = (a.clone(), b.clone());
+    reactor.add_source(sa).unwrap();
+    reactor.add_source(sb).unwrap();
+    let stop = AtomicBool::new(false);
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                reactor.progress();
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        body()
+    })
+}
+
+/// `a` connects to `b`: the result of the connect.
+fn connect(a: &Arc<SoftEndpoint>, b: &Arc<SoftEndpoint>) -> psmrail::Result<()> {
+    driven(a, b, || {
+        let peer = a.connect(&[b.epid()], Duration::from_secs(5)).remove(0)?;
+        // A message proves the link works.
+        let (rk, sk) = (b.completions().insert(), a.completions().insert());
+        b.irecv(TagMatch::exact(1), OpBuffer::from(vec![0u8; 6]), rk)
+            .map_err(|e| e.error)?;
+        a.isend(
+            peer,
+            1,
+            SendMode::Standard,
+            OpBuffer::from(b"secret".to_vec()),
+            sk,
+        )
+        .map_err(|e| e.error)?;
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(c) = b.completions().try_take(rk) {
+                assert_eq!(c.buffer.as_slice(), b"secret");
+                return Ok(());
+            }
+            assert!(Instant::now() < end, "the message did not arrive");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+#[test]
+fn endpoints_sharing_the_secret_connect_over_tcp_and_unix_sockets() {
+    for unix in [false, true] {
+        let a = open(unix, secret("sixteen bytes at least"));
+        let b = open(unix, secret("sixteen bytes at least"));
+        connect(&a, &b).unwrap_or_else(|e| panic!("unix {unix}: {e}"));
+    }
+}
+
+#[test]
+fn a_missing_or_other_secret_is_refused_on_either_side() {
+    let cases = [
+        (
+            secret("sixteen bytes at least"),
+            None,
+            "dialer has, acceptor lacks",
+        ),
+        (
+            None,
+            secret("sixteen bytes at least"),
+            "acceptor has, dialer lacks",
+        ),
+        (
+            secret("sixteen bytes at least"),
+            secret("another secret entirely"),
+            "two secrets",
+        ),
+    ];
+    for (dialer, acceptor, what) in cases {
+        let a = open(false, dialer);
+        let b = open(false, acceptor);
+        let e = connect(&a, &b).expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::ConnRefused, "{what}: {e}");
+        assert!(e.to_string().contains("job secret"), "{what}: {e}");
+    }
+}
+
+#[test]
+fn a_raw_client_without_the_secret_gets_a_challenge_and_no_answer() {
+    let target = open(false, secret("sixteen bytes at least"));
+    let other = open(false, None);
+    driven(&target, &other, || {
+        let addr = SoftEpid::try_from(target.epid()).unwrap().socket_addr();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let claimed = SoftEpid::new(Ipv4Addr::LOCALHOST, 1, 1).unwrap().to_epid();
+        let mut b = BytesMut::new();
+        encode(
+            &Frame::Hello(Hello::ours(JobUuid(JOB), claimed, FrameLimits::DEFAULT)),
+            &mut b,
+        );
+        encode(
+            &Frame::Session {
+                link: 5,
+                resume: NEW_LINK,
+            },
+            &mut b,
+        );
+        s.write_all(&b).unwrap();
+        let got = read_for(&mut s, Duration::from_millis(500));
+        assert!(matches!(&got[..], [Frame::AuthChallenge { .. }]), "{got:?}");
+        // A made-up proof is refused.
+        let mut b = BytesMut::new();
+        encode(
+            &Frame::AuthProof {
+                nonce: [1; 16],
+                mac: [2; 32],
+            },
+            &mut b,
+        );
+        s.write_all(&b).unwrap();
+        let got = read_for(&mut s, Duration::from_secs(2));
+        assert!(
+            matches!(got.last(), Some(Frame::Refuse(r)) if r.code == RefuseCode::Auth),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|f| matches!(f, Frame::HelloAck(_))));
+    });
+}
+
+fn read_for(s: &mut TcpStream, d: Duration) -> Vec<Frame> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 1024];
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(_) => continue,
+        }
+    }
+    let dec = FrameDecoder::new(FrameLimits::DEFAULT);
+    let mut b = BytesMut::from(&bytes[..]);
+    let mut out = Vec::new();
+    while let Ok(Some(f)) = dec.decode(&mut b) {
+        out.push(f);
+    }
+    out
+}
+
+#[test]
+fn the_secret_comes_from_the_environment_and_bad_values_are_named() {
+    let hints = |value: &'static str| {
+        Hints::new()
+            .engine(EngineChoice::Soft)
+            .vars(FnVars(move |name: &str| {
+                (name == "PSMRAIL_JOB_SECRET").then(|| value.to_owned())
+            }))
+    };
+    let info = getinfo(Some(&hints("a secret of the whole job")))
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        info.soft_config().job_secret,
+        secret("a secret of the whole job")
+    );
+    let e = getinfo(Some(&hints("short"))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Inval);
+    assert!(e.to_string().contains("PSMRAIL_JOB_SECRET"), "{e}");
+    // Not printed.
+    assert!(!format!("{:?}", info.soft_config()).contains("whole job"));
+}
