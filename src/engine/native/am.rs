@@ -26,13 +26,16 @@
 //! # The job handshake
 //! libpsm2's shared-memory device connects endpoints of different jobs
 //! (UUIDs) without complaint (measured here), so after `psm_ep_connect`
-//! the engine asks the peer for its job key with an AM request to the
+//! the engine asks the peer to prove its job key with an AM request to the
 //! handshake handler (registered first, at open, on every endpoint):
-//! arguments `[HELLO_MAGIC, cookie]`, payload our UUID; the reply carries
-//! the peer's magic, the cookie and its UUID. A different UUID refuses the
-//! connection (`ConnRefused`); a different magic is another protocol
-//! version (also refused); no answer within the connect timeout is
-//! `TimedOut`. Hardware connections check the UUID in PSM itself as well.
+//! arguments `[HELLO_MAGIC, cookie]`, no payload; the reply carries the
+//! peer's magic, the cookie and an HMAC-SHA256 of the cookie keyed with
+//! its UUID ([`hello_proof`]). The UUID itself never travels: a process of
+//! another job learns nothing it could join with. A proof that is not the
+//! one our UUID gives refuses the connection (`ConnRefused`); a different
+//! magic is another protocol version (also refused); no answer within the
+//! connect timeout is `TimedOut`. Hardware connections check the UUID in
+//! PSM itself as well.
 //!
 //! # TrueScale loopback
 //! The TrueScale build's `self` device has no AM (an AM to the own
@@ -111,7 +114,20 @@ impl HandlerTable {
 
 /// Handshake answers by cookie: `None` while awaited, then the peer's UUID
 /// and magic.
-type HelloAnswers = HashMap<u64, Option<([u8; 16], u64)>>;
+type HelloAnswers = HashMap<u64, Option<([u8; HELLO_PROOF_LEN], u64)>>;
+
+/// Bytes of a job handshake proof.
+pub(crate) const HELLO_PROOF_LEN: usize = 32;
+
+/// The proof of job key `uuid` for handshake `cookie`: HMAC-SHA256 keyed
+/// with the UUID over a label and the cookie.
+pub(crate) fn hello_proof(uuid: &[u8; 16], cookie: u64) -> [u8; HELLO_PROOF_LEN] {
+    use hmac::{Hmac, Mac};
+    let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(uuid).expect("any key length");
+    m.update(b"psmrail native job handshake");
+    m.update(&cookie.to_le_bytes());
+    m.finalize().into_bytes().into()
+}
 
 /// State shared by the endpoint and its handler trampolines.
 pub(crate) struct AmShared {
@@ -156,8 +172,9 @@ impl AmShared {
         lock(&self.hello).insert(cookie, None);
     }
 
-    /// The answer to `cookie` (the peer's UUID and magic), once it came.
-    pub fn answer(&self, cookie: u64) -> Option<([u8; 16], u64)> {
+    /// The answer to `cookie` (the peer's proof of its job key, and its
+    /// magic), once it came.
+    pub fn answer(&self, cookie: u64) -> Option<([u8; HELLO_PROOF_LEN], u64)> {
         lock(&self.hello).get(&cookie).copied().flatten()
     }
 
@@ -339,22 +356,23 @@ pub(crate) fn hello_trampolines(
             return;
         }
         let answer = [AmArg::from_u64(HELLO_MAGIC), AmArg::from_u64(cookie)];
+        let proof = hello_proof(&s.uuid, cookie);
         // The requester times out if the reply cannot be sent.
-        let _ = token.reply(HandlerIndex(index), &answer, &s.uuid);
+        let _ = token.reply(HandlerIndex(index), &answer, &proof);
     });
     let s = shared.clone();
     let reply: psm_sys::AmHandler = Box::new(move |_token, args, payload| {
         let (Some(magic), Some(cookie)) = (args.first(), args.get(1)) else {
             return;
         };
-        let mut uuid = [0u8; 16];
-        if payload.len() == 16 {
-            uuid.copy_from_slice(payload);
+        let mut proof = [0u8; HELLO_PROOF_LEN];
+        if payload.len() == HELLO_PROOF_LEN {
+            proof.copy_from_slice(payload);
         }
         let mut answers = lock(&s.hello);
         // Only answers someone waits for (bounded by the connects running).
         if let Some(slot) = answers.get_mut(&cookie.u64()) {
-            *slot = Some((uuid, magic.u64()));
+            *slot = Some((proof, magic.u64()));
         }
     });
     (request, reply)
@@ -461,5 +479,21 @@ impl AmReply for LoopbackReply<'_> {
         });
         self.replied = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod hello_tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_proof_hides_the_job_key() {
+        let uuid = *b"job key of a job";
+        let p = hello_proof(&uuid, 7);
+        assert!(!p.windows(16).any(|w| w == uuid), "the UUID travels");
+        assert!(!p.windows(8).any(|w| w == &uuid[..8]));
+        assert_eq!(p, hello_proof(&uuid, 7));
+        assert_ne!(p, hello_proof(&uuid, 8), "bound to the cookie");
+        assert_ne!(p, hello_proof(b"another job key!", 7));
     }
 }

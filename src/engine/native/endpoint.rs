@@ -894,7 +894,7 @@ impl NativeEndpoint {
             addr,
             self.hello_request,
             &args[..2],
-            &self.uuid,
+            &[],
             AmFlags::default(),
         ) {
             self.am.forget(cookie);
@@ -1010,7 +1010,7 @@ impl NativeEndpoint {
                 }
                 let made = self.step(&mut g);
                 pending.retain(|(epid, addr, cookie)| {
-                    let Some((uuid, magic)) = self.am.answer(*cookie) else {
+                    let Some((proof, magic)) = self.am.answer(*cookie) else {
                         return true;
                     };
                     self.am.forget(*cookie);
@@ -1023,11 +1023,10 @@ impl NativeEndpoint {
                             .refused
                             .insert(*epid, (ErrorKind::ConnRefused, why.clone()));
                         failures.insert(*epid, Error::new(ErrorKind::ConnRefused, why));
-                    } else if uuid != self.uuid {
+                    } else if proof != am::hello_proof(&self.uuid, *cookie) {
                         let why = format!(
-                            "native engine: connecting to {epid}: it belongs to another job: its \
-                             UUID is {} and ours is {}; refused",
-                            hex(&uuid),
+                            "native engine: connecting to {epid}: it belongs to another job: it \
+                             cannot prove our job UUID {} (and its own is never sent); refused",
                             hex(&self.uuid)
                         );
                         g.peers
