@@ -6,20 +6,22 @@
 //!
 //! Everything runs on loopback.
 
+#[path = "support/soft_raw.rs"]
+mod soft_raw;
+
 use bytes::BytesMut;
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, HandshakeError, Hello, JobUuid, Refusal, RefuseCode,
-    NEW_LINK,
+    encode, Frame, FrameLimits, HandshakeError, Hello, JobUuid, Refusal, RefuseCode,
 };
 use psmrail::engine::soft::{
     ConnError, Event, OpId, ProtocolConfig, Role, SoftConfig, SoftCore, SoftEngine, SoftEpid,
 };
 use psmrail::engine::{EndpointOptions, Engine, EngineEndpoint, Epid};
-use psmrail::reactor::{ProgressSource, Reactor};
+use psmrail::reactor::ProgressSource;
+use soft_raw::{frames, hello_session, while_progressed};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,29 +52,7 @@ fn assert_not_in(bytes: &[u8], uuid: [u8; 16], what: &str) {
 }
 
 fn hello_bytes(uuid: [u8; 16], epid: Epid) -> Vec<u8> {
-    let mut b = BytesMut::new();
-    encode(
-        &Frame::Hello(Hello::ours(JobUuid(uuid), epid, FrameLimits::DEFAULT)),
-        &mut b,
-    );
-    encode(
-        &Frame::Session {
-            link: 1,
-            resume: NEW_LINK,
-        },
-        &mut b,
-    );
-    b.to_vec()
-}
-
-fn frames(bytes: &[u8]) -> Vec<Frame> {
-    let dec = FrameDecoder::new(FrameLimits::DEFAULT);
-    let mut b = BytesMut::from(bytes);
-    let mut out = Vec::new();
-    while let Ok(Some(f)) = dec.decode(&mut b) {
-        out.push(f);
-    }
-    out
+    hello_session(uuid, epid, 1)
 }
 
 fn options(uuid: [u8; 16]) -> EndpointOptions {
@@ -96,29 +76,10 @@ fn with_endpoint(body: impl FnOnce(SocketAddrV4)) {
         ..SoftConfig::default()
     })
     .unwrap();
-    let reactor = Reactor::manual();
     let ep = engine.open(&options(JOB)).unwrap();
     let source: Arc<dyn ProgressSource> = ep.clone();
-    reactor.add_source(source).unwrap();
     let addr = SoftEpid::try_from(ep.epid()).unwrap().socket_addr();
-    let stop = AtomicBool::new(false);
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                if !reactor.progress().made() {
-                    std::thread::yield_now();
-                }
-            }
-        });
-        let _stop = StopOnDrop(&stop);
-        body(addr);
-    });
+    while_progressed(&[source], || body(addr));
     ep.close(Duration::from_secs(1)).unwrap();
 }
 
@@ -313,26 +274,10 @@ fn an_endpoint_refused_for_its_job_names_its_own_uuid_only() {
         ..SoftConfig::default()
     })
     .unwrap();
-    let reactor = Reactor::manual();
     let a = engine.open(&options(JOB)).unwrap();
     let b = engine.open(&options(GUESS)).unwrap();
-    for ep in [&a, &b] {
-        let source: Arc<dyn ProgressSource> = ep.clone();
-        reactor.add_source(source).unwrap();
-    }
-    let stop = AtomicBool::new(false);
-    let result = std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                if !reactor.progress().made() {
-                    std::thread::yield_now();
-                }
-            }
-        });
-        let r = b.connect(&[a.epid()], T).remove(0);
-        stop.store(true, Ordering::Release);
-        r
-    });
+    let (sa, sb): (Arc<dyn ProgressSource>, Arc<dyn ProgressSource>) = (a.clone(), b.clone());
+    let result = while_progressed(&[sa, sb], || b.connect(&[a.epid()], T).remove(0));
     let e = result.expect_err("another job must be refused");
     let text = e.to_string();
     assert!(text.contains("another job"), "{text}");

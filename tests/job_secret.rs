@@ -4,19 +4,20 @@
 //! either side of the connection; a raw client that knows the job UUID
 //! but not the secret gets a challenge and never a HelloAck.
 
+#[path = "support/soft_raw.rs"]
+mod soft_raw;
+
 use bytes::BytesMut;
 use psmrail::config::FnVars;
-use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
-};
+use psmrail::engine::soft::wire::{encode, Frame, RefuseCode};
 use psmrail::engine::soft::{JobSecret, SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{EndpointOptions, Engine, EngineEndpoint, OpBuffer, SendMode, TagMatch};
 use psmrail::fabric::{getinfo, EngineChoice, Hints};
-use psmrail::reactor::{ProgressSource, Reactor};
+use psmrail::reactor::ProgressSource;
 use psmrail::ErrorKind;
+use soft_raw::{frames, hello_session, while_progressed};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,26 +46,8 @@ fn open(unix: bool, secret: Option<JobSecret>) -> Arc<SoftEndpoint> {
 
 /// Progresses `a` and `b` on a thread while `body` runs.
 fn driven<T>(a: &Arc<SoftEndpoint>, b: &Arc<SoftEndpoint>, body: impl FnOnce() -> T) -> T {
-    let reactor = Reactor::manual();
     let (sa, sb): (Arc<dyn ProgressSource>, Arc<dyn ProgressSource>) = (a.clone(), b.clone());
-    reactor.add_source(sa).unwrap();
-    reactor.add_source(sb).unwrap();
-    let stop = AtomicBool::new(false);
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                reactor.progress();
-            }
-        });
-        let _stop = StopOnDrop(&stop);
-        body()
-    })
+    while_progressed(&[sa, sb], body)
 }
 
 /// `a` connects to `b`: the result of the connect.
@@ -142,19 +125,7 @@ fn a_raw_client_without_the_secret_gets_a_challenge_and_no_answer() {
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let claimed = SoftEpid::new(Ipv4Addr::LOCALHOST, 1, 1).unwrap().to_epid();
-        let mut b = BytesMut::new();
-        encode(
-            &Frame::Hello(Hello::ours(JobUuid(JOB), claimed, FrameLimits::DEFAULT)),
-            &mut b,
-        );
-        encode(
-            &Frame::Session {
-                link: 5,
-                resume: NEW_LINK,
-            },
-            &mut b,
-        );
-        s.write_all(&b).unwrap();
+        s.write_all(&hello_session(JOB, claimed, 5)).unwrap();
         let got = read_for(&mut s, Duration::from_millis(500));
         assert!(matches!(&got[..], [Frame::AuthChallenge { .. }]), "{got:?}");
         // A made-up proof is refused.
@@ -187,13 +158,7 @@ fn read_for(s: &mut TcpStream, d: Duration) -> Vec<Frame> {
             Err(_) => continue,
         }
     }
-    let dec = FrameDecoder::new(FrameLimits::DEFAULT);
-    let mut b = BytesMut::from(&bytes[..]);
-    let mut out = Vec::new();
-    while let Ok(Some(f)) = dec.decode(&mut b) {
-        out.push(f);
-    }
-    out
+    frames(&bytes)
 }
 
 #[test]

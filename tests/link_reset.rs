@@ -187,6 +187,20 @@ fn can_cut_tcp() -> bool {
     root && ss
 }
 
+/// Opens this side's endpoint and the echo child; they exchange epids.
+fn start(test: &str, tcp: bool) -> (Side, Peer, Epid) {
+    let s = open(tcp);
+    let mut child = Peer::spawn(test, "echo", &[]);
+    let child_epid = Epid(
+        child
+            .recv_line(Duration::from_secs(30))
+            .parse()
+            .expect("child epid"),
+    );
+    child.send_line(&s.ep.getname().0.to_string());
+    (s, child, child_epid)
+}
+
 fn scenario(test: &str, tcp: bool) {
     if let Some(r) = role() {
         assert_eq!(r, "echo");
@@ -197,15 +211,7 @@ fn scenario(test: &str, tcp: bool) {
         return;
     }
     let _lock = spin_lock::spin_lock();
-    let s = open(tcp);
-    let mut child = Peer::spawn(test, "echo", &[]);
-    let child_epid = Epid(
-        child
-            .recv_line(Duration::from_secs(30))
-            .parse()
-            .expect("child epid"),
-    );
-    child.send_line(&s.ep.getname().0.to_string());
+    let (s, mut child, child_epid) = start(test, tcp);
     let port = SoftEpid::try_from(child_epid)
         .expect("a soft epid")
         .socket_addr()
@@ -297,15 +303,7 @@ fn a_dead_peer_still_fails_pending_operations_at_once() {
         return echo(false);
     }
     let _lock = spin_lock::spin_lock();
-    let s = open(false);
-    let mut child = Peer::spawn(test, "echo", &[]);
-    let child_epid = Epid(
-        child
-            .recv_line(Duration::from_secs(30))
-            .parse()
-            .expect("child epid"),
-    );
-    child.send_line(&s.ep.getname().0.to_string());
+    let (s, child, child_epid) = start(test, false);
     let peer = s.av.insert(&[child_epid]).remove(0).expect("insert");
     let reactor = s.domain.reactor().clone();
     // One round trip: connected both ways.

@@ -7,21 +7,21 @@
 //! Each test runs a target endpoint and a victim endpoint connected to
 //! it, then attacks as a raw client.
 
-use bytes::BytesMut;
-use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
-};
+#[path = "support/soft_raw.rs"]
+mod soft_raw;
+
+use psmrail::engine::soft::wire::{Frame, RefuseCode};
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, Epid, OpBuffer, PeerAddr, SendMode,
     TagMatch,
 };
-use psmrail::reactor::{ProgressSource, Reactor};
+use psmrail::reactor::ProgressSource;
+use soft_raw::{frames, hello_session, while_progressed};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,29 +47,7 @@ fn engine(unix: bool) -> SoftEngine {
 
 /// Hello + Session claiming `epid`.
 fn claim(epid: Epid) -> Vec<u8> {
-    let mut b = BytesMut::new();
-    encode(
-        &Frame::Hello(Hello::ours(JobUuid(JOB), epid, FrameLimits::DEFAULT)),
-        &mut b,
-    );
-    encode(
-        &Frame::Session {
-            link: 42,
-            resume: NEW_LINK,
-        },
-        &mut b,
-    );
-    b.to_vec()
-}
-
-fn frames(bytes: &[u8]) -> Vec<Frame> {
-    let dec = FrameDecoder::new(FrameLimits::DEFAULT);
-    let mut b = BytesMut::from(bytes);
-    let mut out = Vec::new();
-    while let Ok(Some(f)) = dec.decode(&mut b) {
-        out.push(f);
-    }
-    out
+    hello_session(JOB, epid, 42)
 }
 
 /// Everything the endpoint sends on `s` until it closes it (or 5 s).
@@ -97,27 +75,9 @@ fn with_pair(unix: bool, body: impl FnOnce(&SoftEndpoint, &SoftEndpoint)) {
     let target = engine.open(&options()).unwrap();
     let victim = engine.open(&options()).unwrap();
     assert_eq!(target.kind(), EngineKind::Soft);
-    let reactor = Reactor::manual();
-    let t: Arc<dyn ProgressSource> = target.clone();
-    let v: Arc<dyn ProgressSource> = victim.clone();
-    reactor.add_source(t).unwrap();
-    reactor.add_source(v).unwrap();
-    let stop = AtomicBool::new(false);
-    /// Stops the progress thread however the body ends (a failed
-    /// assertion included), so a failure is reported instead of hanging.
-    struct StopOnDrop<'a>(&'a AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                reactor.progress();
-            }
-        });
-        let _stop = StopOnDrop(&stop);
+    let (t, v): (Arc<dyn ProgressSource>, Arc<dyn ProgressSource>) =
+        (target.clone(), victim.clone());
+    while_progressed(&[t, v], || {
         let to_target = victim
             .connect(&[target.epid()], Duration::from_secs(5))
             .remove(0)

@@ -162,8 +162,8 @@
 use super::optable::{OpKind, OpTable};
 use super::protocol::{AmToken, ConnError, ConnId, CoreStats, Event, OpId};
 use super::transport::{
-    dial_tcp, dial_unix, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller,
-    Remote, Stream, FIRST_READ, MIN_READ,
+    dial_epid, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller, Stream,
+    FIRST_READ, MIN_READ,
 };
 use super::wire::{HandshakeError, JobUuid};
 use super::{linger, Role, SoftConfig, SoftCore, SoftEpid};
@@ -2129,39 +2129,8 @@ impl Inner {
 
     /// Starts dialing `epid`; the link's deadline is `deadline`.
     fn dial(&mut self, epid: Epid, deadline: Instant, timeout: Duration) -> Result<LinkId> {
-        let target = SoftEpid::try_from(epid).map_err(|e| {
-            Error::new(
-                ErrorKind::Inval,
-                format!("soft engine: cannot connect to {epid}: {e}"),
-            )
-        })?;
-        let addr = target.socket_addr();
-        let unix = if self.cfg.unix_sockets {
-            dial_unix(epid).ok()
-        } else {
-            None
-        };
-        let (stream, remote, phase) = match unix {
-            Some(s) => (s, Remote::Unix, LinkPhase::Handshaking),
-            None => {
-                let from = self.cfg.dial_from_bind.then_some(self.cfg.bind);
-                let s = dial_tcp(addr, from).map_err(|e| {
-                    let kind = match e.kind() {
-                        io::ErrorKind::ConnectionRefused => ErrorKind::ConnRefused,
-                        _ => ErrorKind::Io,
-                    };
-                    io_error(
-                        kind,
-                        format!("soft engine: cannot connect to {epid} at tcp {addr}"),
-                        e,
-                    )
-                })?;
-                (s, Remote::Tcp(addr.into()), LinkPhase::Connecting)
-            }
-        };
-        if let (Stream::Unix(_), Err(e)) = (&stream, stream.tune(&self.cfg)) {
-            tracing::debug!(error = %e, "soft engine: cannot set socket options");
-        }
+        let (stream, remote, phase) = dial_epid(epid, &self.cfg)
+            .map_err(|(kind, why)| Error::new(kind, format!("soft engine: {why}")))?;
         let id = self.new_link_id();
         let mut link = Link::new(id, Pipe::Stream(stream), remote, phase);
         link.expect = Some(epid);
@@ -2171,16 +2140,25 @@ impl Inner {
         if phase == LinkPhase::Handshaking {
             link.conn = Some(self.core.open_connection(Role::Dialer { expect: epid }));
         }
+        self.add_dial_link(link);
+        Ok(id)
+    }
+
+    /// Adds a link that dials: watched until it is up, and, once its
+    /// socket is connected (a Unix one at once), polled and sending its
+    /// handshake.
+    pub(crate) fn add_dial_link(&mut self, link: Link) -> usize {
+        let connected = link.phase == LinkPhase::Handshaking;
         let i = self.push_link(link);
-        if phase == LinkPhase::Handshaking {
+        if connected {
             self.set_polled(i, Polled::Hot);
         }
         self.watch(i);
         self.register_link(i);
-        if phase == LinkPhase::Handshaking {
+        if connected {
             self.transmit(i);
         }
-        Ok(id)
+        i
     }
 
     fn take_dial_error(&mut self, id: LinkId) -> Option<Error> {

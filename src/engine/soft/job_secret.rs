@@ -107,56 +107,39 @@ impl JobSecret {
 
     /// The proof `side` gives for `challenge` on the link `link` between
     /// `dialer` and `acceptor`.
-    pub(crate) fn prove(
-        &self,
-        side: ProofSide,
-        challenge: &[u8; NONCE_LEN],
-        dialer: u64,
-        acceptor: u64,
-        link: u64,
-    ) -> [u8; MAC_LEN] {
-        self.mac(side, challenge, dialer, acceptor, link)
-            .finalize()
-            .into_bytes()
-            .into()
+    pub(crate) fn prove(&self, t: &Transcript) -> [u8; MAC_LEN] {
+        self.mac(t).finalize().into_bytes().into()
     }
 
-    /// Whether `proof` is `side`'s proof for `challenge` (compared in
-    /// constant time).
-    pub(crate) fn check(
-        &self,
-        side: ProofSide,
-        challenge: &[u8; NONCE_LEN],
-        dialer: u64,
-        acceptor: u64,
-        link: u64,
-        proof: &[u8; MAC_LEN],
-    ) -> bool {
-        self.mac(side, challenge, dialer, acceptor, link)
-            .verify_slice(proof)
-            .is_ok()
+    /// Whether `proof` is the proof `t` calls for (compared in constant
+    /// time).
+    pub(crate) fn check(&self, t: &Transcript, proof: &[u8; MAC_LEN]) -> bool {
+        self.mac(t).verify_slice(proof).is_ok()
     }
 
-    fn mac(
-        &self,
-        side: ProofSide,
-        challenge: &[u8; NONCE_LEN],
-        dialer: u64,
-        acceptor: u64,
-        link: u64,
-    ) -> Hmac<Sha256> {
+    fn mac(&self, t: &Transcript) -> Hmac<Sha256> {
         let mut m =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
-        m.update(match side {
+        m.update(match t.side {
             ProofSide::Dialer => b"psmrail soft handshake: dialer  ",
             ProofSide::Acceptor => b"psmrail soft handshake: acceptor",
         });
-        m.update(challenge);
-        m.update(&dialer.to_le_bytes());
-        m.update(&acceptor.to_le_bytes());
-        m.update(&link.to_le_bytes());
+        m.update(t.challenge);
+        m.update(&t.dialer.to_le_bytes());
+        m.update(&t.acceptor.to_le_bytes());
+        m.update(&t.link.to_le_bytes());
         m
     }
+}
+
+/// What a proof binds: who proves, the challenge it answers, both epids
+/// and the link.
+pub(crate) struct Transcript<'a> {
+    pub side: ProofSide,
+    pub challenge: &'a [u8; NONCE_LEN],
+    pub dialer: u64,
+    pub acceptor: u64,
+    pub link: u64,
 }
 
 /// A fresh random challenge (the operating system's generator).
@@ -182,14 +165,21 @@ mod tests {
         let s = JobSecret::new(vec![7; 32]).unwrap();
         let other = JobSecret::new(vec![8; 32]).unwrap();
         let n = [1u8; NONCE_LEN];
-        let p = s.prove(ProofSide::Dialer, &n, 1, 2, 3);
-        assert!(s.check(ProofSide::Dialer, &n, 1, 2, 3, &p));
-        assert!(!s.check(ProofSide::Acceptor, &n, 1, 2, 3, &p));
-        assert!(!s.check(ProofSide::Dialer, &[2u8; NONCE_LEN], 1, 2, 3, &p));
-        assert!(!s.check(ProofSide::Dialer, &n, 9, 2, 3, &p));
-        assert!(!s.check(ProofSide::Dialer, &n, 1, 9, 3, &p));
-        assert!(!s.check(ProofSide::Dialer, &n, 1, 2, 9, &p));
-        assert!(!other.check(ProofSide::Dialer, &n, 1, 2, 3, &p));
+        let t = |side, challenge, dialer, acceptor, link| Transcript {
+            side,
+            challenge,
+            dialer,
+            acceptor,
+            link,
+        };
+        let p = s.prove(&t(ProofSide::Dialer, &n, 1, 2, 3));
+        assert!(s.check(&t(ProofSide::Dialer, &n, 1, 2, 3), &p));
+        assert!(!s.check(&t(ProofSide::Acceptor, &n, 1, 2, 3), &p));
+        assert!(!s.check(&t(ProofSide::Dialer, &[2u8; NONCE_LEN], 1, 2, 3), &p));
+        assert!(!s.check(&t(ProofSide::Dialer, &n, 9, 2, 3), &p));
+        assert!(!s.check(&t(ProofSide::Dialer, &n, 1, 9, 3), &p));
+        assert!(!s.check(&t(ProofSide::Dialer, &n, 1, 2, 9), &p));
+        assert!(!other.check(&t(ProofSide::Dialer, &n, 1, 2, 3), &p));
         assert_ne!(new_nonce(), new_nonce());
     }
 }

@@ -118,7 +118,7 @@ use super::conn::{
     Conn, ConnPhase, Control, Credit, CreditWait, DirectFrame, Incoming, MissingPayload, Outgoing,
     Role, SendOp, Sink, MIN_REFERENCED,
 };
-use super::job_secret::{new_nonce, JobSecret, ProofSide, MAC_LEN, NONCE_LEN};
+use super::job_secret::{new_nonce, JobSecret, ProofSide, Transcript, MAC_LEN, NONCE_LEN};
 use super::matcher::{Arrival, TagMatcher};
 use super::session::Session;
 use super::wire::{
@@ -1688,13 +1688,13 @@ impl SoftCore {
         };
         let nonce = new_nonce();
         c.auth_sent = Some(nonce);
-        let mac = secret.prove(
-            ProofSide::Dialer,
-            &challenge,
-            ours,
-            expect.0,
-            c.session.link,
-        );
+        let mac = secret.prove(&Transcript {
+            side: ProofSide::Dialer,
+            challenge: &challenge,
+            dialer: ours,
+            acceptor: expect.0,
+            link: c.session.link,
+        });
         c.hs.push_back(Frame::AuthProof { nonce, mac });
         self.hint(id);
         Ok(())
@@ -1709,11 +1709,13 @@ impl SoftCore {
         };
         let good = match (&self.job_secret, c.auth_sent) {
             (Some(secret), Some(challenge)) => secret.check(
-                ProofSide::Acceptor,
-                &challenge,
-                ours,
-                expect.0,
-                c.session.link,
+                &Transcript {
+                    side: ProofSide::Acceptor,
+                    challenge: &challenge,
+                    dialer: ours,
+                    acceptor: expect.0,
+                    link: c.session.link,
+                },
                 mac,
             ),
             _ => false,
@@ -1743,10 +1745,17 @@ impl SoftCore {
         ) else {
             return self.refuse_auth(id, "an unexpected proof of the job secret");
         };
-        if !secret.check(ProofSide::Dialer, &challenge, theirs, ours, link, mac) {
+        let transcript = |side, challenge| Transcript {
+            side,
+            challenge,
+            dialer: theirs,
+            acceptor: ours,
+            link,
+        };
+        if !secret.check(&transcript(ProofSide::Dialer, &challenge), mac) {
             return self.refuse_auth(id, "the dialer's proof of the job secret is wrong");
         }
-        let answer = secret.prove(ProofSide::Acceptor, their_challenge, theirs, ours, link);
+        let answer = secret.prove(&transcript(ProofSide::Acceptor, their_challenge));
         let c = self.conns.get_mut(&id).expect("checked");
         c.authed = true;
         c.pending_session = None;

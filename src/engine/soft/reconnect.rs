@@ -25,11 +25,9 @@
 
 use super::endpoint::Inner;
 use super::protocol::ConnId;
-use super::transport::{dial_tcp, dial_unix, Link, LinkId, LinkPhase, Pipe, Polled, Remote};
-use super::SoftEpid;
+use super::transport::{dial_epid, Link, LinkId, LinkPhase, Pipe, Polled, Remote};
 use crate::engine::Epid;
 use crate::ErrorKind;
-use std::io;
 use std::time::{Duration, Instant};
 
 /// The first pause between two attempts.
@@ -147,34 +145,11 @@ impl Inner {
         epid: Epid,
         probe: bool,
     ) -> Result<Option<LinkId>, (ErrorKind, String)> {
-        let target = SoftEpid::try_from(epid).map_err(|e| (ErrorKind::Inval, e.to_string()))?;
-        let addr = target.socket_addr();
-        let unix = if self.cfg.unix_sockets {
-            dial_unix(epid).ok()
-        } else {
-            None
-        };
-        if probe && unix.is_some() {
+        let (stream, remote, phase) = dial_epid(epid, &self.cfg)?;
+        if probe && remote == Remote::Unix {
             // Something listens at the peer's name: it is alive.
             self.probe_answered(conn);
             return Ok(None);
-        }
-        let (stream, remote, phase) = match unix {
-            Some(s) => (s, Remote::Unix, LinkPhase::Handshaking),
-            None => {
-                let from = self.cfg.dial_from_bind.then_some(self.cfg.bind);
-                let s = dial_tcp(addr, from).map_err(|e| {
-                    let kind = match e.kind() {
-                        io::ErrorKind::ConnectionRefused => ErrorKind::ConnRefused,
-                        _ => ErrorKind::Io,
-                    };
-                    (kind, format!("cannot connect to tcp {addr}: {e}"))
-                })?;
-                (s, Remote::Tcp(addr.into()), LinkPhase::Connecting)
-            }
-        };
-        if let Err(e) = stream.tune(&self.cfg) {
-            tracing::debug!(error = %e, "soft engine: cannot set socket options");
         }
         let id = self.new_link_id();
         let mut link = Link::new(id, Pipe::Stream(stream), remote, phase);
@@ -190,20 +165,7 @@ impl Inner {
                 .map_err(|e| (ErrorKind::Io, e.to_string()))?;
             link.conn = Some(conn);
         }
-        let i = self.push_link(link);
-        self.set_polled(
-            i,
-            if phase == LinkPhase::Handshaking {
-                Polled::Hot
-            } else {
-                Polled::No
-            },
-        );
-        self.watch(i);
-        self.register_link(i);
-        if phase == LinkPhase::Handshaking {
-            self.transmit(i);
-        }
+        self.add_dial_link(link);
         Ok(Some(id))
     }
 

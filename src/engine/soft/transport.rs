@@ -466,6 +466,41 @@ pub(crate) fn dial_tcp(addr: SocketAddrV4, from: Option<Ipv4Addr>) -> io::Result
     Ok(Stream::Tcp(TcpStream::from_std(std_stream)))
 }
 
+/// Starts a connection to `epid` as an endpoint configured by `cfg`
+/// dials: its Unix-socket name first when Unix sockets are on (connected
+/// at once, the link starts `Handshaking`), else TCP to its address (the
+/// link starts `Connecting`). The error's kind is `ConnRefused` when
+/// nothing listens there, `Inval` for an epid that is not a soft one.
+pub(crate) fn dial_epid(
+    epid: Epid,
+    cfg: &SoftConfig,
+) -> Result<(Stream, Remote, LinkPhase), (crate::ErrorKind, String)> {
+    let target = super::SoftEpid::try_from(epid).map_err(|e| {
+        (
+            crate::ErrorKind::Inval,
+            format!("cannot connect to {epid}: {e}"),
+        )
+    })?;
+    let addr = target.socket_addr();
+    if cfg.unix_sockets {
+        if let Ok(s) = dial_unix(epid) {
+            if let Err(e) = s.tune(cfg) {
+                tracing::debug!(error = %e, "soft engine: cannot set socket options");
+            }
+            return Ok((s, Remote::Unix, LinkPhase::Handshaking));
+        }
+    }
+    let from = cfg.dial_from_bind.then_some(cfg.bind);
+    let s = dial_tcp(addr, from).map_err(|e| {
+        let kind = match e.kind() {
+            io::ErrorKind::ConnectionRefused => crate::ErrorKind::ConnRefused,
+            _ => crate::ErrorKind::Io,
+        };
+        (kind, format!("cannot connect to {epid} at tcp {addr}: {e}"))
+    })?;
+    Ok((s, Remote::Tcp(addr.into()), LinkPhase::Connecting))
+}
+
 /// Connects to `epid`'s Unix-socket name; an error when nobody listens
 /// there in this network namespace.
 pub(crate) fn dial_unix(epid: Epid) -> io::Result<Stream> {
