@@ -1723,7 +1723,9 @@ fn a_rail_reset_under_striped_and_small_traffic_loses_nothing() {
     b.ok("receives across the reset, in order");
     assert!(out.status.success(), "ss -K: {out:?}");
     assert!(killed > 0, "no connection of rail 1 to reset");
-    println!("{killed} connections of rail 1 reset under a 64 MiB striped message + 200 small ones");
+    println!(
+        "{killed} connections of rail 1 reset under a 64 MiB striped message + 200 small ones"
+    );
     p.a.stats().assert_clean("a");
     p.b.stats().assert_clean("b");
     p.quit();
