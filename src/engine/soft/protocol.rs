@@ -61,7 +61,7 @@
 //! # Links
 //!
 //! A connection's frames after its handshake form a numbered byte stream,
-//! its *link* ([`session`](super::session)): each side keeps what it sent
+//! its *link* (`session.rs`): each side keeps what it sent
 //! until the other acknowledges it (Ack frames) and counts what it
 //! consumed. A detached link is resumed on a new transport: the dialer's
 //! side opens one (a TCP or Unix connect, then

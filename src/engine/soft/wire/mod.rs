@@ -63,7 +63,7 @@
 //! own count (or refuses an unknown link), and each side sends again,
 //! from the other's count, what it had sent, so the stream continues as
 //! if nothing had happened: no frame lost, none taken twice (see
-//! [`super::session`]).
+//! [`SoftCore::detach`](super::SoftCore::detach)).
 //!
 //! # Identity
 //!
