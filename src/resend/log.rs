@@ -110,6 +110,14 @@ impl<T> ResendLog<T> {
         self.items.is_empty()
     }
 
+    /// Gives back what the log holds beyond 4 times its items (and a
+    /// few dozen).
+    pub fn release_memory(&mut self) {
+        if self.items.capacity() > 4 * self.items.len() + 64 {
+            self.items.shrink_to_fit();
+        }
+    }
+
     /// The items held, oldest first, each with the position it starts
     /// at and its length.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64, &T)> {

@@ -363,6 +363,7 @@ impl Conn {
         if self.streaming.is_empty() {
             self.streaming = VecDeque::new();
         }
+        self.session.release_memory();
     }
 
     /// Nothing in flight either way: a closing connection may say Bye.

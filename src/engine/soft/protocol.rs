@@ -1364,7 +1364,11 @@ impl SoftCore {
                 .is_some_and(|i| i.received + payload.len() as u64 == i.accept),
             _ => false,
         };
-        conn.session.consumed(size, urgent);
+        if matches!(frame, Frame::Ack { .. }) {
+            conn.session.consumed_ack(size);
+        } else {
+            conn.session.consumed(size, urgent);
+        }
         match frame {
             Frame::Ack { received } => {
                 let mut done = std::mem::take(&mut self.done_scratch);
@@ -2316,6 +2320,12 @@ impl SoftCore {
         self.conns.get(&conn).map_or(0, |c| c.rx.eager)
     }
 
+    /// Bytes `conn` sent that its peer has not acknowledged (0 for an
+    /// unknown connection).
+    pub fn connection_unacked(&self, conn: ConnId) -> u64 {
+        self.conns.get(&conn).map_or(0, |c| c.session.unacked())
+    }
+
     /// How many connections `peer` has (0 for an unknown peer).
     pub fn peer_connections(&self, peer: PeerAddr) -> usize {
         self.peers.get(&peer).map_or(0, |p| p.conns.len())
@@ -2423,10 +2433,15 @@ impl SoftCore {
         true
     }
 
-    /// Gives back the memory an idle connection's empty queues hold.
+    /// Gives back the memory an idle connection's empty queues hold, and
+    /// acknowledges what it consumed, so that its peer lets go of what it
+    /// keeps for resending.
     pub fn release_connection_memory(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.release_memory();
+            if c.has_transport() && c.session.ack_soon() {
+                self.hint(conn);
+            }
         }
     }
 

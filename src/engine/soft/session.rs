@@ -35,6 +35,9 @@ use std::ops::Range;
 /// peer waits for nothing.
 pub(crate) const ACK_EVERY: u64 = 256 << 10;
 
+/// Bytes consumed that an idle link acknowledges (`Session::ack_soon`).
+pub(crate) const IDLE_ACK_MIN: u64 = 4 << 10;
+
 /// Bytes copied into the log past which a connection starts no new
 /// message until the peer acknowledges some (a peer that never
 /// acknowledges only stalls its own traffic).
@@ -68,6 +71,10 @@ pub(crate) struct Session {
     acked_to_peer: u64,
     /// The peer waits for an acknowledgement.
     urgent: bool,
+    /// Frames other than acknowledgements were consumed since the last
+    /// acknowledgement (acknowledging only acknowledgements would make
+    /// two idle links answer each other forever).
+    owed_data: bool,
     /// After a resumption: replay the log from here before anything new.
     replay_from: Option<u64>,
     /// Sends waiting for the peer to acknowledge up to a position.
@@ -91,6 +98,7 @@ impl Session {
             rx: ReceiveCursor::default(),
             acked_to_peer: 0,
             urgent: false,
+            owed_data: false,
             replay_from: None,
             deferred: VecDeque::new(),
             unplaced: Vec::new(),
@@ -113,6 +121,23 @@ impl Session {
     pub fn consumed(&mut self, n: u64, urgent: bool) {
         self.rx.advance(n);
         self.urgent |= urgent;
+        self.owed_data = true;
+    }
+
+    /// An acknowledgement frame of `n` bytes was consumed: counted, but
+    /// it calls for no acknowledgement of its own.
+    pub fn consumed_ack(&mut self, n: u64) {
+        self.rx.advance(n);
+    }
+
+    /// Acknowledges at the next transmit what was consumed, if it is
+    /// [`IDLE_ACK_MIN`] or more (an idle link lets its peer's log go; a
+    /// smaller tail stays kept, costing the peer less than the
+    /// acknowledgement would).
+    pub fn ack_soon(&mut self) -> bool {
+        let owed = self.rx.next() - self.acked_to_peer;
+        self.urgent |= self.owed_data && owed >= IDLE_ACK_MIN;
+        self.urgent
     }
 
     /// Whether an acknowledgement must go out now.
@@ -126,11 +151,17 @@ impl Session {
     pub fn take_ack(&mut self) -> Option<Frame> {
         let received = self.rx.next();
         self.urgent = false;
+        self.owed_data = false;
         if received == self.acked_to_peer {
             return None;
         }
         self.acked_to_peer = received;
         Some(Frame::Ack { received })
+    }
+
+    /// Bytes sent and not acknowledged (0 when nothing is kept).
+    pub fn unacked(&self) -> u64 {
+        self.log.unacked()
     }
 
     /// Whether new messages must wait for acknowledgements.
@@ -297,6 +328,19 @@ impl Session {
         Ok(())
     }
 
+    /// Gives back the memory of an idle link that grew for a burst: what
+    /// the copy ring and the queues hold beyond what waits in them (a few
+    /// KiB stay, so an idle link's next messages allocate nothing).
+    pub fn release_memory(&mut self) {
+        if self.copies.capacity() > 4 * self.copies.len() + (64 << 10) {
+            self.copies.shrink_to_fit();
+        }
+        if self.deferred.capacity() > 4 * self.deferred.len() + 64 {
+            self.deferred.shrink_to_fit();
+        }
+        self.log.release_memory();
+    }
+
     /// The sends still waiting for acknowledgements (the link is gone:
     /// the caller fails them).
     pub fn take_deferred(&mut self) -> Vec<(OpId, MqStatus)> {
@@ -367,6 +411,32 @@ mod tests {
         assert_eq!(s.take_ack(), None);
         s.consumed(1, true);
         assert!(s.wants_ack());
+        s.take_ack();
+        // An idle link acknowledges data, never only acknowledgements, and
+        // not a small tail.
+        s.consumed_ack(IDLE_ACK_MIN);
+        assert!(!s.ack_soon());
+        s.consumed(8, false);
+        assert!(s.ack_soon() && s.wants_ack());
+        s.take_ack();
+        s.consumed(IDLE_ACK_MIN - 1, false);
+        assert!(!s.ack_soon());
+    }
+
+    #[test]
+    fn an_acknowledged_log_gives_its_memory_back() {
+        let mut s = Session::new(9, true);
+        let mut done = Vec::new();
+        s.begin_batch(0, 0);
+        s.record(&[7u8; 1_000_000], 0, &[], &mut done);
+        s.on_ack(1_000_000, &mut done).unwrap();
+        s.release_memory();
+        assert!(s.copies.capacity() < 1_000, "{}", s.copies.capacity());
+        // Bytes still unacknowledged stay.
+        s.begin_batch(0, 0);
+        s.record(&[7u8; 10], 0, &[], &mut done);
+        s.release_memory();
+        assert_eq!(s.copies.len(), 10);
     }
 
     #[test]

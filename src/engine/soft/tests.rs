@@ -1581,3 +1581,140 @@ fn transmit_hints_name_the_connections_with_frames() {
         "{wanting:?} {hints:?}"
     );
 }
+
+// ----- links: acknowledgements and resumption ---------------------------------
+
+/// The transport of link `l` breaks: what was in flight is lost, both
+/// ends detach, and the dialer (end 0) comes back on a new connection
+/// that node `ends[1]` accepts. Returns the new link.
+fn break_and_redial(net: &mut Net, l: usize) -> usize {
+    let [(i, ci), (j, cj)] = net.links[l].ends;
+    for d in &mut net.links[l].dirs {
+        d.flight.clear();
+        d.input.clear();
+    }
+    assert!(net.nodes[i].core.detach(ci), "the dialer's link detaches");
+    assert!(net.nodes[j].core.detach(cj), "the acceptor's link detaches");
+    net.nodes[i].core.resume(ci).unwrap();
+    let accepted = net.nodes[j].core.open_connection(Role::Acceptor);
+    let dir = || Dir {
+        flight: BytesMut::new(),
+        input: BytesMut::new(),
+    };
+    // The old link carries nothing any more.
+    net.links[l].ends = [(i, ConnId(u64::MAX)), (j, ConnId(u64::MAX))];
+    net.links.push(Link {
+        ends: [(i, ci), (j, accepted)],
+        dirs: [dir(), dir()],
+    });
+    let nl = net.links.len() - 1;
+    // The handshake: once the acceptor resumed, its end is the old id.
+    for _ in 0..10 {
+        net.step();
+        if let Some(&(conn, Some(replaced))) = net.nodes[j].resumed.last() {
+            assert_eq!((conn, replaced), (cj, accepted));
+            net.links[nl].ends[1] = (j, cj);
+            return nl;
+        }
+    }
+    panic!("the acceptor did not resume the link");
+}
+
+#[test]
+fn a_broken_link_resumes_and_every_message_arrives_once_in_order() {
+    let mut net = Net::pair(small(), small());
+    let p = net.peer(0, 1);
+    // Eager and rendezvous messages (small() sets a low eager threshold),
+    // one tag: only the send order decides which receive gets which.
+    let sizes: Vec<usize> = (0..40).map(|k| [3, 700, 9000, 1, 40_000][k % 5]).collect();
+    let recvs: Vec<OpId> = sizes
+        .iter()
+        .map(|&n| net.nodes[1].recv(TagMatch::exact(5), n))
+        .collect();
+    let sends: Vec<OpId> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| net.nodes[0].send(p, 5, data(n, k as u8), SendMode::Standard))
+        .collect();
+    // Part of the traffic crosses, part is in flight when the link breaks.
+    for _ in 0..6 {
+        net.transmit(0, 0, 5000);
+        net.deliver(0, 0, 3000);
+        net.transmit(0, 1, 5000);
+        net.deliver(0, 1, 3000);
+    }
+    let before = net.nodes[1].done.len();
+    break_and_redial(&mut net, 0);
+    net.run();
+    assert!(before < recvs.len(), "the break came mid-traffic");
+    for (k, (&r, &n)) in recvs.iter().zip(&sizes).enumerate() {
+        let got = &net.nodes[1].done[&r];
+        assert_eq!(got.status.error, None, "message {k}");
+        assert_eq!(got.data, data(n, k as u8), "message {k}");
+    }
+    for s in sends {
+        assert_eq!(net.nodes[0].status(s).error, None);
+    }
+    assert_eq!(net.nodes[0].resumed.len(), 1, "the dialer resumed once");
+    assert!(net.nodes[0].down.is_empty() && net.nodes[1].down.is_empty());
+}
+
+#[test]
+fn a_resumption_naming_an_unknown_link_is_refused() {
+    let mut net = Net::pair(small(), small());
+    let [(_, c0), _] = net.links[0].ends;
+    for d in &mut net.links[0].dirs {
+        d.flight.clear();
+    }
+    // Only the dialer detaches and comes back; the acceptor forgot the
+    // link (as after a restart at the same address).
+    assert!(net.nodes[0].core.detach(c0));
+    let [_, (_, c1)] = net.links[0].ends;
+    net.nodes[1].core.connection_lost(c1, "restart");
+    net.nodes[1].pump();
+    net.nodes[0].core.resume(c0).unwrap();
+    let accepted = net.nodes[1].core.open_connection(Role::Acceptor);
+    net.links[0].ends[1] = (1, accepted);
+    net.run();
+    assert!(matches!(
+        net.nodes[0].closed.last(),
+        Some((c, Some(ConnError::Handshake(HandshakeError::RefusedByPeer(Refusal::UnknownLink)))))
+            if *c == c0
+    ));
+}
+
+#[test]
+fn an_idle_link_acknowledges_so_its_peer_keeps_nothing() {
+    // A window wide enough that the receiver sends nothing back (no
+    // credit frame carries an acknowledgement).
+    let roomy = ProtocolConfig {
+        peer_eager_window: 64 << 10,
+        unexpected_budget: 1 << 20,
+        ..small()
+    };
+    let mut net = Net::pair(roomy.clone(), roomy);
+    let p = net.peer(0, 1);
+    let [(_, c0), (_, c1)] = net.links[0].ends;
+    // Eager messages (no acknowledgement is due for them), some KiB,
+    // waiting unexpected.
+    for k in 0..100 {
+        net.nodes[0].send(p, 1, data(60, k), SendMode::Standard);
+    }
+    net.run();
+    assert_eq!(net.nodes[1].core.stats().unexpected_msgs, 100);
+    assert!(net.nodes[0].core.connection_unacked(c0) > 4096);
+    // The receiver's upkeep finds the link idle.
+    net.nodes[1].core.release_connection_memory(c1);
+    net.run();
+    assert_eq!(net.nodes[0].core.connection_unacked(c0), 0);
+    // And acknowledgements are not acknowledged in turn: after a few
+    // upkeeps of both sides, nothing moves any more.
+    for _ in 0..3 {
+        net.nodes[0].core.release_connection_memory(c0);
+        net.nodes[1].core.release_connection_memory(c1);
+        net.run();
+    }
+    net.nodes[0].core.release_connection_memory(c0);
+    net.nodes[1].core.release_connection_memory(c1);
+    assert!(!net.step(), "two idle links answer each other forever");
+}
