@@ -15,6 +15,8 @@
 //! A peer whose process is gone is still declared dead at once: the
 //! reconnection finds nothing listening (last test).
 
+#[path = "support/payload.rs"]
+mod payload;
 #[allow(dead_code)]
 #[path = "support/peer.rs"]
 mod peer;
@@ -22,6 +24,7 @@ mod peer;
 #[path = "support/spin_lock.rs"]
 mod spin_lock;
 
+use payload::pattern;
 use peer::{role, ChildIo, Peer};
 use psmrail::config::PsmConfig;
 use psmrail::engine::soft::{SoftConfig, SoftEpid};
@@ -77,12 +80,6 @@ fn open(tcp: bool) -> Side {
         av,
         ep,
     }
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 12) as u8)
-        .collect()
 }
 
 /// The child: echoes every tagged message back with its tag until QUIT.
@@ -227,7 +224,7 @@ fn scenario(test: &str, tcp: bool) {
             assert!(n > 0, "round {i}: no socket to cut");
             cuts += n;
         }
-        let msg = pattern(1 + (i as usize * 37) % 3000, i as u8);
+        let msg = pattern(1 + (i as usize * 37) % 3000, i);
         let reply = s.ep.trecv(vec![0u8; 4096], i + 1, 0);
         let (sent, _) = reactor.block_on(s.ep.tsend(peer, i + 1, msg.clone()));
         sent.unwrap_or_else(|e| panic!("round {i}: send: {e}"));
