@@ -79,7 +79,10 @@ fn getinfo_names_what_ofi_mrail_does_not_support() {
     let ask = |h: Hints| getinfo(Some(&h.provider(Provider::Mrail))).unwrap_err();
     let cases = [
         (soft_hints("127.0.0.1").caps(Caps::ATOMIC), "atomics"),
-        (soft_hints("127.0.0.1").caps(Caps::RMA), "RMA"),
+        (
+            soft_hints("127.0.0.1").caps(Caps::RMA_EVENT),
+            "FI_RMA_EVENT",
+        ),
         (
             soft_hints("127.0.0.1").caps(Caps::TAGGED | Caps::TRIGGER),
             "triggered",

@@ -53,7 +53,7 @@ use super::fabric::FabricCore;
 use super::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use super::{
     CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, MemoryRegion, MrAccess,
-    MrTable, ProgressKind, TagLayout,
+    MrTable, ProgressKind, RawKey, TagLayout,
 };
 use crate::config::PsmConfig;
 use crate::engine::native::NativeEngine;
@@ -568,6 +568,49 @@ impl Domain {
     ) -> Result<MemoryRegion> {
         self.core.ensure_open()?;
         self.core.mr.register(bytes.into(), access, key)
+    }
+
+    /// Registers `region`'s memory (of another domain) here too, under
+    /// `key` or a provider-assigned one: the multi-rail domain's regions
+    /// are one memory registered on every rail.
+    pub(crate) fn register_shared(
+        &self,
+        region: &MemoryRegion,
+        key: Option<u64>,
+    ) -> Result<MemoryRegion> {
+        self.core.ensure_open()?;
+        self.core.mr.register_shared(region, key)
+    }
+
+    /// `fi_mr_map_raw`: the key a peer's raw key (its region's
+    /// [`raw_key`](MemoryRegion::raw_key)) stands for in RMA calls on this
+    /// domain's endpoints. For the psm provider that is the key itself
+    /// ([`RawKey::key`]); nothing is allocated, so
+    /// [`unmap_key`](Self::unmap_key) has nothing to free.
+    ///
+    /// ```
+    /// # use psmrail::fabric::{getinfo, EngineChoice, Fabric, Hints, MrAccess};
+    /// # use psmrail::config::PsmConfig;
+    /// # let config = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let mr = domain.register(vec![0u8; 64], MrAccess::REMOTE_WRITE, None)?;
+    /// assert_eq!(domain.map_raw(&mr.raw_key())?, mr.key());
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Inval` when the raw key is not [`RAW_KEY_SIZE`](crate::fabric::RAW_KEY_SIZE) bytes.
+    pub fn map_raw(&self, raw: &RawKey) -> Result<u64> {
+        raw.key()
+    }
+
+    /// `fi_mr_unmap_key`: forgets a key [`map_raw`](Self::map_raw) gave
+    /// (a no-op for the psm provider, whose mapped keys hold nothing).
+    pub fn unmap_key(&self, key: u64) -> Result<()> {
+        let _ = key;
+        Ok(())
     }
 
     /// `fi_mr_reg`: the same as [`register`](Self::register).

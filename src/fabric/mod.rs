@@ -13,7 +13,7 @@ mod completion_flags;
 mod counter;
 mod cq;
 mod info;
-pub(crate) use info::mrail_discovery::{mrail_unsupported, MRAIL_CAPS};
+pub(crate) use info::mrail_discovery::{mrail_unsupported, MRAIL_CAPS, MRAIL_RMA_CAPS};
 mod mr;
 mod slots;
 mod tag_layout;

@@ -12,9 +12,10 @@
 use super::av::MrailAv;
 use super::endpoint::MrailEndpointBuilder;
 use super::fabric::{rail_info, MrailFabric};
+use super::memory_region::{MappedKeys, MrailMemoryRegion};
 use crate::fabric::{
     mrail_unsupported, AvAttr, CompletionQueue, Counter, CounterAttr, CqAttr, Domain, Info,
-    MrailAttr,
+    MrAccess, MrailAttr, RawKey,
 };
 use crate::reactor::Reactor;
 use crate::{Error, Result};
@@ -26,6 +27,7 @@ pub(crate) struct MrailDomainCore {
     pub(crate) info: Info,
     pub(crate) rails: Vec<Domain>,
     pub(crate) reactor: Reactor,
+    pub(crate) mapped: MappedKeys,
     made: Mutex<Made>,
 }
 
@@ -110,6 +112,7 @@ impl MrailDomain {
                 info: info.clone(),
                 rails,
                 reactor,
+                mapped: MappedKeys::default(),
                 made: Mutex::new(Made::default()),
             }),
         })
@@ -161,6 +164,78 @@ impl MrailDomain {
             .unwrap_or_else(PoisonError::into_inner);
         made.counters.push(c.clone());
         Ok(c)
+    }
+
+    /// Registers memory for remote access (`fi_mr_reg`) on every rail:
+    /// the region takes `bytes` over (no copy) and every rail's domain
+    /// exposes the same memory with `access`, under `key` on each rail
+    /// (`None`: each rail picks). Peers use its
+    /// [`raw_key`](MrailMemoryRegion::raw_key) through
+    /// [`map_raw`](Self::map_raw). Example: [`MrailMemoryRegion`].
+    ///
+    /// # Errors
+    /// As [`Domain::register`] on any rail (`Busy` when a requested key is
+    /// taken on one), naming the rail; nothing stays registered then.
+    pub fn register(
+        &self,
+        bytes: impl Into<Box<[u8]>>,
+        access: MrAccess,
+        key: Option<u64>,
+    ) -> Result<MrailMemoryRegion> {
+        let rail_error = |i: usize, e: Error| {
+            Error::with_source(
+                e.kind(),
+                format!("ofi_mrail: registering on rail {i}: {}", e.message()),
+                e,
+            )
+        };
+        let first = self.core.rails[0]
+            .register(bytes, access, key)
+            .map_err(|e| rail_error(0, e))?;
+        let mut regions = Vec::with_capacity(self.core.rails.len());
+        regions.push(first);
+        for (i, rail) in self.core.rails.iter().enumerate().skip(1) {
+            match rail.register_shared(&regions[0], key) {
+                Ok(r) => regions.push(r),
+                Err(e) => {
+                    for r in &regions {
+                        r.close();
+                    }
+                    return Err(rail_error(i, e));
+                }
+            }
+        }
+        Ok(MrailMemoryRegion::new(regions))
+    }
+
+    /// `fi_mr_reg`: the same as [`register`](Self::register).
+    pub fn mr_reg(
+        &self,
+        bytes: impl Into<Box<[u8]>>,
+        access: MrAccess,
+        key: Option<u64>,
+    ) -> Result<MrailMemoryRegion> {
+        self.register(bytes, access, key)
+    }
+
+    /// `fi_mr_map_raw`: the key that stands for a peer's raw key (its
+    /// region's [`raw_key`](MrailMemoryRegion::raw_key)) in this domain's
+    /// RMA calls. The domain keeps the rail keys until
+    /// [`unmap_key`](Self::unmap_key).
+    ///
+    /// # Errors
+    /// `Inval` when the raw key is not 8 bytes per rail of this domain.
+    pub fn map_raw(&self, raw: &RawKey) -> Result<u64> {
+        self.core.mapped.map(raw, self.core.rails.len())
+    }
+
+    /// `fi_mr_unmap_key`: forgets a key [`map_raw`](Self::map_raw) gave;
+    /// later RMA calls naming it fail with `FI_EACCES`.
+    ///
+    /// # Errors
+    /// `Inval` for a key that is not mapped.
+    pub fn unmap_key(&self, key: u64) -> Result<()> {
+        self.core.mapped.unmap(key)
     }
 
     /// An address vector (`fi_av_open`): one rail address vector per rail

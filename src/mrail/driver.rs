@@ -445,6 +445,8 @@ pub(crate) struct Bindings {
     pub(crate) rx_cq: Option<CompletionQueue>,
     pub(crate) send_counter: Option<Counter>,
     pub(crate) recv_counter: Option<Counter>,
+    pub(crate) write_counter: Option<Counter>,
+    pub(crate) read_counter: Option<Counter>,
 }
 
 /// The mrail endpoint's protocol engine (module docs).
@@ -1388,6 +1390,88 @@ impl Driver {
                 reason,
             } => self.on_nack(st, source, send_id, reason),
             Frame::Ack { .. } => {}
+            Frame::WriteData { source, data, len } => self.on_write_data(source, data, len),
+        }
+    }
+
+    /// A peer's striped write with remote CQ data has landed whole: one
+    /// `FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA` entry on the receive
+    /// CQ.
+    fn on_write_data(&self, source: u64, data: u64, len: u64) {
+        let Some(p) = self.known(source) else {
+            return;
+        };
+        let Some(cq) = self.bindings.rx_cq.as_ref() else {
+            return;
+        };
+        let mut e = CqEntry::new(
+            0,
+            CompletionFlags::REMOTE_WRITE | CompletionFlags::RMA | CompletionFlags::REMOTE_CQ_DATA,
+        );
+        e.data = data;
+        e.len = usize::try_from(len).unwrap_or(usize::MAX);
+        e.source = FiAddr(u64::from(p));
+        cq.push(e);
+    }
+
+    /// Tells `peer` that a write of `len` bytes with remote CQ `data` has
+    /// landed whole (after its every stripe completed), on the fixed rail
+    /// if it is live, else the first live rail.
+    pub(crate) fn send_write_data(&self, peer: &PeerEntry, data: u64, len: u64) -> Result<()> {
+        let rail = {
+            let st = relock(&self.state);
+            let fixed = st.chooser.fixed_rail();
+            if st.live & (1 << fixed) != 0 {
+                fixed
+            } else if st.live != 0 {
+                st.live.trailing_zeros() as usize
+            } else {
+                return Err(no_rail_error());
+            }
+        };
+        let frame = Frame::WriteData {
+            source: self.token,
+            data,
+            len,
+        };
+        self.send_control(rail, peer.rails[rail], &frame)?;
+        self.notify();
+        Ok(())
+    }
+
+    /// The rails an RMA operation of `len` bytes uses: the size policy's
+    /// choice among the live rails, and for striping each rail's weight
+    /// ([`RailRates::weights`]); `None` when no rail is live.
+    pub(crate) fn rma_rails(&self, len: u64) -> Option<(u64, u64)> {
+        let mut st = relock(&self.state);
+        let live = st.live;
+        match st.chooser.choose(len, live)? {
+            RailChoice::One(r) => Some((1 << r, 0)),
+            RailChoice::All(mask) => Some((mask, st.rates.weights(mask))),
+        }
+    }
+
+    /// Counts one rail operation of an RMA operation: `len` bytes sent
+    /// (write) or fetched (read) on `rail`.
+    pub(crate) fn count_rma_part(&self, rail: usize, len: u64, write: bool) {
+        let rs = &self.stats.rails[rail];
+        bump(&rs.stripes, 1);
+        bump(
+            if write {
+                &rs.bytes_sent
+            } else {
+                &rs.bytes_received
+            },
+            len,
+        );
+    }
+
+    /// The counter an initiator's RMA completion counts on.
+    pub(crate) fn rma_counter(&self, write: bool) -> Option<&Counter> {
+        if write {
+            self.bindings.write_counter.as_ref()
+        } else {
+            self.bindings.read_counter.as_ref()
         }
     }
 

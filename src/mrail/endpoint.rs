@@ -23,7 +23,7 @@ use super::driver::{Bindings, Driver, DriverStats};
 use super::fabric::rail_info;
 use crate::fabric::{
     mrail_unsupported, Caps, CompletionQueue, Counter, CounterBind, CqBind, Endpoint, Info,
-    MRAIL_CAPS,
+    MRAIL_CAPS, MRAIL_RMA_CAPS,
 };
 use crate::reactor::{ProgressSource, SourceId};
 use crate::{Error, ErrorKind, Result};
@@ -125,14 +125,15 @@ pub struct MrailStats {
 pub struct RailTraffic {
     /// Eager messages and control frames sent.
     pub msgs_sent: u64,
-    /// Payload bytes sent (eager payloads and striped parts).
+    /// Payload bytes sent (eager payloads, striped parts, RMA writes).
     pub bytes_sent: u64,
     /// Control frames received (eager messages among them), from known
     /// peers or not.
     pub msgs_received: u64,
-    /// Eager payload bytes that arrived.
+    /// Eager payload bytes that arrived, and bytes RMA reads fetched.
     pub bytes_received: u64,
-    /// Parts of striped messages sent or received.
+    /// Parts of striped messages sent or received, and rail operations
+    /// of RMA operations.
     pub stripes: u64,
     /// The rail's rate in Mbit/s as weighted striping uses it (configured,
     /// or learned from the parts this endpoint sent); `None` until known.
@@ -248,6 +249,8 @@ struct BindingsBuilder {
     rx_cq: Option<CompletionQueue>,
     send: Option<Counter>,
     recv: Option<Counter>,
+    write: Option<Counter>,
+    read: Option<Counter>,
 }
 
 impl MrailEndpointBuilder {
@@ -291,8 +294,11 @@ impl MrailEndpointBuilder {
         self
     }
 
-    /// Binds a counter for `FI_SEND` and/or `FI_RECV` completions (RMA
-    /// counters are not supported: no `FI_RMA` on ofi_mrail).
+    /// Binds a counter for `FI_SEND`, `FI_RECV`, `FI_WRITE` and/or
+    /// `FI_READ` completions: an RMA operation counts once, when all its
+    /// stripes are done. Remote counters (`FI_REMOTE_READ`,
+    /// `FI_REMOTE_WRITE`) need `FI_RMA_EVENT`, which ofi_mrail does not
+    /// offer: `NoSys`.
     pub fn bind_counter(mut self, counter: &Counter, flags: CounterBind) -> Self {
         if !self.domain.made_counter(counter) {
             return self.fail(Error::new(
@@ -300,12 +306,16 @@ impl MrailEndpointBuilder {
                 "bind_counter: the counter belongs to another domain",
             ));
         }
-        let rma = CounterBind::READ
-            | CounterBind::WRITE
-            | CounterBind::REMOTE_READ
-            | CounterBind::REMOTE_WRITE;
-        if flags.intersects(rma) {
-            return self.fail(mrail_unsupported("RMA counters (FI_READ, FI_WRITE, ...)"));
+        if flags.intersects(CounterBind::REMOTE_READ | CounterBind::REMOTE_WRITE) {
+            return self.fail(mrail_unsupported(
+                "remote RMA counters (FI_REMOTE_READ, FI_REMOTE_WRITE need FI_RMA_EVENT)",
+            ));
+        }
+        if flags.contains(CounterBind::WRITE) {
+            self.bindings.write = Some(counter.clone());
+        }
+        if flags.contains(CounterBind::READ) {
+            self.bindings.read = Some(counter.clone());
         }
         if flags.contains(CounterBind::SEND) {
             self.bindings.send = Some(counter.clone());
@@ -364,7 +374,7 @@ impl MrailEndpointBuilder {
             let rail_av = av.rail(i).expect("one rail AV per rail");
             let ep = d
                 .endpoint(&ri)
-                .caps(Caps::TAGGED)
+                .caps(Caps::TAGGED | self.caps.intersection(MRAIL_RMA_CAPS))
                 .bind_av(rail_av)
                 .enable()
                 .map_err(|e| {
@@ -382,6 +392,8 @@ impl MrailEndpointBuilder {
             rx_cq: b.rx_cq,
             send_counter: b.send,
             recv_counter: b.recv,
+            write_counter: b.write,
+            read_counter: b.read,
         };
         let rail_cores = rails.iter().map(|e| e.core.clone()).collect();
         let rates = match attr.config().rail_rates() {

@@ -97,9 +97,11 @@ mod endpoint;
 mod fabric;
 #[doc(hidden)]
 pub mod fuzzing;
+mod memory_region;
 pub mod ops;
 mod region;
 pub mod resolve;
+pub mod rma;
 mod stripe_join;
 
 pub use addr::{MrailAddr, MRAIL_SCHEME};
@@ -107,4 +109,6 @@ pub use av::MrailAv;
 pub use domain::MrailDomain;
 pub use endpoint::{MrailEndpoint, MrailEndpointBuilder, MrailStats, RailTraffic};
 pub use fabric::MrailFabric;
+pub use memory_region::MrailMemoryRegion;
 pub use ops::{MrailPosted, MrailRecvOp, MrailSendOp};
+pub use rma::MrailRmaOp;

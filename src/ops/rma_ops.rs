@@ -230,6 +230,20 @@ pub(crate) fn prepare(
     what: &str,
     dest: FiAddr,
 ) -> Result<(Arc<RmaTransport>, PeerAddr)> {
+    let rma = transport(ep, class, dir, what)?;
+    let peer = ep.resolve(dest)?;
+    ep.domain().peers().refuse(peer, what)?;
+    Ok((rma, peer))
+}
+
+/// [`prepare`] without the address: the capability checks and the
+/// domain's RMA transport.
+fn transport(
+    ep: &Arc<EndpointCore>,
+    class: Caps,
+    dir: Caps,
+    what: &str,
+) -> Result<Arc<RmaTransport>> {
     ep.ensure_open()?;
     let caps = ep.caps();
     let dir_ok = caps.contains(dir) || !caps.intersects(Caps::READ | Caps::WRITE);
@@ -242,10 +256,7 @@ pub(crate) fn prepare(
             ),
         ));
     }
-    let rma = ep.domain().rma()?.clone();
-    let peer = ep.resolve(dest)?;
-    ep.domain().peers().refuse(peer, what)?;
-    Ok((rma, peer))
+    Ok(ep.domain().rma()?.clone())
 }
 
 impl Endpoint {
@@ -399,13 +410,50 @@ impl Endpoint {
         remote: &[RmaIov],
         data: Option<u64>,
     ) -> RmaOp {
-        let (dir, counter, what) = match kind {
-            RmaKind::Write => (Caps::WRITE, CounterKind::Write, "RMA write"),
-            RmaKind::Read => (Caps::READ, CounterKind::Read, "RMA read"),
+        let (dir, what) = match kind {
+            RmaKind::Write => (Caps::WRITE, "RMA write"),
+            RmaKind::Read => (Caps::READ, "RMA read"),
         };
         let (rma, peer) = match prepare(&self.core, Caps::RMA, dir, what, dest) {
             Ok(p) => p,
             Err(e) => return RmaOp::failed(e, buf),
+        };
+        self.start_rma(&rma, kind, peer, buf, remote, data)
+    }
+
+    /// RMA to an engine peer (the multi-rail layer's stripes, whose peers
+    /// are its address vector's per-rail entries).
+    pub(crate) fn rma_to_peer(
+        &self,
+        kind: RmaKind,
+        peer: PeerAddr,
+        buf: OpBuffer,
+        remote: &[RmaIov],
+    ) -> RmaOp {
+        let (dir, what) = match kind {
+            RmaKind::Write => (Caps::WRITE, "RMA write"),
+            RmaKind::Read => (Caps::READ, "RMA read"),
+        };
+        let checked = transport(&self.core, Caps::RMA, dir, what)
+            .and_then(|rma| self.core.domain().peers().refuse(peer, what).map(|()| rma));
+        match checked {
+            Ok(rma) => self.start_rma(&rma, kind, peer, buf, remote, None),
+            Err(e) => RmaOp::failed(e, buf),
+        }
+    }
+
+    fn start_rma(
+        &self,
+        rma: &Arc<RmaTransport>,
+        kind: RmaKind,
+        peer: PeerAddr,
+        buf: OpBuffer,
+        remote: &[RmaIov],
+        data: Option<u64>,
+    ) -> RmaOp {
+        let counter = match kind {
+            RmaKind::Write => CounterKind::Write,
+            RmaKind::Read => CounterKind::Read,
         };
         let iovs: Vec<RemoteIov> = remote
             .iter()
@@ -416,7 +464,7 @@ impl Endpoint {
             })
             .collect();
         match rma.start_rma(kind, peer, buf, &iovs, data) {
-            Ok(key) => RmaOp::posted(self.core.clone(), rma, key, counter),
+            Ok(key) => RmaOp::posted(self.core.clone(), rma.clone(), key, counter),
             Err((e, buf)) => RmaOp::failed(e, buf),
         }
     }

@@ -125,11 +125,23 @@ impl super::Info {
         let rail = self.mrail.as_ref()?.rails.get(i)?.clone();
         let mut info = self.clone();
         info.mrail = None;
-        info.caps = crate::fabric::Caps::TAGGED;
+        // The rails carry tagged messages, and the RMA the mrail endpoint
+        // stripes over them (whose long transfers take tag bit 62).
+        let rma = self
+            .caps
+            .intersection(super::mrail_discovery::MRAIL_RMA_CAPS);
+        info.caps = crate::fabric::Caps::TAGGED | rma;
         info.tx_attr.caps = info.caps;
         info.rx_attr.caps = info.caps;
         info.inject_size = super::attr::INJECT_SIZE;
-        info.mem_tag_format = crate::fabric::mem_tag_format(0);
+        let reserved = if rma.is_empty() {
+            0
+        } else {
+            crate::fabric::RMA_BIT
+        };
+        info.mem_tag_format = crate::fabric::mem_tag_format(reserved);
+        info.domain_attr.mr_key_size = crate::fabric::RAW_KEY_SIZE;
+        info.domain_attr.cq_data_size = 4;
         info.ep_attr.protocol = "FI_PROTO_PSMX";
         info.fabric_attr.prov_name = Provider::Psm.name();
         info.fabric_attr.name = Provider::Psm.name();

@@ -6,12 +6,14 @@
 //! logical RDM endpoint over N rails, as C's `mrail_get_info` turns rail
 //! 0's info into the mrail one (study §10):
 //!
-//! * capabilities: `FI_MSG` and `FI_TAGGED` (with `FI_SEND`, `FI_RECV`,
-//!   `FI_DIRECTED_RECV`, `FI_SOURCE`). What fi_mrail(7) lists as
-//!   unsupported — atomics, scalable endpoints, shared contexts,
+//! * capabilities: `FI_MSG`, `FI_TAGGED` (with `FI_SEND`, `FI_RECV`,
+//!   `FI_DIRECTED_RECV`, `FI_SOURCE`) and `FI_RMA` (with `FI_READ`,
+//!   `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE`). What fi_mrail(7)
+//!   lists as unsupported — atomics, scalable endpoints, shared contexts,
 //!   multicast, triggered operations — and `FI_EP_DGRAM` are `FI_ENOSYS`
-//!   errors naming the feature, as is `FI_RMA` (not offered by this
-//!   provider);
+//!   errors naming the feature, as is `FI_RMA_EVENT`;
+//! * memory-region keys are raw: every rail's 8-byte key in rail order, so
+//!   `mr_key_size` is 8 × the rails; remote CQ data is 8 bytes;
 //! * the rails: `FI_OFI_MRAIL_ADDR` (or the deprecated
 //!   `FI_OFI_MRAIL_ADDR_STRC`, or the hints' [`MrailConfig`]), each item
 //!   resolved to an IPv4 address for the soft engine (an error names the
@@ -40,7 +42,15 @@ pub(crate) const MRAIL_CAPS: Caps = Caps::MSG
     .union(Caps::DIRECTED_RECV)
     .union(Caps::SOURCE)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    .union(MRAIL_RMA_CAPS);
+
+/// The RMA capabilities: operations striped over the rails.
+pub(crate) const MRAIL_RMA_CAPS: Caps = Caps::RMA
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE);
 
 /// The size of the mrail header in front of an eager message; the rails'
 /// inject size less this is the mrail inject size.
@@ -55,13 +65,8 @@ pub(crate) const MAX_RAILS: usize = 16;
 const UNSUPPORTED: [(Caps, &str); 5] = [
     (Caps::ATOMIC, "atomics (FI_ATOMIC)"),
     (
-        Caps::RMA
-            .union(Caps::READ)
-            .union(Caps::WRITE)
-            .union(Caps::REMOTE_READ)
-            .union(Caps::REMOTE_WRITE)
-            .union(Caps::RMA_EVENT),
-        "RMA (FI_RMA)",
+        Caps::RMA_EVENT,
+        "remote RMA events and counters (FI_RMA_EVENT)",
     ),
     (Caps::MULTICAST, "multicast (FI_MULTICAST)"),
     (Caps::TRIGGER, "triggered operations (FI_TRIGGER)"),
@@ -227,6 +232,10 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
     info.inject_size = INJECT_SIZE - MRAIL_EAGER_HEADER;
     info.ep_type = EpType::Rdm;
     info.caps = requested_caps(hints).intersection(MRAIL_CAPS);
+    // Every rail's key, concatenated in rail order (FI_MR_RAW style).
+    info.domain_attr.mr_key_size = n * crate::fabric::RAW_KEY_SIZE;
+    // The mrail layer carries remote CQ data in its own frame.
+    info.domain_attr.cq_data_size = 8;
     info.tx_attr.caps = info.caps;
     info.rx_attr.caps = info.caps;
     info.ep_attr.protocol = "FI_PROTO_MRAIL";

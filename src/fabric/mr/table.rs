@@ -88,6 +88,33 @@ impl MrTable {
         access: MrAccess,
         requested_key: Option<u64>,
     ) -> Result<MemoryRegion> {
+        self.register_memory(Arc::new(RegionMemory::new(bytes)), access, requested_key)
+    }
+
+    /// Registers memory another table already registered (the same bytes
+    /// reachable through several domains, as the rails of a multi-rail
+    /// domain), under `requested_key` or a provider-assigned one.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub(crate) fn register_shared(
+        &self,
+        region: &MemoryRegion,
+        requested_key: Option<u64>,
+    ) -> Result<MemoryRegion> {
+        self.register_memory(
+            region.shared.memory.clone(),
+            region.shared.access,
+            requested_key,
+        )
+    }
+
+    fn register_memory(
+        &self,
+        memory: Arc<RegionMemory>,
+        access: MrAccess,
+        requested_key: Option<u64>,
+    ) -> Result<MemoryRegion> {
         if !MrAccess::all().contains(access) {
             return Err(Error::new(
                 ErrorKind::Inval,
@@ -115,7 +142,6 @@ impl MrTable {
         };
         let serial = t.next_serial;
         t.next_serial += 1;
-        let memory = Arc::new(RegionMemory::new(bytes));
         t.entries.insert(
             key,
             Entry {

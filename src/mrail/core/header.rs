@@ -23,10 +23,10 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0 | [`VERSION`] |
-//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData |
 //! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
 //! | 3 | zero |
-//! | 4..8 | sequence number (zero for Cts and Nack) |
+//! | 4..8 | sequence number (zero for Cts, Nack and WriteData) |
 //! | 8..16 | source: the sender's identity token |
 //!
 //! followed by the kind's fields:
@@ -38,6 +38,7 @@
 //! | Cts | send_id, recv_id, accepted, weights | 48 |
 //! | Nack | send_id, reason (u32), zero (u32) | 32 |
 //! | Ack | zero (u64) | 24 |
+//! | WriteData | data, len | 32 |
 //!
 //! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
 //! reserved field or flag, a short input, and trailing bytes after a frame
@@ -66,12 +67,14 @@ const RTS_LEN: usize = 48;
 const CTS_LEN: usize = 48;
 const NACK_LEN: usize = 32;
 const ACK_LEN: usize = 24;
+const WRITE_DATA_LEN: usize = 32;
 
 const KIND_EAGER: u8 = 0;
 const KIND_RTS: u8 = 1;
 const KIND_CTS: u8 = 2;
 const KIND_NACK: u8 = 3;
 const KIND_ACK: u8 = 4;
+const KIND_WRITE_DATA: u8 = 5;
 
 const FLAG_TAGGED: u8 = 0x01;
 
@@ -251,6 +254,16 @@ pub enum Frame {
         /// The first sequence number not yet delivered.
         seq: u32,
     },
+    /// Every stripe of an RMA write with remote CQ data (`fi_writedata`)
+    /// has landed: the target reports `data` for the `len` bytes.
+    WriteData {
+        /// The writer's identity token.
+        source: u64,
+        /// The remote CQ data.
+        data: u64,
+        /// The bytes the write moved.
+        len: u64,
+    },
 }
 
 impl Frame {
@@ -266,6 +279,7 @@ impl Frame {
             Frame::Cts { .. } => KIND_CTS,
             Frame::Nack { .. } => KIND_NACK,
             Frame::Ack { .. } => KIND_ACK,
+            Frame::WriteData { .. } => KIND_WRITE_DATA,
         }
     }
 
@@ -281,7 +295,8 @@ impl Frame {
             | Frame::Rts { source, .. }
             | Frame::Cts { source, .. }
             | Frame::Nack { source, .. }
-            | Frame::Ack { source, .. } => source,
+            | Frame::Ack { source, .. }
+            | Frame::WriteData { source, .. } => source,
         }
     }
 
@@ -327,7 +342,7 @@ impl Frame {
                 (class_flags(class), seq)
             }
             Frame::Ack { seq, .. } => (0, seq),
-            Frame::Cts { .. } | Frame::Nack { .. } => (0, 0),
+            Frame::Cts { .. } | Frame::Nack { .. } | Frame::WriteData { .. } => (0, 0),
         };
         out[0] = VERSION;
         out[1] = self.kind();
@@ -367,6 +382,10 @@ impl Frame {
                 out[24..28].copy_from_slice(&reason.to_u32().to_le_bytes());
             }
             Frame::Ack { .. } => {}
+            Frame::WriteData { data, len, .. } => {
+                put_u64(out, 16, data);
+                put_u64(out, 24, len);
+            }
         }
         Ok(len)
     }
@@ -418,7 +437,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
         return Err(HeaderError::Version(common[0]));
     }
     let kind = common[1];
-    if kind > KIND_ACK {
+    if kind > KIND_WRITE_DATA {
         return Err(HeaderError::UnknownKind(kind));
     }
     let name = kind_name(kind);
@@ -458,7 +477,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
     };
     let seq = get_u32(h, 4);
     let source = get_u64(h, 8);
-    if seq != 0 && (kind == KIND_CTS || kind == KIND_NACK) {
+    if seq != 0 && (kind == KIND_CTS || kind == KIND_NACK || kind == KIND_WRITE_DATA) {
         return Err(HeaderError::Reserved {
             kind: name,
             offset: 4,
@@ -501,6 +520,11 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
                 reason: NackReason::from_u32(raw).ok_or(HeaderError::NackReason(raw))?,
             }
         }
+        KIND_WRITE_DATA => Frame::WriteData {
+            source,
+            data: get_u64(h, 16),
+            len: get_u64(h, 24),
+        },
         _ => {
             if get_u64(h, 16) != 0 {
                 return Err(HeaderError::Reserved {
@@ -583,7 +607,8 @@ const fn kind_name(kind: u8) -> &'static str {
         KIND_RTS => "Rts",
         KIND_CTS => "Cts",
         KIND_NACK => "Nack",
-        _ => "Ack",
+        KIND_ACK => "Ack",
+        _ => "WriteData",
     }
 }
 
@@ -593,7 +618,8 @@ const fn header_len(kind: u8) -> usize {
         KIND_RTS => RTS_LEN,
         KIND_CTS => CTS_LEN,
         KIND_NACK => NACK_LEN,
-        _ => ACK_LEN,
+        KIND_ACK => ACK_LEN,
+        _ => WRITE_DATA_LEN,
     }
 }
 
@@ -690,13 +716,18 @@ mod tests {
                 reason: NackReason::TooManyParts,
             },
             Frame::Ack { source: 9, seq: 10 },
+            Frame::WriteData {
+                source: 9,
+                data: 11,
+                len: 12,
+            },
         ]
     }
 
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 48, 48, 32, 24]);
+        assert_eq!(lens, [24, 48, 48, 32, 24, 32]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -726,7 +757,7 @@ mod tests {
             decode(&b).unwrap_err()
         };
         assert_eq!(bad(0, 2), HeaderError::Version(2));
-        assert_eq!(bad(1, 5), HeaderError::UnknownKind(5));
+        assert_eq!(bad(1, 6), HeaderError::UnknownKind(6));
         assert_eq!(
             bad(2, 1),
             HeaderError::Flags {
@@ -862,6 +893,8 @@ mod tests {
                 }
             }),
             (any::<u64>(), any::<u32>()).prop_map(|(source, seq)| Frame::Ack { source, seq }),
+            (any::<u64>(), any::<u64>(), any::<u64>())
+                .prop_map(|(source, data, len)| Frame::WriteData { source, data, len }),
         ]
     }
 

@@ -12,6 +12,8 @@
 //!   and rail liveness ([`RailChooser`]);
 //! * [`stripe`]: how a large message is split over its rails
 //!   ([`StripePlan`]), equally or by weight;
+//! * [`rma_plan`]: how an RMA operation's stripes are laid over its
+//!   remote ranges, one rail operation per overlap ([`RmaPiece`]);
 //! * [`rail_rates`]: each rail's rate, configured or learned, and the
 //!   stripe weights that follow ([`RailRates`]);
 //! * [`rail_load`]: the striped parts on each rail, so that only a part
@@ -38,6 +40,7 @@ pub mod matcher;
 pub mod rail_choice;
 pub mod rail_load;
 pub mod rail_rates;
+pub mod rma_plan;
 pub mod sequence;
 pub mod stripe;
 
@@ -47,5 +50,6 @@ pub use matcher::{ArrivalSpec, Matcher, RecvSpec};
 pub use rail_choice::{RailChoice, RailChooser, RailCountError};
 pub use rail_load::{RailLoad, RailStint};
 pub use rail_rates::RailRates;
+pub use rma_plan::{RmaPiece, RmaPlanError};
 pub use sequence::{Reorder, ReorderError, TxSequence};
 pub use stripe::{Stripe, StripePlan};
