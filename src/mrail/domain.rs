@@ -13,6 +13,7 @@ use super::av::MrailAv;
 use super::endpoint::MrailEndpointBuilder;
 use super::fabric::{rail_info, MrailFabric};
 use super::memory_region::{MappedKeys, MrailMemoryRegion};
+use super::rail_events::{RailEventQueue, RailEvents};
 use crate::fabric::{
     mrail_unsupported, AvAttr, CompletionQueue, Counter, CounterAttr, CqAttr, Domain, Info,
     MrAccess, MrailAttr, RawKey,
@@ -28,6 +29,7 @@ pub(crate) struct MrailDomainCore {
     pub(crate) rails: Vec<Domain>,
     pub(crate) reactor: Reactor,
     pub(crate) mapped: MappedKeys,
+    pub(crate) rail_events: Arc<RailEventQueue>,
     made: Mutex<Made>,
 }
 
@@ -113,6 +115,7 @@ impl MrailDomain {
                 rails,
                 reactor,
                 mapped: MappedKeys::default(),
+                rail_events: Arc::new(RailEventQueue::default()),
                 made: Mutex::new(Made::default()),
             }),
         })
@@ -236,6 +239,35 @@ impl MrailDomain {
     /// `Inval` for a key that is not mapped.
     pub fn unmap_key(&self, key: u64) -> Result<()> {
         self.core.mapped.unmap(key)
+    }
+
+    /// The rail events of the domain's endpoint (a rail going down,
+    /// rejoining, back in service), as an event queue or a
+    /// [`futures::Stream`].
+    ///
+    /// ```
+    /// # use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+    /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Hints, Provider};
+    /// # use psmrail::mrail::{MrailFabric, RailReason, RailState};
+    /// # let psm = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let rails = MrailConfig::builder()
+    /// #     .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap()).build();
+    /// # let hints = Hints::new().provider(Provider::Mrail).engine(EngineChoice::Soft)
+    /// #     .config(psm).mrail_config(rails);
+    /// # let info = getinfo(Some(&hints))?.remove(0);
+    /// let domain = MrailFabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+    /// let events = domain.rail_events();
+    /// ep.disable_rail(1)?;
+    /// let e = events.read().expect("an event");
+    /// assert_eq!((e.rail, e.state, e.reason), (1, RailState::Down, RailReason::Disabled));
+    /// assert_eq!(ep.rail_states(), [RailState::Up, RailState::Down]);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn rail_events(&self) -> RailEvents {
+        RailEvents::new(self.core.rail_events.clone(), self.core.reactor.clone())
     }
 
     /// An address vector (`fi_av_open`): one rail address vector per rail

@@ -53,12 +53,15 @@ use super::core::header::{
 };
 use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
+use super::core::rail_health::{RailEvent, RailHealth, RailState};
 use super::core::rail_load::RailLoad;
 use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
+use super::link_watch::LinkWatch;
+use super::rail_events::RailEventQueue;
 use super::region::SharedBuffer;
-use super::stripe_join::{PartOutput, RailPart, Striped};
+use super::stripe_join::{rail_lost, Joined, PartOutput, RailPart, Striped};
 use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
 use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
@@ -67,13 +70,15 @@ use crate::fabric::{
 };
 use crate::ops::gen_slab::GenSlab;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
+use crate::resend::ResendLog;
 use crate::{Error, ErrorKind, Result, Truncation};
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Largest eager message payload: larger ones go by RTS/CTS. Part of the
 /// protocol (a peer's pool buffers are this size plus the header).
@@ -94,6 +99,19 @@ const MAX_UNKNOWN_PEERS: usize = 1024;
 
 /// Most eager payload bytes a peer may have held out of order.
 pub(crate) const REORDER_BYTES: usize = 64 << 20;
+
+/// A receiver acknowledges a peer's sequenced frames after this many.
+const ACK_EVERY: u32 = 32;
+
+/// ... or at most this long after the last one it has not acknowledged.
+const ACK_DELAY: Duration = Duration::from_millis(1);
+
+/// The driver looks at the time (acknowledgements due, links, back-offs)
+/// every this-many progress steps.
+const HOUSEKEEPING_EVERY: usize = 16;
+
+/// Spare frame buffers kept for the resend logs.
+const FRAME_POOL: usize = 256;
 
 /// Generation bits of transfer ids: ids stay below 2^45, which the data
 /// tags carry.
@@ -146,6 +164,11 @@ pub(crate) struct RailStats {
     pub(crate) msgs_received: AtomicU64,
     pub(crate) bytes_received: AtomicU64,
     pub(crate) stripes: AtomicU64,
+    /// Frames sent again and parts asked for again on another rail
+    /// because this rail was lost.
+    pub(crate) retransmits: AtomicU64,
+    /// Times the rail was lost for a peer (its link, or the peer on it).
+    pub(crate) errors: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -192,6 +215,29 @@ struct PeerState {
     /// sent) and is discarded when its turn comes.
     rx: Reorder<Option<(ArrivalSpec, Arrival)>>,
     held_bytes: usize,
+    /// The sequenced frames (eager messages and requests to send) sent to
+    /// the peer and not acknowledged yet, at positions equal to their
+    /// sequence numbers (modulo 2^32): sent again on another rail when
+    /// theirs is lost.
+    log: ResendLog<Logged>,
+    /// Frames of the peer delivered since our last acknowledgement.
+    rx_unacked: u32,
+    /// Whether the peer is in [`State::ack_pending`].
+    ack_queued: bool,
+    /// Rails on which the peer is gone for good (its rail endpoint closed
+    /// or stopped answering): the rails' peer books say so.
+    dead: u64,
+    /// Rails the peer told us are out of service ([`Frame::RailNotice`]).
+    peer_down: u64,
+    /// The peer's address vector entry, once it is known.
+    entry: Option<Arc<PeerEntry>>,
+}
+
+/// A sequenced frame kept for resending: its bytes and the rail it last
+/// went on.
+struct Logged {
+    rail: std::cell::Cell<usize>,
+    frame: Vec<u8>,
 }
 
 impl PeerState {
@@ -200,14 +246,25 @@ impl PeerState {
             tx: TxSequence::new(),
             rx: Reorder::new(REORDER_WINDOW),
             held_bytes: 0,
+            log: ResendLog::new(),
+            rx_unacked: 0,
+            ack_queued: false,
+            dead: 0,
+            peer_down: 0,
+            entry: None,
         }
+    }
+
+    /// The rails usable towards the peer among `live`.
+    fn rails(&self, live: u64) -> u64 {
+        live & !(self.dead | self.peer_down)
     }
 }
 
 /// A large send: waiting for its CTS, then its parts.
 struct SendXfer {
-    /// Ends the send when its peer dies on a rail.
-    watch: Option<Arc<PeerDeath>>,
+    /// Tells the send when its peer dies on a rail.
+    watch: Vec<Arc<PeerDeath>>,
     entry: Arc<PeerEntry>,
     class: MsgClass,
     len: u64,
@@ -217,13 +274,25 @@ struct SendXfer {
     shared: Arc<SharedBuffer>,
     sink: Sink,
     striped: Option<Striped>,
+    /// Once the CTS came: the receiver's id and the plan of the parts.
+    accepted: Option<(u64, StripePlan)>,
     waker: Waker,
 }
 
 /// A large receive whose parts are landing.
 struct RecvXfer {
-    /// Ends the receive when its sender dies on a rail.
-    watch: Option<Arc<PeerDeath>>,
+    /// Tells the receive when its sender dies on a rail.
+    watch: Vec<Arc<PeerDeath>>,
+    entry: Arc<PeerEntry>,
+    send_id: u64,
+    /// The rail the RTS came on (and the CTS went back on).
+    via: usize,
+    /// The CTS (sent again when its rail is lost).
+    cts: Frame,
+    plan: StripePlan,
+    /// Parts asked for again on another rail: (part, attempt, the
+    /// separate buffer that attempt lands in).
+    rerouted: Vec<(usize, usize, Arc<SharedBuffer>)>,
     spans: Spans,
     /// When the parts were posted (the rails' rate samples start there).
     posted: Instant,
@@ -245,6 +314,7 @@ struct RecvXfer {
 /// receiver no longer waits for parts).
 struct PeerDeath {
     task: u64,
+    rail: usize,
     queue: Arc<ReadyQueue>,
     error: OnceLock<Error>,
 }
@@ -258,10 +328,17 @@ impl Doomed for PeerDeath {
 }
 
 impl PeerDeath {
-    /// The error, once the peer died.
-    fn error(this: &Option<Arc<PeerDeath>>) -> Option<Error> {
-        let e = this.as_ref()?.error.get()?;
-        Some(Error::new(e.kind(), e.message().to_owned()))
+    /// The rails (a mask) on which the peer died, and the first error.
+    fn deaths(watch: &[Arc<PeerDeath>]) -> (u64, Option<Error>) {
+        let mut mask = 0;
+        let mut first = None;
+        for w in watch {
+            if let Some(e) = w.error.get() {
+                mask |= 1 << w.rail;
+                first.get_or_insert_with(|| Error::new(e.kind(), e.message().to_owned()));
+            }
+        }
+        (mask, first)
     }
 }
 
@@ -418,6 +495,17 @@ struct State {
     scratch: Vec<u64>,
     next_cq_id: u64,
     closed: bool,
+    /// Which rails are in service, and why not.
+    health: RailHealth,
+    links: LinkWatch,
+    /// Spare buffers for the resend logs.
+    frame_pool: Vec<Vec<u8>>,
+    /// Peers owed an acknowledgement (by token).
+    ack_pending: Vec<u64>,
+    /// When the owed acknowledgements go out at the latest.
+    ack_due: Option<Instant>,
+    /// Turns among rails for failover choices.
+    next_failover: usize,
 }
 
 impl State {
@@ -449,6 +537,13 @@ pub(crate) struct Bindings {
     pub(crate) read_counter: Option<Counter>,
 }
 
+/// What failover needs from the endpoint: the rails' IPv4 addresses (to
+/// watch their links) and the domain's rail event queue.
+pub(crate) struct Failover {
+    pub(crate) rail_ips: Vec<Option<Ipv4Addr>>,
+    pub(crate) events: Arc<RailEventQueue>,
+}
+
 /// The mrail endpoint's protocol engine (module docs).
 pub(crate) struct Driver {
     state: Mutex<State>,
@@ -467,6 +562,10 @@ pub(crate) struct Driver {
     fast_polls: AtomicUsize,
     /// The striped parts on each rail (which parts teach rates).
     load: Arc<RailLoad>,
+    /// The domain's rail events.
+    events: Arc<RailEventQueue>,
+    /// Progress steps so far (housekeeping every [`HOUSEKEEPING_EVERY`]).
+    steps: AtomicUsize,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -484,6 +583,7 @@ impl Driver {
         rates: RailRates,
         token: u64,
         bindings: Bindings,
+        failover: Failover,
     ) -> Result<Arc<Driver>> {
         let n = rails.len();
         let salt = token as u32 ^ (token >> 32) as u32;
@@ -517,6 +617,12 @@ impl Driver {
                 scratch: Vec::new(),
                 next_cq_id: 1,
                 closed: false,
+                health: RailHealth::new(n),
+                links: LinkWatch::new(&failover.rail_ips),
+                frame_pool: Vec::new(),
+                ack_pending: Vec::new(),
+                ack_due: None,
+                next_failover: 0,
             }),
             ready,
             table: Arc::new(CompletionTable::new()),
@@ -532,6 +638,8 @@ impl Driver {
             hot_rail: AtomicUsize::new(0),
             fast_polls: AtomicUsize::new(0),
             load: RailLoad::new(n),
+            events: failover.events,
+            steps: AtomicUsize::new(0),
         });
         {
             let mut st = relock(&driver.state);
@@ -628,11 +736,14 @@ impl Driver {
         if st.closed {
             return Err((closed_error(), buf));
         }
-        let live = st.live;
+        let token = entry.addr.token();
+        let live = match self.peer_rails(&mut st, token, &entry) {
+            Some(l) => l,
+            None => return Err((no_rail_error(), buf)),
+        };
         let Some(choice) = st.chooser.choose(len as u64, live) else {
             return Err((no_rail_error(), buf));
         };
-        let token = entry.addr.token();
         let seq = match st.peer(token, true) {
             Some(ps) => ps.tx.next(),
             None => return Err((no_rail_error(), buf)),
@@ -682,13 +793,15 @@ impl Driver {
         if st.closed {
             return Err(closed_error());
         }
-        let live = st.live;
+        let token = entry.addr.token();
+        let Some(live) = self.peer_rails(&mut st, token, &entry) else {
+            return Err(no_rail_error());
+        };
         let rail = match st.chooser.choose(data.len() as u64, live) {
             Some(RailChoice::One(r)) => r,
             Some(RailChoice::All(_)) => return Ok(false),
             None => return Err(no_rail_error()),
         };
-        let token = entry.addr.token();
         let Some(ps) = st.peer(token, true) else {
             return Err(no_rail_error());
         };
@@ -721,6 +834,7 @@ impl Driver {
             }
             return Err(e);
         }
+        log_frame(&mut st, token, rail, &frame, data);
         drop(st);
         let rs = &self.stats.rails[rail];
         bump(&rs.msgs_sent, 1);
@@ -764,6 +878,7 @@ impl Driver {
             if let Err(e) = direct.inject(peer, CTRL_TAG, &wire[..hl + len]) {
                 return Err((rail_error(rail, "send", e), buf));
             }
+            log_frame(st, entry.addr.token(), rail, &frame, buf.as_slice());
             bump(&rs.msgs_sent, 1);
             bump(&rs.bytes_sent, len as u64);
             self.finish(
@@ -788,6 +903,7 @@ impl Driver {
             Ok(k) => k,
             Err(e) => return Err((rail_error(rail, "send", e.error), buf)),
         };
+        log_frame(st, entry.addr.token(), rail, &frame, buf.as_slice());
         bump(&rs.msgs_sent, 1);
         bump(&rs.bytes_sent, len as u64);
         let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false, None);
@@ -832,7 +948,7 @@ impl Driver {
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
         };
         let xfer = SendXfer {
-            watch: None,
+            watch: Vec::new(),
             entry,
             class,
             len,
@@ -841,6 +957,7 @@ impl Driver {
             shared,
             sink,
             striped: None,
+            accepted: None,
             waker: futures::task::noop_waker(),
         };
         let send_id = match st.sends.insert(xfer) {
@@ -855,7 +972,7 @@ impl Driver {
         );
         if let Some(x) = st.sends.get_mut(send_id) {
             x.waker = waker;
-            x.watch = Some(watch);
+            x.watch = watch;
         }
         let frame = Frame::Rts {
             class,
@@ -869,6 +986,10 @@ impl Driver {
         if let Err(e) = self.send_control(via, peer, &frame) {
             let x = st.sends.remove(send_id).expect("just inserted");
             return Err((e, reclaim_or_empty(x.shared)));
+        }
+        let token = st.sends.get(send_id).map(|x| x.entry.addr.token());
+        if let Some(token) = token {
+            log_frame(st, token, via, &frame, &[]);
         }
         Ok(())
     }
@@ -946,16 +1067,18 @@ impl Driver {
 
     /// Registers task `task` with the peer books of `rails` (a mask) for
     /// `entry`'s peer there.
-    fn watch_peer(&self, task: u64, entry: &PeerEntry, rails: u64) -> Arc<PeerDeath> {
-        let token = Arc::new(PeerDeath {
-            task,
-            queue: self.ready.clone(),
-            error: OnceLock::new(),
-        });
+    fn watch_peer(&self, task: u64, entry: &PeerEntry, rails: u64) -> Vec<Arc<PeerDeath>> {
+        let mut watch = Vec::with_capacity(rails.count_ones() as usize);
         for (r, peer) in entry.rails.iter().enumerate() {
             if rails & (1 << r) == 0 {
                 continue;
             }
+            let token = Arc::new(PeerDeath {
+                task,
+                rail: r,
+                queue: self.ready.clone(),
+                error: OnceLock::new(),
+            });
             let weak: Weak<dyn Doomed> = Arc::downgrade(&token) as Weak<PeerDeath>;
             if let Some(death) = self
                 .rail_domain(r)
@@ -964,8 +1087,9 @@ impl Driver {
             {
                 token.peer_died(&death);
             }
+            watch.push(token);
         }
-        token
+        watch
     }
 
     fn waker(&self, id: u64) -> Waker {
@@ -1070,12 +1194,28 @@ impl Driver {
         };
         let accepted = len.min(buf.len() as u64);
         let all = st.chooser.all_rails_mask();
+        let token = entry.addr.token();
+        let usable = self.peer_rails(st, token, &entry).unwrap_or(0) & rails;
         // The receiver cuts the message by its rails' rates (configured,
-        // or learned from the parts it received) and tells the sender how.
-        let weights = if rails & !all == 0 && rails.count_ones() > 1 {
-            st.rates.weights(rails)
-        } else {
+        // or learned from the parts it received) and tells the sender how;
+        // rails out of service get nothing.
+        let weights = if rails & !all != 0 || usable == 0 {
             0
+        } else if usable == rails {
+            if rails.count_ones() > 1 {
+                st.rates.weights(rails)
+            } else {
+                0
+            }
+        } else {
+            let w = st.rates.weights(usable);
+            if w != 0 {
+                w
+            } else {
+                (0..16)
+                    .filter(|&r| usable & (1 << r) != 0)
+                    .fold(0, |w, r| w | 1 << (4 * r))
+            }
         };
         let plan = if rails & !all == 0 {
             StripePlan::from_weights(accepted, rails, weights)
@@ -1111,8 +1251,24 @@ impl Driver {
                 return;
             }
         };
+        // The CTS goes back on the request's rail, or another when that
+        // one is out of service.
+        let reply = if usable & (1 << via) != 0 || usable == 0 {
+            via
+        } else {
+            usable.trailing_zeros() as usize
+        };
         let xfer = RecvXfer {
-            watch: None,
+            watch: Vec::new(),
+            entry: entry.clone(),
+            send_id,
+            via: reply,
+            cts: Frame::Ack {
+                source: self.token,
+                seq: 0,
+            },
+            plan: plan.clone(),
+            rerouted: Vec::new(),
             spans: Spans::new("recv", &plan),
             posted: Instant::now(),
             class: spec.class,
@@ -1169,8 +1325,8 @@ impl Driver {
         if let Some(e) = failed {
             drop(parts);
             let _ = self.send_control(
-                via,
-                entry.rails[via],
+                reply,
+                entry.rails[reply],
                 &Frame::Nack {
                     source: self.token,
                     send_id,
@@ -1194,7 +1350,7 @@ impl Driver {
             accepted,
             weights,
         };
-        if let Err(e) = self.send_control(via, entry.rails[via], &cts) {
+        if let Err(e) = self.send_control(reply, entry.rails[reply], &cts) {
             drop(parts);
             let x = st.recvs.remove(recv_id).expect("just inserted");
             self.finish(
@@ -1214,7 +1370,8 @@ impl Driver {
         if let Some(x) = st.recvs.get_mut(recv_id) {
             x.striped = Some(Striped::new(parts));
             x.waker = waker;
-            x.watch = Some(watch);
+            x.watch = watch;
+            x.cts = cts;
         }
         self.poll_recv(st, recv_id);
     }
@@ -1237,6 +1394,10 @@ impl Driver {
         }
         ids.clear();
         st.scratch = ids;
+        let house = self.steps.fetch_add(1, Ordering::Relaxed) % HOUSEKEEPING_EVERY == 0;
+        if house && self.housekeeping(st, Instant::now()) {
+            return true;
+        }
         made
     }
 
@@ -1389,8 +1550,16 @@ impl Driver {
                 send_id,
                 reason,
             } => self.on_nack(st, source, send_id, reason),
-            Frame::Ack { .. } => {}
+            Frame::Ack { source, seq } => self.on_ack(st, source, seq),
             Frame::WriteData { source, data, len } => self.on_write_data(source, data, len),
+            Frame::Reroute {
+                source,
+                send_id,
+                recv_id,
+                part,
+                rail,
+            } => self.on_reroute(st, source, send_id, recv_id, part, rail),
+            Frame::RailNotice { source, rail, up } => self.on_rail_notice(st, source, rail, up),
         }
     }
 
@@ -1417,14 +1586,17 @@ impl Driver {
     /// Tells `peer` that a write of `len` bytes with remote CQ `data` has
     /// landed whole (after its every stripe completed), on the fixed rail
     /// if it is live, else the first live rail.
-    pub(crate) fn send_write_data(&self, peer: &PeerEntry, data: u64, len: u64) -> Result<()> {
+    pub(crate) fn send_write_data(&self, peer: &Arc<PeerEntry>, data: u64, len: u64) -> Result<()> {
         let rail = {
-            let st = relock(&self.state);
+            let mut st = relock(&self.state);
+            let live = self
+                .peer_rails(&mut st, peer.addr.token(), peer)
+                .unwrap_or(0);
             let fixed = st.chooser.fixed_rail();
-            if st.live & (1 << fixed) != 0 {
+            if live & (1 << fixed) != 0 {
                 fixed
-            } else if st.live != 0 {
-                st.live.trailing_zeros() as usize
+            } else if live != 0 {
+                live.trailing_zeros() as usize
             } else {
                 return Err(no_rail_error());
             }
@@ -1442,9 +1614,9 @@ impl Driver {
     /// The rails an RMA operation of `len` bytes uses: the size policy's
     /// choice among the live rails, and for striping each rail's weight
     /// ([`RailRates::weights`]); `None` when no rail is live.
-    pub(crate) fn rma_rails(&self, len: u64) -> Option<(u64, u64)> {
+    pub(crate) fn rma_rails(&self, peer: &Arc<PeerEntry>, len: u64) -> Option<(u64, u64)> {
         let mut st = relock(&self.state);
-        let live = st.live;
+        let live = self.peer_rails(&mut st, peer.addr.token(), peer)?;
         match st.chooser.choose(len, live)? {
             RailChoice::One(r) => Some((1 << r, 0)),
             RailChoice::All(mask) => Some((mask, st.rates.weights(mask))),
@@ -1464,6 +1636,11 @@ impl Driver {
             },
             len,
         );
+    }
+
+    /// Counts a stripe sent again on `rail` after a failover.
+    pub(crate) fn count_retransmit(&self, rail: usize) {
+        bump(&self.stats.rails[rail].retransmits, 1);
     }
 
     /// The counter an initiator's RMA completion counts on.
@@ -1525,6 +1702,7 @@ impl Driver {
             }
         }
         self.complete_eager(recv, spec, payload);
+        self.delivered(st, token, 1);
         true
     }
 
@@ -1585,6 +1763,10 @@ impl Driver {
                     ps.held_bytes -= bytes;
                 }
                 bump(&self.stats.duplicates, 1);
+                // Sent again after a failover: the sender waits to hear.
+                if known {
+                    self.delivered(st, token, 1);
+                }
                 return;
             }
             Err(ReorderError::TooFar(_)) => {
@@ -1596,7 +1778,9 @@ impl Driver {
                 return;
             }
         }
+        let mut n = 0u32;
         while let Some((s, item)) = st.peers.get_mut(&token).and_then(|ps| ps.rx.pop_ready()) {
+            n += 1;
             let Some((spec, arrival)) = item else {
                 continue;
             };
@@ -1608,6 +1792,9 @@ impl Driver {
             if let Some((recv, _, arrival)) = st.matcher.arrive(spec, arrival) {
                 self.matched(st, recv, spec, arrival);
             }
+        }
+        if n > 0 && known {
+            self.delivered(st, token, n);
         }
     }
 
@@ -1622,8 +1809,17 @@ impl Driver {
             bump(&self.stats.stale, 1);
             return;
         };
-        if x.entry.addr.token() != source || x.striped.is_some() || accepted > x.len {
+        if x.entry.addr.token() != source || accepted > x.len {
             self.malformed("a CTS that does not fit its send");
+            return;
+        }
+        if let Some((id, _)) = &x.accepted {
+            // A CTS sent again after a failover: the first one came.
+            if *id != recv_id {
+                self.malformed("a second CTS with another receive id");
+            } else {
+                bump(&self.stats.stale, 1);
+            }
             return;
         }
         let Some(plan) = StripePlan::from_weights(accepted, x.rails, weights) else {
@@ -1631,9 +1827,23 @@ impl Driver {
             return;
         };
         x.spans = Spans::new("send", &plan);
+        let usable = st.peers.get(&source).map_or(0, |ps| ps.rails(st.live));
+        let Some(x) = st.sends.get_mut(send_id) else {
+            return;
+        };
         let mut parts = Vec::with_capacity(plan.len());
         let mut failed = None;
+        let mut lost = 0u64;
         for s in plan.iter() {
+            if usable & (1 << s.rail) == 0 {
+                // Out of service since the receiver planned: the part
+                // waits for it to ask again on another rail.
+                parts.push(Err(Error::new(
+                    ErrorKind::Io,
+                    format!("rail {}: out of service", s.rail),
+                )));
+                continue;
+            }
             let Some(window) = x.shared.window(s.offset, s.len) else {
                 failed = Some(Error::new(
                     ErrorKind::Other,
@@ -1641,36 +1851,24 @@ impl Driver {
                 ));
                 break;
             };
-            let domain = self.rail_domain(s.rail);
-            let tag = data_tag(recv_id, s.part);
-            let stint = RailLoad::begin(&self.load, s.rail);
-            match domain.direct().isend_keyed(
-                x.entry.rails[s.rail],
-                tag,
-                SendMode::Standard,
-                window,
-            ) {
-                Ok(key) => {
-                    let rs = &self.stats.rails[s.rail];
-                    bump(&rs.stripes, 1);
-                    bump(&rs.bytes_sent, s.len);
-                    parts.push(RailPart::new(
-                        domain.clone(),
-                        key,
-                        s.rail,
-                        false,
-                        Some(stint),
-                    ));
+            match self.post_part_send(&x.entry, s.rail, data_tag(recv_id, s.part), window, true) {
+                Ok(part) => parts.push(Ok(part)),
+                Err(e) if rail_lost(e.kind()) => {
+                    // Its rail lost the peer: the part waits for the
+                    // receiver to ask for it on another rail.
+                    lost |= 1 << s.rail;
+                    parts.push(Err(e));
                 }
                 Err(e) => {
-                    failed = Some(rail_error(s.rail, "part send", e.error));
+                    failed = Some(e);
                     break;
                 }
             }
         }
         // Parts already posted travel on; a failure is reported once they
         // are done (the join waits for them), with the failing rail.
-        x.striped = Some(Striped::new(parts));
+        x.striped = Some(Striped::with_stalled(parts));
+        x.accepted = Some((recv_id, plan));
         if let Some(e) = failed {
             let class = x.class;
             let x = st.sends.remove(send_id).expect("present");
@@ -1678,7 +1876,32 @@ impl Driver {
             self.finish(x.sink, Dir::Send, class, Err(e), buf);
             return;
         }
+        if lost != 0 {
+            self.peer_lost_rails(st, source, lost);
+        }
         self.poll_send(st, send_id);
+    }
+
+    /// Posts one part of a striped send on `rail`.
+    fn post_part_send(
+        &self,
+        entry: &PeerEntry,
+        rail: usize,
+        tag: u64,
+        window: OpBuffer,
+        timed: bool,
+    ) -> Result<RailPart> {
+        let len = window.len() as u64;
+        let domain = self.rail_domain(rail);
+        let stint = timed.then(|| RailLoad::begin(&self.load, rail));
+        let key = domain
+            .direct()
+            .isend_keyed(entry.rails[rail], tag, SendMode::Standard, window)
+            .map_err(|e| rail_error(rail, "part send", e.error))?;
+        let rs = &self.stats.rails[rail];
+        bump(&rs.stripes, 1);
+        bump(&rs.bytes_sent, len);
+        Ok(RailPart::new(domain.clone(), key, rail, false, stint))
     }
 
     fn on_nack(&self, st: &mut State, source: u64, send_id: u64, reason: NackReason) {
@@ -1707,17 +1930,80 @@ impl Driver {
         );
     }
 
-    fn poll_send(&self, st: &mut State, id: u64) {
-        if let Some(e) = st.sends.get(id).and_then(|x| PeerDeath::error(&x.watch)) {
-            let x = st.sends.remove(id).expect("present");
-            let buf = drain_parts(x.striped, x.shared);
-            self.finish(x.sink, Dir::Send, x.class, Err(e), buf);
+    /// The receiver asks for part `part` again on `rail` (failover).
+    fn on_reroute(
+        &self,
+        st: &mut State,
+        source: u64,
+        send_id: u64,
+        recv_id: u64,
+        part: u8,
+        rail: u8,
+    ) {
+        let rail = usize::from(rail);
+        let Some(x) = st.sends.get_mut(send_id) else {
+            bump(&self.stats.stale, 1);
+            return;
+        };
+        let fits = x.entry.addr.token() == source && rail < self.rails.len();
+        let Some((id, plan)) = x.accepted.as_ref().filter(|_| fits) else {
+            self.malformed("a Reroute that does not fit its send");
+            return;
+        };
+        if *id != recv_id {
+            self.malformed("a Reroute with another receive id");
             return;
         }
+        let Some(stripe) = plan.part(part).copied() else {
+            self.malformed("a Reroute of a part the send does not have");
+            return;
+        };
+        let Some(window) = x.shared.window(stripe.offset, stripe.len) else {
+            return;
+        };
+        let posted = self.post_part_send(&x.entry, rail, data_tag(recv_id, part), window, false);
+        let Some(striped) = x.striped.as_mut() else {
+            return;
+        };
+        match posted {
+            Ok(p) => {
+                if striped.join.add_attempt(usize::from(part), p).is_ok() {
+                    bump(&self.stats.rails[rail].retransmits, 1);
+                }
+            }
+            Err(e) if rail_lost(e.kind()) => {
+                self.peer_lost_rails(st, source, 1 << rail);
+            }
+            Err(e) => {
+                tracing::warn!("mrail: part {part} of send {send_id:#x} again on rail {rail}: {e}");
+            }
+        }
+        self.poll_send(st, send_id);
+    }
+
+    /// The rails on which a transfer's peer died since it last looked
+    /// (its peer books): they are lost for that peer.
+    fn note_deaths(&self, st: &mut State, token: u64, watch: &[Arc<PeerDeath>]) {
+        let (mask, _) = PeerDeath::deaths(watch);
+        let known = st.peers.get(&token).map_or(0, |ps| ps.dead);
+        if mask & !known != 0 {
+            self.peer_lost_rails(st, token, mask & !known);
+        }
+    }
+
+    fn poll_send(&self, st: &mut State, id: u64) {
+        let Some((token, watch)) = st
+            .sends
+            .get(id)
+            .map(|x| (x.entry.addr.token(), x.watch.clone()))
+        else {
+            return;
+        };
+        self.note_deaths(st, token, &watch);
         let Some(joined) = st.sends.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };
-        let x = st.sends.remove(id).expect("present");
+        let mut x = st.sends.remove(id).expect("present");
         x.spans.end(&joined);
         let result = match joined.error {
             None => Ok(Done {
@@ -1727,28 +2013,39 @@ impl Driver {
             }),
             Some(e) => Err(e),
         };
-        let buf = drain_parts(x.striped, x.shared);
+        // Attempts on rails given up on stay with their engines; the
+        // buffer comes back as a copy if one still reads it.
+        if let Some(s) = x.striped.as_mut() {
+            drop(s.join.take_pending());
+        }
+        drop(x.striped);
+        let buf = match SharedBuffer::reclaim(x.shared) {
+            Ok(buf) => buf,
+            Err(shared) => OpBuffer::from(shared.copy_out(&[])),
+        };
         self.finish(x.sink, Dir::Send, x.class, result, buf);
     }
 
     fn poll_recv(&self, st: &mut State, id: u64) {
-        if let Some(e) = st.recvs.get(id).and_then(|x| PeerDeath::error(&x.watch)) {
-            let x = st.recvs.remove(id).expect("present");
-            let buf = drain_parts(x.striped, x.shared);
-            self.finish(x.sink, Dir::Recv, x.class, Err(e), buf);
+        let Some((token, watch)) = st
+            .recvs
+            .get(id)
+            .map(|x| (x.entry.addr.token(), x.watch.clone()))
+        else {
             return;
-        }
+        };
+        self.note_deaths(st, token, &watch);
         let Some(joined) = st.recvs.get_mut(id).and_then(|x| x.poll()) else {
             return;
         };
-        let x = st.recvs.remove(id).expect("present");
+        let mut x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
         for p in joined.parts.iter().filter(|p| p.alone) {
             let took = p.at.saturating_duration_since(x.posted);
             st.rates.sample(p.rail, p.bytes as u64, took);
         }
-        let result = match joined.error {
-            Some(e) => Err(e),
+        let result = match &joined.error {
+            Some(e) => Err(Error::new(e.kind(), e.message().to_owned())),
             None if x.accepted < x.msg_len => Err(Error::truncated(
                 Truncation {
                     msg_len: x.msg_len,
@@ -1762,7 +2059,11 @@ impl Driver {
                 source: FiAddr(u64::from(x.source)),
             }),
         };
-        let buf = drain_parts(x.striped, x.shared);
+        if let Some(s) = x.striped.as_mut() {
+            drop(s.join.take_pending());
+        }
+        drop(x.striped);
+        let buf = received_buffer(x.shared, &x.plan, x.rerouted, &joined);
         self.finish(x.sink, Dir::Recv, x.class, result, buf);
     }
 
@@ -1786,6 +2087,474 @@ impl Driver {
             source: FiAddr::UNSPEC,
         });
         self.finish(x.sink, Dir::Send, x.class, result, x.buf);
+    }
+
+    // ----- failover --------------------------------------------------------
+
+    /// The rails usable towards the peer `token` (in service here, not
+    /// lost for that peer), remembering its entry; `None` when the peer
+    /// cannot have sequence state.
+    fn peer_rails(&self, st: &mut State, token: u64, entry: &Arc<PeerEntry>) -> Option<u64> {
+        let live = st.live;
+        let ps = st.peer(token, true)?;
+        if ps.entry.is_none() {
+            ps.entry = Some(entry.clone());
+        }
+        Some(ps.rails(live))
+    }
+
+    /// The next rail of `usable` for a failover choice, in turn.
+    fn pick(st: &mut State, usable: u64) -> Option<usize> {
+        if usable == 0 {
+            return None;
+        }
+        let n = usable.count_ones() as usize;
+        let k = st.next_failover % n;
+        st.next_failover = st.next_failover.wrapping_add(1);
+        (0..64).filter(|&r| usable & (1 << r) != 0).nth(k)
+    }
+
+    /// Rails in `lost` can no longer reach the peer `token` (its rail
+    /// endpoint died or closed there, as a rail's peer book or a failed
+    /// post says): they stay out for that peer, the peer is told, and
+    /// what was in flight on them goes again elsewhere.
+    fn peer_lost_rails(&self, st: &mut State, token: u64, lost: u64) {
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        let new = lost & !ps.dead;
+        if new == 0 {
+            return;
+        }
+        ps.dead |= new;
+        for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
+            bump(&self.stats.rails[r].errors, 1);
+            tracing::warn!("mrail: peer {token:#x} is gone on rail {r}; failing over");
+        }
+        for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
+            self.notice(st, token, r, false);
+        }
+        self.fail_over(st, token);
+    }
+
+    /// Sends what is in flight towards `token` on rails it can no longer
+    /// use again on the ones it can: its unacknowledged frames, and the
+    /// parts of the messages it is sending us. With no rail left, its
+    /// transfers fail.
+    fn fail_over(&self, st: &mut State, token: u64) {
+        let Some(ps) = st.peers.get(&token) else {
+            return;
+        };
+        let Some(entry) = ps.entry.clone() else {
+            return;
+        };
+        let usable = ps.rails(st.live);
+        if usable == 0 {
+            let lost = ps.dead | ps.peer_down | !st.live;
+            self.fail_peer(st, token, lost & st.chooser.all_rails_mask());
+            return;
+        }
+        self.resend_log(st, token, &entry, usable);
+        for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
+            self.reroute_recv(st, id, usable);
+        }
+    }
+
+    /// Sends the peer's unacknowledged frames that went on a rail outside
+    /// `usable` again, on a rail of `usable`. The receiver drops what it
+    /// already had (by sequence number).
+    fn resend_log(&self, st: &mut State, token: u64, entry: &PeerEntry, usable: u64) {
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let Some(ps) = st.peers.get(&token) else {
+            return;
+        };
+        let mut n = 0u64;
+        for (_, _, logged) in ps.log.iter() {
+            if usable & (1 << logged.rail.get()) != 0 {
+                continue;
+            }
+            if let Err(e) = self.send_raw(to, entry.rails[to], &logged.frame) {
+                tracing::warn!("mrail: resending a frame on rail {to}: {e}");
+                break;
+            }
+            logged.rail.set(to);
+            n += 1;
+        }
+        if n > 0 {
+            bump(&self.stats.rails[to].retransmits, n);
+            tracing::debug!("mrail: {n} frames to peer {token:#x} sent again on rail {to}");
+        }
+    }
+
+    /// Sends `frame` (a whole control frame) on `rail`: an inject when it
+    /// fits, else a send whose completion nobody waits for.
+    fn send_raw(&self, rail: usize, peer: crate::engine::PeerAddr, frame: &[u8]) -> Result<()> {
+        let direct = self.rail_domain(rail).direct();
+        if frame.len() <= RAIL_INJECT {
+            return direct
+                .inject(peer, CTRL_TAG, frame)
+                .map_err(|e| rail_error(rail, "resend", e));
+        }
+        let key = direct
+            .isend_keyed(peer, CTRL_TAG, SendMode::Standard, frame.to_vec().into())
+            .map_err(|e| rail_error(rail, "resend", e.error))?;
+        drop(self.rail_domain(rail).table().abandon(key));
+        Ok(())
+    }
+
+    /// Asks again, on rails of `usable`, for the parts of receive `id`
+    /// whose every attempt is on a rail outside it; first sends the CTS
+    /// again if its rail is outside it.
+    fn reroute_recv(&self, st: &mut State, id: u64, usable: u64) {
+        let all = st.chooser.all_rails_mask();
+        let (parts, cts_lost) = match st.recvs.get(id) {
+            Some(x) => match x.striped.as_ref() {
+                Some(s) => (
+                    s.join.open_only_on(all & !usable),
+                    usable & (1 << x.via) == 0,
+                ),
+                None => return,
+            },
+            None => return,
+        };
+        if parts.is_empty() && !cts_lost {
+            return;
+        }
+        let mut rails = Vec::with_capacity(parts.len() + 1);
+        for _ in 0..=parts.len() {
+            rails.push(Self::pick(st, usable).expect("usable is not empty"));
+        }
+        let Some(x) = st.recvs.get_mut(id) else {
+            return;
+        };
+        let entry = x.entry.clone();
+        if cts_lost {
+            let to = rails[parts.len()];
+            if self.send_control(to, entry.rails[to], &x.cts).is_ok() {
+                x.via = to;
+                bump(&self.stats.rails[to].retransmits, 1);
+            }
+        }
+        for (k, &to) in parts.iter().zip(&rails) {
+            let Some(stripe) = x.plan.part(*k as u8).copied() else {
+                continue;
+            };
+            // The new attempt lands in a buffer of its own: the old one
+            // may still write the user's window when its rail comes back.
+            let Ok(temp) =
+                SharedBuffer::share(OpBuffer::from(vec![0u8; stripe.len as usize]), true)
+            else {
+                continue;
+            };
+            let Some(window) = temp.window(0, stripe.len) else {
+                continue;
+            };
+            let tags = TagMatch::exact(data_tag(id, stripe.part));
+            let domain = self.rail_domain(to);
+            let key = match domain.direct().irecv_keyed(tags, window) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!("mrail: part {k} again on rail {to}: {}", e.error);
+                    continue;
+                }
+            };
+            let part = RailPart::new(domain.clone(), key, to, true, None);
+            let Some(striped) = x.striped.as_mut() else {
+                return;
+            };
+            let Ok(attempt) = striped.join.add_attempt(*k, part) else {
+                continue;
+            };
+            x.rerouted.push((*k, attempt, temp));
+            let frame = Frame::Reroute {
+                source: self.token,
+                send_id: x.send_id,
+                recv_id: id,
+                part: stripe.part,
+                rail: to as u8,
+            };
+            if let Err(e) = self.send_control(to, entry.rails[to], &frame) {
+                tracing::warn!("mrail: asking for part {k} on rail {to}: {e}");
+            }
+            bump(&self.stats.rails[to].retransmits, 1);
+        }
+        // Parts that could not be asked for stay stalled until another
+        // rail serves (or the transfer fails with the peer).
+    }
+
+    /// No rail reaches the peer `token` any more: its transfers fail with
+    /// `FI_EIO` naming the rails.
+    fn fail_peer(&self, st: &mut State, token: u64, lost: u64) {
+        let rails: Vec<String> = (0..self.rails.len())
+            .filter(|r| lost & (1 << r) != 0)
+            .map(|r| r.to_string())
+            .collect();
+        let error = || {
+            Error::new(
+                ErrorKind::Io,
+                format!(
+                    "ofi_mrail: no rail is left to peer {token:#x} (rails {} lost)",
+                    rails.join(", ")
+                ),
+            )
+        };
+        for id in st.sends.ids_where(|x| x.entry.addr.token() == token) {
+            if let Some(x) = st.sends.remove(id) {
+                let buf = give_back(x.striped, x.shared);
+                self.finish(x.sink, Dir::Send, x.class, Err(error()), buf);
+            }
+        }
+        for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
+            if let Some(x) = st.recvs.remove(id) {
+                let buf = give_back(x.striped, x.shared);
+                self.finish(x.sink, Dir::Recv, x.class, Err(error()), buf);
+            }
+        }
+    }
+
+    /// Tells the peer `token` that our rail `rail` is out of service or
+    /// back (on a rail it can use).
+    fn notice(&self, st: &mut State, token: u64, rail: usize, up: bool) {
+        let Some(ps) = st.peers.get(&token) else {
+            return;
+        };
+        let Some(entry) = ps.entry.clone() else {
+            return;
+        };
+        let usable = ps.rails(st.live);
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let frame = Frame::RailNotice {
+            source: self.token,
+            rail: rail as u8,
+            up,
+        };
+        let _ = self.send_control(to, entry.rails[to], &frame);
+    }
+
+    /// The peer says its rail `rail` is out of service (or back).
+    fn on_rail_notice(&self, st: &mut State, source: u64, rail: u8, up: bool) {
+        let rail = usize::from(rail);
+        if rail >= self.rails.len() || self.known(source).is_none() {
+            return;
+        }
+        if st.peers.get(&source).is_some_and(|ps| ps.entry.is_none())
+            || !st.peers.contains_key(&source)
+        {
+            let entry = self
+                .av
+                .index_of_token(source)
+                .and_then(|i| self.av.entry(i));
+            if let (Some(entry), Some(ps)) = (entry, st.peer(source, true)) {
+                ps.entry = Some(entry);
+            }
+        }
+        let Some(ps) = st.peers.get_mut(&source) else {
+            return;
+        };
+        if up {
+            ps.peer_down &= !(1 << rail);
+            return;
+        }
+        if ps.peer_down & (1 << rail) != 0 {
+            return;
+        }
+        ps.peer_down |= 1 << rail;
+        self.fail_over(st, source);
+    }
+
+    /// A rail of this endpoint changed state: the domain hears of it, the
+    /// peers too, and what was in flight on a lost rail goes elsewhere.
+    fn apply(&self, st: &mut State, event: RailEvent) {
+        st.live = st.health.live_mask();
+        tracing::info!(
+            "mrail: rail {} is {} ({})",
+            event.rail,
+            event.state,
+            event.reason
+        );
+        self.events.push(event);
+        let tokens: Vec<u64> = st
+            .peers
+            .iter()
+            .filter(|(_, ps)| ps.entry.is_some())
+            .map(|(t, _)| *t)
+            .collect();
+        match event.state {
+            RailState::Down => {
+                bump(&self.stats.rails[event.rail].errors, 1);
+                for &t in &tokens {
+                    self.notice(st, t, event.rail, false);
+                    self.fail_over(st, t);
+                }
+                if st.live == 0 {
+                    // No rail at all: every transfer fails.
+                    let lost = st.chooser.all_rails_mask();
+                    for &t in &tokens {
+                        self.fail_peer(st, t, lost);
+                    }
+                }
+            }
+            RailState::Up => {
+                for &t in &tokens {
+                    self.notice(st, t, event.rail, true);
+                    // Frames left on rails that were all lost go now.
+                    self.fail_over(st, t);
+                }
+            }
+            RailState::Rejoining => {}
+        }
+    }
+
+    /// Takes rail `rail` out of service (`true`) or puts it back.
+    pub(crate) fn set_rail_disabled(&self, rail: usize, disabled: bool) -> Result<()> {
+        if rail >= self.rails.len() {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "ofi_mrail: no rail {rail} (the endpoint has {})",
+                    self.rails.len()
+                ),
+            ));
+        }
+        let mut st = relock(&self.state);
+        if let Some(event) = st.health.set_disabled(rail, disabled, Instant::now()) {
+            self.apply(&mut st, event);
+        }
+        drop(st);
+        self.notify();
+        Ok(())
+    }
+
+    /// An RMA stripe to `peer` failed on `rail` because the rail lost the
+    /// peer: the rail is lost for that peer (as a transfer's would be),
+    /// and another rail that can reach it is picked for the stripe.
+    pub(crate) fn rail_lost_for_rma(&self, peer: &Arc<PeerEntry>, rail: usize) -> Option<usize> {
+        let token = peer.addr.token();
+        let mut st = relock(&self.state);
+        let usable = self.peer_rails(&mut st, token, peer)?;
+        if usable & (1 << rail) != 0 {
+            self.peer_lost_rails(&mut st, token, 1 << rail);
+        }
+        let usable = self.peer_rails(&mut st, token, peer)?;
+        Self::pick(&mut st, usable)
+    }
+
+    /// Each rail's state.
+    pub(crate) fn rail_states(&self) -> Vec<RailState> {
+        let st = relock(&self.state);
+        (0..self.rails.len()).map(|r| st.health.state(r)).collect()
+    }
+
+    /// Acknowledges the frames of `token` delivered so far.
+    fn send_ack(&self, st: &mut State, token: u64) {
+        let live = st.live;
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        ps.rx_unacked = 0;
+        let (Some(entry), seq) = (ps.entry.clone(), ps.rx.expected()) else {
+            return;
+        };
+        let usable = ps.rails(live);
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let _ = self.send_control(
+            to,
+            entry.rails[to],
+            &Frame::Ack {
+                source: self.token,
+                seq,
+            },
+        );
+    }
+
+    /// `n` frames of `token` were delivered (or arrived twice): an
+    /// acknowledgement goes now after [`ACK_EVERY`], else within
+    /// [`ACK_DELAY`].
+    fn delivered(&self, st: &mut State, token: u64, n: u32) {
+        let needs_entry = st.peers.get(&token).is_some_and(|ps| ps.entry.is_none());
+        if needs_entry {
+            let entry = self.av.index_of_token(token).and_then(|i| self.av.entry(i));
+            if let Some(ps) = st.peers.get_mut(&token) {
+                ps.entry = entry;
+            }
+        }
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        if ps.entry.is_none() {
+            return;
+        }
+        ps.rx_unacked = ps.rx_unacked.saturating_add(n);
+        if ps.rx_unacked >= ACK_EVERY {
+            self.send_ack(st, token);
+        } else if !ps.ack_queued {
+            ps.ack_queued = true;
+            st.ack_pending.push(token);
+            if st.ack_due.is_none() {
+                st.ack_due = Some(Instant::now() + ACK_DELAY);
+            }
+        }
+    }
+
+    /// The peer acknowledged our frames before `seq`: they leave its log.
+    fn on_ack(&self, st: &mut State, source: u64, seq: u32) {
+        let Some(ps) = st.peers.get_mut(&source) else {
+            return;
+        };
+        let acked = ps.log.acked();
+        let ahead = u64::from(seq.wrapping_sub(acked as u32));
+        if ahead > ps.log.unacked() {
+            // An older acknowledgement overtaken on another rail, or one
+            // that is not ours to believe: nothing to release.
+            return;
+        }
+        let Ok(released) = ps.log.ack(acked + ahead) else {
+            return;
+        };
+        for (_, logged) in released {
+            if st.frame_pool.len() < FRAME_POOL {
+                st.frame_pool.push(logged.frame);
+            }
+        }
+    }
+
+    /// What is due by `now`: owed acknowledgements, a look at the links,
+    /// rails whose back-off is over.
+    fn housekeeping(&self, st: &mut State, now: Instant) -> bool {
+        let mut moved = false;
+        if st.ack_due.is_some_and(|t| t <= now) {
+            st.ack_due = None;
+            let tokens = std::mem::take(&mut st.ack_pending);
+            for t in tokens {
+                if let Some(ps) = st.peers.get_mut(&t) {
+                    ps.ack_queued = false;
+                    if ps.rx_unacked > 0 {
+                        self.send_ack(st, t);
+                    }
+                }
+            }
+            moved = true;
+        }
+        let mut events = Vec::new();
+        if st.links.due(now) {
+            for (r, up) in st.links.sample(now).into_iter().enumerate() {
+                if let Some(e) = up.and_then(|up| st.health.observe_link(r, up, now)) {
+                    events.push(e);
+                }
+            }
+        }
+        st.health.tick(now, &mut events);
+        for e in events {
+            self.apply(st, e);
+            moved = true;
+        }
+        moved
     }
 
     // ----- closing ---------------------------------------------------------
@@ -1928,4 +2697,77 @@ fn header_error(e: header::HeaderError) -> Error {
 #[cold]
 fn rail_error(rail: usize, what: &str, e: Error) -> Error {
     Error::with_source(e.kind(), format!("rail {rail}: {what}: {}", e.message()), e)
+}
+
+/// Keeps a sequenced frame (its header and payload) in the peer's resend
+/// log, in a buffer from the pool.
+fn log_frame(st: &mut State, token: u64, rail: usize, frame: &Frame, payload: &[u8]) {
+    let Some(ps) = st.peers.get_mut(&token) else {
+        return;
+    };
+    let mut bytes = st.frame_pool.pop().unwrap_or_default();
+    bytes.clear();
+    if frame.append_to(&mut bytes).is_err() {
+        return;
+    }
+    bytes.extend_from_slice(payload);
+    ps.log.push(
+        1,
+        Logged {
+            rail: std::cell::Cell::new(rail),
+            frame: bytes,
+        },
+    );
+}
+
+/// Drops a transfer's parts and hands its buffer back: the user's own, or
+/// a copy when a rail it gave up on still holds a window (a send's
+/// windows are only read, so its bytes are the user's).
+fn give_back(striped: Option<Striped>, shared: Arc<SharedBuffer>) -> OpBuffer {
+    drop(striped);
+    match SharedBuffer::reclaim(shared) {
+        Ok(buf) => buf,
+        Err(shared) => OpBuffer::from(shared.copy_out(&[])),
+    }
+}
+
+/// The buffer a striped receive hands back: the user's, with the parts
+/// that landed in buffers of their own (after a failover) copied in; or,
+/// when a rail given up on still holds a window of it, a copy of the
+/// message assembled from the parts that landed.
+fn received_buffer(
+    shared: Arc<SharedBuffer>,
+    plan: &StripePlan,
+    rerouted: Vec<(usize, usize, Arc<SharedBuffer>)>,
+    joined: &Joined,
+) -> OpBuffer {
+    let mut landed: Vec<(u64, OpBuffer)> = Vec::new();
+    for (part, attempt, temp) in rerouted {
+        let won = joined
+            .parts
+            .iter()
+            .any(|p| p.part == part && p.attempt == attempt);
+        let offset = plan.part(part as u8).map(|s| s.offset);
+        if let (true, Some(offset), Ok(buf)) = (won, offset, SharedBuffer::reclaim(temp)) {
+            landed.push((offset, buf));
+        }
+    }
+    match SharedBuffer::reclaim(shared) {
+        Ok(mut buf) => {
+            if let Some(out) = buf.as_mut_slice() {
+                for (offset, part) in &landed {
+                    let at = *offset as usize;
+                    if let Some(dst) = out.get_mut(at..at + part.len()) {
+                        dst.copy_from_slice(part.as_slice());
+                    }
+                }
+            }
+            buf
+        }
+        Err(shared) => {
+            let instead: Vec<(u64, &[u8])> =
+                landed.iter().map(|(o, b)| (*o, b.as_slice())).collect();
+            OpBuffer::from(shared.copy_out(&instead))
+        }
+    }
 }

@@ -17,9 +17,10 @@
 use super::addr::MrailAddr;
 use super::av::MrailAv;
 use super::core::rail_choice::RailChooser;
+use super::core::rail_health::RailState;
 use super::core::rail_rates::RailRates;
 use super::domain::MrailDomainCore;
-use super::driver::{Bindings, Driver, DriverStats};
+use super::driver::{Bindings, Driver, DriverStats, Failover};
 use super::fabric::rail_info;
 use crate::fabric::{
     mrail_unsupported, Caps, CompletionQueue, Counter, CounterBind, CqBind, Endpoint, Info,
@@ -120,8 +121,8 @@ pub struct MrailStats {
     pub rails: Vec<RailTraffic>,
 }
 
-/// One rail's traffic as the mrail endpoint counted it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One rail's traffic and state as the mrail endpoint counted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RailTraffic {
     /// Eager messages and control frames sent.
     pub msgs_sent: u64,
@@ -138,6 +139,14 @@ pub struct RailTraffic {
     /// The rail's rate in Mbit/s as weighted striping uses it (configured,
     /// or learned from the parts this endpoint sent); `None` until known.
     pub rate_mbit: Option<u64>,
+    /// Whether the rail is in service ([`MrailEndpoint::rail_states`]).
+    pub state: RailState,
+    /// Times the rail was lost: its link went down, the application
+    /// disabled it, or a peer was lost on it.
+    pub errors: u64,
+    /// Frames sent again and striped parts asked for again on this rail
+    /// because another rail was lost (failover).
+    pub retransmits: u64,
 }
 
 impl MrailEndpoint {
@@ -187,6 +196,7 @@ impl MrailEndpoint {
         let s: &DriverStats = self.core.driver.stats();
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let rates = self.core.driver.rates();
+        let states = self.core.driver.rail_states();
         MrailStats {
             unknown_peer: get(&s.unknown_peer),
             malformed: get(&s.malformed),
@@ -197,16 +207,51 @@ impl MrailEndpoint {
                 .rails
                 .iter()
                 .zip(rates)
-                .map(|(r, rate)| RailTraffic {
+                .zip(states)
+                .map(|((r, rate), state)| RailTraffic {
                     msgs_sent: get(&r.msgs_sent),
                     bytes_sent: get(&r.bytes_sent),
                     msgs_received: get(&r.msgs_received),
                     bytes_received: get(&r.bytes_received),
                     stripes: get(&r.stripes),
                     rate_mbit: rate.map(|b| (b * 8.0 / 1e6).round() as u64),
+                    state,
+                    errors: get(&r.errors),
+                    retransmits: get(&r.retransmits),
                 })
                 .collect(),
         }
+    }
+
+    /// Each rail's state, in rail order: [`RailState::Up`] in service;
+    /// [`RailState::Down`] out of service (its link is down, or it was
+    /// disabled), new traffic avoiding it and what was in flight on it
+    /// sent again on the others; [`RailState::Rejoining`] its link is back
+    /// and it rejoins after a back-off. The domain's
+    /// [`rail_events`](super::MrailDomain::rail_events) report each change.
+    pub fn rail_states(&self) -> Vec<RailState> {
+        self.core.driver.rail_states()
+    }
+
+    /// Takes rail `rail` out of service, as if its link went down: new
+    /// traffic avoids it and what is in flight on it goes again on the
+    /// other rails (and peers are told, so their traffic to this endpoint
+    /// avoids it too). For maintenance, or to test an application's
+    /// failover. With no rail left, transfers fail with `FI_EIO`.
+    ///
+    /// # Errors
+    /// `Inval` for a rail the endpoint does not have.
+    pub fn disable_rail(&self, rail: usize) -> Result<()> {
+        self.core.driver.set_rail_disabled(rail, true)
+    }
+
+    /// Puts rail `rail` back in service (at once if its link is up, else
+    /// when it comes back).
+    ///
+    /// # Errors
+    /// `Inval` for a rail the endpoint does not have.
+    pub fn enable_rail(&self, rail: usize) -> Result<()> {
+        self.core.driver.set_rail_disabled(rail, false)
     }
 
     /// Whether the endpoint was closed.
@@ -407,6 +452,10 @@ impl MrailEndpointBuilder {
             rates,
             name.token(),
             bindings,
+            Failover {
+                rail_ips: attr.rails.iter().map(|r| r.ip).collect(),
+                events: domain.rail_events.clone(),
+            },
         )?;
         let source: Arc<dyn ProgressSource> = driver.clone();
         let id = domain.reactor.add_source(source).map_err(|e| {

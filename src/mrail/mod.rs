@@ -97,8 +97,10 @@ mod endpoint;
 mod fabric;
 #[doc(hidden)]
 pub mod fuzzing;
+mod link_watch;
 mod memory_region;
 pub mod ops;
+mod rail_events;
 mod region;
 pub mod resolve;
 pub mod rma;
@@ -106,9 +108,11 @@ mod stripe_join;
 
 pub use addr::{MrailAddr, MRAIL_SCHEME};
 pub use av::MrailAv;
+pub use core::rail_health::{RailEvent, RailReason, RailState};
 pub use domain::MrailDomain;
 pub use endpoint::{MrailEndpoint, MrailEndpointBuilder, MrailStats, RailTraffic};
 pub use fabric::MrailFabric;
 pub use memory_region::MrailMemoryRegion;
 pub use ops::{MrailPosted, MrailRecvOp, MrailSendOp};
+pub use rail_events::RailEvents;
 pub use rma::MrailRmaOp;

@@ -65,6 +65,47 @@ impl SharedBuffer {
         OpBuffer::from(region).window(offset, len)
     }
 
+    /// A copy of the buffer's bytes, with each `(offset, bytes)` of
+    /// `instead` taken from `bytes` rather than from the buffer: what a
+    /// transfer hands back when a rail it gave up on still holds a window
+    /// (after a failover).
+    ///
+    /// The caller makes sure that no rail writes the bytes read here: the
+    /// ranges of `instead` cover every window a rail may still write (a
+    /// send's windows are only read).
+    pub(crate) fn copy_out(&self, instead: &[(u64, &[u8])]) -> Vec<u8> {
+        let len = self.buffer.len();
+        let mut out = vec![0u8; len];
+        let mut covered: Vec<(usize, usize)> = instead
+            .iter()
+            .filter_map(|&(at, b)| {
+                let at = usize::try_from(at).ok()?;
+                let end = at.checked_add(b.len()).filter(|&e| e <= len)?;
+                out[at..end].copy_from_slice(b);
+                Some((at, end))
+            })
+            .collect();
+        covered.sort_unstable();
+        let mut at = 0;
+        for (start, end) in covered.into_iter().chain(std::iter::once((len, len))) {
+            if start > at {
+                // SAFETY: `ptr` is valid for `len` bytes (see the
+                // StableRegion impl) and `[at, start)` lies inside them; no
+                // rail writes these bytes (the caller's guarantee above),
+                // and `out` is a separate allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.ptr.add(at),
+                        out[at..start].as_mut_ptr(),
+                        start - at,
+                    );
+                }
+            }
+            at = at.max(end);
+        }
+        out
+    }
+
     /// The user's buffer back, once no window is left; otherwise the
     /// shared buffer itself (someone still holds a window).
     pub(crate) fn reclaim(this: Arc<Self>) -> Result<OpBuffer, Arc<Self>> {
@@ -88,6 +129,16 @@ mod tests {
         let back = SharedBuffer::reclaim(shared).ok().unwrap();
         assert_eq!(back.as_slice(), b"abcdefghij");
         assert_eq!(back.into_vec().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn copies_take_replaced_ranges_from_elsewhere() {
+        let shared = SharedBuffer::share(OpBuffer::from(b"abcdefghij".to_vec()), false).unwrap();
+        let held = shared.window(3, 4).unwrap();
+        assert_eq!(shared.copy_out(&[]), b"abcdefghij");
+        assert_eq!(shared.copy_out(&[(3, b"DEFG"), (9, b"J")]), b"abcDEFGhiJ");
+        assert_eq!(shared.copy_out(&[(8, b"far too long")]), b"abcdefghij");
+        drop(held);
     }
 
     #[test]

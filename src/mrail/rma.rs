@@ -50,7 +50,7 @@ use super::core::rma_plan::{self, RmaPiece, RmaPlanError};
 use super::core::stripe::StripePlan;
 use super::endpoint::{MrailEndpoint, MrailEndpointCore};
 use super::region::SharedBuffer;
-use super::stripe_join::{Joined, PartOutput, StripeJoin};
+use super::stripe_join::{rail_lost, Joined, PartOutput, StripeJoin};
 use crate::engine::OpBuffer;
 use crate::fabric::{Caps, FiAddr};
 use crate::ops::rma::RmaKind;
@@ -82,7 +82,7 @@ impl std::fmt::Debug for MrailRmaOp {
     }
 }
 
-type Join = Pin<Box<StripeJoin<RailRma>>>;
+type Join = StripeJoin<RailRma>;
 
 /// One remote range's key on every rail, in rail order.
 type RailKeys = Arc<[u64]>;
@@ -94,6 +94,8 @@ enum State {
         op: RmaOp,
         rail: usize,
         end: End,
+        /// What a failover needs to start it again on another rail.
+        again: Box<Again>,
     },
     /// A write's checks are in flight; its stripes wait.
     Checking {
@@ -103,10 +105,18 @@ enum State {
     /// The stripes are in flight.
     Striped {
         join: Join,
-        shared: Arc<SharedBuffer>,
-        end: End,
+        stripes: Box<Stripes>,
     },
     Done,
+}
+
+/// A one-rail operation, to start again on another rail when its own
+/// loses the peer.
+struct Again {
+    kind: RmaKind,
+    piece: RmaPiece,
+    keys: Vec<RailKeys>,
+    peer: Arc<PeerEntry>,
 }
 
 /// What finishing needs: the counter, the remote CQ data.
@@ -122,6 +132,8 @@ struct End {
 struct Stripes {
     kind: RmaKind,
     pieces: Vec<RmaPiece>,
+    /// A write's checks, as zero-length pieces.
+    checks: Vec<RmaPiece>,
     /// Per remote range: its rail keys.
     keys: Vec<RailKeys>,
     shared: Arc<SharedBuffer>,
@@ -157,41 +169,65 @@ fn on_rail(rail: usize, e: Error) -> Error {
 }
 
 impl Stripes {
+    /// Starts piece `p` on `rail` (a check when `check`).
+    fn issue(&self, p: &RmaPiece, rail: usize, check: bool) -> RailRma {
+        let (kind, window) = if check {
+            (RmaKind::Write, OpBuffer::empty())
+        } else {
+            let w = self
+                .shared
+                .window(p.local_offset, p.len)
+                .expect("pieces lie inside the buffer");
+            self.end
+                .ep
+                .driver
+                .count_rma_part(rail, p.len, self.kind == RmaKind::Write);
+            (self.kind, w)
+        };
+        let iov = RmaIov {
+            offset: p.remote_offset,
+            len: p.len,
+            key: self.keys[p.iov][rail],
+        };
+        RailRma {
+            rail,
+            len: p.len as usize,
+            op: self.end.ep.rails[rail].rma_to_peer(kind, self.peer.rails[rail], window, &[iov]),
+        }
+    }
+
     /// Starts every piece on its rail.
-    fn launch(self) -> State {
-        let Stripes {
-            kind,
-            pieces,
-            keys,
-            shared,
-            peer,
-            end,
-        } = self;
-        let parts: Vec<RailRma> = pieces
+    fn launch(self: Box<Self>) -> State {
+        let parts: Vec<RailRma> = self
+            .pieces
             .iter()
-            .map(|p| {
-                end.ep
-                    .driver
-                    .count_rma_part(p.rail, p.len, kind == RmaKind::Write);
-                let window = shared
-                    .window(p.local_offset, p.len)
-                    .expect("pieces lie inside the buffer");
-                let iov = RmaIov {
-                    offset: p.remote_offset,
-                    len: p.len,
-                    key: keys[p.iov][p.rail],
-                };
-                RailRma {
-                    rail: p.rail,
-                    len: p.len as usize,
-                    op: end.ep.rails[p.rail].rma_to_peer(kind, peer.rails[p.rail], window, &[iov]),
-                }
-            })
+            .map(|p| self.issue(p, p.rail, false))
             .collect();
         State::Striped {
-            join: Box::pin(StripeJoin::new(parts)),
-            shared,
-            end,
+            join: StripeJoin::with_failover(parts),
+            stripes: self,
+        }
+    }
+
+    /// Failover: each part of `join` whose rail lost the peer goes again
+    /// on another rail that reaches it; with none left, the operation
+    /// fails with the rail's error.
+    fn recover(&self, join: &mut Join, check: bool) {
+        let stalled: Vec<(usize, Error)> = join
+            .stalled()
+            .map(|(k, e)| (k, Error::new(e.kind(), e.message().to_owned())))
+            .collect();
+        let list = if check { &self.checks } else { &self.pieces };
+        for (k, e) in stalled {
+            let Some(p) = list.get(k) else { continue };
+            let Some(rail) = self.end.ep.driver.rail_lost_for_rma(&self.peer, p.rail) else {
+                join.fail_open(&e);
+                return;
+            };
+            let attempt = self.issue(p, rail, check);
+            if join.add_attempt(k, attempt).is_ok() {
+                self.end.ep.driver.count_retransmit(rail);
+            }
         }
     }
 }
@@ -235,8 +271,37 @@ impl Future for MrailRmaOp {
         let this = &mut *self;
         loop {
             match &mut this.state {
-                State::Single { op, rail, .. } => {
-                    let (result, buffer) = std::task::ready!(Pin::new(op).poll(cx));
+                State::Single {
+                    op,
+                    rail,
+                    end,
+                    again,
+                } => {
+                    let (result, buffer) = std::task::ready!(Pin::new(&mut *op).poll(cx));
+                    if let Err(e) = &result {
+                        // Failover: the same operation on a rail that
+                        // still reaches the peer (the buffer is back).
+                        let to = rail_lost(e.kind())
+                            .then(|| end.ep.driver.rail_lost_for_rma(&again.peer, *rail))
+                            .flatten();
+                        if let Some(to) = to {
+                            let p = again.piece;
+                            let iov = RmaIov {
+                                offset: p.remote_offset,
+                                len: p.len,
+                                key: again.keys[p.iov][to],
+                            };
+                            end.ep.driver.count_retransmit(to);
+                            *op = end.ep.rails[to].rma_to_peer(
+                                again.kind,
+                                again.peer.rails[to],
+                                buffer,
+                                &[iov],
+                            );
+                            *rail = to;
+                            continue;
+                        }
+                    }
                     let rail = *rail;
                     let State::Single { end, .. } = std::mem::replace(&mut this.state, State::Done)
                     else {
@@ -244,8 +309,14 @@ impl Future for MrailRmaOp {
                     };
                     return Poll::Ready(end.finish(result.map_err(|e| on_rail(rail, e)), buffer));
                 }
-                State::Checking { checks, .. } => {
-                    let joined = std::task::ready!(checks.as_mut().poll(cx));
+                State::Checking { checks, stripes } => {
+                    let joined = match checks.poll_join(cx) {
+                        Poll::Ready(j) => j,
+                        Poll::Pending => {
+                            stripes.recover(checks, true);
+                            return Poll::Pending;
+                        }
+                    };
                     let State::Checking { stripes, .. } =
                         std::mem::replace(&mut this.state, State::Done)
                     else {
@@ -259,14 +330,21 @@ impl Future for MrailRmaOp {
                         }
                     }
                 }
-                State::Striped { join, .. } => {
-                    let joined = std::task::ready!(join.as_mut().poll(cx));
-                    let State::Striped { join, shared, end } =
+                State::Striped { join, stripes } => {
+                    let joined = match join.poll_join(cx) {
+                        Poll::Ready(j) => j,
+                        Poll::Pending => {
+                            stripes.recover(join, false);
+                            return Poll::Pending;
+                        }
+                    };
+                    let State::Striped { join, stripes } =
                         std::mem::replace(&mut this.state, State::Done)
                     else {
                         unreachable!("matched Striped above")
                     };
                     drop(join);
+                    let Stripes { shared, end, .. } = *stripes;
                     return Poll::Ready(end.finish(joined_result(joined), reclaim(shared)));
                 }
                 State::Failed(_) => {
@@ -344,11 +422,16 @@ fn prepare(
 }
 
 /// The rail operations of an operation of `len` bytes to `remote`.
-fn plan(ep: &MrailEndpoint, len: u64, remote: &[RmaIov]) -> Result<Vec<RmaPiece>> {
+fn plan(
+    ep: &MrailEndpoint,
+    peer: &Arc<PeerEntry>,
+    len: u64,
+    remote: &[RmaIov],
+) -> Result<Vec<RmaPiece>> {
     let (mask, weights) = ep
         .core
         .driver
-        .rma_rails(len)
+        .rma_rails(peer, len)
         .ok_or_else(|| Error::new(ErrorKind::Io, "ofi_mrail: RMA: no rail is left"))?;
     let plan = StripePlan::from_weights(len, mask, weights)
         .or_else(|| StripePlan::from_mask(len, mask))
@@ -484,7 +567,7 @@ impl MrailEndpoint {
             Err(e) => return MrailRmaOp::failed(e, buf),
         };
         let len = buf.len() as u64;
-        let pieces = match plan(self, len, remote) {
+        let pieces = match plan(self, &peer, len, remote) {
             Ok(p) => p,
             Err(e) => return MrailRmaOp::failed(e, buf),
         };
@@ -509,6 +592,12 @@ impl MrailEndpoint {
                     op,
                     rail: p.rail,
                     end,
+                    again: Box::new(Again {
+                        kind,
+                        piece: p,
+                        keys,
+                        peer,
+                    }),
                 },
             };
         }
@@ -519,19 +608,25 @@ impl MrailEndpoint {
                 return MrailRmaOp::failed(e, buf);
             }
         };
-        let stripes = Stripes {
+        let mut stripes = Box::new(Stripes {
             kind,
             pieces,
+            checks: Vec::new(),
             keys,
             shared,
             peer,
             end,
-        };
+        });
         let state = if write {
-            let checks = checks(&stripes, remote);
+            stripes.checks = checks(&stripes.pieces, remote);
+            let parts: Vec<RailRma> = stripes
+                .checks
+                .iter()
+                .map(|c| stripes.issue(c, c.rail, true))
+                .collect();
             State::Checking {
-                checks: Box::pin(StripeJoin::new(checks)),
-                stripes: Box::new(stripes),
+                checks: StripeJoin::with_failover(parts),
+                stripes,
             }
         } else {
             stripes.launch()
@@ -541,31 +636,21 @@ impl MrailEndpoint {
 }
 
 /// A write's checks: on every rail it uses, one zero-length write per
-/// remote range, at the range's end (module docs). (A zero-length rail
-/// operation names one range only, so each range is its own.)
-fn checks(s: &Stripes, remote: &[RmaIov]) -> Vec<RailRma> {
-    let rails: BTreeSet<usize> = s.pieces.iter().map(|p| p.rail).collect();
+/// remote range, at the range's end (module docs), as zero-length pieces.
+/// (A zero-length rail operation names one range only, so each range is
+/// its own.)
+fn checks(pieces: &[RmaPiece], remote: &[RmaIov]) -> Vec<RmaPiece> {
+    let rails: BTreeSet<usize> = pieces.iter().map(|p| p.rail).collect();
     rails
         .into_iter()
         .flat_map(|rail| {
-            remote.iter().zip(&s.keys).map(move |(r, keys)| {
-                let iov = RmaIov {
-                    // `cut` refused ranges whose end overflows.
-                    offset: r.offset + r.len,
-                    len: 0,
-                    key: keys[rail],
-                };
-                let ep = &s.end.ep.rails[rail];
-                RailRma {
-                    rail,
-                    len: 0,
-                    op: ep.rma_to_peer(
-                        RmaKind::Write,
-                        s.peer.rails[rail],
-                        OpBuffer::empty(),
-                        &[iov],
-                    ),
-                }
+            remote.iter().enumerate().map(move |(iov, r)| RmaPiece {
+                rail,
+                local_offset: 0,
+                len: 0,
+                iov,
+                // `cut` refused ranges whose end overflows.
+                remote_offset: r.offset + r.len,
             })
         })
         .collect()

@@ -19,7 +19,6 @@ use crate::engine::MqCompletion;
 use crate::fabric::DomainCore;
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind};
-use futures::future::JoinAll;
 use pin_project::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -54,6 +53,10 @@ impl PartOutput {
 /// seen, and whether it had the rail to itself.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PartDone {
+    /// The part (its index in the join).
+    pub(crate) part: usize,
+    /// Which attempt at it finished (0: the first).
+    pub(crate) attempt: usize,
     pub(crate) rail: usize,
     pub(crate) bytes: usize,
     pub(crate) at: Instant,
@@ -159,25 +162,68 @@ impl Drop for RailPart {
     }
 }
 
+/// A part future that knows its rail.
+pub(crate) trait OnRail {
+    /// The rail it travels on.
+    fn rail(&self) -> usize;
+}
+
+impl OnRail for RailPart {
+    fn rail(&self) -> usize {
+        self.rail
+    }
+}
+
 /// What a whole striped transfer reports.
 #[derive(Debug)]
 pub(crate) struct Joined {
     /// Bytes moved by all parts together.
     pub(crate) bytes: u64,
-    /// The first failure in rail order, if any part failed.
+    /// The first failure in part order, if any part failed.
     pub(crate) error: Option<Error>,
     /// The parts that succeeded, with the moment each was seen done (the
     /// rails' rate samples).
     pub(crate) parts: Vec<PartDone>,
 }
 
+/// Whether `kind` says the part's rail lost the peer (the part may go
+/// again on another rail) rather than that the part itself is wrong.
+pub(crate) fn rail_lost(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused
+    )
+}
+
+/// One part of the transfer: the attempts at it (the first on its planned
+/// rail, later ones on other rails after a failover) and how it ended.
+struct Slot<F> {
+    attempts: Vec<Option<Timed<F>>>,
+    outcome: Option<std::result::Result<PartDone, Error>>,
+    /// A failover join's part whose every attempt lost its rail: it waits
+    /// for a new attempt (or for the transfer to be failed).
+    stalled: Option<Error>,
+}
+
 /// Joins the futures of a striped transfer's parts (the mrail
 /// combinator): ready when every part is, with the total and the first
 /// failure (which names its rail).
-#[pin_project]
-pub(crate) struct StripeJoin<F: Future<Output = PartOutput>> {
-    #[pin]
-    parts: JoinAll<Timed<F>>,
+///
+/// A part may have several attempts: a *failover* join
+/// ([`with_failover`](Self::with_failover)) does not fail a part whose
+/// attempt lost its rail ([`rail_lost`]); the part waits
+/// ([`stalled`](Self::stalled)) until its owner adds an attempt on another
+/// rail ([`add_attempt`](Self::add_attempt)) or gives up
+/// ([`fail_open`](Self::fail_open)). A part is done when any attempt
+/// succeeds; attempts still pending then are the owner's to release
+/// ([`take_pending`](Self::take_pending)).
+pub(crate) struct StripeJoin<F: Future<Output = PartOutput> + Unpin> {
+    slots: Vec<Slot<F>>,
+    failover: bool,
+    /// Parts without an outcome.
+    left: usize,
+    /// Whether the join has reported its outcome.
+    reported: bool,
 }
 
 /// A part future that notes when its output was first seen.
@@ -198,61 +244,221 @@ impl<F: Future<Output = PartOutput>> Future for Timed<F> {
     }
 }
 
-impl<F: Future<Output = PartOutput>> StripeJoin<F> {
-    /// Joins `parts`.
+impl<F: Future<Output = PartOutput> + Unpin> StripeJoin<F> {
+    /// Joins `parts`, one per part; any failure fails its part.
     pub(crate) fn new(parts: impl IntoIterator<Item = F>) -> Self {
+        let slots: Vec<Slot<F>> = parts
+            .into_iter()
+            .map(|inner| Slot {
+                attempts: vec![Some(Timed { inner })],
+                outcome: None,
+                stalled: None,
+            })
+            .collect();
         StripeJoin {
-            parts: futures::future::join_all(parts.into_iter().map(|inner| Timed { inner })),
+            left: slots.len(),
+            slots,
+            failover: false,
+            reported: false,
         }
     }
-}
 
-impl<F: Future<Output = PartOutput>> Future for StripeJoin<F> {
-    type Output = Joined;
+    /// Joins `parts`, letting a part whose rail was lost wait for another
+    /// attempt.
+    pub(crate) fn with_failover(parts: impl IntoIterator<Item = F>) -> Self {
+        StripeJoin {
+            failover: true,
+            ..Self::new(parts)
+        }
+    }
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joined> {
-        let outputs = futures::ready!(self.project().parts.poll(cx));
+    /// A failover join whose parts that could not even be posted (their
+    /// rail was lost: `Err`) start stalled.
+    pub(crate) fn with_failover_or_stalled(parts: Vec<std::result::Result<F, Error>>) -> Self {
+        let slots: Vec<Slot<F>> = parts
+            .into_iter()
+            .map(|p| match p {
+                Ok(inner) => Slot {
+                    attempts: vec![Some(Timed { inner })],
+                    outcome: None,
+                    stalled: None,
+                },
+                Err(e) => Slot {
+                    attempts: Vec::new(),
+                    outcome: None,
+                    stalled: Some(e),
+                },
+            })
+            .collect();
+        StripeJoin {
+            left: slots.len(),
+            slots,
+            failover: true,
+            reported: false,
+        }
+    }
+
+    /// Adds an attempt at part `part` and returns its index, or hands it
+    /// back for a part already done.
+    pub(crate) fn add_attempt(&mut self, part: usize, attempt: F) -> std::result::Result<usize, F> {
+        match self.slots.get_mut(part) {
+            Some(slot) if slot.outcome.is_none() && !self.reported => {
+                slot.stalled = None;
+                slot.attempts.push(Some(Timed { inner: attempt }));
+                Ok(slot.attempts.len() - 1)
+            }
+            _ => Err(attempt),
+        }
+    }
+
+    /// The parts waiting for a new attempt, with the error of the last
+    /// attempt that lost its rail.
+    pub(crate) fn stalled(&self) -> impl Iterator<Item = (usize, &Error)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.stalled.as_ref()?)))
+    }
+
+    /// Fails every part that is not done with `error` (the transfer gives
+    /// up: no rail is left for it). Its pending attempts stay, for
+    /// [`take_pending`](Self::take_pending).
+    pub(crate) fn fail_open(&mut self, error: &Error) {
+        for s in self.slots.iter_mut().filter(|s| s.outcome.is_none()) {
+            s.stalled = None;
+            s.outcome = Some(Err(Error::new(error.kind(), error.message().to_owned())));
+            self.left -= 1;
+        }
+    }
+
+    /// The attempts still pending (of parts another attempt finished, or
+    /// of a join given up), taken out.
+    pub(crate) fn take_pending(&mut self) -> Vec<F> {
+        self.slots
+            .iter_mut()
+            .flat_map(|s| s.attempts.iter_mut())
+            .filter_map(|a| a.take().map(|t| t.inner))
+            .collect()
+    }
+
+    /// Polls every pending attempt of every open part; ready (once) when
+    /// every part has an outcome.
+    pub(crate) fn poll_join(&mut self, cx: &mut Context<'_>) -> Poll<Joined> {
+        for (part, slot) in self.slots.iter_mut().enumerate() {
+            if slot.outcome.is_some() {
+                continue;
+            }
+            for i in 0..slot.attempts.len() {
+                let Some(t) = slot.attempts[i].as_mut() else {
+                    continue;
+                };
+                let Poll::Ready((out, at)) = Pin::new(t).poll(cx) else {
+                    continue;
+                };
+                slot.attempts[i] = None;
+                match out.result {
+                    Ok(n) => {
+                        slot.outcome = Some(Ok(PartDone {
+                            part,
+                            attempt: i,
+                            rail: out.rail,
+                            bytes: n,
+                            at,
+                            alone: out.alone,
+                        }));
+                        slot.stalled = None;
+                        self.left -= 1;
+                        break;
+                    }
+                    Err(e) => {
+                        let others = slot.attempts.iter().any(Option::is_some);
+                        if self.failover && rail_lost(e.kind()) {
+                            if !others {
+                                slot.stalled = Some(e);
+                            }
+                        } else if !others {
+                            slot.outcome = Some(Err(e));
+                            self.left -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        if self.left > 0 || self.reported {
+            return Poll::Pending;
+        }
+        self.reported = true;
         let mut joined = Joined {
             bytes: 0,
             error: None,
-            parts: Vec::with_capacity(outputs.len()),
+            parts: Vec::with_capacity(self.slots.len()),
         };
-        for (out, at) in outputs {
-            match out.result {
-                Ok(n) => {
-                    joined.bytes += n as u64;
-                    joined.parts.push(PartDone {
-                        rail: out.rail,
-                        bytes: n,
-                        at,
-                        alone: out.alone,
-                    });
+        for s in &mut self.slots {
+            match s.outcome.take() {
+                Some(Ok(done)) => {
+                    joined.bytes += done.bytes as u64;
+                    joined.parts.push(done);
                 }
-                Err(e) if joined.error.is_none() => joined.error = Some(e),
-                Err(_) => {}
+                Some(Err(e)) if joined.error.is_none() => joined.error = Some(e),
+                _ => {}
             }
         }
         Poll::Ready(joined)
     }
 }
 
-/// A transfer's parts while they travel: the join, pinned in a box so the
-/// driver can keep it in its tables and poll it from its progress step.
+impl<F: Future<Output = PartOutput> + Unpin + OnRail> StripeJoin<F> {
+    /// The open parts with no pending attempt outside the rails in `dead`
+    /// (a mask): the parts a failover must send again elsewhere.
+    pub(crate) fn open_only_on(&self, dead: u64) -> Vec<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.outcome.is_none() && !self.reported)
+            .filter(|(_, s)| {
+                s.attempts
+                    .iter()
+                    .flatten()
+                    .all(|t| dead & (1 << t.inner.rail()) != 0)
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+impl<F: Future<Output = PartOutput> + Unpin> Future for StripeJoin<F> {
+    type Output = Joined;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Joined> {
+        self.get_mut().poll_join(cx)
+    }
+}
+
+/// A transfer's parts while they travel: the join, which the driver keeps
+/// in its tables and polls from its progress step.
 pub(crate) struct Striped {
-    pub(crate) join: Pin<Box<StripeJoin<RailPart>>>,
+    pub(crate) join: StripeJoin<RailPart>,
 }
 
 impl Striped {
-    /// Joins `parts`.
+    /// Joins `parts`; a part whose rail is lost waits for another attempt.
     pub(crate) fn new(parts: Vec<RailPart>) -> Self {
         Striped {
-            join: Box::pin(StripeJoin::new(parts)),
+            join: StripeJoin::with_failover(parts),
+        }
+    }
+
+    /// Joins parts some of which could not be posted (stalled from the
+    /// start, waiting for a failover attempt).
+    pub(crate) fn with_stalled(parts: Vec<std::result::Result<RailPart, Error>>) -> Self {
+        Striped {
+            join: StripeJoin::with_failover_or_stalled(parts),
         }
     }
 
     /// Polls the join.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Joined> {
-        self.join.as_mut().poll(cx)
+        self.join.poll_join(cx)
     }
 }
 

@@ -23,10 +23,10 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0 | [`VERSION`] |
-//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice |
 //! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
 //! | 3 | zero |
-//! | 4..8 | sequence number (zero for Cts, Nack and WriteData) |
+//! | 4..8 | sequence number (Eager, Rts and Ack; zero for the others) |
 //! | 8..16 | source: the sender's identity token |
 //!
 //! followed by the kind's fields:
@@ -39,6 +39,8 @@
 //! | Nack | send_id, reason (u32), zero (u32) | 32 |
 //! | Ack | zero (u64) | 24 |
 //! | WriteData | data, len | 32 |
+//! | Reroute | send_id, recv_id, part (u8), rail (u8), zero (6 bytes) | 40 |
+//! | RailNotice | rail (u8), up (u8: 0 or 1), zero (6 bytes) | 24 |
 //!
 //! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
 //! reserved field or flag, a short input, and trailing bytes after a frame
@@ -68,6 +70,8 @@ const CTS_LEN: usize = 48;
 const NACK_LEN: usize = 32;
 const ACK_LEN: usize = 24;
 const WRITE_DATA_LEN: usize = 32;
+const REROUTE_LEN: usize = 40;
+const RAIL_NOTICE_LEN: usize = 24;
 
 const KIND_EAGER: u8 = 0;
 const KIND_RTS: u8 = 1;
@@ -75,6 +79,8 @@ const KIND_CTS: u8 = 2;
 const KIND_NACK: u8 = 3;
 const KIND_ACK: u8 = 4;
 const KIND_WRITE_DATA: u8 = 5;
+const KIND_REROUTE: u8 = 6;
+const KIND_RAIL_NOTICE: u8 = 7;
 
 const FLAG_TAGGED: u8 = 0x01;
 
@@ -232,8 +238,8 @@ pub enum Frame {
         accepted: u64,
         /// The share of the data each of the request's rails carries, as
         /// the receiver cut its receives: 4 bits per rail (rail `i` in bits
-        /// `4i..4i+4`), 1 to 15 for a rail of the request, 0 for the
-        /// others; all zero means equal shares. Both sides cut the message
+        /// `4i..4i+4`), 0 to 15 for a rail of the request (0: the rail
+        /// carries nothing), 0 for the others; all zero means equal shares. Both sides cut the message
         /// with [`StripePlan::from_weights`](super::stripe::StripePlan::from_weights).
         weights: u64,
     },
@@ -264,6 +270,31 @@ pub enum Frame {
         /// The bytes the write moved.
         len: u64,
     },
+    /// Failover: the receiver of a striped message asks for part `part`
+    /// again on rail `rail` (its rail before was lost), with the same data
+    /// tag.
+    Reroute {
+        /// The receiver's identity token.
+        source: u64,
+        /// The sender's id from the request.
+        send_id: u64,
+        /// The receiver's id (as in the Cts).
+        recv_id: u64,
+        /// The part.
+        part: u8,
+        /// The rail to send it on.
+        rail: u8,
+    },
+    /// Failover: the sender's rail `rail` went out of service (`up`
+    /// false) or is back (`up` true).
+    RailNotice {
+        /// The sender's identity token.
+        source: u64,
+        /// The rail.
+        rail: u8,
+        /// Whether it is in service.
+        up: bool,
+    },
 }
 
 impl Frame {
@@ -280,6 +311,8 @@ impl Frame {
             Frame::Nack { .. } => KIND_NACK,
             Frame::Ack { .. } => KIND_ACK,
             Frame::WriteData { .. } => KIND_WRITE_DATA,
+            Frame::Reroute { .. } => KIND_REROUTE,
+            Frame::RailNotice { .. } => KIND_RAIL_NOTICE,
         }
     }
 
@@ -296,7 +329,9 @@ impl Frame {
             | Frame::Cts { source, .. }
             | Frame::Nack { source, .. }
             | Frame::Ack { source, .. }
-            | Frame::WriteData { source, .. } => source,
+            | Frame::WriteData { source, .. }
+            | Frame::Reroute { source, .. }
+            | Frame::RailNotice { source, .. } => source,
         }
     }
 
@@ -342,7 +377,11 @@ impl Frame {
                 (class_flags(class), seq)
             }
             Frame::Ack { seq, .. } => (0, seq),
-            Frame::Cts { .. } | Frame::Nack { .. } | Frame::WriteData { .. } => (0, 0),
+            Frame::Cts { .. }
+            | Frame::Nack { .. }
+            | Frame::WriteData { .. }
+            | Frame::Reroute { .. }
+            | Frame::RailNotice { .. } => (0, 0),
         };
         out[0] = VERSION;
         out[1] = self.kind();
@@ -385,6 +424,22 @@ impl Frame {
             Frame::WriteData { data, len, .. } => {
                 put_u64(out, 16, data);
                 put_u64(out, 24, len);
+            }
+            Frame::Reroute {
+                send_id,
+                recv_id,
+                part,
+                rail,
+                ..
+            } => {
+                put_u64(out, 16, send_id);
+                put_u64(out, 24, recv_id);
+                out[32] = part;
+                out[33] = rail;
+            }
+            Frame::RailNotice { rail, up, .. } => {
+                out[16] = rail;
+                out[17] = u8::from(up);
             }
         }
         Ok(len)
@@ -437,7 +492,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
         return Err(HeaderError::Version(common[0]));
     }
     let kind = common[1];
-    if kind > KIND_WRITE_DATA {
+    if kind > KIND_RAIL_NOTICE {
         return Err(HeaderError::UnknownKind(kind));
     }
     let name = kind_name(kind);
@@ -477,7 +532,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
     };
     let seq = get_u32(h, 4);
     let source = get_u64(h, 8);
-    if seq != 0 && (kind == KIND_CTS || kind == KIND_NACK || kind == KIND_WRITE_DATA) {
+    if seq != 0 && !matches!(kind, KIND_EAGER | KIND_RTS | KIND_ACK) {
         return Err(HeaderError::Reserved {
             kind: name,
             offset: 4,
@@ -525,6 +580,34 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
             data: get_u64(h, 16),
             len: get_u64(h, 24),
         },
+        KIND_REROUTE => {
+            if h[34..40].iter().any(|&b| b != 0) {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 34,
+                });
+            }
+            Frame::Reroute {
+                source,
+                send_id: get_u64(h, 16),
+                recv_id: get_u64(h, 24),
+                part: h[32],
+                rail: h[33],
+            }
+        }
+        KIND_RAIL_NOTICE => {
+            if h[17] > 1 || h[18..24].iter().any(|&b| b != 0) {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 17,
+                });
+            }
+            Frame::RailNotice {
+                source,
+                rail: h[16],
+                up: h[17] == 1,
+            }
+        }
         _ => {
             if get_u64(h, 16) != 0 {
                 return Err(HeaderError::Reserved {
@@ -608,7 +691,9 @@ const fn kind_name(kind: u8) -> &'static str {
         KIND_CTS => "Cts",
         KIND_NACK => "Nack",
         KIND_ACK => "Ack",
-        _ => "WriteData",
+        KIND_WRITE_DATA => "WriteData",
+        KIND_REROUTE => "Reroute",
+        _ => "RailNotice",
     }
 }
 
@@ -619,7 +704,9 @@ const fn header_len(kind: u8) -> usize {
         KIND_CTS => CTS_LEN,
         KIND_NACK => NACK_LEN,
         KIND_ACK => ACK_LEN,
-        _ => WRITE_DATA_LEN,
+        KIND_WRITE_DATA => WRITE_DATA_LEN,
+        KIND_REROUTE => REROUTE_LEN,
+        _ => RAIL_NOTICE_LEN,
     }
 }
 
@@ -645,14 +732,17 @@ fn get_u32(buf: &[u8], at: usize) -> u32 {
 }
 
 /// Whether `weights` fit `rails` (see [`Frame::Cts`]): zero, or a weight
-/// of 1 to 15 for each rail of the mask (all below 16) and 0 elsewhere.
+/// of 0 to 15 for each rail of the mask (all below 16), at least one of
+/// them nonzero, and 0 elsewhere. A rail of the mask with weight 0 carries
+/// nothing (the receiver left it out: it is out of service).
 ///
 /// ```
 /// use psmrail::mrail::core::header::weights_fit;
 /// assert!(weights_fit(0b101, 0));
 /// assert!(weights_fit(0b101, 0x205));
-/// assert!(!weights_fit(0b101, 0x005));
-/// assert!(!weights_fit(0b001, 0x015));
+/// assert!(weights_fit(0b101, 0x005)); // rail 2 left out
+/// assert!(!weights_fit(0b001, 0x015)); // rail 1 is not in the mask
+/// assert!(!weights_fit(0b101, 0x010));
 /// ```
 pub fn weights_fit(rails: u64, weights: u64) -> bool {
     if weights == 0 {
@@ -661,14 +751,7 @@ pub fn weights_fit(rails: u64, weights: u64) -> bool {
     if rails >> 16 != 0 {
         return false;
     }
-    (0..16).all(|i| {
-        let w = (weights >> (4 * i)) & 0xf;
-        if rails & (1 << i) != 0 {
-            w != 0
-        } else {
-            w == 0
-        }
-    })
+    (0..16).all(|i| rails & (1 << i) != 0 || (weights >> (4 * i)) & 0xf == 0)
 }
 
 fn put_u64(buf: &mut [u8], at: usize, value: u64) {
@@ -721,13 +804,25 @@ mod tests {
                 data: 11,
                 len: 12,
             },
+            Frame::Reroute {
+                source: 9,
+                send_id: 1,
+                recv_id: 2,
+                part: 3,
+                rail: 4,
+            },
+            Frame::RailNotice {
+                source: 9,
+                rail: 2,
+                up: true,
+            },
         ]
     }
 
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 48, 48, 32, 24, 32]);
+        assert_eq!(lens, [24, 48, 48, 32, 24, 32, 40, 24]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -757,7 +852,7 @@ mod tests {
             decode(&b).unwrap_err()
         };
         assert_eq!(bad(0, 2), HeaderError::Version(2));
-        assert_eq!(bad(1, 6), HeaderError::UnknownKind(6));
+        assert_eq!(bad(1, 8), HeaderError::UnknownKind(8));
         assert_eq!(
             bad(2, 1),
             HeaderError::Flags {
@@ -895,6 +990,22 @@ mod tests {
             (any::<u64>(), any::<u32>()).prop_map(|(source, seq)| Frame::Ack { source, seq }),
             (any::<u64>(), any::<u64>(), any::<u64>())
                 .prop_map(|(source, data, len)| Frame::WriteData { source, data, len }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u8>(),
+                any::<u8>()
+            )
+                .prop_map(|(source, send_id, recv_id, part, rail)| Frame::Reroute {
+                    source,
+                    send_id,
+                    recv_id,
+                    part,
+                    rail
+                }),
+            (any::<u64>(), any::<u8>(), any::<bool>())
+                .prop_map(|(source, rail, up)| Frame::RailNotice { source, rail, up }),
         ]
     }
 

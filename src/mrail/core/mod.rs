@@ -10,6 +10,9 @@
 //!   environment, which picks the fixed rail;
 //! * [`rail_choice`]: which rails a message goes out on, by size class
 //!   and rail liveness ([`RailChooser`]);
+//! * [`rail_health`]: which rails are in service, the back-off before a
+//!   rail whose link came back rejoins, and the events that report it
+//!   ([`RailHealth`]);
 //! * [`stripe`]: how a large message is split over its rails
 //!   ([`StripePlan`]), equally or by weight;
 //! * [`rma_plan`]: how an RMA operation's stripes are laid over its
@@ -38,6 +41,7 @@ pub mod header;
 pub mod local_rank;
 pub mod matcher;
 pub mod rail_choice;
+pub mod rail_health;
 pub mod rail_load;
 pub mod rail_rates;
 pub mod rma_plan;
@@ -48,6 +52,7 @@ pub use header::{Frame, HeaderError, MsgClass, NackReason};
 pub use local_rank::{local_rank, LocalRank};
 pub use matcher::{ArrivalSpec, Matcher, RecvSpec};
 pub use rail_choice::{RailChoice, RailChooser, RailCountError};
+pub use rail_health::{RailEvent, RailHealth, RailReason, RailState};
 pub use rail_load::{RailLoad, RailStint};
 pub use rail_rates::RailRates;
 pub use rma_plan::{RmaPiece, RmaPlanError};
