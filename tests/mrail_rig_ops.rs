@@ -33,7 +33,7 @@
 //!   only on the endpoint's send or receive counter, then read the CQ;
 //! * `recvdrop <len> <tag> <bytes>` drops a receive once its host's rails
 //!   received that many bytes; `inject`, `insert`, `insert-self`, `stats`,
-//!   `quit`.
+//!   `events` (the rail events so far, with wall-clock times), `quit`.
 //!
 //! Payloads differ per message (the first 8 bytes carry the message's
 //! seed, so a receiver names the message it got instead). Children spin in
@@ -246,6 +246,7 @@ struct Side {
     peer_name: Option<String>,
     peer: Option<FiAddr>,
     me: Option<FiAddr>,
+    events: psmrail::mrail::RailEvents,
 }
 
 impl Side {
@@ -289,6 +290,7 @@ fn open_side() -> psmrail::Result<Side> {
         .bind_counter(&recvs, CounterBind::RECV)
         .enable()?;
     let manual = domain.reactor().is_manual();
+    let events = domain.rail_events();
     Ok(Side {
         _fabric: fabric,
         domain,
@@ -301,6 +303,7 @@ fn open_side() -> psmrail::Result<Side> {
         peer_name: None,
         peer: None,
         me: None,
+        events,
     })
 }
 
@@ -361,6 +364,7 @@ fn child(_role: &str) {
             "recvdrop" => cmd_recvdrop(&side, rest),
             "inject" => cmd_inject(&side, rest),
             "stats" => Ok(stats_line(&side.ep)),
+            "events" => Ok(events_line(&side.events)),
             "quit" => {
                 let ep = side.ep.clone();
                 let r = ep.close().and_then(|()| side.domain.clone().close());
@@ -884,6 +888,25 @@ fn cmd_inject(side: &Side, rest: &str) -> Result<String, String> {
         .map_err(|e| format!("{:?}: {}", e.kind(), e.message()))
 }
 
+/// The rail events so far: `<rail>/<state>/<unix ms>` each, where the
+/// time is the wall clock's (comparable with the parent's).
+fn events_line(events: &psmrail::mrail::RailEvents) -> String {
+    let mut out = Vec::new();
+    while let Some(e) = events.read() {
+        let ago = Instant::now().saturating_duration_since(e.at);
+        let at = std::time::SystemTime::now() - ago;
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        out.push(format!("{}/{}/{ms}", e.rail, e.state));
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join(",")
+    }
+}
+
 fn stats_line(ep: &MrailEndpoint) -> String {
     let s = ep.stats();
     let rails: Vec<String> = s
@@ -891,13 +914,15 @@ fn stats_line(ep: &MrailEndpoint) -> String {
         .iter()
         .map(|r| {
             format!(
-                "{}/{}/{}/{}/{}/{}",
+                "{}/{}/{}/{}/{}/{}/{}/{}",
                 r.msgs_sent,
                 r.bytes_sent,
                 r.msgs_received,
                 r.bytes_received,
                 r.stripes,
-                r.rate_mbit.unwrap_or(0)
+                r.rate_mbit.unwrap_or(0),
+                r.errors,
+                r.retransmits
             )
         })
         .collect();
@@ -1057,8 +1082,9 @@ impl Host {
 struct Stats {
     fields: HashMap<String, u64>,
     /// Per rail: msgs sent, bytes sent, msgs received, bytes received,
-    /// stripes, rate (Mbit/s, 0 unknown).
-    rails: Vec<[u64; 6]>,
+    /// stripes, rate (Mbit/s, 0 unknown), errors (times lost),
+    /// retransmits (failover).
+    rails: Vec<[u64; 8]>,
 }
 
 impl Stats {
@@ -1070,7 +1096,7 @@ impl Stats {
             if k == "rails" {
                 for r in v.split(',') {
                     let n: Vec<u64> = r.split('/').map(|x| x.parse().expect("number")).collect();
-                    rails.push(n.try_into().expect("6 numbers"));
+                    rails.push(n.try_into().expect("8 numbers"));
                 }
             } else {
                 fields.insert(k.to_owned(), v.parse().expect("number"));
@@ -1728,5 +1754,126 @@ fn a_rail_reset_under_striped_and_small_traffic_loses_nothing() {
     );
     p.a.stats().assert_clean("a");
     p.b.stats().assert_clean("b");
+    p.quit();
+}
+
+/// Wall-clock milliseconds (comparable with the children's event times).
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// A child's rail events: (rail, state, unix ms).
+fn events(h: &mut Host) -> Vec<(usize, String, u128)> {
+    let line = h.call("events");
+    if line == "none" {
+        return Vec::new();
+    }
+    line.split(',')
+        .map(|e| {
+            let f: Vec<&str> = e.split('/').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].to_owned(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Mbit/s of `bytes` in `us` microseconds.
+fn mbit(bytes: usize, us: u64) -> f64 {
+    bytes as f64 * 8.0 / us.max(1) as f64
+}
+
+#[test]
+fn a_rail_whose_link_goes_down_fails_over_and_rejoins() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    let shapes = [RailShape::rate(1000), RailShape::rate(1000)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    let test = "a_rail_whose_link_goes_down_fails_over_and_rejoins";
+    let mut p = Pair::start(&rig, test, Opts::manual(DEFAULT_POLICY));
+    let Pair { a, b } = &mut p;
+    let block = |n: usize| -> Vec<Msg> { (0..n).map(|_| tagged(4 * MIB, 9)).collect() };
+    // Before: both rails.
+    let before = carry(b, a, &block(16));
+    // A 256 MiB striped stream with small fixed-policy messages between
+    // its messages, one tag (only the send order decides which receive
+    // gets which); rail 1's link goes down under it, and comes back.
+    let mut msgs = Vec::new();
+    for i in 0..64usize {
+        msgs.push(tagged(4 * MIB, 3));
+        msgs.extend((0..4usize).map(|j| tagged(1 + (i * 131 + j * 37) % 4000, 3)));
+    }
+    let sends: Vec<String> = msgs.iter().map(Msg::send).collect();
+    let recvs: Vec<String> = msgs.iter().map(Msg::recv).collect();
+    b.posted(&format!("recv {}", recvs.join(" ")));
+    a.posted(&format!("send {}", sends.join(" ")));
+    std::thread::sleep(Duration::from_millis(300));
+    let down_at = unix_ms();
+    rig.link_down(1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let up_at = unix_ms();
+    rig.link_up(1);
+    let stream_us: u64 = a.ok("the stream across the failover").parse().unwrap();
+    b.ok("every message once, whole and in order");
+    // During: the rail is down.
+    rig.link_down(1);
+    std::thread::sleep(Duration::from_millis(300));
+    let during = carry(b, a, &block(16));
+    rig.link_up(1);
+    // After: the rail is back once its back-off is over.
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = carry(b, a, &block(16));
+    let (ea, eb) = (events(a), events(b));
+    let (sa, sb) = (a.stats(), b.stats());
+    let first = |ev: &[(usize, String, u128)], state: &str, since: u128| {
+        ev.iter()
+            .find(|e| e.0 == 1 && e.1 == state && e.2 >= since)
+            .map(|e| e.2 - since)
+    };
+    let detect_a = first(&ea, "down", down_at).expect("A saw rail 1 go down");
+    let detect_b = first(&eb, "down", down_at).expect("B saw rail 1 go down");
+    let rejoin_a = first(&ea, "up", up_at).expect("A saw rail 1 rejoin");
+    let rejoin_b = first(&eb, "up", up_at).expect("B saw rail 1 rejoin");
+    let show = |ev: &[(usize, String, u128)]| -> Vec<String> {
+        ev.iter()
+            .map(|e| format!("{}:{}@{}", e.0, e.1, e.2 as i128 - down_at as i128))
+            .collect()
+    };
+    println!(
+        "events (ms after the link went down): A {:?}, B {:?}",
+        show(&ea),
+        show(&eb)
+    );
+    let retransmits: u64 = [&sa, &sb].iter().map(|s| s.rails[0][7]).sum();
+    let bytes = 16 * 4 * MIB;
+    println!(
+        "rail 1 down under a 256 MiB striped stream + 256 small messages: detected in {detect_a} ms \
+         (A) / {detect_b} ms (B), back in service {rejoin_a} ms (A) / {rejoin_b} ms (B) after its \
+         link came up; the stream took {:.2} s; {retransmits} frames and parts sent again on rail 0",
+        stream_us as f64 / 1e6
+    );
+    println!(
+        "64 MiB striped: before {:.0} Mbit/s, rail 1 down {:.0} Mbit/s, after {:.0} Mbit/s",
+        mbit(bytes, before),
+        mbit(bytes, during),
+        mbit(bytes, after)
+    );
+    assert!(retransmits > 0, "something went again on rail 0");
+    assert!(
+        sa.rails[1][6] >= 2 && sb.rails[1][6] >= 2,
+        "rail 1 errors: {sa:?} {sb:?}"
+    );
+    for s in [&sa, &sb] {
+        for k in ["unknown", "malformed", "beyond"] {
+            assert_eq!(s.get(k), 0, "{k}: {s:?}");
+        }
+    }
     p.quit();
 }
