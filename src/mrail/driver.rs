@@ -39,13 +39,54 @@
 //! a duplicate, a malformed frame or a frame from a peer that is not in the
 //! address vector is counted ([`DriverStats`]) and logged, never a crash.
 //!
+//! # Failover
+//!
+//! A rail is lost when its link goes down (its interface stops running:
+//! [`LinkWatch`], looked at every 50 ms), when the application disables
+//! it, or — for one peer — when the rail's peer book declares that peer
+//! dead there (its rail endpoint closed, or it stopped answering for
+//! `FI_PSM_TIMEOUT`). Lost rails leave [`RailHealth`]'s mask (for every
+//! peer) or join the peer's `dead` mask; the peers hear of our own losses
+//! by a [`RailNotice`](Frame::RailNotice), so both sides avoid the rail.
+//! Then what was in flight on it goes again on the rails left:
+//!
+//! * every Eager and RTS frame stays in the peer's resend log
+//!   ([`ResendLog`], one position per sequence number) until the peer
+//!   acknowledges it ([`Frame::Ack`], after [`ACK_EVERY`] frames or
+//!   [`ACK_DELAY`]); the unacknowledged frames that went on the lost rail
+//!   are sent again on another, and the receiver's reorder buffer drops
+//!   the copies it already had, so each message is matched once;
+//! * the receiver of a striped message asks for each part still open on
+//!   the lost rail again on another rail ([`Frame::Reroute`], after the
+//!   CTS again if that went on the lost rail). The new attempt lands in a
+//!   buffer of its own, because the old one may still write the user's
+//!   window if the link comes back; the join ([`StripeJoin`]) takes
+//!   whichever attempt finishes first. The message is handed back in the
+//!   user's buffer when no rail holds it any more, or else as a copy
+//!   assembled from the parts that landed (sends too: a copy of the bytes
+//!   when a lost rail still reads the buffer);
+//! * RMA stripes that fail because their rail lost the peer start again
+//!   on another rail (`rma`).
+//!
+//! A rail whose link comes back rejoins after a back-off
+//! ([`RailHealth`]); the rail events go to the domain's queue. With no
+//! rail left for a peer its transfers fail with `FI_EIO` naming the rails.
+//! A peer lost on a rail for good (its rail's peer book) is not tried
+//! there again. An attempt given up on a rail that comes back later
+//! completes against nothing: a send waits in its engine until the
+//! endpoint closes, a receive is cancelled.
+//!
+//! [`StripeJoin`]: super::stripe_join::StripeJoin
+//!
 //! # Progress
 //!
 //! The driver is a small executor: each pending rail operation it owns (a
 //! pool receive, a transfer's join, an eager send) is polled with a waker
 //! that queues its id, so a rail completion — reported inside the rail
 //! engine's progress — costs one push, and the driver's progress step
-//! (the reactor's last source) polls only what completed.
+//! (the reactor's last source) polls only what completed. Every
+//! [`HOUSEKEEPING_EVERY`] steps it also looks at the clock: owed
+//! acknowledgements, the links, back-offs that ended.
 
 use super::av::{MrailAvCore, PeerEntry};
 use super::core::header::{

@@ -4,8 +4,10 @@
 //! At enable the endpoint looks up, for each rail's IPv4 address, the
 //! interface that carries it (`getifaddrs`). Every [`CHECK_EVERY`] its
 //! progress asks [`LinkWatch::sample`] whether each such interface is up
-//! and running (`IFF_UP` and `IFF_RUNNING`: set down, or a veth whose peer
-//! went down, or a cable pulled, all clear one of them), and feeds the
+//! with its carrier (`IFF_UP` and `IFF_LOWER_UP`: set down, a veth whose
+//! peer went down, a cable pulled, all clear one of them; `IFF_RUNNING`
+//! is not used, as the kernel reports a new link's operational state up
+//! to a second late while traffic already flows), and feeds the
 //! answers to the sans-IO [`RailHealth`](super::core::rail_health::RailHealth).
 //! Rails on a loopback interface, or whose interface cannot be found, are
 //! not watched (their loss shows as their peers' failures instead).

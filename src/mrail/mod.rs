@@ -71,9 +71,24 @@
 //!   rails' own tagged messages, joined on both sides by the mrail
 //!   combinator (`stripe_join`). Sequence numbers per (endpoint, peer)
 //!   put matching back in send order across rails.
+//! * RMA ([`rma`]): regions registered on every rail with raw keys (each
+//!   rail's key in rail order, [`MrailDomain::map_raw`]); reads and writes
+//!   striped like messages, any length; a write that goes out as several
+//!   rail operations first checks key, range and rights on every rail, so
+//!   a refused write changes nothing; `writedata`'s CQ entry appears at
+//!   the target after the last stripe landed.
+//! * Failover (the `driver` module's docs): a rail whose link goes down,
+//!   that the application disables ([`MrailEndpoint::disable_rail`]) or on
+//!   which a peer is lost, is left; the frames and parts in flight on it
+//!   go again on the other rails, receivers dropping what they already
+//!   had; the rail rejoins after a back-off when its link comes back. The
+//!   endpoint reports it: [`MrailEndpoint::rail_states`], the domain's
+//!   [`rail_events`](MrailDomain::rail_events), per-rail `errors` and
+//!   `retransmits` in [`MrailStats`]. Operations fail (`FI_EIO`, naming
+//!   the rails) only when no rail is left.
 //! * The sans-IO core ([`core`]): header codec, stripe plans, rail choice,
-//!   sequence numbers and reorder buffer, matching — plain data
-//!   structures, unit- and property-tested, fuzzed.
+//!   rail health, sequence numbers and reorder buffer, matching — plain
+//!   data structures, unit- and property-tested, fuzzed.
 //!
 //! # Cancel safety
 //!
@@ -83,10 +98,13 @@
 //! # Per-peer state
 //!
 //! A peer costs an address-vector entry (its mrail address and one engine
-//! handle per rail, about 100 bytes for 2 rails), a sequence counter and a
+//! handle per rail, about 100 bytes for 2 rails), a sequence counter, a
 //! reorder buffer that is empty unless rails deliver out of order (then
-//! bounded by 2^16 frames and 64 MiB of eager payload). The rails'
-//! connections are made when the peer is inserted.
+//! bounded by 2^16 frames and 64 MiB of eager payload), and a resend log
+//! of the frames it has not acknowledged yet (at most about 32 frames in
+//! steady traffic: it acknowledges every 32 frames or within 1 ms; their
+//! buffers come back to a shared pool). The rails' connections are made
+//! when the peer is inserted.
 
 mod addr;
 mod av;
