@@ -1,36 +1,16 @@
-//! Latency and bandwidth of an mrail endpoint (or of a plain psm endpoint
-//! on one rail, for comparison), between two processes, printing
-//! `fi_pingpong`'s columns.
-//!
-//! ```text
-//! # As root: builds two network namespaces joined by 2 veth rails shaped
-//! # at 1 Gbit/s, runs the server in one and the client in the other.
-//! cargo run --release --example mrail_pingpong -- --rig 2 --rate 1000 --bw -S 4m
-//! cargo run --release --example mrail_pingpong -- --rig 2 -S 8            # latency
-//! cargo run --release --example mrail_pingpong -- --rig 2 -S 8 --provider psm
-//!
-//! # On your own hosts: FI_OFI_MRAIL_ADDR names this host's rails.
-//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release --example mrail_pingpong            # server
-//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release --example mrail_pingpong -- ADDR    # client
-//! ```
-//!
-//! The ping-pong sends one message and waits for it to come back (`usec/xfer`
-//! is half a round trip); messages up to the inject size are injected. With
-//! `--bw` the client streams windows of `--window` messages and the server
-//! answers each window with one small message (as `fi_rdm_tagged_bw`), so
-//! `MB/sec` is the streaming bandwidth. Every message is checked byte for
-//! byte once per size, outside the timed loops.
+//! One side of a measurement: an endpoint of either provider, the
+//! out-of-band address exchange, and the jobs both sides run in the same
+//! order. The client prints what it measured as `@@` lines (`@@ lat ...`,
+//! `@@ bw ...`); in a stream job the server prints what it received every
+//! [`TICK`] (`@@ tick ...`).
 //!
 //! The same generic code runs both providers
 //! ([`MessageEndpoint`](psmrail::ops::MessageEndpoint)); `--provider psm`
-//! opens a psm endpoint bound to the first rail's address, the baseline an
-//! mrail endpoint's fixed policy is compared with.
+//! opens a plain psm endpoint bound to the first rail's address, the
+//! baseline an mrail endpoint is compared with.
 
-#[path = "../tests/support/rig.rs"]
-#[allow(dead_code)]
-mod rig;
-
-use clap::Parser;
+use super::report::{median, parse_size, positive};
+use futures::FutureExt;
 use psmrail::config::{MrailConfig, PsmConfig};
 use psmrail::engine::soft::SoftConfig;
 use psmrail::engine::OpBuffer;
@@ -40,83 +20,174 @@ use psmrail::fabric::{
 use psmrail::mrail::MrailFabric;
 use psmrail::ops::MessageEndpoint;
 use psmrail::reactor::Reactor;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{ExitCode, Stdio};
+use std::fmt;
+use std::io::Write;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+/// The tag of measured messages.
 const TAG: u64 = 0x1234;
+/// The tag of the server's answer to a window.
 const ACK_TAG: u64 = 0x4321;
+/// The tag of the first message, once both sides know each other.
+const HELLO_TAG: u64 = 1;
+/// The tag of the client's last message.
+const BYE_TAG: u64 = 2;
 
-#[derive(Parser, Clone, Debug)]
-#[command(about = "mrail ping-pong and bandwidth, fi_pingpong's columns")]
-struct Args {
-    /// Message sizes (comma-separated; k/m suffixes; `all` = 1 B .. 4 MiB).
-    #[arg(short = 'S', long, default_value = "8,1k,64k,1m,4m")]
-    sizes: String,
-    /// Iterations per size (default 1000 up to 64 KiB, 100 above, 20 with --bw).
-    #[arg(short = 'I', long)]
-    iterations: Option<usize>,
-    /// Stream windows of messages instead of a ping-pong.
+/// How often the server of a stream job reports what it has received.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// The most a side's buffers of one job may take (window times size).
+pub const MAX_WINDOW_BYTES: usize = 1 << 30;
+
+/// Which provider a side opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderKind {
+    /// An mrail endpoint over every rail of `FI_OFI_MRAIL_ADDR`.
+    Mrail,
+    /// A plain psm endpoint on the first rail of `FI_OFI_MRAIL_ADDR`.
+    Psm,
+}
+
+impl ProviderKind {
+    /// The name `--provider` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Mrail => "mrail",
+            ProviderKind::Psm => "psm",
+        }
+    }
+}
+
+/// `mrail_bench side`: one endpoint, the server, or the client with ADDR.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SideArgs {
+    /// The provider.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Mrail)]
+    pub provider: ProviderKind,
+    /// `FI_OFI_MRAIL_CONFIG` for an mrail endpoint (default: the variable,
+    /// else 16384:fixed,ULONG_MAX:striping).
     #[arg(long)]
-    bw: bool,
-    /// Messages per window with --bw.
-    #[arg(long, default_value_t = 16)]
-    window: usize,
-    /// `mrail`, or `psm` for one plain endpoint on the first rail.
-    #[arg(long, default_value = "mrail")]
-    provider: String,
-    /// `FI_OFI_MRAIL_CONFIG` (default: the variable, else
-    /// 16384:fixed,ULONG_MAX:striping).
-    #[arg(long)]
-    policy: Option<String>,
+    pub policy: Option<String>,
+    /// What to measure, in order (the same list on both sides):
+    /// `lat:SIZE:ITERS` (ping-pong, median half round trip),
+    /// `bw:SIZE:WINDOW:ROUND_MS:REPS` (REPS streaming rounds of about
+    /// ROUND_MS each, after one warm-up round), `stream:SIZE:WINDOW:SECS`
+    /// (one round of SECS, the server reporting every 100 ms). Sizes take
+    /// k and m suffixes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "lat:8:10000,bw:4m:4:300:5"
+    )]
+    pub jobs: Vec<Job>,
     /// The progress thread instead of manual progress.
     #[arg(long)]
-    auto_progress: bool,
-    /// Build a rig of this many rails (root) and run both sides in it.
+    pub auto_progress: bool,
+    /// Pin this process to that CPU once its endpoint is open.
     #[arg(long)]
-    rig: Option<usize>,
-    /// With --rig: shape every rail to this rate (Mbit/s).
-    #[arg(long)]
-    rate: Option<u32>,
-    /// With --rig: shape each rail to its own rate (comma-separated Mbit/s).
-    #[arg(long)]
-    rates: Option<String>,
-    /// With --rig: measure the rails with iperf3 first (one TCP stream per
-    /// rail, all at once, 3 s), the line-rate reference.
-    #[arg(long)]
-    iperf: bool,
-    /// Pin this process to that CPU once its endpoint is open (--rig pins
-    /// the client to CPU 0 and the server to CPU 1).
-    #[arg(long)]
-    cpu: Option<usize>,
+    pub cpu: Option<usize>,
+    /// Exit when the process with this pid, this one's parent, does.
+    #[arg(long, hide = true)]
+    pub with_parent: Option<u32>,
     /// The server's address (client mode).
-    addr: Option<String>,
+    pub addr: Option<String>,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
-    let (num, mul) = match s.chars().last() {
-        Some('k' | 'K') => (&s[..s.len() - 1], 1 << 10),
-        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    num.parse::<usize>()
-        .map(|n| n * mul)
-        .map_err(|_| format!("size {s:?}: not a number"))
+/// One measurement both sides run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Job {
+    /// A ping-pong of `size` bytes: a tenth of `iters` as warm-up, then
+    /// `iters` round trips, each timed.
+    Lat { size: usize, iters: usize },
+    /// Streaming windows of `window` messages: one warm-up round, then
+    /// `reps` rounds, each lasting about `round_ms` (the server ends it).
+    Bw {
+        size: usize,
+        window: usize,
+        round_ms: u64,
+        reps: usize,
+    },
+    /// One streaming round of `secs` seconds; the server reports the
+    /// bytes it has received every [`TICK`].
+    Stream {
+        size: usize,
+        window: usize,
+        secs: f64,
+    },
 }
 
-fn sizes(args: &Args) -> Result<Vec<usize>, String> {
-    if args.sizes == "all" {
-        return Ok((0..=22).map(|p| 1usize << p).collect());
+impl Job {
+    fn size(&self) -> usize {
+        match *self {
+            Job::Lat { size, .. } | Job::Bw { size, .. } | Job::Stream { size, .. } => size,
+        }
     }
-    args.sizes.split(',').map(parse_size).collect()
 }
 
-fn iterations(args: &Args, size: usize) -> usize {
-    args.iterations.unwrap_or(match (args.bw, size > 64 << 10) {
-        (true, _) => 20,
-        (false, true) => 100,
-        (false, false) => 1000,
-    })
+impl fmt::Display for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Job::Lat { size, iters } => write!(f, "lat:{size}:{iters}"),
+            Job::Bw {
+                size,
+                window,
+                round_ms,
+                reps,
+            } => write!(f, "bw:{size}:{window}:{round_ms}:{reps}"),
+            Job::Stream { size, window, secs } => write!(f, "stream:{size}:{window}:{secs}"),
+        }
+    }
+}
+
+impl FromStr for Job {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Job, String> {
+        let f: Vec<&str> = s.split(':').collect();
+        let count = |i: usize| positive(f[i]).map_err(|e| format!("job {s:?}: {e}"));
+        let job = match (f[0], f.len()) {
+            ("lat", 3) => Job::Lat {
+                size: parse_size(f[1])?,
+                iters: count(2)?,
+            },
+            ("bw", 5) => Job::Bw {
+                size: parse_size(f[1])?,
+                window: count(2)?,
+                round_ms: count(3)? as u64,
+                reps: count(4)?,
+            },
+            ("stream", 4) => Job::Stream {
+                size: parse_size(f[1])?,
+                window: count(2)?,
+                secs: match f[3].parse::<f64>() {
+                    Ok(x) if x > 0.0 && x.is_finite() => x,
+                    _ => return Err(format!("job {s:?}: {:?} is not a duration", f[3])),
+                },
+            },
+            _ => {
+                return Err(format!(
+                    "job {s:?}: expected lat:SIZE:ITERS, bw:SIZE:WINDOW:ROUND_MS:REPS \
+                     or stream:SIZE:WINDOW:SECS"
+                ))
+            }
+        };
+        match job {
+            Job::Bw { size: 0, .. } | Job::Stream { size: 0, .. } => Err(format!(
+                "job {s:?}: streaming needs messages of 1 byte or more"
+            )),
+            Job::Bw { size, window, .. } | Job::Stream { size, window, .. }
+                if size.saturating_mul(window) > MAX_WINDOW_BYTES =>
+            {
+                Err(format!(
+                    "job {s:?}: a window of {window} x {size} bytes is more than 1 GiB"
+                ))
+            }
+            job => Ok(job),
+        }
+    }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -128,13 +199,14 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// Inserts a peer's address (text form) in a side's address vector.
 type Insert = Box<dyn Fn(&str) -> Result<FiAddr, String>>;
 
-/// An opened endpoint of either provider, with what the generic code needs.
+/// An opened endpoint of either provider, with what the generic code
+/// needs (fields drop in order: the endpoint before its domain).
 struct Side<E> {
     ep: E,
     reactor: Reactor,
     name: String,
     insert: Insert,
-    keep: Box<dyn std::any::Any>,
+    _keep: Box<dyn std::any::Any>,
 }
 
 fn psm_config() -> Result<PsmConfig, String> {
@@ -146,7 +218,7 @@ fn psm_config() -> Result<PsmConfig, String> {
         .map_err(|e| e.to_string())
 }
 
-fn progress(args: &Args) -> ProgressKind {
+fn progress(args: &SideArgs) -> ProgressKind {
     if args.auto_progress {
         ProgressKind::Auto
     } else {
@@ -154,7 +226,29 @@ fn progress(args: &Args) -> ProgressKind {
     }
 }
 
-fn open_mrail(args: &Args) -> Result<Side<psmrail::mrail::MrailEndpoint>, String> {
+/// The [`Side`] of an endpoint of `domain` (either provider's), bound to
+/// a new address vector; `keep` (and the vector) live as long as it.
+macro_rules! side_of {
+    ($domain:ident, $info:ident, $($keep:ident),+) => {{
+        let av = $domain.av(AvAttr::new()).map_err(|e| e.to_string())?;
+        let ep = $domain
+            .endpoint(&$info)
+            .bind_av(&av)
+            .enable()
+            .map_err(|e| format!("endpoint: {e}"))?;
+        let name = ep.getname().to_string();
+        let inserts = av.clone();
+        Ok(Side {
+            ep,
+            reactor: $domain.reactor().clone(),
+            name,
+            insert: Box::new(move |a| inserts.insert_str(a).map_err(|e| e.to_string())),
+            _keep: Box::new(($($keep,)+ av)),
+        })
+    }};
+}
+
+fn open_mrail(args: &SideArgs) -> Result<Side<psmrail::mrail::MrailEndpoint>, String> {
     let mut cfg =
         MrailConfig::builder_from_vars(&psmrail::config::ProcessEnv).map_err(|e| e.to_string())?;
     if let Some(p) = &args.policy {
@@ -173,24 +267,10 @@ fn open_mrail(args: &Args) -> Result<Side<psmrail::mrail::MrailEndpoint>, String
     let domain = MrailFabric::open(&info)
         .and_then(|f| f.domain(&info))
         .map_err(|e| format!("domain: {e}"))?;
-    let av = domain.av(AvAttr::new()).map_err(|e| e.to_string())?;
-    let ep = domain
-        .endpoint(&info)
-        .bind_av(&av)
-        .enable()
-        .map_err(|e| format!("endpoint: {e}"))?;
-    let name = ep.getname().to_string();
-    let av2 = av.clone();
-    Ok(Side {
-        ep,
-        reactor: domain.reactor().clone(),
-        name,
-        insert: Box::new(move |a| av2.insert_str(a).map_err(|e| e.to_string())),
-        keep: Box::new((domain, av)),
-    })
+    side_of!(domain, info, domain)
 }
 
-fn open_psm(args: &Args) -> Result<Side<psmrail::fabric::Endpoint>, String> {
+fn open_psm(args: &SideArgs) -> Result<Side<psmrail::fabric::Endpoint>, String> {
     // One plain endpoint, bound to the first rail's address, over TCP.
     let rails = MrailConfig::from_env().map_err(|e| e.to_string())?;
     let first = rails
@@ -217,21 +297,7 @@ fn open_psm(args: &Args) -> Result<Side<psmrail::fabric::Endpoint>, String> {
         .remove(0);
     let fabric = Fabric::open(&info).map_err(|e| e.to_string())?;
     let domain = fabric.domain(&info).map_err(|e| format!("domain: {e}"))?;
-    let av = domain.av(AvAttr::new()).map_err(|e| e.to_string())?;
-    let ep = domain
-        .endpoint(&info)
-        .bind_av(&av)
-        .enable()
-        .map_err(|e| format!("endpoint: {e}"))?;
-    let name = ep.getname().to_string();
-    let av2 = av.clone();
-    Ok(Side {
-        ep,
-        reactor: domain.reactor().clone(),
-        name,
-        insert: Box::new(move |a| av2.insert_str(a).map_err(|e| e.to_string())),
-        keep: Box::new((fabric, domain, av)),
-    })
+    side_of!(domain, info, fabric, domain)
 }
 
 /// Sends `buf` (injected when it fits), handing it back.
@@ -260,18 +326,13 @@ async fn recv<E: MessageEndpoint>(
     Ok((r.map_err(|e| format!("recv: {e}"))?.len, buf))
 }
 
-/// One size: the checked exchange, a warm-up, the timed loop; the
-/// client's elapsed time.
-async fn one_size<E: MessageEndpoint>(
+/// One message each way, checked byte for byte (outside the timed loops).
+async fn check<E: MessageEndpoint>(
     ep: &E,
     peer: FiAddr,
     client: bool,
     size: usize,
-    iters: usize,
-    bw: bool,
-    window: usize,
-) -> Result<Duration, String> {
-    // Checked exchange.
+) -> Result<(), String> {
     if client {
         send(ep, peer, TAG, pattern(size, 1).into()).await?;
         let (n, back) = recv(ep, TAG, vec![0u8; size].into()).await?;
@@ -289,67 +350,213 @@ async fn one_size<E: MessageEndpoint>(
         }
         send(ep, peer, TAG, pattern(size, 2).into()).await?;
     }
-    let mut elapsed = Duration::ZERO;
-    for (round, n) in [(0, (iters / 10).max(1)), (1, iters)] {
-        let start = Instant::now();
-        if bw {
-            let mut bufs: Vec<OpBuffer> = (0..window).map(|_| vec![0u8; size].into()).collect();
-            for _ in 0..n {
-                if client {
-                    let futs: Vec<_> = bufs.drain(..).map(|b| ep.tsend(peer, TAG, b)).collect();
-                    for (r, b) in futures::future::join_all(futs).await {
-                        r.map_err(|e| format!("send: {e}"))?;
-                        bufs.push(b);
-                    }
-                    recv(ep, ACK_TAG, vec![0u8; 1].into()).await?;
-                } else {
-                    let futs: Vec<_> = bufs.drain(..).map(|b| ep.trecv(b, TAG, 0)).collect();
-                    for (r, b) in futures::future::join_all(futs).await {
-                        r.map_err(|e| format!("recv: {e}"))?;
-                        bufs.push(b);
-                    }
-                    send(ep, peer, ACK_TAG, vec![1u8].into()).await?;
-                }
+    Ok(())
+}
+
+/// `n` round trips of `size` bytes; the client's time of each.
+async fn pingpong<E: MessageEndpoint>(
+    ep: &E,
+    peer: FiAddr,
+    client: bool,
+    size: usize,
+    n: usize,
+) -> Result<Vec<Duration>, String> {
+    let mut times = Vec::with_capacity(if client { n } else { 0 });
+    let mut out: OpBuffer = vec![0u8; size].into();
+    let mut inn: OpBuffer = vec![0u8; size].into();
+    for _ in 0..n {
+        if client {
+            let start = Instant::now();
+            let r = ep.trecv(inn, TAG, 0);
+            out = send(ep, peer, TAG, out).await?;
+            let (got, b) = r.await;
+            got.map_err(|e| format!("recv: {e}"))?;
+            inn = b;
+            times.push(start.elapsed());
+        } else {
+            let (_, b) = recv(ep, TAG, inn).await?;
+            inn = b;
+            out = send(ep, peer, TAG, out).await?;
+        }
+    }
+    Ok(times)
+}
+
+/// One streaming round: the client sends windows of `bufs.len()`
+/// messages; the server answers each window with one byte, 1 for another
+/// window, 0 once `length` has passed since the round began. The server
+/// adds each message's bytes to `received` as it lands. The bytes sent
+/// and the time from the first send to the last answer (the client's).
+async fn round<E: MessageEndpoint>(
+    ep: &E,
+    peer: FiAddr,
+    client: bool,
+    bufs: &mut Vec<OpBuffer>,
+    length: Duration,
+    received: Option<&AtomicU64>,
+) -> Result<(u64, Duration), String> {
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    loop {
+        if client {
+            let futs: Vec<_> = bufs.drain(..).map(|b| ep.tsend(peer, TAG, b)).collect();
+            for (r, b) in futures::future::join_all(futs).await {
+                r.map_err(|e| format!("send: {e}"))?;
+                bytes += b.len() as u64;
+                bufs.push(b);
+            }
+            let (_, more) = recv(ep, ACK_TAG, vec![0u8; 1].into()).await?;
+            if more.as_slice() == [0u8].as_slice() {
+                return Ok((bytes, start.elapsed()));
             }
         } else {
-            let mut out: OpBuffer = vec![0u8; size].into();
-            let mut inn: OpBuffer = vec![0u8; size].into();
-            for _ in 0..n {
+            let futs: Vec<_> = bufs
+                .drain(..)
+                .map(|b| {
+                    ep.trecv(b, TAG, 0).map(|(r, b)| {
+                        if let (Ok(got), Some(n)) = (&r, received) {
+                            n.fetch_add(got.len as u64, Ordering::Relaxed);
+                        }
+                        (r, b)
+                    })
+                })
+                .collect();
+            for (r, b) in futures::future::join_all(futs).await {
+                r.map_err(|e| format!("recv: {e}"))?;
+                bufs.push(b);
+            }
+            let more = start.elapsed() < length;
+            send(ep, peer, ACK_TAG, vec![u8::from(more)].into()).await?;
+            if !more {
+                return Ok((bytes, start.elapsed()));
+            }
+        }
+    }
+}
+
+/// Prints `@@ tick ms=<since start> bytes=<received so far>
+/// rx.<interface>=<its received bytes> ...` now and every [`TICK`] until
+/// dropped (every interface of this host but `lo`: in a rig, the rails).
+struct Ticker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(received: Arc<AtomicU64>) -> Ticker {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let start = Instant::now();
+        let thread = std::thread::spawn(move || {
+            for k in 0u32.. {
+                let at = start + TICK * k;
+                let wait = at.saturating_duration_since(Instant::now());
+                if k > 0 && stopped.recv_timeout(wait) != Err(mpsc::RecvTimeoutError::Timeout) {
+                    return;
+                }
+                let ms = start.elapsed().as_millis();
+                let bytes = received.load(Ordering::Relaxed);
+                let rx: String = rx_counters()
+                    .iter()
+                    .map(|(name, n)| format!(" rx.{name}={n}"))
+                    .collect();
+                println!("@@ tick ms={ms} bytes={bytes}{rx}");
+            }
+        });
+        Ticker {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+/// The bytes each network interface but `lo` has received, by name.
+fn rx_counters() -> Vec<(String, u64)> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+        return Vec::new();
+    };
+    let mut all: Vec<(String, u64)> = dir
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let path = format!("/sys/class/net/{name}/statistics/rx_bytes");
+            let n = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+            (name != "lo").then_some((name, n))
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn buffers(window: usize, size: usize) -> Vec<OpBuffer> {
+    (0..window).map(|_| vec![0u8; size].into()).collect()
+}
+
+async fn run_job<E: MessageEndpoint>(
+    ep: &E,
+    peer: FiAddr,
+    client: bool,
+    job: Job,
+) -> Result<(), String> {
+    check(ep, peer, client, job.size()).await?;
+    match job {
+        Job::Lat { size, iters } => {
+            pingpong(ep, peer, client, size, iters / 10 + 1).await?;
+            let times = pingpong(ep, peer, client, size, iters).await?;
+            if client {
+                let mut ns: Vec<f64> = times.iter().map(|t| t.as_nanos() as f64).collect();
+                let rtt = median(&mut ns).unwrap_or(0.0);
+                println!(
+                    "@@ lat size={size} iters={iters} half_rtt_ns={:.0}",
+                    rtt / 2.0
+                );
+            }
+        }
+        Job::Bw {
+            size,
+            window,
+            round_ms,
+            reps,
+        } => {
+            let mut bufs = buffers(window, size);
+            let length = Duration::from_millis(round_ms);
+            round(ep, peer, client, &mut bufs, length, None).await?;
+            for _ in 0..reps {
+                let (bytes, took) = round(ep, peer, client, &mut bufs, length, None).await?;
                 if client {
-                    let r = ep.trecv(inn, TAG, 0);
-                    out = send(ep, peer, TAG, out).await?;
-                    let (got, b) = r.await;
-                    got.map_err(|e| format!("recv: {e}"))?;
-                    inn = b;
-                } else {
-                    let (_, b) = recv(ep, TAG, inn).await?;
-                    inn = b;
-                    out = send(ep, peer, TAG, out).await?;
+                    println!(
+                        "@@ bw size={size} window={window} bytes={bytes} secs={:.6}",
+                        took.as_secs_f64()
+                    );
                 }
             }
         }
-        if round == 1 {
-            elapsed = start.elapsed();
+        Job::Stream { size, window, secs } => {
+            let mut bufs = buffers(window, size);
+            let received = Arc::new(AtomicU64::new(0));
+            let ticker = (!client).then(|| {
+                println!("@@ start");
+                Ticker::start(Arc::clone(&received))
+            });
+            let length = Duration::from_secs_f64(secs);
+            let (bytes, took) = round(ep, peer, client, &mut bufs, length, Some(&received)).await?;
+            drop(ticker);
+            if client {
+                println!("@@ stream bytes={bytes} secs={:.6}", took.as_secs_f64());
+            }
         }
     }
-    Ok(elapsed)
+    Ok(())
 }
 
-fn size_str(v: f64) -> String {
-    const UNITS: [&str; 5] = ["", "k", "m", "g", "t"];
-    let (mut v, mut u) = (v, 0);
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v}")
-    } else {
-        format!("{v:.1}{}", UNITS[u])
-    }
-}
-
-fn run<E: MessageEndpoint>(args: &Args, side: Side<E>) -> Result<(), String> {
+fn run<E: MessageEndpoint>(args: &SideArgs, side: Side<E>) -> Result<(), String> {
     let client = args.addr.is_some();
     if let Some(cpu) = args.cpu {
         let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
@@ -375,226 +582,56 @@ fn run<E: MessageEndpoint>(args: &Args, side: Side<E>) -> Result<(), String> {
     // Both sides are in each other's address vectors once this returns.
     if client {
         side.reactor
-            .block_on(send(&side.ep, peer, 1, vec![1u8].into()))?;
+            .block_on(send(&side.ep, peer, HELLO_TAG, vec![1u8].into()))?;
     } else {
         side.reactor
-            .block_on(recv(&side.ep, 1, vec![0u8; 1].into()))?;
+            .block_on(recv(&side.ep, HELLO_TAG, vec![0u8; 1].into()))?;
     }
+    for job in &args.jobs {
+        side.reactor
+            .block_on(run_job(&side.ep, peer, client, *job))?;
+    }
+    // The client says bye once it has every answer, and the server waits
+    // for it: a message sent just before its endpoint closes may never
+    // leave (a striped one waits for its receiver's answer first). The bye
+    // may be cut off that way itself, so the server takes the receive's
+    // failure (the client is gone) as the end too.
     if client {
-        println!(
-            "{:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>11}",
-            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
-        );
+        side.reactor
+            .block_on(send(&side.ep, peer, BYE_TAG, vec![1u8].into()))?;
+    } else {
+        let _ = side
+            .reactor
+            .block_on(recv(&side.ep, BYE_TAG, vec![0u8; 1].into()));
     }
-    for size in sizes(args)? {
-        let iters = iterations(args, size);
-        let elapsed = side.reactor.block_on(one_size(
-            &side.ep,
-            peer,
-            client,
-            size,
-            iters,
-            args.bw,
-            args.window,
-        ))?;
-        if client {
-            let secs = elapsed.as_secs_f64();
-            let xfers = if args.bw {
-                iters * args.window
-            } else {
-                2 * iters
-            } as f64;
-            let total = size as f64 * xfers;
-            println!(
-                "{:>8} {:>8} {:>8} {:>8} {:>7.3}s {:>10.2} {:>10.2} {:>11.4}",
-                size_str(size as f64),
-                xfers as usize,
-                format!("={}", xfers as usize),
-                size_str(total),
-                secs,
-                total / secs / 1e6,
-                secs * 1e6 / xfers,
-                xfers / secs / 1e6
-            );
-        }
-    }
-    drop(side.keep);
     Ok(())
 }
 
-fn side(args: &Args) -> Result<(), String> {
-    match args.provider.as_str() {
-        "mrail" => run(args, open_mrail(args)?),
-        "psm" => run(args, open_psm(args)?),
-        other => Err(format!("--provider {other:?}: expected mrail or psm")),
-    }
-}
-
-/// iperf3 over every rail at once (a server in B, a client in A per rail):
-/// prints each rail's and the total received rate.
-fn iperf(rig: &rig::RailRig) -> Result<(), String> {
-    let mut servers = Vec::new();
-    for i in 0..rig.rails() {
-        let port = (5201 + i).to_string();
-        let s = rig
-            .command_in(rig.b(), "iperf3")
-            .args(["-s", "-1", "-B", &rig.b_ip(i).to_string(), "-p", &port])
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("iperf3 (apt-get install iperf3): {e}"))?;
-        servers.push(s);
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let clients: Vec<_> = (0..rig.rails())
-        .map(|i| {
-            rig.command_in(rig.a(), "iperf3")
-                .args([
-                    "-c",
-                    &rig.b_ip(i).to_string(),
-                    "-B",
-                    &rig.a_ip(i).to_string(),
-                ])
-                .args(["-p", &(5201 + i).to_string(), "-t", "3", "-f", "m"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("iperf3: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-    let mut total = 0.0;
-    for (i, c) in clients.into_iter().enumerate() {
-        let out = c.wait_with_output().map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        // The receiver's summary line: "... <rate> Mbits/sec ... receiver".
-        let rate = text
-            .lines()
-            .filter(|l| l.ends_with("receiver"))
-            .find_map(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                let k = w.iter().position(|x| *x == "Mbits/sec")?;
-                w.get(k - 1)?.parse::<f64>().ok()
-            })
-            .ok_or_else(|| format!("iperf3 on rail {i}: no receiver rate in {text:?}"))?;
-        println!("iperf3 rail {i}: {rate:.0} Mbit/s");
-        total += rate;
-    }
-    for mut s in servers {
-        let _ = s.wait();
-    }
-    println!(
-        "iperf3 all rails: {total:.0} Mbit/s ({:.2} MB/sec)",
-        total / 8.0
-    );
-    Ok(())
-}
-
-/// A child's remaining output lines.
-type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
-
-/// Reads lines until `@@ addr <addr>`; the address and the rest.
-fn first_addr(out: std::process::ChildStdout) -> Result<(String, Lines), String> {
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("@@ addr ") => {
-                return Ok((l["@@ addr ".len()..].to_owned(), lines))
-            }
-            Some(Ok(_)) => {}
-            _ => return Err("a side exited before printing its address".into()),
-        }
-    }
-}
-
-/// Builds the rig, then runs the server in host B and the client in A.
-fn with_rig(args: &Args, rails: usize) -> Result<(), String> {
-    if let Some(reason) = rig::RailRig::skip_reason() {
-        return Err(format!("--rig: {reason}"));
-    }
-    let rates: Vec<Option<u32>> = match (&args.rates, args.rate) {
-        (Some(list), _) => list
-            .split(',')
-            .map(|r| r.parse().map(Some).map_err(|_| format!("--rates: {r:?}")))
-            .collect::<Result<_, _>>()?,
-        (None, r) => vec![r; rails],
-    };
-    if rates.len() != rails {
+/// Makes the kernel kill this process when its parent dies, and checks
+/// that the parent is still `pid`.
+fn die_with_parent(pid: u32) -> Result<(), String> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
+    // memory of this process.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    if rc != 0 {
         return Err(format!(
-            "--rates names {} rails, --rig {rails}",
-            rates.len()
+            "prctl(PR_SET_PDEATHSIG): {}",
+            std::io::Error::last_os_error()
         ));
     }
-    let shapes: Vec<rig::RailShape> = rates
-        .iter()
-        .map(|r| rig::RailShape {
-            rate_mbit: *r,
-            ..Default::default()
-        })
-        .collect();
-    let rig = rig::RailRig::with_shapes(&shapes)?;
-    if args.iperf {
-        iperf(&rig)?;
-    }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let own: Vec<String> = std::env::args().skip(1).collect();
-    let mut child_args = Vec::new();
-    let mut skip = false;
-    for a in own {
-        if skip {
-            skip = false;
-            continue;
-        }
-        if matches!(a.as_str(), "--rig" | "--rate" | "--rates") {
-            skip = true;
-            continue;
-        }
-        if a.starts_with("--rig=") || a.starts_with("--rate=") || a.starts_with("--rates=") {
-            continue;
-        }
-        child_args.push(a);
-    }
-    let mut server = rig
-        .command_in(rig.b(), &exe)
-        .args(&child_args)
-        .args(["--cpu", "1"])
-        .env("FI_OFI_MRAIL_ADDR", rig.mrail_addr_b())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("server: {e}"))?;
-    let server_addr = first_addr(server.stdout.take().ok_or("server stdout")?)?;
-    let mut client = rig
-        .command_in(rig.a(), &exe)
-        .args(&child_args)
-        .arg(&server_addr.0)
-        .args(["--cpu", "0"])
-        .env("FI_OFI_MRAIL_ADDR", rig.mrail_addr_a())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("client: {e}"))?;
-    let (client_addr, rest) = first_addr(client.stdout.take().ok_or("client stdout")?)?;
-    let mut stdin = server.stdin.take().ok_or("server stdin")?;
-    writeln!(stdin, "{client_addr}").map_err(|e| e.to_string())?;
-    for line in rest.map_while(Result::ok) {
-        println!("{line}");
-    }
-    let status = client.wait().map_err(|e| e.to_string())?;
-    let server_status = server.wait().map_err(|e| e.to_string())?;
-    if !status.success() || !server_status.success() {
-        return Err(format!("client {status}, server {server_status}"));
+    if std::os::unix::process::parent_id() != pid {
+        return Err(format!("the process that started this one ({pid}) is gone"));
     }
     Ok(())
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let r = match args.rig {
-        Some(n) => with_rig(&args, n),
-        None => side(&args),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mrail_pingpong: {e}");
-            ExitCode::FAILURE
-        }
+/// `mrail_bench side`.
+pub fn main(args: &SideArgs) -> Result<(), String> {
+    if let Some(pid) = args.with_parent {
+        die_with_parent(pid)?;
+    }
+    match args.provider {
+        ProviderKind::Mrail => run(args, open_mrail(args)?),
+        ProviderKind::Psm => run(args, open_psm(args)?),
     }
 }
