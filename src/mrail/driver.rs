@@ -819,16 +819,17 @@ impl Driver {
 
     /// An inject (`data` at most the rails' inject size less the header)
     /// that leaves at once as one rail inject, without a buffer of its own
-    /// or a completion: `Ok(true)`, counted on the send counter. `Ok(false)`
-    /// when the size policy stripes it instead (nothing happened then: the
-    /// caller sends it the long way).
+    /// or a completion, counted on the send counter. It always goes on one
+    /// rail: where the size policy stripes, on the fixed rail (or the first
+    /// live one), since a few bytes gain nothing from striping and an
+    /// inject must be on its way when the call returns.
     pub(crate) fn inject(
         &self,
         dest: FiAddr,
         class: MsgClass,
         tag: u64,
         data: &[u8],
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let (_, entry) = self.av.peer(dest)?;
         let mut st = relock(&self.state);
         if st.closed {
@@ -840,7 +841,14 @@ impl Driver {
         };
         let rail = match st.chooser.choose(data.len() as u64, live) {
             Some(RailChoice::One(r)) => r,
-            Some(RailChoice::All(_)) => return Ok(false),
+            Some(RailChoice::All(mask)) => {
+                let fixed = st.chooser.fixed_rail();
+                if mask & (1 << fixed) != 0 {
+                    fixed
+                } else {
+                    mask.trailing_zeros() as usize
+                }
+            }
             None => return Err(no_rail_error()),
         };
         let Some(ps) = st.peer(token, true) else {
@@ -884,7 +892,7 @@ impl Driver {
             c.inc();
         }
         self.notify();
-        Ok(true)
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2046,6 +2054,9 @@ impl Driver {
         };
         let mut x = st.sends.remove(id).expect("present");
         x.spans.end(&joined);
+        for (rail, bytes, took) in self.load.take_samples() {
+            st.rates.sample(rail, bytes, took);
+        }
         let result = match joined.error {
             None => Ok(Done {
                 len: x.len as usize,
@@ -2084,6 +2095,9 @@ impl Driver {
         for p in joined.parts.iter().filter(|p| p.alone) {
             let took = p.at.saturating_duration_since(x.posted);
             st.rates.sample(p.rail, p.bytes as u64, took);
+        }
+        for (rail, bytes, took) in self.load.take_samples() {
+            st.rates.sample(rail, bytes, took);
         }
         let result = match &joined.error {
             Some(e) => Err(Error::new(e.kind(), e.message().to_owned())),

@@ -77,7 +77,7 @@ impl LinkWatch {
             return vec![None; self.ifaces.len()];
         };
         let running =
-            nix::net::if_::InterfaceFlags::IFF_UP | nix::net::if_::InterfaceFlags::IFF_RUNNING;
+            nix::net::if_::InterfaceFlags::IFF_UP | nix::net::if_::InterfaceFlags::IFF_LOWER_UP;
         for a in addrs {
             for (i, name) in self.ifaces.iter().enumerate() {
                 if name.as_deref() == Some(a.interface_name.as_str()) && a.flags.contains(running) {

@@ -374,27 +374,8 @@ impl MrailEndpoint {
             true,
             "inject",
         )?;
-        // The common case: one rail inject, straight from `data`.
-        if self.driver().inject(dest, class, tag, data)? {
-            return Ok(());
-        }
-        let sink = self.driver().future_sink();
-        let Sink::Future(key) = sink else {
-            unreachable!("future_sink gives a future sink")
-        };
-        let r = self.do_send(dest, class, tag, OpBuffer::from(data.to_vec()), |_| sink);
-        match r {
-            // An inject-sized message leaves with a rail inject: its
-            // completion is already there.
-            Ok(_) => match self.driver().table().try_take(key) {
-                Some(done) => done.result.map(|_| ()),
-                None => {
-                    self.driver().forget(key);
-                    Ok(())
-                }
-            },
-            Err(e) => Err(e.error),
-        }
+        // One rail inject, straight from `data`.
+        self.driver().inject(dest, class, tag, data)
     }
 
     /// Sends a small untagged message; `data` may be reused at once

@@ -101,7 +101,15 @@ impl RailPart {
     fn output(&mut self, done: MqCompletion) -> PartOutput {
         let status = done.status;
         drop(done.buffer);
-        let alone = self.stint.take().is_some_and(RailStint::end);
+        let bytes = if status.error.is_none() {
+            status.nbytes as u64
+        } else {
+            0
+        };
+        let alone = self
+            .stint
+            .take()
+            .is_some_and(|s| s.end(Instant::now(), bytes));
         let result = match status.error {
             None => Ok(status.nbytes),
             Some(kind) => Err(part_error(self.rail, self.receive, kind, status.nbytes)),

@@ -1,45 +1,61 @@
-//! [`RailLoad`]: which striped parts are travelling on each rail, so that
-//! a part's duration counts as a rate sample only when the part had its
-//! rail to itself.
+//! [`RailLoad`]: which striped parts are travelling on each rail, and the
+//! rate samples their completions give.
 //!
-//! A part posted while another part of ours is on the same rail, or
-//! joined by one before it lands, shares the rail's bandwidth (and the
-//! cores that drive it): its duration says how busy the rail was, not how
-//! fast it is. [`RailRates`](super::rail_rates::RailRates) would learn
-//! noise from it. Each part holds a [`RailStint`] from posting to
-//! completion; the stint tells at its end whether the part was alone.
+//! Two kinds of sample, because a part's duration alone says how busy its
+//! rail was as much as how fast it is:
 //!
-//! The counters are atomics so that stints end wherever a part completes
-//! or is dropped; the answer is a heuristic and needs no stronger
-//! ordering than each counter's own.
+//! * **Alone**: a part that had its rail to itself from posting to
+//!   completion ([`RailStint::end`] says so): its bytes over its duration.
+//!   This is what one message at a time gives.
+//! * **Backlogged**: while a rail stays busy (parts in flight without a
+//!   gap), the bytes of each completion after the first, over the time
+//!   since the previous completion, add up; once they reach
+//!   [`MIN_SAMPLE_BYTES`] over [`MIN_SAMPLE_TIME`] they are a sample
+//!   ([`RailLoad::take_samples`]). A rail that carries a stream is always
+//!   backlogged, and its completions come at its own pace: a fast rail's
+//!   parts land sooner after each other than a slow one's, whatever the
+//!   split. This is what a stream of messages gives.
+//!
+//! The counters are per rail under a small lock; stints end wherever a
+//! part completes or is dropped. Times are passed in (no clock is read
+//! here).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use super::rail_rates::{MIN_SAMPLE_BYTES, MIN_SAMPLE_TIME};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-/// Parts in flight per rail, and how many have begun on each.
+/// Parts in flight per rail, and the backlogged samples they gave.
 ///
 /// ```
 /// use psmrail::mrail::core::rail_load::RailLoad;
+/// use std::time::{Duration, Instant};
 ///
+/// let t = Instant::now();
 /// let load = RailLoad::new(2);
 /// let a = RailLoad::begin(&load, 0);
 /// let b = RailLoad::begin(&load, 1);
-/// assert!(a.end() && b.end(), "each had its rail alone");
+/// assert!(a.end(t, 10) && b.end(t, 10), "each had its rail alone");
 ///
 /// let first = RailLoad::begin(&load, 0);
 /// let second = RailLoad::begin(&load, 0);
-/// assert!(!first.end(), "joined by a second part");
-/// assert!(!second.end(), "began behind the first");
+/// assert!(!first.end(t, 10), "joined by a second part");
+/// assert!(!second.end(t + Duration::from_millis(1), 10), "began behind the first");
 /// ```
 #[derive(Debug)]
 pub struct RailLoad {
-    rails: Vec<RailCounters>,
+    rails: Vec<Mutex<RailCounters>>,
+    samples: Mutex<Vec<(usize, u64, Duration)>>,
 }
 
 #[derive(Debug, Default)]
 struct RailCounters {
-    busy: AtomicU32,
-    begun: AtomicU64,
+    busy: u32,
+    begun: u64,
+    /// The last completion of the current busy period.
+    last_done: Option<Instant>,
+    /// Backlogged bytes and time gathered towards the next sample.
+    bytes: u64,
+    time: Duration,
 }
 
 /// One part's time on its rail; [`end`](RailStint::end) (or dropping it)
@@ -55,22 +71,34 @@ pub struct RailStint {
     ended: bool,
 }
 
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl RailLoad {
     /// Counters for `rails` rails, all idle.
     pub fn new(rails: usize) -> Arc<RailLoad> {
         Arc::new(RailLoad {
-            rails: (0..rails).map(|_| RailCounters::default()).collect(),
+            rails: (0..rails).map(|_| Mutex::default()).collect(),
+            samples: Mutex::new(Vec::new()),
         })
     }
 
-    /// A part begins on `rail` (a rail beyond the counters never counts as
-    /// alone).
+    /// A part begins on `rail` (a rail beyond the counters never counts).
     pub fn begin(load: &Arc<RailLoad>, rail: usize) -> RailStint {
         let (idle, begun) = match load.rails.get(rail) {
-            Some(c) => (
-                c.busy.fetch_add(1, Relaxed) == 0,
-                c.begun.fetch_add(1, Relaxed) + 1,
-            ),
+            Some(c) => {
+                let mut c = relock(c);
+                let idle = c.busy == 0;
+                if idle {
+                    // A new busy period: intervals across the gap say
+                    // nothing.
+                    c.last_done = None;
+                }
+                c.busy += 1;
+                c.begun += 1;
+                (idle, c.begun)
+            }
             None => (false, 0),
         };
         RailStint {
@@ -84,17 +112,25 @@ impl RailLoad {
 
     /// Parts in flight on `rail` now.
     pub fn busy(&self, rail: usize) -> u32 {
-        self.rails.get(rail).map_or(0, |c| c.busy.load(Relaxed))
+        self.rails.get(rail).map_or(0, |c| relock(c).busy)
+    }
+
+    /// The backlogged samples gathered since the last call: `(rail,
+    /// bytes, time)`.
+    pub fn take_samples(&self) -> Vec<(usize, u64, Duration)> {
+        std::mem::take(&mut *relock(&self.samples))
     }
 }
 
 impl RailStint {
-    /// The part is done: whether it had the rail to itself all along.
-    pub fn end(mut self) -> bool {
-        self.finish()
+    /// The part is done at `now`, having moved `bytes`: whether it had the
+    /// rail to itself all along. A completion in a busy period also feeds
+    /// the rail's backlogged sample.
+    pub fn end(mut self, now: Instant, bytes: u64) -> bool {
+        self.finish(Some((now, bytes)))
     }
 
-    fn finish(&mut self) -> bool {
+    fn finish(&mut self, done: Option<(Instant, u64)>) -> bool {
         if self.ended {
             return false;
         }
@@ -102,15 +138,35 @@ impl RailStint {
         let Some(c) = self.load.rails.get(self.rail) else {
             return false;
         };
-        let alone = self.idle && c.begun.load(Relaxed) == self.begun;
-        c.busy.fetch_sub(1, Relaxed);
+        let mut c = relock(c);
+        let alone = self.idle && c.begun == self.begun;
+        c.busy -= 1;
+        let Some((now, bytes)) = done else {
+            // Dropped: what was gathered may be skewed.
+            c.last_done = None;
+            c.bytes = 0;
+            c.time = Duration::ZERO;
+            return false;
+        };
+        if let Some(prev) = c.last_done {
+            c.bytes += bytes;
+            c.time += now.saturating_duration_since(prev);
+        }
+        c.last_done = (c.busy > 0).then_some(now);
+        if c.bytes >= MIN_SAMPLE_BYTES && c.time >= MIN_SAMPLE_TIME {
+            let sample = (self.rail, c.bytes, c.time);
+            c.bytes = 0;
+            c.time = Duration::ZERO;
+            drop(c);
+            relock(&self.load.samples).push(sample);
+        }
         alone
     }
 }
 
 impl Drop for RailStint {
     fn drop(&mut self) {
-        self.finish();
+        self.finish(None);
     }
 }
 
@@ -118,38 +174,86 @@ impl Drop for RailStint {
 mod tests {
     use super::*;
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
     #[test]
     fn a_part_that_began_behind_another_is_not_alone_even_after_it_ends() {
+        let t = Instant::now();
         let load = RailLoad::new(1);
         let first = RailLoad::begin(&load, 0);
         let second = RailLoad::begin(&load, 0);
         assert_eq!(load.busy(0), 2);
-        assert!(!first.end());
-        assert!(!second.end());
+        assert!(!first.end(t, 1));
+        assert!(!second.end(t, 1));
         assert_eq!(load.busy(0), 0);
         // Sequential parts are each alone.
-        assert!(RailLoad::begin(&load, 0).end());
-        assert!(RailLoad::begin(&load, 0).end());
+        assert!(RailLoad::begin(&load, 0).end(t, 1));
+        assert!(RailLoad::begin(&load, 0).end(t, 1));
     }
 
     #[test]
     fn dropped_stints_leave_the_rail_and_unknown_rails_never_count() {
+        let t = Instant::now();
         let load = RailLoad::new(2);
         drop(RailLoad::begin(&load, 1));
         assert_eq!(load.busy(1), 0);
-        assert!(RailLoad::begin(&load, 1).end());
-        assert!(!RailLoad::begin(&load, 7).end());
+        assert!(RailLoad::begin(&load, 1).end(t, 1));
+        assert!(!RailLoad::begin(&load, 7).end(t, 1));
         assert_eq!(load.busy(7), 0);
     }
 
     #[test]
     fn parts_on_other_rails_do_not_disturb() {
+        let t = Instant::now();
         let load = RailLoad::new(2);
         let a = RailLoad::begin(&load, 0);
         let b = RailLoad::begin(&load, 1);
         let c = RailLoad::begin(&load, 1);
-        assert!(a.end());
-        assert!(!b.end());
-        assert!(!c.end());
+        assert!(a.end(t, 1));
+        assert!(!b.end(t, 1));
+        assert!(!c.end(t, 1));
+    }
+
+    /// A stream keeps both rails busy; the fast rail's parts land every
+    /// 1 ms, the slow one's every 2.5 ms: their samples show it.
+    #[test]
+    fn a_backlogged_stream_gives_each_rail_its_own_rate() {
+        let t0 = Instant::now();
+        let load = RailLoad::new(2);
+        let part = 256 << 10;
+        for (rail, every) in [(0usize, 1u64), (1, 2)] {
+            let mut stints: std::collections::VecDeque<RailStint> =
+                (0..4).map(|_| RailLoad::begin(&load, rail)).collect();
+            for k in 1..=40u64 {
+                stints.push_back(RailLoad::begin(&load, rail));
+                let s = stints.pop_front().unwrap();
+                s.end(t0 + ms(k * every), part);
+            }
+        }
+        let samples = load.take_samples();
+        assert!(samples.iter().any(|s| s.0 == 0) && samples.iter().any(|s| s.0 == 1));
+        for (rail, bytes, time) in samples {
+            let rate = bytes as f64 / time.as_secs_f64();
+            let want = part as f64 / [0.001, 0.002][rail];
+            assert!(
+                (rate / want - 1.0).abs() < 0.01,
+                "rail {rail}: {rate} vs {want}"
+            );
+        }
+        assert!(load.take_samples().is_empty());
+    }
+
+    #[test]
+    fn a_gap_starts_a_new_busy_period() {
+        let t0 = Instant::now();
+        let load = RailLoad::new(1);
+        // One part at a time with long gaps: alone samples only.
+        for k in 0..20u64 {
+            let s = RailLoad::begin(&load, 0);
+            assert!(s.end(t0 + ms(100 * k + 1), MIN_SAMPLE_BYTES));
+        }
+        assert!(load.take_samples().is_empty());
     }
 }
