@@ -234,6 +234,8 @@ enum Arrival {
         send_id: u64,
         len: u64,
         rails: u64,
+        /// The sender's stripe weights (0: none).
+        weights: u64,
         /// The rail the RTS came on (the CTS goes back on it).
         via: usize,
     },
@@ -335,8 +337,6 @@ struct RecvXfer {
     /// separate buffer that attempt lands in).
     rerouted: Vec<(usize, usize, Arc<SharedBuffer>)>,
     spans: Spans,
-    /// When the parts were posted (the rails' rate samples start there).
-    posted: Instant,
     class: MsgClass,
     tag: u64,
     source: u32,
@@ -390,7 +390,8 @@ impl PeerDeath {
 #[derive(Default)]
 struct Spans {
     op: Option<tracing::Span>,
-    _stripes: Vec<tracing::Span>,
+    stripes: Vec<tracing::Span>,
+    started: Option<Instant>,
 }
 
 impl Spans {
@@ -409,19 +410,39 @@ impl Spans {
                 )
             })
             .collect();
+        let started = (!op.is_disabled()).then(Instant::now);
         Spans {
             op: Some(op),
-            _stripes: stripes,
+            stripes,
+            started,
         }
     }
 
-    /// Records how the transfer ended, in its span.
+    /// Records how the transfer ended, in its span, and when each part
+    /// finished (on which rail, after how long) in the part's span.
     fn end(&self, joined: &super::stripe_join::Joined) {
-        if let Some(op) = &self.op {
-            op.in_scope(|| match &joined.error {
-                None => tracing::debug!(bytes = joined.bytes, "striped transfer done"),
-                Some(e) => tracing::debug!(error = %e, "striped transfer failed"),
-            });
+        let Some(op) = &self.op else {
+            return;
+        };
+        op.in_scope(|| match &joined.error {
+            None => tracing::debug!(bytes = joined.bytes, "striped transfer done"),
+            Some(e) => tracing::debug!(error = %e, "striped transfer failed"),
+        });
+        let Some(started) = self.started else {
+            return;
+        };
+        for p in &joined.parts {
+            if let Some(span) = self.stripes.get(p.part) {
+                span.in_scope(|| {
+                    tracing::trace!(
+                        rail = p.rail,
+                        attempt = p.attempt,
+                        bytes = p.bytes,
+                        after_us = p.at.saturating_duration_since(started).as_micros() as u64,
+                        "part done"
+                    )
+                });
+            }
         }
     }
 }
@@ -1023,6 +1044,13 @@ impl Driver {
             x.waker = waker;
             x.watch = watch;
         }
+        // The sender's rates go along: it measures its parts' rails best
+        // (a receiver's parts are posted before their data comes).
+        let weights = if rails.count_ones() > 1 {
+            st.rates.weights(rails)
+        } else {
+            0
+        };
         let frame = Frame::Rts {
             class,
             seq,
@@ -1031,6 +1059,7 @@ impl Driver {
             len,
             send_id,
             rails,
+            weights,
         };
         if let Err(e) = self.send_control(via, peer, &frame) {
             let x = st.sends.remove(send_id).expect("just inserted");
@@ -1217,8 +1246,9 @@ impl Driver {
                 send_id,
                 len,
                 rails,
+                weights,
                 via,
-            } => self.start_recv(st, recv, spec, send_id, len, rails, via),
+            } => self.start_recv(st, recv, spec, send_id, len, (rails, weights), via),
         }
     }
 
@@ -1232,7 +1262,7 @@ impl Driver {
         spec: ArrivalSpec,
         send_id: u64,
         len: u64,
-        rails: u64,
+        (rails, sender_weights): (u64, u64),
         via: usize,
     ) {
         let PostedRecv { sink, buf } = recv;
@@ -1245,11 +1275,24 @@ impl Driver {
         let all = st.chooser.all_rails_mask();
         let token = entry.addr.token();
         let usable = self.peer_rails(st, token, &entry).unwrap_or(0) & rails;
-        // The receiver cuts the message by its rails' rates (configured,
-        // or learned from the parts it received) and tells the sender how;
-        // rails out of service get nothing.
+        // The receiver cuts the message by the sender's weights when it
+        // sent some, else by its own rates (configured, or learned from the
+        // parts it moved), and tells the sender how; rails out of service
+        // get nothing.
+        let only_usable = |w: u64| {
+            (0..16)
+                .filter(|&r| usable & (1 << r) != 0)
+                .fold(0, |acc, r| acc | (w & (0xf << (4 * r))))
+        };
+        let theirs = if header::weights_fit(rails, sender_weights) {
+            only_usable(sender_weights)
+        } else {
+            0
+        };
         let weights = if rails & !all != 0 || usable == 0 {
             0
+        } else if theirs != 0 {
+            theirs
         } else if usable == rails {
             if rails.count_ones() > 1 {
                 st.rates.weights(rails)
@@ -1261,9 +1304,7 @@ impl Driver {
             if w != 0 {
                 w
             } else {
-                (0..16)
-                    .filter(|&r| usable & (1 << r) != 0)
-                    .fold(0, |w, r| w | 1 << (4 * r))
+                only_usable(0x1111_1111_1111_1111)
             }
         };
         let plan = if rails & !all == 0 {
@@ -1319,7 +1360,6 @@ impl Driver {
             plan: plan.clone(),
             rerouted: Vec::new(),
             spans: Spans::new("recv", &plan),
-            posted: Instant::now(),
             class: spec.class,
             tag: spec.tag,
             source: spec.source,
@@ -1355,7 +1395,7 @@ impl Driver {
                 break;
             };
             let tags = TagMatch::exact(data_tag(recv_id, s.part));
-            let stint = RailLoad::begin(&self.load, s.rail);
+            let stint = RailLoad::begin(&self.load, s.rail, Instant::now());
             match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
                 Ok(key) => parts.push(RailPart::new(
                     self.rail_domain(s.rail).clone(),
@@ -1554,6 +1594,7 @@ impl Driver {
                 len,
                 send_id,
                 rails,
+                weights,
             } => {
                 let p = self.known(source);
                 let spec = ArrivalSpec {
@@ -1566,6 +1607,7 @@ impl Driver {
                         send_id,
                         len,
                         rails,
+                        weights,
                         via: rail,
                     }),
                     None => {
@@ -1942,7 +1984,7 @@ impl Driver {
     ) -> Result<RailPart> {
         let len = window.len() as u64;
         let domain = self.rail_domain(rail);
-        let stint = timed.then(|| RailLoad::begin(&self.load, rail));
+        let stint = timed.then(|| RailLoad::begin(&self.load, rail, Instant::now()));
         let key = domain
             .direct()
             .isend_keyed(entry.rails[rail], tag, SendMode::Standard, window)
@@ -2092,10 +2134,6 @@ impl Driver {
         };
         let mut x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
-        for p in joined.parts.iter().filter(|p| p.alone) {
-            let took = p.at.saturating_duration_since(x.posted);
-            st.rates.sample(p.rail, p.bytes as u64, took);
-        }
         for (rail, bytes, took) in self.load.take_samples() {
             st.rates.sample(rail, bytes, took);
         }

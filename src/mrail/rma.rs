@@ -158,7 +158,6 @@ impl Future for RailRma {
         Poll::Ready(PartOutput {
             rail: this.rail,
             result: result.map(|()| this.len).map_err(|e| on_rail(this.rail, e)),
-            alone: false,
         })
     }
 }

@@ -32,20 +32,13 @@ pub(crate) struct PartOutput {
     pub(crate) rail: usize,
     /// The bytes moved, or the error.
     pub(crate) result: Result<usize, Error>,
-    /// Whether the part had its rail to itself from posting to completion
-    /// ([`RailLoad`]): only then is its duration a rate sample.
-    pub(crate) alone: bool,
 }
 
 impl PartOutput {
-    /// A part's report that says nothing about the rail's load.
+    /// A part's report.
     #[cfg(test)]
     fn shared(rail: usize, result: Result<usize, Error>) -> Self {
-        PartOutput {
-            rail,
-            result,
-            alone: false,
-        }
+        PartOutput { rail, result }
     }
 }
 
@@ -60,7 +53,6 @@ pub(crate) struct PartDone {
     pub(crate) rail: usize,
     pub(crate) bytes: usize,
     pub(crate) at: Instant,
-    pub(crate) alone: bool,
 }
 
 /// One part of a striped transfer: a rail operation posted under `key` in
@@ -106,10 +98,9 @@ impl RailPart {
         } else {
             0
         };
-        let alone = self
-            .stint
-            .take()
-            .is_some_and(|s| s.end(Instant::now(), bytes));
+        if let Some(stint) = self.stint.take() {
+            stint.end(Instant::now(), bytes);
+        }
         let result = match status.error {
             None => Ok(status.nbytes),
             Some(kind) => Err(part_error(self.rail, self.receive, kind, status.nbytes)),
@@ -117,7 +108,6 @@ impl RailPart {
         PartOutput {
             rail: self.rail,
             result,
-            alone,
         }
     }
 }
@@ -145,7 +135,6 @@ impl Future for RailPart {
             return Poll::Ready(PartOutput {
                 rail: self.rail,
                 result: Err(Error::new(ErrorKind::Other, "part polled twice")),
-                alone: false,
             });
         };
         match self.domain.table().poll_take(key, cx) {
@@ -372,7 +361,6 @@ impl<F: Future<Output = PartOutput> + Unpin> StripeJoin<F> {
                             rail: out.rail,
                             bytes: n,
                             at,
-                            alone: out.alone,
                         }));
                         slot.stalled = None;
                         self.left -= 1;

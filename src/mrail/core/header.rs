@@ -34,7 +34,7 @@
 //! | kind | bytes 16.. | length |
 //! |------|------------|--------|
 //! | Eager | tag | 24, then the payload |
-//! | Rts | tag, len, send_id, rails | 48 |
+//! | Rts | tag, len, send_id, rails, weights | 56 |
 //! | Cts | send_id, recv_id, accepted, weights | 48 |
 //! | Nack | send_id, reason (u32), zero (u32) | 32 |
 //! | Ack | zero (u64) | 24 |
@@ -63,9 +63,9 @@ pub const MAX_PARTS: usize = 64;
 /// Length of an [`Eager`](Frame::Eager) header; its payload follows.
 pub const EAGER_HEADER_LEN: usize = 24;
 /// Length of the longest header ([`Rts`](Frame::Rts)).
-pub const MAX_HEADER_LEN: usize = 48;
+pub const MAX_HEADER_LEN: usize = 56;
 
-const RTS_LEN: usize = 48;
+const RTS_LEN: usize = 56;
 const CTS_LEN: usize = 48;
 const NACK_LEN: usize = 32;
 const ACK_LEN: usize = 24;
@@ -225,6 +225,11 @@ pub enum Frame {
         send_id: u64,
         /// Bit mask of the sender's rail indices; never zero.
         rails: u64,
+        /// The sender's stripe weights for `rails` (as in
+        /// [`Cts`](Frame::Cts): 4 bits per rail, 0 for equal shares), from
+        /// the rates it learned or was given; the receiver cuts the
+        /// message with them when they fit, else with its own.
+        weights: u64,
     },
     /// The receiver accepts `accepted` bytes of a requested message.
     Cts {
@@ -395,12 +400,14 @@ impl Frame {
                 len,
                 send_id,
                 rails,
+                weights,
                 ..
             } => {
                 put_u64(out, 16, tag);
                 put_u64(out, 24, len);
                 put_u64(out, 32, send_id);
                 put_u64(out, 40, rails);
+                put_u64(out, 48, weights);
             }
             Frame::Cts {
                 send_id,
@@ -553,6 +560,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
             len: get_u64(h, 24),
             send_id: get_u64(h, 32),
             rails: get_u64(h, 40),
+            weights: get_u64(h, 48),
         },
         KIND_CTS => Frame::Cts {
             source,
@@ -785,6 +793,7 @@ mod tests {
                 len: 0,
                 send_id: 7,
                 rails: 0b101,
+                weights: 0x102,
             },
             Frame::Cts {
                 source: 1,
@@ -822,7 +831,7 @@ mod tests {
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 48, 48, 32, 24, 32, 40, 24]);
+        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -904,6 +913,7 @@ mod tests {
             len: 1,
             send_id: 0,
             rails: 0,
+            weights: 0,
         };
         assert_eq!(rts.write_to(&mut buf), Err(HeaderError::NoRails));
         let cts = Frame::Cts {
@@ -951,19 +961,22 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
-                1u64..
+                (1u64.., any::<u64>())
             )
-                .prop_map(|(class, seq, source, tag, len, send_id, rails)| {
-                    Frame::Rts {
-                        class,
-                        seq,
-                        source,
-                        tag,
-                        len,
-                        send_id,
-                        rails,
+                .prop_map(
+                    |(class, seq, source, tag, len, send_id, (rails, weights))| {
+                        Frame::Rts {
+                            class,
+                            seq,
+                            source,
+                            tag,
+                            len,
+                            send_id,
+                            rails,
+                            weights,
+                        }
                     }
-                }),
+                ),
             (
                 any::<u64>(),
                 any::<u64>(),

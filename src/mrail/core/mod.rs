@@ -19,8 +19,8 @@
 //!   remote ranges, one rail operation per overlap ([`RmaPiece`]);
 //! * [`rail_rates`]: each rail's rate, configured or learned, and the
 //!   stripe weights that follow ([`RailRates`]);
-//! * [`rail_load`]: the striped parts on each rail, so that only a part
-//!   that had its rail alone teaches a rate ([`RailLoad`]);
+//! * [`rail_load`]: the striped parts on each rail and their service
+//!   times, the samples rates are learned from ([`RailLoad`]);
 //! * [`sequence`]: per-peer sequence numbers ([`TxSequence`]) and the
 //!   receive-side reorder buffer ([`Reorder`]) that undoes the reordering
 //!   between rails;

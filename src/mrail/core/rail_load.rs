@@ -1,45 +1,50 @@
-//! [`RailLoad`]: which striped parts are travelling on each rail, and the
-//! rate samples their completions give.
+//! [`RailLoad`]: the striped parts travelling on each rail, and the rate
+//! samples their completions give.
 //!
-//! Two kinds of sample, because a part's duration alone says how busy its
-//! rail was as much as how fast it is:
+//! A rail serves its parts in order, like a queue with one server. A part
+//! that was posted at `a` and completed at `d`, when the part before it on
+//! the rail completed at `d'`, was served from `max(a, d')` to `d`: its
+//! **service time**. That holds whether the rail was idle when the part
+//! came (it was served from its posting) or busy with parts ahead of it
+//! (from the moment the one before left), so one estimator covers one
+//! message at a time and a stream with many in flight alike. A part's
+//! duration alone would not: behind others, it says how long the queue
+//! was, not how fast the rail is.
 //!
-//! * **Alone**: a part that had its rail to itself from posting to
-//!   completion ([`RailStint::end`] says so): its bytes over its duration.
-//!   This is what one message at a time gives.
-//! * **Backlogged**: while a rail stays busy (parts in flight without a
-//!   gap), the bytes of each completion after the first, over the time
-//!   since the previous completion, add up; once they reach
-//!   [`MIN_SAMPLE_BYTES`] over [`MIN_SAMPLE_TIME`] they are a sample
-//!   ([`RailLoad::take_samples`]). A rail that carries a stream is always
-//!   backlogged, and its completions come at its own pace: a fast rail's
-//!   parts land sooner after each other than a slow one's, whatever the
-//!   split. This is what a stream of messages gives.
+//! Each rail adds its parts' bytes and service times up; once they span
+//! [`SAMPLE_SPAN`] (and at least [`MIN_SAMPLE_BYTES`]) they are one sample,
+//! bytes over time ([`RailLoad::take_samples`]). The span is long because
+//! completions are seen in bursts (one progress step takes several), which
+//! moves time between neighbouring parts but not out of the sum.
 //!
 //! The counters are per rail under a small lock; stints end wherever a
 //! part completes or is dropped. Times are passed in (no clock is read
 //! here).
 
-use super::rail_rates::{MIN_SAMPLE_BYTES, MIN_SAMPLE_TIME};
+use super::rail_rates::MIN_SAMPLE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Parts in flight per rail, and the backlogged samples they gave.
+/// How much service time one sample spans.
+pub const SAMPLE_SPAN: Duration = Duration::from_millis(20);
+
+/// Parts in flight per rail, and the samples their completions gave.
 ///
 /// ```
 /// use psmrail::mrail::core::rail_load::RailLoad;
 /// use std::time::{Duration, Instant};
 ///
 /// let t = Instant::now();
-/// let load = RailLoad::new(2);
-/// let a = RailLoad::begin(&load, 0);
-/// let b = RailLoad::begin(&load, 1);
-/// assert!(a.end(t, 10) && b.end(t, 10), "each had its rail alone");
-///
-/// let first = RailLoad::begin(&load, 0);
-/// let second = RailLoad::begin(&load, 0);
-/// assert!(!first.end(t, 10), "joined by a second part");
-/// assert!(!second.end(t + Duration::from_millis(1), 10), "began behind the first");
+/// let ms = Duration::from_millis;
+/// let load = RailLoad::new(1);
+/// // Two parts of 1 MiB posted together: the second is served after the
+/// // first, 10 ms each (100 MiB/s), not 20 ms.
+/// let a = RailLoad::begin(&load, 0, t);
+/// let b = RailLoad::begin(&load, 0, t);
+/// a.end(t + ms(10), 1 << 20);
+/// b.end(t + ms(20), 1 << 20);
+/// let samples = load.take_samples();
+/// assert_eq!(samples, [(0, 2 << 20, ms(20))]);
 /// ```
 #[derive(Debug)]
 pub struct RailLoad {
@@ -50,10 +55,9 @@ pub struct RailLoad {
 #[derive(Debug, Default)]
 struct RailCounters {
     busy: u32,
-    begun: u64,
-    /// The last completion of the current busy period.
+    /// When the last part completed.
     last_done: Option<Instant>,
-    /// Backlogged bytes and time gathered towards the next sample.
+    /// Bytes and service time gathered towards the next sample.
     bytes: u64,
     time: Duration,
 }
@@ -64,10 +68,7 @@ struct RailCounters {
 pub struct RailStint {
     load: Arc<RailLoad>,
     rail: usize,
-    /// Whether the rail was idle when the part began.
-    idle: bool,
-    /// The rail's `begun` count just after this part began.
-    begun: u64,
+    posted: Instant,
     ended: bool,
 }
 
@@ -84,28 +85,16 @@ impl RailLoad {
         })
     }
 
-    /// A part begins on `rail` (a rail beyond the counters never counts).
-    pub fn begin(load: &Arc<RailLoad>, rail: usize) -> RailStint {
-        let (idle, begun) = match load.rails.get(rail) {
-            Some(c) => {
-                let mut c = relock(c);
-                let idle = c.busy == 0;
-                if idle {
-                    // A new busy period: intervals across the gap say
-                    // nothing.
-                    c.last_done = None;
-                }
-                c.busy += 1;
-                c.begun += 1;
-                (idle, c.begun)
-            }
-            None => (false, 0),
-        };
+    /// A part is posted on `rail` at `now` (a rail beyond the counters
+    /// never counts).
+    pub fn begin(load: &Arc<RailLoad>, rail: usize, now: Instant) -> RailStint {
+        if let Some(c) = load.rails.get(rail) {
+            relock(c).busy += 1;
+        }
         RailStint {
             load: Arc::clone(load),
             rail,
-            idle,
-            begun,
+            posted: now,
             ended: false,
         }
     }
@@ -115,52 +104,43 @@ impl RailLoad {
         self.rails.get(rail).map_or(0, |c| relock(c).busy)
     }
 
-    /// The backlogged samples gathered since the last call: `(rail,
-    /// bytes, time)`.
+    /// The samples gathered since the last call: `(rail, bytes, time)`.
     pub fn take_samples(&self) -> Vec<(usize, u64, Duration)> {
         std::mem::take(&mut *relock(&self.samples))
     }
 }
 
 impl RailStint {
-    /// The part is done at `now`, having moved `bytes`: whether it had the
-    /// rail to itself all along. A completion in a busy period also feeds
-    /// the rail's backlogged sample.
-    pub fn end(mut self, now: Instant, bytes: u64) -> bool {
-        self.finish(Some((now, bytes)))
+    /// The part completed at `now`, having moved `bytes`.
+    pub fn end(mut self, now: Instant, bytes: u64) {
+        self.finish(Some((now, bytes)));
     }
 
-    fn finish(&mut self, done: Option<(Instant, u64)>) -> bool {
+    fn finish(&mut self, done: Option<(Instant, u64)>) {
         if self.ended {
-            return false;
+            return;
         }
         self.ended = true;
         let Some(c) = self.load.rails.get(self.rail) else {
-            return false;
+            return;
         };
         let mut c = relock(c);
-        let alone = self.idle && c.begun == self.begun;
         c.busy -= 1;
         let Some((now, bytes)) = done else {
-            // Dropped: what was gathered may be skewed.
-            c.last_done = None;
-            c.bytes = 0;
-            c.time = Duration::ZERO;
-            return false;
+            // Dropped: nothing to learn from it.
+            return;
         };
-        if let Some(prev) = c.last_done {
-            c.bytes += bytes;
-            c.time += now.saturating_duration_since(prev);
-        }
-        c.last_done = (c.busy > 0).then_some(now);
-        if c.bytes >= MIN_SAMPLE_BYTES && c.time >= MIN_SAMPLE_TIME {
+        let from = c.last_done.map_or(self.posted, |d| d.max(self.posted));
+        c.time += now.saturating_duration_since(from);
+        c.bytes += bytes;
+        c.last_done = Some(c.last_done.map_or(now, |d| d.max(now)));
+        if c.bytes >= MIN_SAMPLE_BYTES && c.time >= SAMPLE_SPAN {
             let sample = (self.rail, c.bytes, c.time);
             c.bytes = 0;
             c.time = Duration::ZERO;
             drop(c);
             relock(&self.load.samples).push(sample);
         }
-        alone
     }
 }
 
@@ -179,45 +159,19 @@ mod tests {
     }
 
     #[test]
-    fn a_part_that_began_behind_another_is_not_alone_even_after_it_ends() {
-        let t = Instant::now();
-        let load = RailLoad::new(1);
-        let first = RailLoad::begin(&load, 0);
-        let second = RailLoad::begin(&load, 0);
-        assert_eq!(load.busy(0), 2);
-        assert!(!first.end(t, 1));
-        assert!(!second.end(t, 1));
-        assert_eq!(load.busy(0), 0);
-        // Sequential parts are each alone.
-        assert!(RailLoad::begin(&load, 0).end(t, 1));
-        assert!(RailLoad::begin(&load, 0).end(t, 1));
-    }
-
-    #[test]
     fn dropped_stints_leave_the_rail_and_unknown_rails_never_count() {
         let t = Instant::now();
         let load = RailLoad::new(2);
-        drop(RailLoad::begin(&load, 1));
+        drop(RailLoad::begin(&load, 1, t));
         assert_eq!(load.busy(1), 0);
-        assert!(RailLoad::begin(&load, 1).end(t, 1));
-        assert!(!RailLoad::begin(&load, 7).end(t, 1));
+        RailLoad::begin(&load, 7, t).end(t + ms(50), 1 << 30);
         assert_eq!(load.busy(7), 0);
+        assert!(load.take_samples().is_empty());
     }
 
-    #[test]
-    fn parts_on_other_rails_do_not_disturb() {
-        let t = Instant::now();
-        let load = RailLoad::new(2);
-        let a = RailLoad::begin(&load, 0);
-        let b = RailLoad::begin(&load, 1);
-        let c = RailLoad::begin(&load, 1);
-        assert!(a.end(t, 1));
-        assert!(!b.end(t, 1));
-        assert!(!c.end(t, 1));
-    }
-
-    /// A stream keeps both rails busy; the fast rail's parts land every
-    /// 1 ms, the slow one's every 2.5 ms: their samples show it.
+    /// A stream keeps both rails busy with many parts posted at once; the
+    /// fast rail serves a part every 1 ms, the slow one every 2 ms: their
+    /// samples show it, whatever the queue.
     #[test]
     fn a_backlogged_stream_gives_each_rail_its_own_rate() {
         let t0 = Instant::now();
@@ -225,11 +179,10 @@ mod tests {
         let part = 256 << 10;
         for (rail, every) in [(0usize, 1u64), (1, 2)] {
             let mut stints: std::collections::VecDeque<RailStint> =
-                (0..4).map(|_| RailLoad::begin(&load, rail)).collect();
-            for k in 1..=40u64 {
-                stints.push_back(RailLoad::begin(&load, rail));
-                let s = stints.pop_front().unwrap();
-                s.end(t0 + ms(k * every), part);
+                (0..8).map(|_| RailLoad::begin(&load, rail, t0)).collect();
+            for k in 1..=100u64 {
+                stints.push_back(RailLoad::begin(&load, rail, t0 + ms(k * every)));
+                stints.pop_front().unwrap().end(t0 + ms(k * every), part);
             }
         }
         let samples = load.take_samples();
@@ -242,18 +195,43 @@ mod tests {
                 "rail {rail}: {rate} vs {want}"
             );
         }
-        assert!(load.take_samples().is_empty());
     }
 
+    /// One part at a time with gaps between: each is served from its
+    /// posting, so the gaps do not count.
     #[test]
-    fn a_gap_starts_a_new_busy_period() {
+    fn idle_gaps_do_not_count() {
         let t0 = Instant::now();
         let load = RailLoad::new(1);
-        // One part at a time with long gaps: alone samples only.
-        for k in 0..20u64 {
-            let s = RailLoad::begin(&load, 0);
-            assert!(s.end(t0 + ms(100 * k + 1), MIN_SAMPLE_BYTES));
+        for k in 0..10u64 {
+            let s = RailLoad::begin(&load, 0, t0 + ms(100 * k));
+            s.end(t0 + ms(100 * k + 5), 1 << 20);
         }
-        assert!(load.take_samples().is_empty());
+        let samples = load.take_samples();
+        assert!(!samples.is_empty());
+        for (_, bytes, time) in samples {
+            assert_eq!(bytes / (1 << 20), time.as_millis() as u64 / 5);
+        }
+    }
+
+    /// Completions seen in bursts move time between parts but not out of
+    /// the sum.
+    #[test]
+    fn bursts_keep_the_total() {
+        let t0 = Instant::now();
+        let load = RailLoad::new(1);
+        let stints: Vec<RailStint> = (0..20).map(|_| RailLoad::begin(&load, 0, t0)).collect();
+        for (k, s) in stints.into_iter().enumerate() {
+            // Really one every 2 ms, seen in bursts of five.
+            let seen = t0 + ms(10 * (k as u64 / 5 + 1));
+            s.end(seen, 1 << 20);
+        }
+        let total: (u64, Duration) = load
+            .take_samples()
+            .iter()
+            .fold((0, Duration::ZERO), |a, s| (a.0 + s.1, a.1 + s.2));
+        // Two samples of 20 ms of service; the last burst's remaining
+        // parts wait for the next. Their rate averages the true one.
+        assert_eq!(total, (16 << 20, ms(40)));
     }
 }
