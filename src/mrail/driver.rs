@@ -749,6 +749,27 @@ impl Driver {
         (0..self.rails.len()).map(|r| st.rates.rate(r)).collect()
     }
 
+    /// The peers with protocol state here, and the bytes that state
+    /// takes: sequence and reorder state, unacknowledged frames kept for
+    /// resending (their buffers' capacity), and the table slot.
+    pub(crate) fn peer_state(&self) -> (usize, u64) {
+        let st = relock(&self.state);
+        let slot = std::mem::size_of::<(u64, PeerState)>() as u64;
+        let bytes = st
+            .peers
+            .values()
+            .map(|ps| {
+                let log: u64 = ps
+                    .log
+                    .iter()
+                    .map(|(_, _, l)| (l.frame.capacity() + std::mem::size_of::<Logged>()) as u64)
+                    .sum();
+                slot + log + ps.held_bytes as u64 + ps.rx.held() as u64 * 64
+            })
+            .sum();
+        (st.peers.len(), bytes)
+    }
+
     /// The refusal counters.
     pub(crate) fn stats(&self) -> &DriverStats {
         &self.stats

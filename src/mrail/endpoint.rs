@@ -119,6 +119,15 @@ pub struct MrailStats {
     pub stale: u64,
     /// Per rail, in rail order.
     pub rails: Vec<RailTraffic>,
+    /// Peers this endpoint keeps protocol state for (sent to or heard
+    /// from).
+    pub peers: usize,
+    /// Bytes of that state, all peers together: per peer a table slot of
+    /// sequence and reorder state, the frames it has not acknowledged yet
+    /// (kept for failover), and any frames held out of order. The rails'
+    /// own per-peer state (connections, address vector entries) is not
+    /// included.
+    pub peer_state_bytes: u64,
 }
 
 /// One rail's traffic and state as the mrail endpoint counted it.
@@ -197,7 +206,10 @@ impl MrailEndpoint {
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let rates = self.core.driver.rates();
         let states = self.core.driver.rail_states();
+        let (peers, peer_state_bytes) = self.core.driver.peer_state();
         MrailStats {
+            peers,
+            peer_state_bytes,
             unknown_peer: get(&s.unknown_peer),
             malformed: get(&s.malformed),
             duplicates: get(&s.duplicates),
