@@ -139,6 +139,11 @@ struct Stripes {
     shared: Arc<SharedBuffer>,
     peer: Arc<PeerEntry>,
     end: End,
+    /// The operation's `tracing` span (`mrail.rma`, debug level) and one
+    /// child per piece (`mrail.rma_stripe`, trace level); disabled, they
+    /// cost a level check each.
+    span: tracing::Span,
+    _piece_spans: Vec<tracing::Span>,
 }
 
 /// One rail RMA operation as a part of the join.
@@ -343,8 +348,15 @@ impl Future for MrailRmaOp {
                         unreachable!("matched Striped above")
                     };
                     drop(join);
-                    let Stripes { shared, end, .. } = *stripes;
-                    return Poll::Ready(end.finish(joined_result(joined), reclaim(shared)));
+                    let Stripes {
+                        shared, end, span, ..
+                    } = *stripes;
+                    let result = joined_result(joined);
+                    span.in_scope(|| match &result {
+                        Ok(()) => tracing::debug!("striped RMA done"),
+                        Err(e) => tracing::debug!(error = %e, "striped RMA failed"),
+                    });
+                    return Poll::Ready(end.finish(result, reclaim(shared)));
                 }
                 State::Failed(_) => {
                     let State::Failed(f) = std::mem::replace(&mut this.state, State::Done) else {
@@ -607,6 +619,20 @@ impl MrailEndpoint {
                 return MrailRmaOp::failed(e, buf);
             }
         };
+        let span = tracing::debug_span!("mrail.rma", write, len, pieces = pieces.len());
+        let piece_spans = pieces
+            .iter()
+            .map(|p| {
+                tracing::trace_span!(
+                    parent: &span,
+                    "mrail.rma_stripe",
+                    rail = p.rail,
+                    local_offset = p.local_offset,
+                    len = p.len,
+                    remote_offset = p.remote_offset
+                )
+            })
+            .collect();
         let mut stripes = Box::new(Stripes {
             kind,
             pieces,
@@ -615,6 +641,8 @@ impl MrailEndpoint {
             shared,
             peer,
             end,
+            span,
+            _piece_spans: piece_spans,
         });
         let state = if write {
             stripes.checks = checks(&stripes.pieces, remote);
