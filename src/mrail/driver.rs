@@ -1672,6 +1672,12 @@ impl Driver {
                 rail,
             } => self.on_reroute(st, source, send_id, recv_id, part, rail),
             Frame::RailNotice { source, rail, up } => self.on_rail_notice(st, source, rail, up),
+            Frame::PartQuery {
+                source,
+                send_id,
+                recv_id,
+                part,
+            } => self.on_part_query(st, source, send_id, recv_id, part),
         }
     }
 
@@ -2052,12 +2058,13 @@ impl Driver {
         part: u8,
         rail: u8,
     ) {
+        let landed = rail == header::LANDED;
         let rail = usize::from(rail);
         let Some(x) = st.sends.get_mut(send_id) else {
             bump(&self.stats.stale, 1);
             return;
         };
-        let fits = x.entry.addr.token() == source && rail < self.rails.len();
+        let fits = x.entry.addr.token() == source && (landed || rail < self.rails.len());
         let Some((id, plan)) = x.accepted.as_ref().filter(|_| fits) else {
             self.malformed("a Reroute that does not fit its send");
             return;
@@ -2070,6 +2077,17 @@ impl Driver {
             self.malformed("a Reroute of a part the send does not have");
             return;
         };
+        if landed {
+            // The receiver has the part: its send on a lost rail may
+            // never complete, and need not.
+            if let Some(striped) = x.striped.as_mut() {
+                striped
+                    .join
+                    .mark_done(usize::from(part), stripe.rail, stripe.len as usize);
+            }
+            self.poll_send(st, send_id);
+            return;
+        }
         let Some(window) = x.shared.window(stripe.offset, stripe.len) else {
             return;
         };
@@ -2272,6 +2290,83 @@ impl Driver {
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
             self.reroute_recv(st, id, usable);
         }
+        for id in st.sends.ids_where(|x| x.entry.addr.token() == token) {
+            self.query_parts(st, id, usable);
+        }
+    }
+
+    /// Asks the receiver of send `id` what became of each part whose only
+    /// attempts are on rails outside `usable`: it may have arrived (the
+    /// send's completion lost with its rail) or need sending again.
+    fn query_parts(&self, st: &mut State, id: u64, usable: u64) {
+        let all = st.chooser.all_rails_mask();
+        let Some(x) = st.sends.get(id) else {
+            return;
+        };
+        let (Some((recv_id, _)), Some(striped)) = (x.accepted.as_ref(), x.striped.as_ref()) else {
+            return;
+        };
+        let parts = striped.join.open_only_on(all & !usable);
+        if parts.is_empty() {
+            return;
+        }
+        let (recv_id, entry) = (*recv_id, x.entry.clone());
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        for k in parts {
+            let q = Frame::PartQuery {
+                source: self.token,
+                send_id: id,
+                recv_id,
+                part: k as u8,
+            };
+            if let Err(e) = self.send_control(to, entry.rails[to], &q) {
+                tracing::warn!("mrail: asking after part {k} of send {id:#x}: {e}");
+            }
+        }
+    }
+
+    /// The sender asks after part `part` of its message (failover): if it
+    /// arrived, or the receive is over, the answer is that it landed; if it
+    /// is still open on lost rails only, it is asked for again elsewhere;
+    /// if an attempt on a usable rail is pending, nothing (that one was
+    /// asked for already).
+    fn on_part_query(&self, st: &mut State, source: u64, send_id: u64, recv_id: u64, part: u8) {
+        let Some(p) = self.known(source) else {
+            return;
+        };
+        let open = match st.recvs.get(recv_id) {
+            Some(x) if x.entry.addr.token() == source && x.send_id == send_id => x
+                .striped
+                .as_ref()
+                .is_some_and(|s| s.join.is_open(usize::from(part))),
+            Some(_) => {
+                self.malformed("a PartQuery that does not fit its receive");
+                return;
+            }
+            None => false,
+        };
+        if open {
+            let usable = st.peers.get(&source).map_or(0, |ps| ps.rails(st.live));
+            self.reroute_recv(st, recv_id, usable);
+            return;
+        }
+        let Some(entry) = self.av.entry(p) else {
+            return;
+        };
+        let usable = self.peer_rails(st, source, &entry).unwrap_or(0);
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let answer = Frame::Reroute {
+            source: self.token,
+            send_id,
+            recv_id,
+            part,
+            rail: header::LANDED,
+        };
+        let _ = self.send_control(to, entry.rails[to], &answer);
     }
 
     /// Sends the peer's unacknowledged frames that went on a rail outside
@@ -2395,7 +2490,9 @@ impl Driver {
             bump(&self.stats.rails[to].retransmits, 1);
         }
         // Parts that could not be asked for stay stalled until another
-        // rail serves (or the transfer fails with the peer).
+        // rail serves (or the transfer fails with the peer). The new
+        // attempts' wakers are registered by polling the transfer.
+        self.poll_recv(st, id);
     }
 
     /// No rail reaches the peer `token` any more: its transfers fail with

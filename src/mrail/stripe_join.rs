@@ -308,6 +308,33 @@ impl<F: Future<Output = PartOutput> + Unpin> StripeJoin<F> {
         }
     }
 
+    /// Whether part `part` has no outcome yet.
+    pub(crate) fn is_open(&self, part: usize) -> bool {
+        !self.reported && self.slots.get(part).is_some_and(|s| s.outcome.is_none())
+    }
+
+    /// Part `part` is known to be done (its receiver says so) although no
+    /// attempt here has finished: its pending attempts stay, for
+    /// [`take_pending`](Self::take_pending).
+    pub(crate) fn mark_done(&mut self, part: usize, rail: usize, bytes: usize) {
+        if self.reported {
+            return;
+        }
+        if let Some(slot) = self.slots.get_mut(part) {
+            if slot.outcome.is_none() {
+                slot.stalled = None;
+                slot.outcome = Some(Ok(PartDone {
+                    part,
+                    attempt: slot.attempts.len(),
+                    rail,
+                    bytes,
+                    at: Instant::now(),
+                }));
+                self.left -= 1;
+            }
+        }
+    }
+
     /// The parts waiting for a new attempt, with the error of the last
     /// attempt that lost its rail.
     pub(crate) fn stalled(&self) -> impl Iterator<Item = (usize, &Error)> {

@@ -23,7 +23,7 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0 | [`VERSION`] |
-//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice, 8 PartQuery |
 //! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
 //! | 3 | zero |
 //! | 4..8 | sequence number (Eager, Rts and Ack; zero for the others) |
@@ -41,6 +41,7 @@
 //! | WriteData | data, len | 32 |
 //! | Reroute | send_id, recv_id, part (u8), rail (u8), zero (6 bytes) | 40 |
 //! | RailNotice | rail (u8), up (u8: 0 or 1), zero (6 bytes) | 24 |
+//! | PartQuery | send_id, recv_id, part (u8), zero (7 bytes) | 40 |
 //!
 //! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
 //! reserved field or flag, a short input, and trailing bytes after a frame
@@ -81,8 +82,12 @@ const KIND_ACK: u8 = 4;
 const KIND_WRITE_DATA: u8 = 5;
 const KIND_REROUTE: u8 = 6;
 const KIND_RAIL_NOTICE: u8 = 7;
+const KIND_PART_QUERY: u8 = 8;
 
 const FLAG_TAGGED: u8 = 0x01;
+
+/// The rail of a [`Frame::Reroute`] that says the part has landed.
+pub const LANDED: u8 = u8::MAX;
 
 /// The part number's bits in a data tag.
 const PART_MASK: u64 = 0xff;
@@ -277,7 +282,8 @@ pub enum Frame {
     },
     /// Failover: the receiver of a striped message asks for part `part`
     /// again on rail `rail` (its rail before was lost), with the same data
-    /// tag.
+    /// tag; or, with `rail` [`LANDED`], says the part has arrived (the
+    /// answer to a [`PartQuery`](Frame::PartQuery) for a part that did).
     Reroute {
         /// The receiver's identity token.
         source: u64,
@@ -289,6 +295,20 @@ pub enum Frame {
         part: u8,
         /// The rail to send it on.
         rail: u8,
+    },
+    /// Failover: the sender of a striped message, whose part `part` went
+    /// on a rail that was lost before the part's send completed, asks the
+    /// receiver what became of it (answered by a
+    /// [`Reroute`](Frame::Reroute)).
+    PartQuery {
+        /// The sender's identity token.
+        source: u64,
+        /// The sender's id for the message.
+        send_id: u64,
+        /// The receiver's id (from the Cts).
+        recv_id: u64,
+        /// The part.
+        part: u8,
     },
     /// Failover: the sender's rail `rail` went out of service (`up`
     /// false) or is back (`up` true).
@@ -318,6 +338,7 @@ impl Frame {
             Frame::WriteData { .. } => KIND_WRITE_DATA,
             Frame::Reroute { .. } => KIND_REROUTE,
             Frame::RailNotice { .. } => KIND_RAIL_NOTICE,
+            Frame::PartQuery { .. } => KIND_PART_QUERY,
         }
     }
 
@@ -336,7 +357,8 @@ impl Frame {
             | Frame::Ack { source, .. }
             | Frame::WriteData { source, .. }
             | Frame::Reroute { source, .. }
-            | Frame::RailNotice { source, .. } => source,
+            | Frame::RailNotice { source, .. }
+            | Frame::PartQuery { source, .. } => source,
         }
     }
 
@@ -386,7 +408,8 @@ impl Frame {
             | Frame::Nack { .. }
             | Frame::WriteData { .. }
             | Frame::Reroute { .. }
-            | Frame::RailNotice { .. } => (0, 0),
+            | Frame::RailNotice { .. }
+            | Frame::PartQuery { .. } => (0, 0),
         };
         out[0] = VERSION;
         out[1] = self.kind();
@@ -448,6 +471,16 @@ impl Frame {
                 out[16] = rail;
                 out[17] = u8::from(up);
             }
+            Frame::PartQuery {
+                send_id,
+                recv_id,
+                part,
+                ..
+            } => {
+                put_u64(out, 16, send_id);
+                put_u64(out, 24, recv_id);
+                out[32] = part;
+            }
         }
         Ok(len)
     }
@@ -499,7 +532,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
         return Err(HeaderError::Version(common[0]));
     }
     let kind = common[1];
-    if kind > KIND_RAIL_NOTICE {
+    if kind > KIND_PART_QUERY {
         return Err(HeaderError::UnknownKind(kind));
     }
     let name = kind_name(kind);
@@ -603,6 +636,20 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
                 rail: h[33],
             }
         }
+        KIND_PART_QUERY => {
+            if h[33..40].iter().any(|&b| b != 0) {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 33,
+                });
+            }
+            Frame::PartQuery {
+                source,
+                send_id: get_u64(h, 16),
+                recv_id: get_u64(h, 24),
+                part: h[32],
+            }
+        }
         KIND_RAIL_NOTICE => {
             if h[17] > 1 || h[18..24].iter().any(|&b| b != 0) {
                 return Err(HeaderError::Reserved {
@@ -701,7 +748,8 @@ const fn kind_name(kind: u8) -> &'static str {
         KIND_ACK => "Ack",
         KIND_WRITE_DATA => "WriteData",
         KIND_REROUTE => "Reroute",
-        _ => "RailNotice",
+        KIND_RAIL_NOTICE => "RailNotice",
+        _ => "PartQuery",
     }
 }
 
@@ -714,7 +762,8 @@ const fn header_len(kind: u8) -> usize {
         KIND_ACK => ACK_LEN,
         KIND_WRITE_DATA => WRITE_DATA_LEN,
         KIND_REROUTE => REROUTE_LEN,
-        _ => RAIL_NOTICE_LEN,
+        KIND_RAIL_NOTICE => RAIL_NOTICE_LEN,
+        _ => REROUTE_LEN,
     }
 }
 
@@ -825,13 +874,19 @@ mod tests {
                 rail: 2,
                 up: true,
             },
+            Frame::PartQuery {
+                source: 9,
+                send_id: 5,
+                recv_id: 6,
+                part: 1,
+            },
         ]
     }
 
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24]);
+        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24, 40]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -861,7 +916,7 @@ mod tests {
             decode(&b).unwrap_err()
         };
         assert_eq!(bad(0, 2), HeaderError::Version(2));
-        assert_eq!(bad(1, 8), HeaderError::UnknownKind(8));
+        assert_eq!(bad(1, 9), HeaderError::UnknownKind(9));
         assert_eq!(
             bad(2, 1),
             HeaderError::Flags {
@@ -1019,6 +1074,14 @@ mod tests {
                 }),
             (any::<u64>(), any::<u8>(), any::<bool>())
                 .prop_map(|(source, rail, up)| Frame::RailNotice { source, rail, up }),
+            (any::<u64>(), any::<u64>(), any::<u64>(), any::<u8>()).prop_map(
+                |(source, send_id, recv_id, part)| Frame::PartQuery {
+                    source,
+                    send_id,
+                    recv_id,
+                    part
+                }
+            ),
         ]
     }
 
