@@ -3,6 +3,7 @@
 //! multi-rail rig (network namespaces joined by veth pairs).
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod mrail_nodes;
 pub mod peer;
 pub mod rig;
