@@ -3,7 +3,7 @@
 //! domain's queue gets a [`RailEvent`], read like an event queue
 //! ([`RailEvents::read`]) or awaited as a [`futures::Stream`].
 //!
-//! The queue keeps the latest [`CAPACITY`] events; older ones are dropped
+//! The queue keeps the latest [`CAPACITY`] (1024) events; older ones are dropped
 //! (and counted, [`RailEvents::dropped`]) so that an application that
 //! never reads them costs nothing.
 
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 /// Most events kept unread.
-pub const CAPACITY: usize = 1024;
+pub(crate) const CAPACITY: usize = 1024;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -79,7 +79,7 @@ impl RailEvents {
         self.take()
     }
 
-    /// Events dropped because [`CAPACITY`] were unread.
+    /// Events dropped because 1024 were unread (the oldest go first).
     pub fn dropped(&self) -> u64 {
         let q = self
             .queue

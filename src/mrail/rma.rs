@@ -10,8 +10,8 @@
 //! messages are). The stripes are laid over the remote ranges
 //! ([`rma_plan::cut`]) and each (stripe, range) overlap is one rail RMA
 //! operation with its rail's key and a window of the user's buffer
-//! ([`SharedBuffer`]): no copy. The rail futures are joined by the mrail
-//! combinator ([`StripeJoin`]). Any length works, zero and lengths below
+//! (the `SharedBuffer` of `mrail/region.rs`): no copy. The rail futures are joined by the mrail
+//! combinator (`StripeJoin`). Any length works, zero and lengths below
 //! the rail count included (the plan leaves out empty stripes; a
 //! zero-length operation is one empty rail operation per remote range, so
 //! the target still checks the key).
