@@ -155,3 +155,22 @@ fn with_no_rail_left_operations_fail_with_eio() {
     ep.enable_rail(0).unwrap();
     stream(&n, 6, |_| {});
 }
+
+#[test]
+fn a_peer_closing_one_of_its_rails_fails_over_to_the_others() {
+    let n = open(2, 2, POLICY, MSG_TAGGED, MANUAL);
+    stream(&n, 45, |n| {
+        // The receiver's rail 1 goes away under the stream (its psm domain
+        // closes and says goodbye): the sender's parts there fail.
+        let rail = n.nodes[1].domain.rail(1).unwrap().clone();
+        rail.close().unwrap();
+    });
+    let lost: u64 = n.nodes[0].ep.stats().rails[1].errors;
+    assert!(
+        lost >= 1,
+        "the sender counted the lost rail: {:?}",
+        n.nodes[0].ep.stats()
+    );
+    // Later traffic keeps off the closed rail and still arrives.
+    stream(&n, 9, |_| {});
+}

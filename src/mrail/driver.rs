@@ -1405,6 +1405,7 @@ impl Driver {
                 return;
             }
         };
+        let mut broken = 0u64;
         let mut parts = Vec::with_capacity(plan.len());
         let mut failed = None;
         for s in plan.iter() {
@@ -1418,13 +1419,20 @@ impl Driver {
             let tags = TagMatch::exact(data_tag(recv_id, s.part));
             let stint = RailLoad::begin(&self.load, s.rail, Instant::now());
             match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
-                Ok(key) => parts.push(RailPart::new(
+                Ok(key) => parts.push(Ok(RailPart::new(
                     self.rail_domain(s.rail).clone(),
                     key,
                     s.rail,
                     true,
                     Some(stint),
-                )),
+                ))),
+                Err(e) if usable & !(1 << s.rail) != 0 => {
+                    // This rail of ours is broken (closed under us): the
+                    // part waits for another rail, and the rail leaves
+                    // service.
+                    broken |= 1 << s.rail;
+                    parts.push(Err(rail_error(s.rail, "part receive", e.error)));
+                }
                 Err(e) => {
                     failed = Some(rail_error(s.rail, "part receive", e.error));
                     break;
@@ -1478,10 +1486,13 @@ impl Driver {
         let waker = self.waker(task(RECV, recv_id));
         let watch = self.watch_peer(task(RECV, recv_id), &entry, rails);
         if let Some(x) = st.recvs.get_mut(recv_id) {
-            x.striped = Some(Striped::new(parts));
+            x.striped = Some(Striped::with_stalled(parts));
             x.waker = waker;
             x.watch = watch;
             x.cts = cts;
+        }
+        for r in (0..self.rails.len()).filter(|r| broken & (1 << r) != 0) {
+            self.rail_broken(st, r);
         }
         self.poll_recv(st, recv_id);
     }
@@ -2617,6 +2628,14 @@ impl Driver {
                 }
             }
             RailState::Rejoining => {}
+        }
+    }
+
+    /// Rail `rail` of this endpoint refused an operation as only a closed
+    /// rail does: it leaves service for good.
+    fn rail_broken(&self, st: &mut State, rail: usize) {
+        if let Some(event) = st.health.close(rail, Instant::now()) {
+            self.apply(st, event);
         }
     }
 

@@ -183,12 +183,14 @@ pub(crate) struct Joined {
     pub(crate) parts: Vec<PartDone>,
 }
 
-/// Whether `kind` says the part's rail lost the peer (the part may go
-/// again on another rail) rather than that the part itself is wrong.
+/// Whether `kind` says the part's rail lost the peer, or was closed under
+/// it (the part may go again on another rail), rather than that the part
+/// itself is wrong. (A part is never cancelled on its own: a cancelled
+/// part's rail endpoint went away.)
 pub(crate) fn rail_lost(kind: ErrorKind) -> bool {
     matches!(
         kind,
-        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused
+        ErrorKind::Io | ErrorKind::TimedOut | ErrorKind::ConnRefused | ErrorKind::Canceled
     )
 }
 
@@ -464,13 +466,6 @@ pub(crate) struct Striped {
 }
 
 impl Striped {
-    /// Joins `parts`; a part whose rail is lost waits for another attempt.
-    pub(crate) fn new(parts: Vec<RailPart>) -> Self {
-        Striped {
-            join: StripeJoin::with_failover(parts),
-        }
-    }
-
     /// Joins parts some of which could not be posted (stalled from the
     /// start, waiting for a failover attempt).
     pub(crate) fn with_stalled(parts: Vec<std::result::Result<RailPart, Error>>) -> Self {

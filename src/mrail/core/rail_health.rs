@@ -70,6 +70,9 @@ pub enum RailReason {
     Enabled,
     /// The back-off is over.
     BackoffOver,
+    /// The rail's endpoint refused work as a closed one does: it stays out
+    /// of service.
+    Closed,
 }
 
 impl std::fmt::Display for RailReason {
@@ -80,6 +83,7 @@ impl std::fmt::Display for RailReason {
             RailReason::Disabled => "disabled",
             RailReason::Enabled => "enabled",
             RailReason::BackoffOver => "back-off over",
+            RailReason::Closed => "closed",
         })
     }
 }
@@ -102,6 +106,8 @@ struct Rail {
     state: RailState,
     link_up: bool,
     disabled: bool,
+    /// Closed under the endpoint: out for good.
+    closed: bool,
     /// When the current back-off ends (state `Rejoining`).
     rejoin_at: Option<Instant>,
     backoff: Duration,
@@ -126,6 +132,7 @@ impl RailHealth {
                     state: RailState::Up,
                     link_up: true,
                     disabled: false,
+                    closed: false,
                     rejoin_at: None,
                     backoff: BACKOFF_MIN,
                     up_since: None,
@@ -174,7 +181,7 @@ impl RailHealth {
     /// at once (no back-off: the application asked for it).
     pub fn set_disabled(&mut self, rail: usize, disabled: bool, now: Instant) -> Option<RailEvent> {
         let r = self.rails.get_mut(rail)?;
-        if r.disabled == disabled {
+        if r.disabled == disabled || r.closed {
             return None;
         }
         r.disabled = disabled;
@@ -193,6 +200,14 @@ impl RailHealth {
             reason: RailReason::Enabled,
             at: now,
         })
+    }
+
+    /// The rail's endpoint is closed under it at `now`: it goes out of
+    /// service and never rejoins.
+    pub fn close(&mut self, rail: usize, now: Instant) -> Option<RailEvent> {
+        let r = self.rails.get_mut(rail)?;
+        r.closed = true;
+        Self::take_down(r, rail, RailReason::Closed, now)
     }
 
     /// Rails whose back-off ended by `now` rejoin.
@@ -249,7 +264,7 @@ impl RailHealth {
         reason: RailReason,
         now: Instant,
     ) -> Option<RailEvent> {
-        if r.state != RailState::Down || r.disabled {
+        if r.state != RailState::Down || r.disabled || r.closed {
             return None;
         }
         r.state = RailState::Rejoining;
@@ -344,6 +359,12 @@ mod tests {
             RailState::Rejoining
         );
         assert!(h.observe_link(9, false, t).is_none());
+        // A closed rail never comes back.
+        assert_eq!(h.close(0, t).unwrap().reason, RailReason::Closed);
+        assert!(h.set_disabled(0, false, t).is_none());
+        h.observe_link(0, false, t);
+        assert!(h.observe_link(0, true, t).is_none());
+        assert_eq!(h.state(0), RailState::Down);
         assert_eq!(h.state(9), RailState::Down);
     }
 }
