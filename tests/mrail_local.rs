@@ -681,9 +681,10 @@ fn learned_rates_appear_after_striped_traffic() {
         .rails
         .iter()
         .all(|r| r.rate_mbit.is_none()));
-    // A rail's rate needs three parts that had the rail to themselves and
-    // lasted 2 ms or more: on loopback, parts of 16 MiB.
-    exchange_sizes(&n, &[32 << 20; 4]);
+    // A rail's rate needs three samples, each of eight parts or more
+    // (or 100 ms of service): 32 messages of 4 MiB give each rail 32
+    // parts each way.
+    exchange_sizes(&n, &[4 << 20; 32]);
     let s = n.nodes[0].ep.stats();
     assert!(
         s.rails.iter().all(|r| r.rate_mbit.is_some_and(|m| m > 0)),

@@ -12,10 +12,13 @@
 //! was, not how fast the rail is.
 //!
 //! Each rail adds its parts' bytes and service times up; once they span
-//! [`SAMPLE_SPAN`] (and at least [`MIN_SAMPLE_BYTES`]) they are one sample,
-//! bytes over time ([`RailLoad::take_samples`]). The span is long because
-//! completions are seen in bursts (one progress step takes several), which
-//! moves time between neighbouring parts but not out of the sum.
+//! [`SAMPLE_SPAN`], or [`SAMPLE_PARTS`] parts span [`SHORT_SPAN`] (and at
+//! least [`MIN_SAMPLE_BYTES`] moved), they are one sample, bytes over time
+//! ([`RailLoad::take_samples`]). A sample spans many parts or a long time
+//! because single parts mislead: completions are seen in bursts (one
+//! progress step takes several), which moves time between neighbouring
+//! parts but not out of the sum, and a part's completion can come early
+//! when its bytes fit in a socket buffer.
 //!
 //! The counters are per rail under a small lock; stints end wherever a
 //! part completes or is dropped. Times are passed in (no clock is read
@@ -25,8 +28,14 @@ use super::rail_rates::MIN_SAMPLE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How much service time one sample spans.
-pub const SAMPLE_SPAN: Duration = Duration::from_millis(20);
+/// How much service time one sample spans...
+pub const SAMPLE_SPAN: Duration = Duration::from_millis(100);
+
+/// ... unless [`SAMPLE_PARTS`] parts took at least this long.
+pub const SHORT_SPAN: Duration = Duration::from_millis(20);
+
+/// Parts that make a sample once they took [`SHORT_SPAN`].
+pub const SAMPLE_PARTS: u32 = 8;
 
 /// Parts in flight per rail, and the samples their completions gave.
 ///
@@ -37,14 +46,13 @@ pub const SAMPLE_SPAN: Duration = Duration::from_millis(20);
 /// let t = Instant::now();
 /// let ms = Duration::from_millis;
 /// let load = RailLoad::new(1);
-/// // Two parts of 1 MiB posted together: the second is served after the
-/// // first, 10 ms each (100 MiB/s), not 20 ms.
-/// let a = RailLoad::begin(&load, 0, t);
-/// let b = RailLoad::begin(&load, 0, t);
-/// a.end(t + ms(10), 1 << 20);
-/// b.end(t + ms(20), 1 << 20);
-/// let samples = load.take_samples();
-/// assert_eq!(samples, [(0, 2 << 20, ms(20))]);
+/// // Eight parts of 1 MiB posted together: each is served after the one
+/// // before, 10 ms each (100 MiB/s), not 10, 20, 30 ... ms.
+/// let parts: Vec<_> = (0..8).map(|_| RailLoad::begin(&load, 0, t)).collect();
+/// for (k, p) in parts.into_iter().enumerate() {
+///     p.end(t + ms(10 * (k as u64 + 1)), 1 << 20);
+/// }
+/// assert_eq!(load.take_samples(), [(0, 8 << 20, ms(80))]);
 /// ```
 #[derive(Debug)]
 pub struct RailLoad {
@@ -57,9 +65,10 @@ struct RailCounters {
     busy: u32,
     /// When the last part completed.
     last_done: Option<Instant>,
-    /// Bytes and service time gathered towards the next sample.
+    /// Bytes, service time and parts gathered towards the next sample.
     bytes: u64,
     time: Duration,
+    parts: u32,
 }
 
 /// One part's time on its rail; [`end`](RailStint::end) (or dropping it)
@@ -133,11 +142,15 @@ impl RailStint {
         let from = c.last_done.map_or(self.posted, |d| d.max(self.posted));
         c.time += now.saturating_duration_since(from);
         c.bytes += bytes;
+        c.parts += 1;
         c.last_done = Some(c.last_done.map_or(now, |d| d.max(now)));
-        if c.bytes >= MIN_SAMPLE_BYTES && c.time >= SAMPLE_SPAN {
+        let long_enough =
+            c.time >= SAMPLE_SPAN || (c.parts >= SAMPLE_PARTS && c.time >= SHORT_SPAN);
+        if c.bytes >= MIN_SAMPLE_BYTES && long_enough {
             let sample = (self.rail, c.bytes, c.time);
             c.bytes = 0;
             c.time = Duration::ZERO;
+            c.parts = 0;
             drop(c);
             relock(&self.load.samples).push(sample);
         }
