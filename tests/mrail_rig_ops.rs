@@ -247,6 +247,8 @@ struct Side {
     peer: Option<FiAddr>,
     me: Option<FiAddr>,
     events: psmrail::mrail::RailEvents,
+    /// The region `rmareg` registered, for peers' RMA.
+    region: Option<psmrail::mrail::MrailMemoryRegion>,
 }
 
 impl Side {
@@ -273,7 +275,7 @@ fn open_side() -> psmrail::Result<Side> {
     };
     let hints = Hints::new()
         .provider(Provider::Mrail)
-        .caps(Caps::MSG | Caps::TAGGED | Caps::DIRECTED_RECV)
+        .caps(Caps::MSG | Caps::TAGGED | Caps::DIRECTED_RECV | Caps::RMA)
         .progress(progress);
     let info = getinfo(Some(&hints))?.remove(0);
     let fabric = MrailFabric::open(&info)?;
@@ -304,6 +306,7 @@ fn open_side() -> psmrail::Result<Side> {
         peer: None,
         me: None,
         events,
+        region: None,
     })
 }
 
@@ -365,6 +368,9 @@ fn child(_role: &str) {
             "inject" => cmd_inject(&side, rest),
             "stats" => Ok(stats_line(&side.ep)),
             "events" => Ok(events_line(&side.events)),
+            "rmareg" => cmd_rmareg(&mut side, rest),
+            "rma" => cmd_rma(&side, rest),
+            "rmacheck" => cmd_rmacheck(&side, rest),
             "quit" => {
                 let ep = side.ep.clone();
                 let r = ep.close().and_then(|()| side.domain.clone().close());
@@ -886,6 +892,97 @@ fn cmd_inject(side: &Side, rest: &str) -> Result<String, String> {
     };
     r.map(|()| "injected".into())
         .map_err(|e| format!("{:?}: {}", e.kind(), e.message()))
+}
+
+/// `rmareg <len>`: registers `len` zero bytes for peers' reads and writes;
+/// answers the raw key in hex.
+fn cmd_rmareg(side: &mut Side, rest: &str) -> Result<String, String> {
+    let len: usize = rest
+        .trim()
+        .parse()
+        .map_err(|_| format!("length {rest:?}"))?;
+    let access = psmrail::fabric::MrAccess::REMOTE_READ | psmrail::fabric::MrAccess::REMOTE_WRITE;
+    let mr = side
+        .domain
+        .register(vec![0u8; len], access, None)
+        .map_err(|e| e.to_string())?;
+    let hex: String = mr
+        .raw_key()
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    side.region = Some(mr);
+    Ok(hex)
+}
+
+/// `rma <write|read> <raw key hex> <len> <offset> <seed>`: a write of the
+/// pattern, or a read checked against it, at the peer's region; answers
+/// the microseconds, or the error's kind and text.
+fn cmd_rma(side: &Side, rest: &str) -> Result<String, String> {
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    let [op, hex, len, offset, seed] = w[..] else {
+        return Err(format!("rma: {rest:?}"));
+    };
+    let raw: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let (len, offset): (usize, u64) = (
+        len.parse().map_err(|_| "len")?,
+        offset.parse().map_err(|_| "offset")?,
+    );
+    let seed: u64 = seed.parse().map_err(|_| "seed")?;
+    let key = side
+        .domain
+        .map_raw(&psmrail::fabric::RawKey::from_bytes(&raw))
+        .map_err(|e| e.to_string())?;
+    let peer = side.peer()?;
+    let start = Instant::now();
+    let op = match op {
+        "write" => side.ep.write(peer, pattern(len, seed), offset, key),
+        "read" => side.ep.read(peer, vec![0u8; len], offset, key),
+        other => return Err(format!("rma {other}?")),
+    };
+    let mut op = Box::pin(op);
+    let out = run_until(side, STEP_LIMIT, |cx| op.as_mut().poll(cx)).ok_or("timeout")?;
+    let _ = side.domain.unmap_key(key);
+    match out {
+        (Ok(()), buf) => {
+            if w[0] == "read" && buf.as_slice() != pattern(len, seed).as_slice() {
+                return Err(format!(
+                    "read: bytes differ from offset {:?}",
+                    first_difference(buf.as_slice(), &pattern(len, seed))
+                ));
+            }
+            Ok(start.elapsed().as_micros().to_string())
+        }
+        (Err(e), _) => Err(format!("{:?}: {}", e.kind(), e.message())),
+    }
+}
+
+/// `rmacheck <offset> <len> <seed|zero>`: the own region holds the
+/// pattern (or zeros) there.
+fn cmd_rmacheck(side: &Side, rest: &str) -> Result<String, String> {
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    let [offset, len, seed] = w[..] else {
+        return Err(format!("rmacheck: {rest:?}"));
+    };
+    let (offset, len): (usize, usize) = (
+        offset.parse().map_err(|_| "offset")?,
+        len.parse().map_err(|_| "len")?,
+    );
+    let mr = side.region.as_ref().ok_or("no region")?;
+    let mut got = vec![0u8; len];
+    mr.read_at(offset, &mut got).map_err(|e| e.to_string())?;
+    let want = match seed {
+        "zero" => vec![0u8; len],
+        s => pattern(len, s.parse().map_err(|_| "seed")?),
+    };
+    match first_difference(&got, &want) {
+        None => Ok("same".into()),
+        Some(at) => Err(format!("differs at {at}")),
+    }
 }
 
 /// The rail events so far: `<rail>/<state>/<unix ms>` each, where the
@@ -1875,5 +1972,50 @@ fn a_rail_whose_link_goes_down_fails_over_and_rejoins() {
             assert_eq!(s.get(k), 0, "{k}: {s:?}");
         }
     }
+    p.quit();
+}
+
+#[test]
+fn striped_rma_across_processes_over_real_rails() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    let shapes = [RailShape::rate(1000), RailShape::rate(1000)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    let test = "striped_rma_across_processes_over_real_rails";
+    let mut p = Pair::start(&rig, test, Opts::manual(DEFAULT_POLICY));
+    let Pair { a, b } = &mut p;
+    let region = 32 * MIB;
+    let key = b.call(&format!("rmareg {region}"));
+    assert_eq!(key.len(), 2 * 8 * 2, "8 bytes per rail, in hex: {key}");
+    let before = a_links(&rig);
+    // Writes of every size class, each then read back by A and checked
+    // in place by B.
+    let mut at = 0usize;
+    for (i, len) in [0usize, 1, 3, 4096, 100_001, 8 * MIB + 5]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 40 + i as u64;
+        let us = a.call(&format!("rma write {key} {len} {at} {seed}"));
+        a.call(&format!("rma read {key} {len} {at} {seed}"));
+        assert_eq!(b.call(&format!("rmacheck {at} {len} {seed}")), "same");
+        println!("rma write of {len} B at {at}: {us} us");
+        at += len + 7;
+    }
+    // Both rails carried the large write.
+    let after = a_links(&rig);
+    for r in 0..2 {
+        let sent = after[r].tx - before[r].tx;
+        assert!(sent > 3 * MIB as u64, "rail {r} carried {sent} bytes");
+    }
+    // A write past the region's end is refused and changes nothing.
+    let tail = region - 1000;
+    a.say(&format!("rma write {key} {} {tail} 99", 2 * MIB));
+    let e = a.done().unwrap_err();
+    assert!(e.starts_with("Access"), "{e}");
+    assert_eq!(b.call(&format!("rmacheck {tail} 1000 zero")), "same");
     p.quit();
 }
