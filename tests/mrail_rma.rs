@@ -12,7 +12,7 @@ use psmrail::fabric::{
     RawKey, RAW_KEY_SIZE,
 };
 use psmrail::mrail::{MrailMemoryRegion, MrailRmaOp};
-use psmrail::ops::RmaIov;
+use psmrail::ops::{RmaEndpoint, RmaIov};
 use psmrail::ErrorKind;
 use support::mrail_nodes::{self, open, open_with, pattern, MrailNodes};
 
@@ -342,4 +342,60 @@ fn dropped_futures_and_regions_closed_under_transfers_lose_nothing() {
     let mut got = vec![0u8; 1 << 20];
     mr2.read_at(0, &mut got).unwrap();
     assert!(got == pattern(1 << 20, 4));
+}
+
+/// One write-then-read, on any provider's endpoint.
+async fn write_read<E: RmaEndpoint>(
+    ep: &E,
+    peer: psmrail::fabric::FiAddr,
+    key: u64,
+    data: Vec<u8>,
+) -> psmrail::Result<Vec<u8>> {
+    let len = data.len();
+    let (w, _) = ep.write(peer, data, 100, key).await;
+    w?;
+    let (r, buf) = ep.read(peer, vec![0u8; len], 100, key).await;
+    r?;
+    Ok(buf.into_vec().unwrap())
+}
+
+#[test]
+fn rma_code_generic_over_both_providers() {
+    // mrail: a peer's mapped raw key.
+    let n = open(2, 2, STRIPE_ALL, RMA, MANUAL);
+    let (_mr, key) = target(&n, RW, 0);
+    let data = pattern(1 << 20, 8);
+    let back = n
+        .drive(write_read(&n.nodes[0].ep, n.addr(0, 1), key, data.clone()))
+        .unwrap();
+    assert!(back == data);
+    // psm: the region's key, the same function.
+    let config = psmrail::config::PsmConfig::builder()
+        .name_server(false)
+        .delay(std::time::Duration::ZERO)
+        .build()
+        .unwrap();
+    let hints = psmrail::fabric::Hints::new()
+        .engine(psmrail::fabric::EngineChoice::Soft)
+        .caps(Caps::MSG | Caps::RMA)
+        .config(config);
+    let info = psmrail::fabric::getinfo(Some(&hints)).unwrap().remove(0);
+    let domain = psmrail::fabric::Fabric::open(&info)
+        .unwrap()
+        .domain(&info)
+        .unwrap();
+    let av = domain.av(psmrail::fabric::AvAttr::new()).unwrap();
+    let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+    let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    let mr = domain.register(vec![0u8; 2 << 20], RW, None).unwrap();
+    let back = domain
+        .reactor()
+        .block_on(write_read(
+            &ep,
+            me,
+            domain.map_raw(&mr.raw_key()).unwrap(),
+            data.clone(),
+        ))
+        .unwrap();
+    assert!(back == data);
 }

@@ -682,3 +682,52 @@ fn checks(pieces: &[RmaPiece], remote: &[RmaIov]) -> Vec<RmaPiece> {
         })
         .collect()
 }
+
+impl crate::ops::RmaEndpoint for MrailEndpoint {
+    type RmaFuture = MrailRmaOp;
+
+    fn write(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+    ) -> MrailRmaOp {
+        MrailEndpoint::write(self, dest, buf, remote_offset, key)
+    }
+
+    fn writedata(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+        data: u64,
+    ) -> MrailRmaOp {
+        MrailEndpoint::writedata(self, dest, buf, remote_offset, key, data)
+    }
+
+    fn read(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote_offset: u64,
+        key: u64,
+    ) -> MrailRmaOp {
+        MrailEndpoint::read(self, dest, buf, remote_offset, key)
+    }
+
+    fn writemsg(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<OpBuffer>,
+        remote: &[RmaIov],
+        data: Option<u64>,
+    ) -> MrailRmaOp {
+        MrailEndpoint::writemsg(self, dest, buf, remote, data)
+    }
+
+    fn readmsg(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote: &[RmaIov]) -> MrailRmaOp {
+        MrailEndpoint::readmsg(self, dest, buf, remote)
+    }
+}
