@@ -120,6 +120,7 @@ pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
 pub use post::Posted;
 pub use recv::RecvOp;
+pub(crate) use rma_endpoint::impl_rma_endpoint;
 pub use rma_endpoint::RmaEndpoint;
 pub use rma_ops::{RmaIov, RmaOp};
 pub use send::SendOp;

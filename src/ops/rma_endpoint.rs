@@ -94,39 +94,65 @@ pub trait RmaEndpoint {
         -> Self::RmaFuture;
 }
 
-impl RmaEndpoint for Endpoint {
-    type RmaFuture = RmaOp;
+/// Implements [`RmaEndpoint`] for an endpoint type by calling its own
+/// methods of the same names, which return `$fut`.
+macro_rules! impl_rma_endpoint {
+    ($ty:ty, $fut:ty) => {
+        impl $crate::ops::RmaEndpoint for $ty {
+            type RmaFuture = $fut;
 
-    fn write(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote_offset: u64, key: u64) -> RmaOp {
-        Endpoint::write(self, dest, buf, remote_offset, key)
-    }
+            fn write(
+                &self,
+                dest: $crate::fabric::FiAddr,
+                buf: impl Into<$crate::engine::OpBuffer>,
+                remote_offset: u64,
+                key: u64,
+            ) -> $fut {
+                <$ty>::write(self, dest, buf, remote_offset, key)
+            }
 
-    fn writedata(
-        &self,
-        dest: FiAddr,
-        buf: impl Into<OpBuffer>,
-        remote_offset: u64,
-        key: u64,
-        data: u64,
-    ) -> RmaOp {
-        Endpoint::writedata(self, dest, buf, remote_offset, key, data)
-    }
+            fn writedata(
+                &self,
+                dest: $crate::fabric::FiAddr,
+                buf: impl Into<$crate::engine::OpBuffer>,
+                remote_offset: u64,
+                key: u64,
+                data: u64,
+            ) -> $fut {
+                <$ty>::writedata(self, dest, buf, remote_offset, key, data)
+            }
 
-    fn read(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote_offset: u64, key: u64) -> RmaOp {
-        Endpoint::read(self, dest, buf, remote_offset, key)
-    }
+            fn read(
+                &self,
+                dest: $crate::fabric::FiAddr,
+                buf: impl Into<$crate::engine::OpBuffer>,
+                remote_offset: u64,
+                key: u64,
+            ) -> $fut {
+                <$ty>::read(self, dest, buf, remote_offset, key)
+            }
 
-    fn writemsg(
-        &self,
-        dest: FiAddr,
-        buf: impl Into<OpBuffer>,
-        remote: &[RmaIov],
-        data: Option<u64>,
-    ) -> RmaOp {
-        Endpoint::writemsg(self, dest, buf, remote, data)
-    }
+            fn writemsg(
+                &self,
+                dest: $crate::fabric::FiAddr,
+                buf: impl Into<$crate::engine::OpBuffer>,
+                remote: &[$crate::ops::RmaIov],
+                data: Option<u64>,
+            ) -> $fut {
+                <$ty>::writemsg(self, dest, buf, remote, data)
+            }
 
-    fn readmsg(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote: &[RmaIov]) -> RmaOp {
-        Endpoint::readmsg(self, dest, buf, remote)
-    }
+            fn readmsg(
+                &self,
+                dest: $crate::fabric::FiAddr,
+                buf: impl Into<$crate::engine::OpBuffer>,
+                remote: &[$crate::ops::RmaIov],
+            ) -> $fut {
+                <$ty>::readmsg(self, dest, buf, remote)
+            }
+        }
+    };
 }
+pub(crate) use impl_rma_endpoint;
+
+impl_rma_endpoint!(Endpoint, RmaOp);
