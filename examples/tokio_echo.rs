@@ -6,8 +6,9 @@
 //! cargo run --features tokio --example tokio_echo
 //! ```
 //!
-//! Runs on the soft engine (no PSM needed) with the auto-progress thread,
-//! in one process: two domains, one endpoint each, on a multi-thread
+//! Runs on the soft engine (no PSM needed) with adaptive progress (what
+//! `getinfo` picks inside a tokio runtime: futures spin briefly, then the
+//! progress thread wakes them), in one process: two domains, one endpoint each, on a multi-thread
 //! tokio runtime. The client sends frames of 1 B to 4 MiB, checks each
 //! echo byte for byte, shuts its side down, and the server's stream ends.
 
@@ -17,8 +18,8 @@ use psmrail::compat::ByteStream;
 use psmrail::config::PsmConfig;
 use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
-    ProgressKind,
 };
+use psmrail::reactor::AdaptiveProgress;
 use std::error::Error;
 use std::time::{Duration, Instant};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
@@ -58,7 +59,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let hints = Hints::new()
         .caps(Caps::TAGGED)
         .engine(EngineChoice::Soft)
-        .progress(ProgressKind::Auto)
+        .spin(AdaptiveProgress::DEFAULT_SPIN)
         .config(config);
     let info = getinfo(Some(&hints))?.remove(0);
     let fabric = Fabric::open(&info)?;
@@ -86,7 +87,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let server_ep = nodes[0].0.clone();
     let client_ep = nodes[1].0.clone();
     println!(
-        "tokio_echo: soft engine, auto progress; server {:?}, client {:?}",
+        "tokio_echo: soft engine, adaptive progress; server {:?}, client {:?}",
         server_ep.getname(),
         client_ep.getname()
     );

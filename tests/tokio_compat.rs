@@ -2,8 +2,9 @@
 //! channel's Stream/Sink, over codec frames (one message per frame) and
 //! over the byte stream (`tokio_util::codec::Framed` and raw
 //! `AsyncRead`/`AsyncWrite`), with 1 B .. 16 MiB payloads, under tokio's
-//! current-thread (manual progress) and multi-thread (auto progress)
-//! runtimes; truncation, back-pressure, end of stream, configuration
+//! current-thread (manual and adaptive progress) and multi-thread (auto
+//! and adaptive progress) runtimes; getinfo inside a runtime choosing
+//! adaptive progress; truncation, back-pressure, end of stream, configuration
 //! checks, and cancellation (dropping a `Framed` mid-frame).
 //!
 //! The soft engine runs everything; the mrail provider runs the echoes
@@ -48,10 +49,13 @@ enum Flavor {
     MultiThread,
 }
 
-/// The two runtimes, each with the progress mode it is tested with.
-const RUNTIMES: [(Flavor, Cfg); 2] = [
+/// The two runtimes, each with the progress modes it is tested with:
+/// adaptive progress (the default under tokio) on both.
+const RUNTIMES: [(Flavor, Cfg); 4] = [
     (Flavor::CurrentThread, Cfg::MANUAL_MQ),
     (Flavor::MultiThread, Cfg::AUTO_MQ),
+    (Flavor::CurrentThread, Cfg::ADAPTIVE_MQ),
+    (Flavor::MultiThread, Cfg::ADAPTIVE_MQ),
 ];
 
 /// Runs `fut` on a fresh runtime of `flavor`, failing after [`HANG`].
@@ -675,17 +679,76 @@ fn a_dropped_next_future_loses_nothing() {
     });
 }
 
+/// Runs `f` inside a current-thread tokio runtime, as code in an async
+/// `main` would (discovery there picks adaptive progress by default).
+fn inside_a_runtime<T>(f: impl FnOnce() -> T) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    rt.block_on(async { f() })
+}
+
+#[test]
+fn discovery_inside_a_runtime_picks_adaptive_progress() {
+    use psmrail::fabric::{getinfo, ProgressKind};
+    use psmrail::reactor::{AdaptiveProgress, ProgressMode};
+    let hints = fabric::hints(Cfg::MANUAL_MQ, Caps::TAGGED).progress(ProgressKind::Unspec);
+    // Outside a runtime: manual, as in C.
+    let outside = getinfo(Some(&hints)).unwrap().remove(0);
+    assert_eq!(outside.progress, ProgressKind::Manual);
+    assert!(outside.spin.is_zero());
+    // Inside: auto progress with the default spin window, and the domain
+    // runs adaptive progress.
+    let inside = inside_a_runtime(|| getinfo(Some(&hints)))
+        .unwrap()
+        .remove(0);
+    assert_eq!(inside.progress, ProgressKind::Auto);
+    assert_eq!(inside.spin, AdaptiveProgress::DEFAULT_SPIN);
+    assert!(format!("{inside}").contains("spin: 100 us"), "{inside}");
+    let n = fabric::open_info(Cfg::ADAPTIVE_MQ, inside, 1, |_, _, b| b);
+    match n[0].domain.reactor().mode() {
+        ProgressMode::Adaptive(a) => assert_eq!(a.spin, AdaptiveProgress::DEFAULT_SPIN),
+        other => panic!("expected adaptive progress, got {other:?}"),
+    }
+    // What the caller asks for wins, inside a runtime too.
+    let manual = inside_a_runtime(|| getinfo(Some(&hints.clone().progress(ProgressKind::Manual))));
+    assert_eq!(manual.unwrap()[0].progress, ProgressKind::Manual);
+    let auto = inside_a_runtime(|| getinfo(Some(&hints.clone().progress(ProgressKind::Auto))));
+    assert!(
+        auto.unwrap()[0].spin.is_zero(),
+        "explicit auto: futures sleep at once"
+    );
+    // FI_PSM_PROG_THREAD=0 forbids the thread: the domain stays manual.
+    let no_thread = psmrail::config::PsmConfig::builder()
+        .name_server(false)
+        .prog_thread(false)
+        .build()
+        .unwrap();
+    let info = inside_a_runtime(|| getinfo(Some(&hints.clone().config(no_thread))))
+        .unwrap()
+        .remove(0);
+    let n = fabric::open_info(Cfg::MANUAL_MQ, info, 1, |_, _, b| b);
+    assert!(n[0].domain.reactor().is_manual());
+}
+
 // ----- mrail -----------------------------------------------------------------------------
 
 #[test]
 fn mrail_loopback_rails_echo_both_runtimes() {
     use psmrail::fabric::ProgressKind;
     use support::mrail_nodes;
+    // `Unspec`: discovery runs inside a runtime and picks adaptive progress.
     for (flavor, progress) in [
         (Flavor::CurrentThread, ProgressKind::Manual),
         (Flavor::MultiThread, ProgressKind::Auto),
+        (Flavor::CurrentThread, ProgressKind::Unspec),
     ] {
-        let n = mrail_nodes::open(2, 2, "16384:fixed,-1:striping", Caps::TAGGED, progress);
+        let n = inside_a_runtime(|| {
+            mrail_nodes::open(2, 2, "16384:fixed,-1:striping", Caps::TAGGED, progress)
+        });
+        if progress == ProgressKind::Unspec {
+            assert!(n.nodes[0].domain.reactor().mode().spin().is_some());
+        }
         let p = Pair::two(&n.nodes[0].ep, n.addr(0, 1), &n.nodes[1].ep, n.addr(1, 0));
         let rs: Vec<&Reactor> = n.nodes.iter().map(|x| x.domain.reactor()).collect();
         all_scenarios(flavor, &rs, p);
@@ -726,6 +789,7 @@ fn native_echo_in_a_child_process() {
     for (flavor, progress) in [
         (Flavor::CurrentThread, ProgressKind::Manual),
         (Flavor::MultiThread, ProgressKind::Auto),
+        (Flavor::MultiThread, ProgressKind::Unspec),
     ] {
         let config = PsmConfig::builder()
             .name_server(false)
@@ -737,7 +801,7 @@ fn native_echo_in_a_child_process() {
             .engine(EngineChoice::Native)
             .progress(progress)
             .config(config);
-        let info = match getinfo(Some(&hints)) {
+        let info = match inside_a_runtime(|| getinfo(Some(&hints))) {
             Ok(mut v) => v.remove(0),
             Err(e) => {
                 assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
@@ -750,6 +814,12 @@ fn native_echo_in_a_child_process() {
         let av = domain.av(AvAttr::new()).unwrap();
         let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
         let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+        if progress == ProgressKind::Unspec {
+            assert!(
+                domain.reactor().mode().spin().is_some(),
+                "adaptive under tokio"
+            );
+        }
         all_scenarios(flavor, &[domain.reactor()], Pair::single(&ep, me));
         drop(ep);
         drop(av);

@@ -1,5 +1,5 @@
 //! psmrail's progress reactor: progress sources, completion slots, and the
-//! manual and auto progress modes (see `design.md`, principle 4).
+//! manual, auto and adaptive progress modes (see `design.md`, principle 4).
 //!
 //! * [`ProgressSource`] (`source`): what an engine endpoint implements: one
 //!   non-blocking progress step.
@@ -7,7 +7,8 @@
 //!   futures' `poll`, [`Reactor::progress`], [`Reactor::block_on`]) or on an
 //!   auto progress thread (`auto_thread`) pinned to `FI_PSM_PROG_AFFINITY`
 //!   and woken every `FI_PSM_PROG_INTERVAL`, by [`Reactor::notify`] or by
-//!   socket readiness.
+//!   socket readiness, or adaptively: futures spin for a short window, then
+//!   sleep while the auto thread watches (`spin_window`).
 //! * [`CompletionTable`] (`completion`, on `slab`): per-operation slots in
 //!   which the engine leaves a result and the operation's future finds it,
 //!   with no lost wake-ups, no per-operation allocation after warm-up, and
@@ -87,6 +88,8 @@ mod block_on;
 mod reactor;
 #[cfg(not(loom))]
 mod source_list;
+#[cfg(not(loom))]
+mod spin_window;
 
 pub use completion::{CompletionTable, OpKey, OpStatus};
 pub use cpu_set::{current_thread_affinity, pin_current_thread, CpuSet, CpuTopology, MAX_CPUS};
@@ -96,4 +99,4 @@ pub use stats::ReactorStats;
 #[cfg(not(loom))]
 pub use auto_thread::{AutoThreadInfo, SleepStrategy};
 #[cfg(not(loom))]
-pub use reactor::{AutoProgress, ProgressMode, Reactor, ReactorBuilder};
+pub use reactor::{AdaptiveProgress, AutoProgress, ProgressMode, Reactor, ReactorBuilder};

@@ -20,7 +20,7 @@ use crate::cpu_set::CpuSet;
 use crate::gate::SleepGate;
 use crate::source::{Progress, ProgressSource, SourceId};
 use crate::source_list::SourceList;
-use crate::stats::{Counters, ReactorStats};
+use crate::stats::{bump, Counters, ReactorStats};
 
 /// Settings of the auto progress thread.
 ///
@@ -91,6 +91,63 @@ impl AutoProgress {
     }
 }
 
+/// Settings of adaptive progress: futures spin, then sleep while the auto
+/// thread watches.
+///
+/// ```
+/// use std::time::Duration;
+/// use psmrail_reactor::{AdaptiveProgress, AutoProgress};
+///
+/// let cfg = AdaptiveProgress::new();
+/// assert_eq!(cfg.spin, AdaptiveProgress::DEFAULT_SPIN);
+/// assert_eq!(cfg.auto, AutoProgress::new());
+/// let short = AdaptiveProgress::new().spin(Duration::from_micros(20));
+/// assert_eq!(short.spin, Duration::from_micros(20));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdaptiveProgress {
+    /// How long a thread's pending futures keep making progress themselves
+    /// after its last completion before they sleep. Zero: they sleep at
+    /// once (plain [`ProgressMode::Auto`]).
+    pub spin: Duration,
+    /// The progress thread that watches while the futures sleep.
+    pub auto: AutoProgress,
+}
+
+impl Default for AdaptiveProgress {
+    fn default() -> Self {
+        AdaptiveProgress::new()
+    }
+}
+
+impl AdaptiveProgress {
+    /// The default spin window: 100 µs, several round trips of the soft
+    /// engine (about 10 µs on loopback TCP) and far below the 1 ms of an
+    /// auto thread's default interval.
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
+
+    /// [`DEFAULT_SPIN`](Self::DEFAULT_SPIN) and a default
+    /// [`AutoProgress`] (no affinity, 1000 µs interval).
+    pub fn new() -> Self {
+        AdaptiveProgress {
+            spin: Self::DEFAULT_SPIN,
+            auto: AutoProgress::new(),
+        }
+    }
+
+    /// Sets the spin window.
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// Sets the progress thread's settings.
+    pub fn auto(mut self, auto: AutoProgress) -> Self {
+        self.auto = auto;
+        self
+    }
+}
+
 /// Who drives progress.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum ProgressMode {
@@ -100,6 +157,30 @@ pub enum ProgressMode {
     Manual,
     /// A dedicated progress thread.
     Auto(AutoProgress),
+    /// Both, in turn: a pending future makes progress itself for a short
+    /// window (manual-mode latency), then sleeps until the progress thread
+    /// wakes it (auto-mode CPU use). See [`Reactor`].
+    Adaptive(AdaptiveProgress),
+}
+
+impl ProgressMode {
+    /// The progress thread's settings, if the mode has a thread.
+    pub fn auto_progress(&self) -> Option<&AutoProgress> {
+        match self {
+            ProgressMode::Manual => None,
+            ProgressMode::Auto(auto) => Some(auto),
+            ProgressMode::Adaptive(adaptive) => Some(&adaptive.auto),
+        }
+    }
+
+    /// The spin window of adaptive progress (`None` in the other modes and
+    /// for a zero window).
+    pub fn spin(&self) -> Option<Duration> {
+        match self {
+            ProgressMode::Adaptive(a) if !a.spin.is_zero() => Some(a.spin),
+            _ => None,
+        }
+    }
 }
 
 /// Builds a [`Reactor`].
@@ -144,6 +225,12 @@ impl ReactorBuilder {
         self
     }
 
+    /// Adaptive progress with these settings.
+    pub fn adaptive(mut self, adaptive: AdaptiveProgress) -> Self {
+        self.mode = ProgressMode::Adaptive(adaptive);
+        self
+    }
+
     /// Sets the mode.
     pub fn mode(mut self, mode: ProgressMode) -> Self {
         self.mode = mode;
@@ -166,9 +253,9 @@ impl ReactorBuilder {
     /// the process's allowed set), or the mio `Poll` cannot be created.
     /// Nothing is left running on error.
     pub fn build(self) -> io::Result<Reactor> {
-        let (poll, registry, auto) = match &self.mode {
-            ProgressMode::Manual => (None, None, None),
-            ProgressMode::Auto(auto) => {
+        let (poll, registry, auto) = match self.mode.auto_progress() {
+            None => (None, None, None),
+            Some(auto) => {
                 let strategy = crate::SleepStrategy::for_interval(auto.interval);
                 match make_poll(strategy)? {
                     Some((poll, registry)) => (Some(poll), Some(registry), Some(auto.clone())),
@@ -196,6 +283,7 @@ impl ReactorBuilder {
         Ok(Reactor {
             inner: Arc::new(Inner {
                 manual: thread.is_none(),
+                spin: self.mode.spin(),
                 shared,
                 mode: self.mode,
                 thread,
@@ -208,6 +296,8 @@ struct Inner {
     shared: Arc<Shared>,
     mode: ProgressMode,
     manual: bool,
+    /// Adaptive mode's spin window.
+    spin: Option<Duration>,
     thread: Option<AutoThread>,
 }
 
@@ -248,6 +338,19 @@ impl Drop for Inner {
 ///   only register their waker and sleep until the thread completes their
 ///   operation. Posting new work calls [`Reactor::notify`]. Dropping the
 ///   last handle stops and joins the thread.
+/// * **Adaptive** ([`ProgressMode::Adaptive`]): an auto thread, and
+///   futures that spin first. A pending future behaves as in manual mode
+///   (it steps the engine and is polled again at once) until its thread
+///   has gone [`AdaptiveProgress::spin`] without a completion; then it
+///   registers its waker and sleeps, and the auto thread — asleep on the
+///   engines' sockets, its interval and [`Reactor::notify`] — completes its
+///   operation and wakes it. A reply that comes within the window costs no
+///   thread switch (ping-pong latency is that of manual mode); a task that
+///   waits longer costs what an auto-mode wait costs (about 1 % of a core
+///   at the default 1 ms interval, none at all between socket events for
+///   engines whose sources register sockets). [`Reactor::is_manual`] is
+///   false: completion queues, counters and waits that are not operation
+///   futures rely on the thread, as in auto mode.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -464,6 +567,8 @@ impl Reactor {
     ///
     /// * Auto mode: [`CompletionTable::poll_take`] (register the waker; the
     ///   thread's completion wakes the task).
+    /// * Adaptive mode: as manual mode while the thread's spin window is
+    ///   open, then as auto mode (see [`Reactor`]).
     /// * Manual mode: take the value if it is already there; otherwise run
     ///   one progress round, look again, and if still pending wake the task
     ///   at once so the executor polls it again (busy-polling: see
@@ -479,7 +584,13 @@ impl Reactor {
         cx: &mut Context<'_>,
     ) -> Poll<T> {
         if !self.is_manual() {
-            return table.poll_take(key, cx);
+            return match self.inner.spin {
+                None => table.poll_take(key, cx),
+                Some(spin) => self.spin_or_sleep(table, key, cx, spin, || {
+                    self.progress();
+                    table.try_take_live(key)
+                }),
+            };
         }
         if let Some(value) = table.try_take_live(key) {
             return Poll::Ready(value);
@@ -492,6 +603,40 @@ impl Reactor {
         Poll::Pending
     }
 
+    /// Adaptive mode's poll: `step` (a progress step that hands over the
+    /// value if it is there) while the thread's spin window is open, then
+    /// [`CompletionTable::poll_take`]. Out of line, so that the manual
+    /// path stays small enough to inline.
+    #[inline(never)]
+    fn spin_or_sleep<T: Send>(
+        &self,
+        table: &CompletionTable<T>,
+        key: OpKey,
+        cx: &mut Context<'_>,
+        spin: Duration,
+        step: impl FnOnce() -> Option<T>,
+    ) -> Poll<T> {
+        let out = if crate::spin_window::keep_spinning(spin) {
+            match step() {
+                Some(value) => Poll::Ready(value),
+                None => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }
+        } else {
+            let out = table.poll_take(key, cx);
+            if out.is_pending() {
+                bump(&self.inner.shared.counters.spin_handoffs);
+            }
+            out
+        };
+        if out.is_ready() {
+            crate::spin_window::activity();
+        }
+        out
+    }
+
     /// [`poll_completion`](Self::poll_completion) with a fast path for
     /// manual mode: `own` is the operation's own shortcut (typically: step
     /// only the source the operation belongs to, and hand over its value if
@@ -499,6 +644,8 @@ impl Reactor {
     /// `own` must have freed, e.g. with [`CompletionTable::retire`]).
     ///
     /// * Auto mode: [`CompletionTable::poll_take`]; `own` is not called.
+    /// * Adaptive mode: as manual mode while the thread's spin window is
+    ///   open, then as auto mode.
     /// * Manual mode: `own()`; if that is `None`, every
     ///   [`FULL_ROUND_EVERY`](Self::FULL_ROUND_EVERY)-th such poll on this
     ///   thread also runs a full progress round and looks in `table` (so
@@ -540,7 +687,17 @@ impl Reactor {
         own: impl FnOnce() -> Option<T>,
     ) -> Poll<T> {
         if !self.is_manual() {
-            return table.poll_take(key, cx);
+            return match self.inner.spin {
+                None => table.poll_take(key, cx),
+                Some(spin) => self.spin_or_sleep(table, key, cx, spin, || {
+                    if full_round_due() {
+                        if let Some(value) = self.full_round_take(table, key) {
+                            return Some(value);
+                        }
+                    }
+                    own()
+                }),
+            };
         }
         // Every so many polls, ready or not, a full round: work no future
         // waits for (abandoned sends, AM traffic, other sources) moves even

@@ -40,6 +40,9 @@ pub struct ReactorStats {
     /// Errors from the auto thread's `mio::Poll::poll` other than EINTR
     /// (the thread then sleeps with `nanosleep` for that round).
     pub poll_errors: u64,
+    /// Adaptive mode: times a future's spin window closed and it went to
+    /// sleep waiting for the auto thread.
+    pub spin_handoffs: u64,
     /// Sources currently added.
     pub sources: usize,
     /// Whether the auto thread is committed to sleep right now.
@@ -62,6 +65,7 @@ pub(crate) struct Counters {
     pub(crate) os_wakes: AtomicU64,
     pub(crate) source_panics: AtomicU64,
     pub(crate) poll_errors: AtomicU64,
+    pub(crate) spin_handoffs: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -84,6 +88,7 @@ impl Counters {
             os_wakes: self.os_wakes.load(Relaxed),
             source_panics: self.source_panics.load(Relaxed),
             poll_errors: self.poll_errors.load(Relaxed),
+            spin_handoffs: self.spin_handoffs.load(Relaxed),
             ..ReactorStats::default()
         }
     }

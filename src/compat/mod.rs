@@ -22,17 +22,30 @@
 //!   works in tokio code.
 //!
 //! The adapters run on any executor: they only poll the operations'
-//! futures, which make progress themselves (manual progress) or are woken
-//! by the progress thread (auto progress). `examples/tokio_echo.rs` runs a
-//! `Framed<ByteStream, LengthDelimitedCodec>` echo server and client.
+//! futures, which make progress themselves (manual progress), are woken
+//! by the progress thread (auto progress), or first make progress
+//! themselves and then are woken (adaptive progress).
+//! `examples/tokio_echo.rs` runs a `Framed<ByteStream,
+//! LengthDelimitedCodec>` echo server and client.
 //!
-//! With manual progress a domain progresses only while one of its
-//! operations is polled (or its `Reactor::progress` runs). A side that has
-//! finished its last operation — a server that closed its channel — must
-//! still progress for the last messages it sent to leave: keep a task
-//! calling `domain.reactor().progress()` while the endpoint lives, or use
-//! auto progress (`Hints::progress(ProgressKind::Auto)`), which tokio
-//! programs usually want anyway.
+//! # Progress under tokio
+//!
+//! `getinfo` called inside a tokio runtime with the progress model left
+//! unset answers **adaptive progress**: auto progress with a spin window
+//! ([`Hints::spin`](crate::fabric::Hints::spin), default
+//! [`AdaptiveProgress::DEFAULT_SPIN`](crate::reactor::AdaptiveProgress::DEFAULT_SPIN)).
+//! A pending operation makes progress itself for up to 100 µs after its
+//! thread's last completion, then sleeps until the progress thread — asleep
+//! on the soft engine's sockets, or on its interval for the native engine —
+//! wakes it. So a ping-pong keeps manual progress's latency, and a task
+//! awaiting a message that does not come costs about 1 % of a core instead
+//! of a whole executor worker (`BENCHMARKING.md`, "Progress modes"). Why
+//! not manual progress, C's default: a pending future busy-polls, so every
+//! awaiting task holds a worker at 100 %, and a side that has finished its
+//! last operation (a server that closed its channel) no longer progresses
+//! at all, so its last messages may never leave. Ask for
+//! `ProgressKind::Manual` explicitly to get it anyway, and then keep a task
+//! calling `domain.reactor().progress()` while the endpoint lives.
 //!
 //! Adapters borrow their endpoint, like the operations do. In a spawned
 //! task, move a clone of the endpoint into the task and make the adapter

@@ -64,7 +64,9 @@ use crate::engine::{
 };
 use crate::ops::am_msg::AmMsgQueue;
 use crate::ops::rma_transport::RmaTransport;
-use crate::reactor::{CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId};
+use crate::reactor::{
+    AdaptiveProgress, CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId,
+};
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -408,8 +410,16 @@ impl Domain {
         };
         // FI_PSM_PROG_THREAD only permits the thread; the domain must ask
         // for automatic progress to get one (C: PR #1471).
+        // A spin window makes it adaptive progress.
         let mode = if info.progress == ProgressKind::Auto && config.prog_thread() {
-            ProgressMode::Auto(config.auto_progress())
+            if info.spin.is_zero() {
+                ProgressMode::Auto(config.auto_progress())
+            } else {
+                ProgressMode::Adaptive(AdaptiveProgress {
+                    spin: info.spin,
+                    auto: config.auto_progress(),
+                })
+            }
         } else {
             ProgressMode::Manual
         };

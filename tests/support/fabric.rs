@@ -39,6 +39,8 @@ pub struct Cfg {
     pub progress: ProgressKind,
     /// `FI_PSM_AM_MSG`: untagged messages over active messages.
     pub am_msg: bool,
+    /// Adaptive progress's spin window (`Hints::spin`), with auto progress.
+    pub spin: Option<Duration>,
 }
 
 impl Cfg {
@@ -46,21 +48,32 @@ impl Cfg {
     pub const MANUAL_MQ: Cfg = Cfg {
         progress: ProgressKind::Manual,
         am_msg: false,
+        spin: None,
     };
     /// Manual progress, untagged messages over AM.
     pub const MANUAL_AM: Cfg = Cfg {
         progress: ProgressKind::Manual,
         am_msg: true,
+        spin: None,
     };
     /// Auto progress, untagged messages on the MQ.
     pub const AUTO_MQ: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: false,
+        spin: None,
     };
     /// Auto progress, untagged messages over AM.
     pub const AUTO_AM: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: true,
+        spin: None,
+    };
+    /// Adaptive progress (auto progress with a 100 µs spin window, the
+    /// default under tokio), untagged messages on the MQ.
+    pub const ADAPTIVE_MQ: Cfg = Cfg {
+        progress: ProgressKind::Auto,
+        am_msg: false,
+        spin: Some(Duration::from_micros(100)),
     };
     /// Every configuration.
     pub const ALL: [Cfg; 4] = [Cfg::MANUAL_MQ, Cfg::MANUAL_AM, Cfg::AUTO_MQ, Cfg::AUTO_AM];
@@ -84,11 +97,15 @@ pub fn hints(cfg: Cfg, caps: Caps) -> Hints {
         .timeout(Duration::ZERO)
         .build()
         .expect("test PsmConfig");
-    Hints::new()
+    let hints = Hints::new()
         .caps(caps)
         .engine(EngineChoice::Soft)
         .progress(cfg.progress)
-        .config(config)
+        .config(config);
+    match cfg.spin {
+        Some(spin) => hints.spin(spin),
+        None => hints,
+    }
 }
 
 /// The first info for [`hints`].

@@ -2,6 +2,7 @@
 //! the psm provider's values (study §3, "`fi_getinfo` attributes").
 
 use bitflags::bitflags;
+use std::time::Duration;
 
 use super::mrail_attr::{MrailAttr, Provider};
 use crate::config::PsmConfig;
@@ -268,8 +269,13 @@ pub struct Info {
     pub ep_type: EpType,
     /// The engine the objects will use.
     pub engine: EngineKind,
-    /// Data progress (never `Unspec`: manual unless auto was asked).
+    /// Data progress (never `Unspec`: manual unless auto was asked, or
+    /// `getinfo` ran inside a tokio runtime; see
+    /// [`Hints::progress`](crate::fabric::Hints::progress)).
     pub progress: ProgressKind,
+    /// Adaptive progress's spin window (zero: futures sleep at once under
+    /// auto progress; see [`Hints::spin`](crate::fabric::Hints::spin)).
+    pub spin: Duration,
     /// Address vector type, as asked (`Unspec` opens a MAP).
     pub av_type: AvType,
     /// Largest inject (`tx_attr.inject_size` in C): 64 bytes.

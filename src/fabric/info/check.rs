@@ -8,6 +8,7 @@ use super::hints::Hints;
 use crate::fabric::caps::{AvType, Caps, EpType, Mode, ProgressKind, Threading};
 use crate::fabric::tag_layout::{max_tag, reserve_for_getinfo};
 use crate::{Error, ErrorKind, Result};
+use std::time::Duration;
 
 /// Endpoint capabilities psm offers (`PSMX_CAPS`, study §3).
 pub(crate) const EP_CAPS: Caps = Caps::TAGGED
@@ -43,6 +44,8 @@ pub(crate) struct Settled {
     pub(crate) mode: Mode,
     pub(crate) ep_type: EpType,
     pub(crate) progress: ProgressKind,
+    /// Adaptive progress's spin window (zero: none).
+    pub(crate) spin: Duration,
     pub(crate) av_type: AvType,
     pub(crate) threading: Threading,
     pub(crate) reserved: u64,
@@ -104,9 +107,16 @@ pub(crate) fn check(hints: &Hints, am_msg: bool, tagged_rma: bool) -> Result<Set
             )));
         }
     }
-    let progress = match hints.progress {
-        ProgressKind::Unspec => ProgressKind::Manual,
-        p => p,
+    let (progress, spin) = match (hints.progress, hints.spin) {
+        (ProgressKind::Unspec, None) => (ProgressKind::Manual, Duration::ZERO),
+        (ProgressKind::Unspec | ProgressKind::Auto, Some(spin)) => (ProgressKind::Auto, spin),
+        (ProgressKind::Manual, Some(spin)) => {
+            return Err(refuse(format!(
+                "a spin window ({spin:?}) needs FI_PROGRESS_AUTO but the hints ask for \
+                 FI_PROGRESS_MANUAL"
+            )))
+        }
+        (p, None) => (p, Duration::ZERO),
     };
     let threading = match hints.threading {
         Threading::Unspec => Threading::Completion,
@@ -117,6 +127,7 @@ pub(crate) fn check(hints: &Hints, am_msg: bool, tagged_rma: bool) -> Result<Set
         mode,
         ep_type,
         progress,
+        spin,
         av_type: hints.av_type,
         threading,
         reserved: tags.reserved,

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::attr::MsgOrder;
 use super::mrail_attr::Provider;
@@ -43,6 +44,7 @@ pub struct Hints {
     pub(crate) mode: Option<Mode>,
     pub(crate) ep_type: EpType,
     pub(crate) progress: ProgressKind,
+    pub(crate) spin: Option<Duration>,
     pub(crate) av_type: AvType,
     pub(crate) threading: Threading,
     pub(crate) engine: Option<EngineChoice>,
@@ -73,6 +75,7 @@ impl fmt::Debug for Hints {
             .field("mode", &self.mode)
             .field("ep_type", &self.ep_type)
             .field("progress", &self.progress)
+            .field("spin", &self.spin)
             .field("av_type", &self.av_type)
             .field("threading", &self.threading)
             .field("engine", &self.engine)
@@ -129,9 +132,38 @@ impl Hints {
         self
     }
 
-    /// Progress model for data and control (default manual).
+    /// Progress model for data and control. Left unset it is manual, as
+    /// in C, except when `getinfo` runs inside a tokio runtime (feature
+    /// `tokio`): there it is auto with a spin window of
+    /// [`AdaptiveProgress::DEFAULT_SPIN`](crate::reactor::AdaptiveProgress::DEFAULT_SPIN)
+    /// (see [`spin`](Self::spin)), so that an awaited receive neither holds
+    /// an executor worker at 100 % nor pays a thread switch per message.
     pub fn progress(mut self, progress: ProgressKind) -> Self {
         self.progress = progress;
+        self
+    }
+
+    /// Adaptive progress: with auto progress, a pending operation future
+    /// makes progress itself for up to `spin` after its thread's last
+    /// completion (the latency of manual progress), then sleeps until the
+    /// progress thread wakes it (the CPU use of auto progress). Implies
+    /// [`ProgressKind::Auto`] when the progress model is left unset; zero
+    /// turns spinning off. Refused (`NoData`) with manual progress.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail::fabric::{getinfo, EngineChoice, Hints, ProgressKind};
+    /// let hints = Hints::new().engine(EngineChoice::Soft).spin(Duration::from_micros(50));
+    /// let info = getinfo(Some(&hints))?.remove(0);
+    /// assert_eq!(info.progress, ProgressKind::Auto);
+    /// assert_eq!(info.spin, Duration::from_micros(50));
+    ///
+    /// let manual = hints.progress(ProgressKind::Manual);
+    /// assert!(getinfo(Some(&manual)).is_err());
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = Some(spin);
         self
     }
 

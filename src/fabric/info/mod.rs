@@ -62,6 +62,32 @@ use crate::engine::{EngineKind, Epid};
 use crate::fabric::caps::ProgressKind;
 use crate::{Error, ErrorKind, Result};
 
+/// The hints with the progress model an async runtime calls for, when the
+/// caller left it unset and runs inside one: under tokio (feature `tokio`),
+/// auto progress with the default spin window (adaptive progress).
+/// `None`: the hints stand as they are.
+fn runtime_default_progress(hints: &Hints) -> Option<Hints> {
+    if hints.progress != ProgressKind::Unspec || hints.spin.is_some() || !in_tokio_runtime() {
+        return None;
+    }
+    Some(
+        hints
+            .clone()
+            .spin(crate::reactor::AdaptiveProgress::DEFAULT_SPIN),
+    )
+}
+
+/// Whether the calling thread runs inside a tokio runtime.
+#[cfg(feature = "tokio")]
+fn in_tokio_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+#[cfg(not(feature = "tokio"))]
+fn in_tokio_runtime() -> bool {
+    false
+}
+
 /// How long a name-server lookup may take by default.
 pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -191,6 +217,14 @@ impl<'a> GetInfo<'a> {
         } else {
             hints
         };
+        let runtime_default;
+        let hints = match runtime_default_progress(hints) {
+            Some(h) => {
+                runtime_default = h;
+                &runtime_default
+            }
+            None => hints,
+        };
         let settled = check::check(hints, config.am_msg(), config.tagged_rma())?;
         let source = if self.source {
             Some(source::parse_source(self.node, self.service)?)
@@ -257,6 +291,7 @@ fn build(
         ep_type: s.ep_type,
         engine,
         progress: s.progress,
+        spin: s.spin,
         av_type: s.av_type,
         inject_size: INJECT_SIZE,
         max_msg_size: MAX_MSG_SIZE,

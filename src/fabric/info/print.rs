@@ -49,6 +49,9 @@ impl Info {
         writeln!(f, "    caps: {}", self.caps)?;
         writeln!(f, "    mode: {}", self.mode)?;
         writeln!(f, "    progress: {}", self.progress)?;
+        if !self.spin.is_zero() {
+            writeln!(f, "    spin: {} us", self.spin.as_micros())?;
+        }
         writeln!(f, "    mem_tag_format: {:#018x}", self.mem_tag_format)?;
         writeln!(f, "    inject_size: {}", self.inject_size)?;
         writeln!(f, "    max_msg_size: {}", self.max_msg_size)?;
