@@ -704,7 +704,7 @@ fn discovery_inside_a_runtime_picks_adaptive_progress() {
         .remove(0);
     assert_eq!(inside.progress, ProgressKind::Auto);
     assert_eq!(inside.spin, AdaptiveProgress::DEFAULT_SPIN);
-    assert!(format!("{inside}").contains("spin: 100 us"), "{inside}");
+    assert!(format!("{inside}").contains("spin: 500 us"), "{inside}");
     let n = fabric::open_info(Cfg::ADAPTIVE_MQ, inside, 1, |_, _, b| b);
     match n[0].domain.reactor().mode() {
         ProgressMode::Adaptive(a) => assert_eq!(a.spin, AdaptiveProgress::DEFAULT_SPIN),

@@ -30,6 +30,7 @@ use mio::{Events, Poll, Token};
 use crate::cpu_set::{current_thread_affinity, pin_current_thread, CpuSet};
 use crate::gate::SleepGate;
 use crate::source_list::SourceList;
+use crate::spin_window::SpinBeat;
 use crate::stats::{bump, Counters};
 
 /// Token of the thread's mio `Waker`; sources get `Token(id)` (ids start at
@@ -203,6 +204,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) gate: SleepGate,
     pub(crate) stop: AtomicBool,
+    /// Adaptive mode: when futures last spun.
+    pub(crate) spinners: SpinBeat,
     /// Registry of the thread's `Poll` (strategy `Poll` only).
     pub(crate) registry: Option<mio::Registry>,
 }
@@ -257,6 +260,8 @@ impl AutoThread {
         poll: Option<Poll>,
         affinity: Option<CpuSet>,
         interval: Duration,
+        spin: Option<Duration>,
+        readiness_sleep: Option<Duration>,
         name: String,
     ) -> io::Result<AutoThread> {
         let strategy = SleepStrategy::for_interval(interval);
@@ -280,7 +285,12 @@ impl AutoThread {
             if tx.send(setup).is_err() || !ok {
                 return;
             }
-            run(&shared, poll, timer, strategy, interval);
+            let waits = Waits {
+                interval,
+                spin,
+                readiness_sleep,
+            };
+            run(&shared, poll, timer, strategy, waits);
         })?;
         let info = match rx.recv() {
             Ok(Ok(info)) => info,
@@ -309,6 +319,12 @@ impl AutoThread {
             bump(&shared.counters.os_wakes);
             self.alarm();
         }
+    }
+
+    /// Ends a stand-aside (see [`run`]) early: a spinning future went to
+    /// sleep and the thread must watch again.
+    pub(crate) fn unpark(&self) {
+        self.thread.unpark();
     }
 
     fn alarm(&self) {
@@ -382,17 +398,53 @@ fn set_up(
     })
 }
 
+/// How long the thread waits, and on what.
+#[derive(Copy, Clone, Debug)]
+struct Waits {
+    /// Sleep after an idle round.
+    interval: Duration,
+    /// Adaptive mode: the futures' spin window.
+    spin: Option<Duration>,
+    /// Adaptive mode, readiness-driven engines: the longest idle sleep.
+    readiness_sleep: Option<Duration>,
+}
+
 /// The thread's loop (see the module docs).
+///
+/// In adaptive mode (`spin` set) the thread stands aside while futures
+/// spin: it parks instead of sleeping on the sockets, looks again every
+/// `interval`, and is unparked by the first future that stops spinning to
+/// sleep; then it runs a round and watches as usual. With a
+/// `readiness_sleep`, sleeps that run their whole length double, up to
+/// it; any other wake-up or a productive round brings them back to the
+/// interval.
 fn run(
     shared: &Shared,
     mut poll: Option<Poll>,
     timer: Option<SubMsTimer>,
     strategy: SleepStrategy,
-    interval: Duration,
+    waits: Waits,
 ) {
+    let Waits {
+        interval,
+        spin,
+        readiness_sleep,
+    } = waits;
     let mut events = Events::with_capacity(64);
+    let mut sleep_for = interval;
     while !shared.stop.load(Acquire) {
+        // Before the round: a round now would contend with the spinners
+        // for the engines' locks (and a thread preempted while holding one
+        // stalls them all).
+        if let Some(spin) = spin {
+            if shared.spinners.active(std::time::Instant::now(), spin) {
+                bump(&shared.counters.stand_asides);
+                stand_aside(shared, spin, interval);
+                continue;
+            }
+        }
         if shared.sources.round(&shared.counters, true).made() {
+            sleep_for = interval;
             continue;
         }
         match strategy {
@@ -403,16 +455,30 @@ fn run(
                     continue;
                 }
                 bump(&shared.counters.sleeps);
-                let io = sleep(shared, &mut poll, timer.as_ref(), &mut events, interval);
+                let io = sleep(shared, &mut poll, timer.as_ref(), &mut events, sleep_for);
                 if shared.gate.wake_up() {
                     bump(&shared.counters.notify_wakeups);
+                    sleep_for = interval;
                 } else if io {
                     bump(&shared.counters.io_wakeups);
+                    sleep_for = interval;
                 } else {
                     bump(&shared.counters.timeouts);
+                    if let Some(longest) = readiness_sleep {
+                        sleep_for = (sleep_for * 2).min(longest).max(interval);
+                    }
                 }
             }
         }
+    }
+}
+
+/// Parks while futures spin (their beat is fresher than `spin`), looking
+/// every `interval` (at least `spin`); a hand-off unparks it.
+fn stand_aside(shared: &Shared, spin: Duration, interval: Duration) {
+    let look = interval.max(spin);
+    while !shared.stop.load(Acquire) && shared.spinners.active(std::time::Instant::now(), spin) {
+        thread::park_timeout(look);
     }
 }
 

@@ -16,6 +16,7 @@
 //! is read once per [`CLOCK_EVERY`] pending polls only.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Pending polls between two looks at the clock.
@@ -46,36 +47,104 @@ pub(crate) fn activity() {
     });
 }
 
+/// What a pending future should do next.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Keep spinning (the clock was not read).
+    Spin,
+    /// Keep spinning; the clock was read and said this.
+    SpinAt(Instant),
+    /// The window is closed: sleep.
+    Sleep,
+}
+
 /// A future on this thread is still pending: whether it should keep
-/// spinning (`true`) or sleep (`false`) with a window of `spin`.
+/// spinning or sleep, with a window of `spin`.
 #[inline]
-pub(crate) fn keep_spinning(spin: Duration) -> bool {
+pub(crate) fn verdict(spin: Duration) -> Verdict {
     WINDOW.with(|w| {
         let mut win = w.get();
-        let keep = match win.since {
+        let verdict = match win.since {
             None => {
-                win.since = Some(Instant::now());
+                let now = Instant::now();
+                win.since = Some(now);
                 win.polls = 0;
-                true
+                Verdict::SpinAt(now)
             }
             Some(since) => {
                 win.polls += 1;
                 if win.polls < CLOCK_EVERY {
-                    true
+                    Verdict::Spin
                 } else {
                     win.polls = 0;
-                    since.elapsed() < spin
+                    let now = Instant::now();
+                    if now.duration_since(since) < spin {
+                        Verdict::SpinAt(now)
+                    } else {
+                        Verdict::Sleep
+                    }
                 }
             }
         };
         w.set(win);
-        keep
+        verdict
     })
+}
+
+/// The reactor-wide trace of spinning futures: when one last read the
+/// clock while spinning. The auto thread stands aside while it is fresh
+/// (the spinners make progress themselves, and a thread woken by every
+/// socket event would only take their cores), and a future that stops
+/// spinning to sleep clears it and unparks the thread.
+///
+/// On a cache line of its own: spinners store to it every
+/// [`CLOCK_EVERY`] polls.
+#[derive(Debug)]
+#[repr(align(64))]
+pub(crate) struct SpinBeat {
+    epoch: Instant,
+    /// Nanoseconds from `epoch` to the last beat, plus one; 0: none.
+    last: AtomicU64,
+}
+
+impl SpinBeat {
+    pub(crate) fn new() -> SpinBeat {
+        SpinBeat {
+            epoch: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// A spinning future read the clock: `now`.
+    #[inline]
+    pub(crate) fn beat(&self, now: Instant) {
+        let ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.last.store(ns + 1, Relaxed);
+    }
+
+    /// A future stopped spinning to sleep.
+    pub(crate) fn clear(&self) {
+        self.last.store(0, Relaxed);
+    }
+
+    /// Whether some future beat within `spin` before `now`.
+    pub(crate) fn active(&self, now: Instant, spin: Duration) -> bool {
+        let last = self.last.load(Relaxed);
+        if last == 0 {
+            return false;
+        }
+        let now_ns = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        now_ns.saturating_sub(last - 1) < spin.as_nanos() as u64
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn keep_spinning(spin: Duration) -> bool {
+        verdict(spin) != Verdict::Sleep
+    }
 
     #[test]
     fn a_window_closes_after_its_time_and_activity_reopens_it() {
@@ -93,6 +162,21 @@ mod tests {
         assert!(closed, "the window must close within one clock period");
         activity();
         assert!(keep_spinning(spin), "a completion reopens the window");
+    }
+
+    #[test]
+    fn a_beat_is_fresh_for_one_window_and_clear_ends_it() {
+        let beat = SpinBeat::new();
+        let now = Instant::now();
+        let spin = Duration::from_micros(100);
+        assert!(!beat.active(now, spin), "no beat yet");
+        beat.beat(now);
+        assert!(beat.active(now, spin));
+        assert!(beat.active(now + Duration::from_micros(99), spin));
+        assert!(!beat.active(now + Duration::from_micros(101), spin));
+        beat.beat(now);
+        beat.clear();
+        assert!(!beat.active(now, spin));
     }
 
     #[test]

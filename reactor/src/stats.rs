@@ -43,6 +43,10 @@ pub struct ReactorStats {
     /// Adaptive mode: times a future's spin window closed and it went to
     /// sleep waiting for the auto thread.
     pub spin_handoffs: u64,
+    /// Adaptive mode: times the auto thread found futures spinning and
+    /// stood aside (parked instead of watching the sockets) until they
+    /// stopped.
+    pub stand_asides: u64,
     /// Sources currently added.
     pub sources: usize,
     /// Whether the auto thread is committed to sleep right now.
@@ -66,6 +70,7 @@ pub(crate) struct Counters {
     pub(crate) source_panics: AtomicU64,
     pub(crate) poll_errors: AtomicU64,
     pub(crate) spin_handoffs: AtomicU64,
+    pub(crate) stand_asides: AtomicU64,
 }
 
 /// Adds one to a counter.
@@ -89,6 +94,7 @@ impl Counters {
             source_panics: self.source_panics.load(Relaxed),
             poll_errors: self.poll_errors.load(Relaxed),
             spin_handoffs: self.spin_handoffs.load(Relaxed),
+            stand_asides: self.stand_asides.load(Relaxed),
             ..ReactorStats::default()
         }
     }

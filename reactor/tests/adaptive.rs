@@ -267,3 +267,72 @@ fn a_future_dropped_while_spinning_or_sleeping_leaks_nothing() {
         "the abandoned slot was freed on completion"
     );
 }
+
+#[test]
+fn the_thread_stands_aside_while_a_future_spins() {
+    // A 1 s window: the future spins for the whole test; the thread,
+    // interval 1 ms, finds it spinning and parks instead of watching.
+    let reactor = adaptive(Duration::from_secs(1), Duration::from_millis(1));
+    let (g, key) = gate(&reactor);
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    reopen_window(&reactor);
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(100) {
+        assert!(reactor.poll_completion(&g.table, key, &mut cx).is_pending());
+    }
+    let stats = reactor.stats();
+    assert!(stats.stand_asides >= 1, "{stats:?}");
+    assert_eq!(stats.spin_handoffs, 0, "{stats:?}");
+    // Standing aside, the thread did not sleep on its sockets once per
+    // interval (100 sleeps in 100 ms).
+    assert!(stats.sleeps < 50, "{stats:?}");
+    g.release.store(true, SeqCst);
+    let v = within(Duration::from_secs(10), "spin to completion", move || {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        loop {
+            if let std::task::Poll::Ready(v) = reactor.poll_completion(&g.table, key, &mut cx) {
+                return v;
+            }
+        }
+    });
+    assert_eq!(v, 7);
+}
+
+/// Opens this thread's spin window afresh (a completion on this thread
+/// ends the previous one): completes and takes a throwaway operation.
+fn reopen_window(reactor: &Reactor) {
+    let table = CompletionTable::<u8>::new();
+    let k = table.insert();
+    table.complete(k, 1).unwrap();
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(reactor.poll_completion(&table, k, &mut cx).is_ready());
+}
+
+#[test]
+fn idle_sleeps_grow_up_to_the_readiness_sleep() {
+    let grow = Reactor::builder()
+        .adaptive(
+            AdaptiveProgress::new()
+                .auto(AutoProgress::new().interval(Duration::from_millis(1)))
+                .readiness_sleep(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    let fixed = adaptive(AdaptiveProgress::DEFAULT_SPIN, Duration::from_millis(1));
+    thread::sleep(Duration::from_millis(400));
+    let (g, f) = (grow.stats(), fixed.stats());
+    // 1 ms sleeps: hundreds in 400 ms. Doubling to 50 ms: about 15.
+    assert!(f.timeouts > 100, "{f:?}");
+    assert!(g.timeouts < 40, "{g:?}");
+    // A notify still ends a long sleep at once.
+    let (gate_src, key) = gate(&grow);
+    gate_src.release.store(true, SeqCst);
+    grow.notify();
+    assert!(common::wait_until(Duration::from_secs(5), || gate_src
+        .table
+        .status(key)
+        != psmrail_reactor::OpStatus::Pending));
+}

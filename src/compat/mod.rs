@@ -34,12 +34,13 @@
 //! unset answers **adaptive progress**: auto progress with a spin window
 //! ([`Hints::spin`](crate::fabric::Hints::spin), default
 //! [`AdaptiveProgress::DEFAULT_SPIN`](crate::reactor::AdaptiveProgress::DEFAULT_SPIN)).
-//! A pending operation makes progress itself for up to 100 µs after its
+//! A pending operation makes progress itself for up to 500 µs after its
 //! thread's last completion, then sleeps until the progress thread — asleep
 //! on the soft engine's sockets, or on its interval for the native engine —
 //! wakes it. So a ping-pong keeps manual progress's latency, and a task
-//! awaiting a message that does not come costs about 1 % of a core instead
-//! of a whole executor worker (`BENCHMARKING.md`, "Progress modes"). Why
+//! awaiting a message that does not come costs under 1 % of a core on the
+//! soft engine (the native engine: the cost of the interval, about 3 % at
+//! the default 1000 µs) instead of a whole executor worker (`BENCHMARKING.md`, "Progress modes"). Why
 //! not manual progress, C's default: a pending future busy-polls, so every
 //! awaiting task holds a worker at 100 %, and a side that has finished its
 //! last operation (a server that closed its channel) no longer progresses

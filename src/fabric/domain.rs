@@ -387,6 +387,12 @@ impl fmt::Debug for Domain {
     }
 }
 
+/// Adaptive progress on the soft engine: the longest idle sleep of the
+/// progress thread (socket readiness ends it for every arrival; the soft
+/// engine's own timers — dial and handshake timeouts, reconnect back-off,
+/// linger — and the peer watch may run this late).
+const SOFT_READINESS_SLEEP: Duration = Duration::from_millis(20);
+
 impl Domain {
     pub(crate) fn open(fabric: Arc<FabricCore>, info: &Info) -> Result<Domain> {
         Domain::open_on(fabric, info, None)
@@ -410,7 +416,10 @@ impl Domain {
         };
         // FI_PSM_PROG_THREAD only permits the thread; the domain must ask
         // for automatic progress to get one (C: PR #1471).
-        // A spin window makes it adaptive progress.
+        // A spin window makes it adaptive progress. The soft engine's
+        // sockets wake the thread for every arrival, so its idle sleeps may
+        // grow; PSM's shared memory signals nothing, so the native engine
+        // is polled every interval.
         let mode = if info.progress == ProgressKind::Auto && config.prog_thread() {
             if info.spin.is_zero() {
                 ProgressMode::Auto(config.auto_progress())
@@ -418,6 +427,10 @@ impl Domain {
                 ProgressMode::Adaptive(AdaptiveProgress {
                     spin: info.spin,
                     auto: config.auto_progress(),
+                    readiness_sleep: match info.engine {
+                        EngineKind::Soft => Some(SOFT_READINESS_SLEEP),
+                        EngineKind::Native => None,
+                    },
                 })
             }
         } else {

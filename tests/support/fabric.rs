@@ -68,12 +68,12 @@ impl Cfg {
         am_msg: true,
         spin: None,
     };
-    /// Adaptive progress (auto progress with a 100 µs spin window, the
+    /// Adaptive progress (auto progress with a 500 µs spin window, the
     /// default under tokio), untagged messages on the MQ.
     pub const ADAPTIVE_MQ: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: false,
-        spin: Some(Duration::from_micros(100)),
+        spin: Some(Duration::from_micros(500)),
     };
     /// Every configuration.
     pub const ALL: [Cfg; 4] = [Cfg::MANUAL_MQ, Cfg::MANUAL_AM, Cfg::AUTO_MQ, Cfg::AUTO_AM];
