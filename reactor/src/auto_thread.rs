@@ -26,6 +26,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use mio::{Events, Poll, Token};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use crate::cpu_set::{current_thread_affinity, pin_current_thread, CpuSet};
 use crate::gate::SleepGate;
@@ -131,55 +133,33 @@ impl SleepStrategy {
 /// (epoll re-checks readiness before reporting an edge). Nothing is ever
 /// read from it.
 pub(crate) struct SubMsTimer {
-    fd: std::os::fd::OwnedFd,
+    timer: TimerFd,
 }
 
 impl SubMsTimer {
     /// A disarmed timer registered in `registry` under `TIMER_TOKEN`.
     fn new(registry: &mio::Registry) -> io::Result<SubMsTimer> {
-        use std::os::fd::{AsRawFd, FromRawFd};
-        // SAFETY: timerfd_create takes two integer flags and returns a new
-        // descriptor (or -1), which we own from here on.
-        let raw = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        use std::os::fd::{AsFd, AsRawFd};
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?;
         registry.register(
-            &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+            &mut mio::unix::SourceFd(&timer.as_fd().as_raw_fd()),
             TIMER_TOKEN,
             mio::Interest::READABLE,
         )?;
-        Ok(SubMsTimer { fd })
+        Ok(SubMsTimer { timer })
     }
 
-    /// Arms the timer to fire once, `after` from now (which must not be
-    /// zero: a zero time disarms).
+    /// Arms the timer to fire once, `after` from now (a zero time is made
+    /// 1 ns: zero would disarm it).
     fn arm(&self, after: Duration) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs() as libc::time_t,
-                tv_nsec: libc::c_long::from(after.subsec_nanos().max(1)),
-            },
-        };
-        // SAFETY: a valid timerfd we own and a valid itimerspec; the old
-        // value is not asked for.
-        let rc =
-            unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let after = after.max(Duration::from_nanos(1));
+        self.timer.set(
+            Expiration::OneShot(TimeSpec::from_duration(after)),
+            TimerSetTimeFlags::empty(),
+        )?;
         Ok(())
     }
 }
@@ -224,22 +204,6 @@ pub(crate) struct AutoThread {
     alarm: Alarm,
     strategy: SleepStrategy,
     pub(crate) info: AutoThreadInfo,
-}
-
-/// Sets this thread's timer slack (`PR_SET_TIMERSLACK`).
-fn set_timer_slack(nanos: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no
-    // memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos, 0, 0, 0) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn gettid() -> i32 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
 /// Makes the `Poll` and its registry for every strategy that sleeps.
@@ -350,13 +314,8 @@ impl AutoThread {
         if rc != 0 {
             return None;
         }
-        // SAFETY: all-zero is a valid timespec.
-        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-        // SAFETY: `clock` names a CPU-time clock; `ts` is a valid out pointer.
-        if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-            return None;
-        }
-        Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+        let ts = nix::time::clock_gettime(nix::time::ClockId::from_raw(clock)).ok()?;
+        Some(Duration::from(ts))
     }
 
     /// Stops and joins the thread. From the thread itself (the last handle
@@ -388,10 +347,10 @@ fn set_up(
         })?;
     }
     if matches!(strategy, SleepStrategy::Nap | SleepStrategy::Park) {
-        set_timer_slack(1)?;
+        nix::sys::prctl::set_timerslack(1)?;
     }
     Ok(AutoThreadInfo {
-        tid: gettid(),
+        tid: nix::unistd::gettid().as_raw(),
         affinity: current_thread_affinity()?,
         strategy,
         interval,

@@ -168,29 +168,18 @@ impl CpuTopology {
 }
 
 fn online_cpus() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n < 1 {
-        1
-    } else {
-        n as usize
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN) {
+        Ok(Some(n)) if n >= 1 => n as usize,
+        _ => 1,
     }
 }
 
 /// The calling thread's CPU affinity (`sched_getaffinity(0)`).
 pub fn current_thread_affinity() -> std::io::Result<CpuSet> {
-    // SAFETY: cpu_set_t is plain data; an all-zero value is a valid empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: we pass the size of the set we own and a valid pointer to it.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let raw = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))?;
     let mut set = CpuSet::new();
-    for cpu in 0..MAX_CPUS {
-        // SAFETY: cpu < CPU_SETSIZE, the bound CPU_ISSET requires.
-        if unsafe { libc::CPU_ISSET(cpu, &raw) } {
+    for cpu in 0..MAX_CPUS.min(nix::sched::CpuSet::count()) {
+        if raw.is_set(cpu)? {
             set.insert(cpu);
         }
     }
@@ -205,17 +194,11 @@ pub fn pin_current_thread(set: &CpuSet) -> std::io::Result<()> {
             "cannot pin a thread to an empty CPU set",
         ));
     }
-    // SAFETY: an all-zero cpu_set_t is a valid empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let mut raw = nix::sched::CpuSet::new();
     for cpu in set.iter() {
-        // SAFETY: every id in a CpuSet is < MAX_CPUS == CPU_SETSIZE.
-        unsafe { libc::CPU_SET(cpu, &mut raw) };
+        raw.set(cpu)?;
     }
-    // SAFETY: we pass the size of the set we own and a valid pointer to it.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &raw)?;
     Ok(())
 }
 
