@@ -37,6 +37,7 @@ mod direct;
 mod limits;
 mod mq;
 pub mod native;
+pub(crate) mod random;
 pub mod soft;
 
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};

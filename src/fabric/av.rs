@@ -145,35 +145,10 @@ struct Reverse {
     by_peer: HashMap<PeerAddr, u64, WordHash>,
 }
 
-/// Hashing for the reverse maps, whose keys are single 64-bit words that
-/// this process's engine handed out (not attacker-chosen): one multiply
-/// (Fibonacci hashing) instead of SipHash, because every receive looks
-/// its source up here.
-#[derive(Clone, Copy, Default)]
-struct WordHash;
-
-impl std::hash::BuildHasher for WordHash {
-    type Hasher = WordHasher;
-    fn build_hasher(&self) -> WordHasher {
-        WordHasher(0)
-    }
-}
-
-struct WordHasher(u64);
-
-impl std::hash::Hasher for WordHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+/// The reverse maps' keys are single 64-bit words that this process's
+/// engine handed out (not attacker-chosen), so they hash with FxHash (one
+/// multiply) instead of SipHash: every receive looks its source up here.
+type WordHash = rustc_hash::FxBuildHasher;
 
 impl fmt::Debug for AvCore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -60,7 +60,6 @@ use crate::fabric::{
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, TryLockError, Weak};
 use std::time::{Duration, Instant};
@@ -605,10 +604,7 @@ impl RmaTransport {
         }
         let params = RmaParams::new(&limits, tagged_rma);
         // Salt the id generations so ids differ between runs and processes.
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let salt = std::collections::hash_map::RandomState::new().hash_one((engine.epid().0, time));
+        let salt = crate::engine::random::random_u64();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 init: Initiator::new(params, salt as u32),

@@ -2485,13 +2485,9 @@ pub fn link_id(seed: u64, conn: ConnId) -> u64 {
     x.max(1)
 }
 
-/// A per-process random seed, from the standard library's hasher keys
-/// (no clock is read).
+/// A random seed from the operating system.
 pub(crate) fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
+    crate::engine::random::random_u64()
 }
 
 fn trunc(inc: &Incoming) -> Option<ErrorKind> {

@@ -210,17 +210,19 @@ impl Stream {
 
     /// Applies the configured socket options.
     pub fn tune(&self, cfg: &SoftConfig) -> io::Result<()> {
+        let sock = match self {
+            Stream::Tcp(s) => socket2::SockRef::from(s),
+            Stream::Unix(s) => socket2::SockRef::from(s),
+        };
         if let Stream::Tcp(s) = self {
             s.set_nodelay(true)?;
             if let Some(t) = cfg.peer_timeout {
-                let ms = libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX);
-                set_int_opt(self.fd(), libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)?;
+                sock.set_tcp_user_timeout(Some(t))?;
             }
         }
         if let Some(size) = cfg.socket_buffer {
-            let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-            set_int_opt(self.fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
-            set_int_opt(self.fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, size)?;
+            sock.set_send_buffer_size(size)?;
+            sock.set_recv_buffer_size(size)?;
         }
         Ok(())
     }
@@ -409,32 +411,6 @@ impl Poller {
             f(token);
         }
         Ok(n)
-    }
-}
-
-/// `setsockopt` with an `int` value.
-fn set_int_opt(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: `value` is a live `c_int` and its exact size is passed with
-    // it; setsockopt only reads that many bytes. `fd` is an open socket
-    // owned by the caller for the duration of the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

@@ -33,7 +33,6 @@ use crate::engine::{
 use crate::fabric::peer_watch::PeerBook;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 
@@ -156,7 +155,7 @@ impl AmMsgQueue {
         let config = CoreConfig {
             chunk: limits.max_am_request,
             max_message: limits.max_message,
-            salt: std::collections::hash_map::RandomState::new().hash_one(engine.epid().0) as u32,
+            salt: crate::engine::random::random_u64() as u32,
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(Core::new(config)),
