@@ -631,6 +631,47 @@ fn code_generic_over_both_providers() {
     let _ = OpBuffer::empty();
 }
 
+/// Endpoints of both providers as trait objects in one table, the
+/// operations posted when called (two receives match in the order they
+/// were made, whatever order their futures are polled in).
+#[test]
+fn dyn_endpoints_of_both_providers() {
+    use psmrail::ops::DynEndpoint;
+    async fn two_in_order(a: &dyn DynEndpoint, b: &dyn DynEndpoint, to_b: psmrail::fabric::FiAddr) {
+        let first = b.trecv(vec![0u8; 8].into(), 5, 0);
+        let second = b.trecv(vec![0u8; 8].into(), 5, 0);
+        for i in 1..=2u8 {
+            let (sent, _) = a.tsend(to_b, 5, vec![i; 8].into()).await;
+            sent.unwrap();
+        }
+        // Polled second first: it still holds the second message.
+        let (got2, buf2) = second.await;
+        let (got1, buf1) = first.await;
+        assert_eq!((got1.unwrap().len, got2.unwrap().len), (8, 8));
+        assert_eq!(buf1.as_slice(), &[1u8; 8]);
+        assert_eq!(buf2.as_slice(), &[2u8; 8]);
+        assert!(a.caps().contains(Caps::TAGGED));
+        assert!(a.inject_size() > 0);
+    }
+    let m = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+    let psm = getinfo(Some(&soft_hints("127.0.0.1"))).unwrap().remove(0);
+    let domain = psmrail::fabric::Fabric::open(&psm)
+        .unwrap()
+        .domain(&psm)
+        .unwrap();
+    let av = domain.av(AvAttr::new()).unwrap();
+    let ep = domain.endpoint(&psm).bind_av(&av).enable().unwrap();
+    let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    let table: Vec<(&dyn DynEndpoint, &dyn DynEndpoint, psmrail::fabric::FiAddr)> = vec![
+        (&m.nodes[0].ep, &m.nodes[1].ep, m.addr(0, 1)),
+        (&ep, &ep, me),
+    ];
+    m.drive(two_in_order(table[0].0, table[0].1, table[0].2));
+    domain
+        .reactor()
+        .block_on(two_in_order(table[1].0, table[1].1, table[1].2));
+}
+
 #[test]
 fn weighted_striping_follows_the_rails_rates() {
     // Configured rates: rail 1 three times as fast as rail 0, so it

@@ -68,7 +68,15 @@
 //! default, as the man page requires) polling an operation's future runs a
 //! progress round and, while it is pending, wakes its task again at once:
 //! awaiting busy-polls like `fi_cq_read` in a loop. In auto mode the
-//! progress thread completes operations and wakes their tasks.
+//! progress thread completes operations and wakes their tasks. In
+//! adaptive mode (the default inside a tokio runtime) a future does the
+//! former for a short window, then the latter.
+//!
+//! # Code for both providers
+//! [`MessageEndpoint`] and [`RmaEndpoint`] are the operations of a psm
+//! and an mrail endpoint as traits, for generic code; [`DynEndpoint`] is
+//! the message operations as a trait object, for code that picks its
+//! provider at run time.
 //!
 //! # Cancellation and `FI_CONTEXT`
 //! `FI_CONTEXT`'s guarantee — the provider's per-operation state stays
@@ -94,6 +102,7 @@
 pub(crate) mod am_msg;
 pub mod atomic;
 mod atomic_ops;
+mod dyn_endpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod gen_slab;
@@ -115,6 +124,7 @@ mod tagged;
 mod trigger_list;
 pub(crate) mod triggered;
 
+pub use dyn_endpoint::DynEndpoint;
 pub use message_endpoint::MessageEndpoint;
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, Received, Sent};
