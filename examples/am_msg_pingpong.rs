@@ -8,7 +8,7 @@
 //! * **mq**: ping-pong with `isend` / `irecv` on the engine's tag-matching
 //!   queue (what the default MQ path of untagged messages does);
 //! * **am**: the same exchange through the AM message queue
-//!   (`psmrail::AmMsgHook`, the crate-private `AmMsgQueue`): first chunk,
+//!   (`psmrail::hooks::AmMsgHook`, the crate-private `AmMsgQueue`): first chunk,
 //!   `Go`, streamed chunks, `Done`.
 //!
 //! Both sides post the next receive before sending, and wait with
@@ -28,8 +28,8 @@ use psmrail::engine::native::{NativeEndpoint, NativeEngine};
 use psmrail::engine::{
     EndpointOptions, EngineEndpoint, Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagMatch,
 };
+use psmrail::hooks::AmMsgHook;
 use psmrail::reactor::{CompletionTable, CpuSet, OpKey, ProgressMode, Reactor};
-use psmrail::AmMsgHook;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

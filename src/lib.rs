@@ -17,8 +17,9 @@ pub mod mrail;
 pub mod ops;
 pub mod resend;
 
+#[cfg(feature = "hooks")]
 #[doc(hidden)]
-pub use ops::am_msg::{AmMsgCounts, AmMsgHook};
+pub mod hooks;
 
 pub use error::{Error, ErrorKind, Result, Truncation};
 pub use psmrail_reactor as reactor;

@@ -4,7 +4,7 @@
 //! memory) between two processes.
 //!
 //! The queue is crate-private; these tests reach it through the hidden
-//! `psmrail::AmMsgHook`. The protocol itself is unit-tested inside the
+//! `psmrail::hooks::AmMsgHook`. The protocol itself is unit-tested inside the
 //! crate (`src/ops/am_msg/`), including a model-based proptest and every
 //! kind of hostile packet.
 //!
@@ -25,8 +25,9 @@ use conformance::{connect_pair, open, pattern, progress_until, Watchdog, STEP};
 use psmrail::engine::native::NativeEngine;
 use psmrail::engine::soft::SoftEngine;
 use psmrail::engine::{Engine, EngineEndpoint, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr};
+use psmrail::hooks::AmMsgHook;
 use psmrail::reactor::{AutoProgress, OpKey, OpStatus, Reactor};
-use psmrail::{AmMsgHook, ErrorKind};
+use psmrail::ErrorKind;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;

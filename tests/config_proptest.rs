@@ -6,11 +6,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::unix::ffi::OsStringExt;
 
 use proptest::prelude::*;
-use psmrail::config::fuzzing::{check_mrail_config, check_prog_affinity};
 use psmrail::config::{
     AffinityItem, AffinitySpec, FiAddr, JobUuid, MaxSize, MrailConfig, PsmConfig, PsmParam,
     RailAddr, RailPolicy, RailPolicyTable, MAX_CORE_ID, MIN_CORE_ID,
 };
+use psmrail::hooks::config::{check_mrail_config, check_prog_affinity};
 use psmrail::reactor::{CpuSet, CpuTopology, MAX_CPUS};
 
 fn full_topology() -> CpuTopology {

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use psmrail::config::fuzzing::{check_mrail_config, check_prog_affinity};
+use psmrail::hooks::config::{check_mrail_config, check_prog_affinity};
 
 fn replay(target: &str, check: fn(&[u8]) -> bool) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -72,39 +72,33 @@ fn replay_soft(target: &str, check: fn(&[u8])) {
 
 #[test]
 fn soft_frame_corpus() {
-    replay_soft(
-        "soft_frame",
-        psmrail::engine::soft::fuzzing::fuzz_frame_decoder,
-    );
+    replay_soft("soft_frame", psmrail::hooks::soft::fuzz_frame_decoder);
 }
 
 #[test]
 fn soft_handshake_corpus() {
-    replay_soft(
-        "soft_handshake",
-        psmrail::engine::soft::fuzzing::fuzz_handshake,
-    );
+    replay_soft("soft_handshake", psmrail::hooks::soft::fuzz_handshake);
 }
 
 #[test]
 fn name_server_frame_corpus() {
     replay(
         "name_server_frame",
-        psmrail::fabric::name_server::fuzzing::check_frame,
+        psmrail::hooks::name_server::check_frame,
     );
 }
 
 #[test]
 fn peer_packets_corpus() {
-    replay("peer_packets", psmrail::ops::fuzzing::check_peer_packet);
+    replay("peer_packets", psmrail::hooks::packets::check_peer_packet);
 }
 
 #[test]
 fn mrail_frame_corpus() {
-    replay("mrail_frame", psmrail::mrail::fuzzing::fuzz_header);
+    replay("mrail_frame", psmrail::hooks::mrail::fuzz_header);
 }
 
 #[test]
 fn mrail_reorder_corpus() {
-    replay_soft("mrail_reorder", psmrail::mrail::fuzzing::fuzz_reorder);
+    replay_soft("mrail_reorder", psmrail::hooks::mrail::fuzz_reorder);
 }

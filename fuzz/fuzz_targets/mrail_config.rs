@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::config::fuzzing::check_mrail_config(data);
+    psmrail::hooks::config::check_mrail_config(data);
 });

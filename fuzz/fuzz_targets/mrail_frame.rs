@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = psmrail::mrail::fuzzing::fuzz_header(data);
+    let _ = psmrail::hooks::mrail::fuzz_header(data);
 });

@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::mrail::fuzzing::fuzz_reorder(data);
+    psmrail::hooks::mrail::fuzz_reorder(data);
 });

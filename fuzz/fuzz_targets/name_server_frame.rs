@@ -7,5 +7,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::fabric::name_server::fuzzing::check_frame(data);
+    psmrail::hooks::name_server::check_frame(data);
 });

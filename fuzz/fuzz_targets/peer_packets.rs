@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::ops::fuzzing::check_peer_packet(data);
+    psmrail::hooks::packets::check_peer_packet(data);
 });

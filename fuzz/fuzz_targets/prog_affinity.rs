@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::config::fuzzing::check_prog_affinity(data);
+    psmrail::hooks::config::check_prog_affinity(data);
 });

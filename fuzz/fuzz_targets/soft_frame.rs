@@ -6,5 +6,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::engine::soft::fuzzing::fuzz_frame_decoder(data);
+    psmrail::hooks::soft::fuzz_frame_decoder(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    psmrail::engine::soft::fuzzing::fuzz_handshake(data);
+    psmrail::hooks::soft::fuzz_handshake(data);
 });

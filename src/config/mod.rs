@@ -73,8 +73,8 @@ mod affinity;
 mod boolean;
 mod env;
 mod error;
-#[doc(hidden)]
-pub mod fuzzing;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 mod mrail;
 mod number;
 mod psm;

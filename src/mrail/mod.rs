@@ -129,8 +129,8 @@ mod domain;
 mod driver;
 mod endpoint;
 mod fabric;
-#[doc(hidden)]
-pub mod fuzzing;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 mod link_watch;
 mod memory_region;
 pub mod ops;

@@ -103,8 +103,8 @@ pub(crate) mod am_msg;
 pub mod atomic;
 mod atomic_ops;
 mod dyn_endpoint;
-#[doc(hidden)]
-pub mod fuzzing;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 pub(crate) mod gen_slab;
 mod inject;
 mod message_endpoint;

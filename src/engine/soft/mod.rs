@@ -65,8 +65,8 @@ mod conn;
 mod endpoint;
 mod engine;
 pub mod epid;
-#[doc(hidden)]
-pub mod fuzzing;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 mod job_secret;
 mod linger;
 mod loopback;

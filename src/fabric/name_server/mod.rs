@@ -63,8 +63,8 @@
 
 mod access;
 mod client;
-#[doc(hidden)]
-pub mod fuzzing;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 mod port;
 mod registry;
 mod server;

@@ -71,6 +71,7 @@ impl Registry {
     }
 
     /// Number of entries.
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }

@@ -102,6 +102,7 @@ impl Session {
     /// Feeds `data` until the command completes, fails, or `data` runs out.
     /// Returns the bytes taken and the last step (`More` if `data` ran
     /// out first).
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn feed(
         &mut self,
         mut data: &[u8],

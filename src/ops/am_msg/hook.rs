@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// ```no_run
 /// # fn demo(ep: std::sync::Arc<psmrail::engine::soft::SoftEndpoint>, peer: psmrail::engine::PeerAddr) {
 /// use psmrail::engine::{EngineEndpoint, OpBuffer};
-/// let q = psmrail::AmMsgHook::register(ep.clone()).unwrap();
+/// let q = psmrail::hooks::AmMsgHook::register(ep.clone()).unwrap();
 /// let key = ep.completions().insert();
 /// q.send(peer, OpBuffer::from(b"hi".to_vec()), key).unwrap();
 /// // Add `q.progress_source()` to the endpoint's reactor and wait for `key`.

@@ -53,6 +53,7 @@
 //! * **Engine.** At least 4 AM arguments (both engines carry 10; PSM
 //!   guarantees 2, so a minimal PSM gets `NoSys` at registration).
 
+#[cfg(any(test, feature = "hooks"))]
 mod hook;
 mod ids;
 mod protocol;
@@ -63,5 +64,6 @@ pub(crate) mod wire;
 mod model_tests;
 
 #[doc(hidden)]
+#[cfg(any(test, feature = "hooks"))]
 pub use hook::{AmMsgCounts, AmMsgHook};
 pub(crate) use queue::AmMsgQueue;

@@ -88,6 +88,7 @@ pub(crate) enum Incoming {
 }
 
 /// What a core holds, for tests and diagnostics.
+#[cfg(any(test, feature = "hooks"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CoreStats {
     /// Packets dropped as malformed, stale or hostile.
@@ -257,11 +258,13 @@ impl Core {
     }
 
     /// Payload bytes per packet.
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn chunk(&self) -> usize {
         self.chunk
     }
 
     /// What the core holds.
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn stats(&self) -> CoreStats {
         CoreStats {
             dropped: self.dropped,

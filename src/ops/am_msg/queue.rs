@@ -24,7 +24,9 @@
 //! pump; the request stays first in line and the next progress step tries
 //! again.
 
-use super::protocol::{Core, CoreConfig, CoreStats, Incoming};
+#[cfg(any(test, feature = "hooks"))]
+use super::protocol::CoreStats;
+use super::protocol::{Core, CoreConfig, Incoming};
 use super::wire::NARGS;
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
@@ -247,16 +249,19 @@ impl AmMsgQueue {
     }
 
     /// What the core holds.
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn stats(&self) -> CoreStats {
         self.shared.core().stats()
     }
 
     /// The id its handler got (the same on every process).
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn handler_id(&self) -> AmHandlerId {
         self.id
     }
 
     /// Message bytes per packet.
+    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn chunk(&self) -> usize {
         self.shared.core().chunk()
     }

@@ -1,0 +1,34 @@
+//! Entry points into psmrail's internals for the fuzz targets (`fuzz/`)
+//! and the integration tests that drive a protocol directly: feature
+//! `hooks`, which `fuzz/Cargo.toml` and the crate's own dev-dependency
+//! turn on. Not part of the API: nothing here is stable, and an
+//! application never needs it.
+
+/// The configuration parsers (`FI_PSM_PROG_AFFINITY`,
+/// `FI_OFI_MRAIL_CONFIG`): run them on arbitrary input.
+pub mod config {
+    pub use crate::config::fuzzing::*;
+}
+
+/// The soft engine's frame decoder and handshake.
+pub mod soft {
+    pub use crate::engine::soft::fuzzing::*;
+}
+
+/// The name server's frames.
+pub mod name_server {
+    pub use crate::fabric::name_server::fuzzing::*;
+}
+
+/// The packets of the protocols over active messages (AM messages, RMA,
+/// atomics, the peer watch).
+pub mod packets {
+    pub use crate::ops::fuzzing::*;
+}
+
+/// The mrail header and reorder buffer.
+pub mod mrail {
+    pub use crate::mrail::fuzzing::*;
+}
+
+pub use crate::ops::am_msg::{AmMsgCounts, AmMsgHook};
