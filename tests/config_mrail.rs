@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use psmrail::config::{
-    ConfigError, FiAddr, MaxSize, MrailConfig, MrailParam, RailAddr, RailPolicy, RailPolicyTable,
+    AddrStr, ConfigError, MaxSize, MrailConfig, MrailParam, RailAddr, RailPolicy, RailPolicyTable,
     Source,
 };
 
@@ -60,7 +60,7 @@ fn addr_list_is_parsed_in_rail_order() {
         [
             RailAddr::InterfaceOrHost("ib0".into()),
             RailAddr::Ip(IpAddr::V4(Ipv4Addr::new(192, 168, 1, 7))),
-            RailAddr::AddrStr(FiAddr::SockaddrIn {
+            RailAddr::AddrStr(AddrStr::SockaddrIn {
                 ip: Some(Ipv4Addr::new(10, 0, 0, 1)),
                 port: Some(4000)
             }),

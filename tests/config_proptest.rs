@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStringExt;
 
 use proptest::prelude::*;
 use psmrail::config::{
-    AffinityItem, AffinitySpec, FiAddr, JobUuid, MaxSize, MrailConfig, PsmConfig, PsmParam,
+    AddrStr, AffinityItem, AffinitySpec, JobUuid, MaxSize, MrailConfig, PsmConfig, PsmParam,
     RailAddr, RailPolicy, RailPolicyTable, MAX_CORE_ID, MIN_CORE_ID,
 };
 use psmrail::hooks::config::{check_mrail_config, check_prog_affinity};
@@ -55,7 +55,7 @@ fn policy_spelling(p: RailPolicy, upper: bool) -> String {
     }
 }
 
-fn fi_addr() -> impl Strategy<Value = FiAddr> {
+fn fi_addr() -> impl Strategy<Value = AddrStr> {
     let v4 = any::<[u8; 4]>().prop_map(Ipv4Addr::from);
     let v6 = any::<[u8; 16]>().prop_map(Ipv6Addr::from);
     prop_oneof![
@@ -64,13 +64,13 @@ fn fi_addr() -> impl Strategy<Value = FiAddr> {
             proptest::option::of(any::<u16>())
         )
             .prop_filter("one of ip/port", |(i, p)| i.is_some() || p.is_some())
-            .prop_map(|(ip, port)| FiAddr::SockaddrIn { ip, port }),
+            .prop_map(|(ip, port)| AddrStr::SockaddrIn { ip, port }),
         (
             proptest::option::of(v6.clone()),
             proptest::option::of(any::<u16>())
         )
             .prop_filter("one of ip/port", |(i, p)| i.is_some() || p.is_some())
-            .prop_map(|(ip, port)| FiAddr::SockaddrIn6 { ip, port }),
+            .prop_map(|(ip, port)| AddrStr::SockaddrIn6 { ip, port }),
         (
             v6.clone(),
             any::<u16>(),
@@ -79,7 +79,7 @@ fn fi_addr() -> impl Strategy<Value = FiAddr> {
             proptest::option::of(any::<u16>())
         )
             .prop_map(
-                |(gid, pkey, port_space, scope_id, port)| FiAddr::SockaddrIb {
+                |(gid, pkey, port_space, scope_id, port)| AddrStr::SockaddrIb {
                     gid,
                     pkey,
                     port_space,
@@ -87,21 +87,21 @@ fn fi_addr() -> impl Strategy<Value = FiAddr> {
                     port
                 }
             ),
-        any::<u64>().prop_map(FiAddr::Psmx),
-        any::<[u64; 2]>().prop_map(FiAddr::Psmx2),
-        any::<[u64; 4]>().prop_map(FiAddr::Psmx3),
-        any::<u64>().prop_map(FiAddr::Opx),
+        any::<u64>().prop_map(AddrStr::Psmx),
+        any::<[u64; 2]>().prop_map(AddrStr::Psmx2),
+        any::<[u64; 4]>().prop_map(AddrStr::Psmx3),
+        any::<u64>().prop_map(AddrStr::Opx),
         (
             v6.clone(),
             proptest::option::of((any::<u16>(), proptest::option::of(any::<u32>())))
         )
-            .prop_map(|(gid, q)| FiAddr::Efa {
+            .prop_map(|(gid, q)| AddrStr::Efa {
                 gid,
                 qpn: q.map(|q| q.0),
                 qkey: q.and_then(|q| q.1)
             }),
         (v6, any::<u32>(), any::<u16>(), any::<u16>(), any::<u8>()).prop_map(
-            |(gid, qpn, lid, pkey, sl)| FiAddr::IbUd {
+            |(gid, qpn, lid, pkey, sl)| AddrStr::IbUd {
                 gid,
                 qpn,
                 lid,

@@ -96,7 +96,7 @@ pub use psm::{
     PsmConfig, PsmConfigBuilder, PsmParam, DEFAULT_DELAY, DEFAULT_PROG_INTERVAL,
     DEFAULT_PROG_INTERVAL_PINNED, DEFAULT_TIMEOUT, MPI_LAUNCHER_VARS,
 };
-pub use rail_addr::{FiAddr, RailAddr};
+pub use rail_addr::{AddrStr, RailAddr};
 pub use rail_policy::{MaxSize, RailPolicy, RailPolicyTable, MAX_ENTRIES};
 pub use source::Source;
 pub use uuid::JobUuid;

@@ -18,12 +18,14 @@ const MAX_IFNAME: usize = 15;
 /// Longest host name.
 const MAX_HOSTNAME: usize = 253;
 
-/// An address in libfabric's `FI_ADDR_STR` form, `<fmt>://<body>`, with the
+/// An address in libfabric's `FI_ADDR_STR` form, `<fmt>://<body>` (not to be
+/// confused with [`fabric::FiAddr`](crate::fabric::FiAddr), an address
+/// vector's handle for a peer), with the
 /// body parsed according to its format (`ofi_str_toaddr`, `src/common.c`).
 /// Numbers shown as hex are written without a `0x` prefix except in
 /// `fi_sockaddr_ib`, where C reads them with `strtol(.., 0)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FiAddr {
+pub enum AddrStr {
     /// `fi_sockaddr_in://<ipv4>:<port>`, `fi_sockaddr_in://<ipv4>` or
     /// `fi_sockaddr_in://:<port>` (at least one of the two is present).
     SockaddrIn {
@@ -88,28 +90,28 @@ pub enum FiAddr {
     },
 }
 
-impl FiAddr {
+impl AddrStr {
     /// The format name (`fi_sockaddr_in`, ...), as `Display` writes it.
     pub const fn format_name(&self) -> &'static str {
         match self {
-            FiAddr::SockaddrIn { .. } => "fi_sockaddr_in",
-            FiAddr::SockaddrIn6 { .. } => "fi_sockaddr_in6",
-            FiAddr::SockaddrIb { .. } => "fi_sockaddr_ib",
-            FiAddr::Psmx(_) => "fi_addr_psmx",
-            FiAddr::Psmx2(_) => "fi_addr_psmx2",
-            FiAddr::Psmx3(_) => "fi_addr_psmx3",
-            FiAddr::Opx(_) => "fi_addr_opx",
-            FiAddr::Efa { .. } => "fi_addr_efa",
-            FiAddr::IbUd { .. } => "fi_addr_ib_ud",
+            AddrStr::SockaddrIn { .. } => "fi_sockaddr_in",
+            AddrStr::SockaddrIn6 { .. } => "fi_sockaddr_in6",
+            AddrStr::SockaddrIb { .. } => "fi_sockaddr_ib",
+            AddrStr::Psmx(_) => "fi_addr_psmx",
+            AddrStr::Psmx2(_) => "fi_addr_psmx2",
+            AddrStr::Psmx3(_) => "fi_addr_psmx3",
+            AddrStr::Opx(_) => "fi_addr_opx",
+            AddrStr::Efa { .. } => "fi_addr_efa",
+            AddrStr::IbUd { .. } => "fi_addr_ib_ud",
         }
     }
 }
 
-impl fmt::Display for FiAddr {
+impl fmt::Display for AddrStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://", self.format_name())?;
         match self {
-            FiAddr::SockaddrIn { ip, port } => {
+            AddrStr::SockaddrIn { ip, port } => {
                 if let Some(ip) = ip {
                     write!(f, "{ip}")?;
                 }
@@ -118,7 +120,7 @@ impl fmt::Display for FiAddr {
                 }
                 Ok(())
             }
-            FiAddr::SockaddrIn6 { ip, port } => {
+            AddrStr::SockaddrIn6 { ip, port } => {
                 if let Some(ip) = ip {
                     write!(f, "[{ip}]")?;
                 }
@@ -127,7 +129,7 @@ impl fmt::Display for FiAddr {
                 }
                 Ok(())
             }
-            FiAddr::SockaddrIb {
+            AddrStr::SockaddrIb {
                 gid,
                 pkey,
                 port_space,
@@ -140,10 +142,10 @@ impl fmt::Display for FiAddr {
                 }
                 Ok(())
             }
-            FiAddr::Psmx(a) | FiAddr::Opx(a) => write!(f, "{a:x}"),
-            FiAddr::Psmx2([a, b]) => write!(f, "{a:x}:{b:x}"),
-            FiAddr::Psmx3([a, b, c, d]) => write!(f, "{a:x}:{b:x}:{c:x}:{d:x}"),
-            FiAddr::Efa { gid, qpn, qkey } => {
+            AddrStr::Psmx(a) | AddrStr::Opx(a) => write!(f, "{a:x}"),
+            AddrStr::Psmx2([a, b]) => write!(f, "{a:x}:{b:x}"),
+            AddrStr::Psmx3([a, b, c, d]) => write!(f, "{a:x}:{b:x}:{c:x}:{d:x}"),
+            AddrStr::Efa { gid, qpn, qkey } => {
                 write!(f, "[{gid}]")?;
                 if let Some(qpn) = qpn {
                     write!(f, ":{qpn}")?;
@@ -153,7 +155,7 @@ impl fmt::Display for FiAddr {
                 }
                 Ok(())
             }
-            FiAddr::IbUd {
+            AddrStr::IbUd {
                 gid,
                 qpn,
                 lid,
@@ -168,7 +170,7 @@ impl fmt::Display for FiAddr {
 /// resolved (the rules are below).
 ///
 /// ```
-/// use psmrail::config::{FiAddr, RailAddr};
+/// use psmrail::config::{AddrStr, RailAddr};
 ///
 /// let rails = RailAddr::parse_list(
 ///     "eth0,10.0.0.2,fi_sockaddr_in://10.0.1.2:7000,node-7.example.org,veth@if3",
@@ -176,7 +178,7 @@ impl fmt::Display for FiAddr {
 /// .unwrap();
 /// assert_eq!(rails[0], RailAddr::InterfaceOrHost("eth0".into()));
 /// assert!(matches!(rails[1], RailAddr::Ip(_)));
-/// assert!(matches!(rails[2], RailAddr::AddrStr(FiAddr::SockaddrIn { port: Some(7000), .. })));
+/// assert!(matches!(rails[2], RailAddr::AddrStr(AddrStr::SockaddrIn { port: Some(7000), .. })));
 /// assert_eq!(rails[3], RailAddr::Host("node-7.example.org".into()));
 /// assert_eq!(rails[4], RailAddr::Interface("veth@if3".into()));
 ///
@@ -189,7 +191,7 @@ impl fmt::Display for FiAddr {
 /// address, or a netdev interface name." Items are not trimmed (as in C).
 ///
 /// Classification of one item:
-/// 1. `<fmt>://<body>` is an `FI_ADDR_STR` address ([`FiAddr`]); `<fmt>` is
+/// 1. `<fmt>://<body>` is an `FI_ADDR_STR` address ([`AddrStr`]); `<fmt>` is
 ///    compared case-insensitively and the body must match that format's
 ///    grammar exactly (C's `sscanf` ignored trailing text and wrapped
 ///    out-of-range numbers; psmrail rejects both). The formats libfabric's
@@ -211,7 +213,7 @@ impl fmt::Display for FiAddr {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RailAddr {
     /// An `FI_ADDR_STR` address.
-    AddrStr(FiAddr),
+    AddrStr(AddrStr),
     /// An IPv4 or IPv6 literal.
     Ip(IpAddr),
     /// A word that can only be a network interface name.
@@ -273,7 +275,7 @@ fn parse_one(var: &'static str, item: &str) -> Result<RailAddr, ConfigError> {
 
 type Problem = (String, &'static str);
 
-fn parse_fi_addr(scheme: &str, body: &str) -> Result<FiAddr, Problem> {
+fn parse_fi_addr(scheme: &str, body: &str) -> Result<AddrStr, Problem> {
     const UNSUPPORTED: [&str; 5] = [
         "fi_addr_gni",
         "fi_addr_bgq",
@@ -284,7 +286,7 @@ fn parse_fi_addr(scheme: &str, body: &str) -> Result<FiAddr, Problem> {
     const KNOWN: &str = "an FI_ADDR_STR format: fi_sockaddr_in, fi_sockaddr_in6, fi_sockaddr_ib, \
          fi_addr_psmx, fi_addr_psmx2, fi_addr_psmx3, fi_addr_opx, fi_addr_efa or fi_addr_ib_ud";
     let is = |name: &str| scheme.eq_ignore_ascii_case(name);
-    let (result, expected): (Result<FiAddr, String>, &'static str) = if is("fi_sockaddr_in") {
+    let (result, expected): (Result<AddrStr, String>, &'static str) = if is("fi_sockaddr_in") {
         (
             parse_sin(body),
             "fi_sockaddr_in://<ipv4>[:<port>] or fi_sockaddr_in://:<port>",
@@ -301,22 +303,22 @@ fn parse_fi_addr(scheme: &str, body: &str) -> Result<FiAddr, Problem> {
         )
     } else if is("fi_addr_psmx") {
         (
-            hex_fields::<1>(body).map(|[a]| FiAddr::Psmx(a)),
+            hex_fields::<1>(body).map(|[a]| AddrStr::Psmx(a)),
             "fi_addr_psmx://<hex>",
         )
     } else if is("fi_addr_psmx2") {
         (
-            hex_fields::<2>(body).map(FiAddr::Psmx2),
+            hex_fields::<2>(body).map(AddrStr::Psmx2),
             "fi_addr_psmx2://<hex>:<hex>",
         )
     } else if is("fi_addr_psmx3") {
         (
-            hex_fields::<4>(body).map(FiAddr::Psmx3),
+            hex_fields::<4>(body).map(AddrStr::Psmx3),
             "fi_addr_psmx3://<hex>:<hex>:<hex>:<hex>",
         )
     } else if is("fi_addr_opx") {
         (
-            hex_fields::<1>(body).map(|[a]| FiAddr::Opx(a)),
+            hex_fields::<1>(body).map(|[a]| AddrStr::Opx(a)),
             "fi_addr_opx://<hex>",
         )
     } else if is("fi_addr_efa") {
@@ -361,9 +363,9 @@ fn ipv6(what: &str, text: &str) -> Result<Ipv6Addr, String> {
         .map_err(|_| format!("{what} {text:?} is not an IPv6 address"))
 }
 
-fn parse_sin(body: &str) -> Result<FiAddr, String> {
+fn parse_sin(body: &str) -> Result<AddrStr, String> {
     if let Some(p) = body.strip_prefix(':') {
-        return Ok(FiAddr::SockaddrIn {
+        return Ok(AddrStr::SockaddrIn {
             ip: None,
             port: Some(port(p)?),
         });
@@ -378,7 +380,7 @@ fn parse_sin(body: &str) -> Result<FiAddr, String> {
     let ip = ip_text
         .parse::<Ipv4Addr>()
         .map_err(|_| format!("{ip_text:?} is not an IPv4 address"))?;
-    Ok(FiAddr::SockaddrIn {
+    Ok(AddrStr::SockaddrIn {
         ip: Some(ip),
         port: port_text.map(port).transpose()?,
     })
@@ -394,9 +396,9 @@ fn bracketed(body: &str) -> Result<(&str, &str), String> {
         .ok_or_else(|| "no closing ']' after the address".to_owned())
 }
 
-fn parse_sin6(body: &str) -> Result<FiAddr, String> {
+fn parse_sin6(body: &str) -> Result<AddrStr, String> {
     if let Some(p) = body.strip_prefix(':') {
-        return Ok(FiAddr::SockaddrIn6 {
+        return Ok(AddrStr::SockaddrIn6 {
             ip: None,
             port: Some(port(p)?),
         });
@@ -410,10 +412,10 @@ fn parse_sin6(body: &str) -> Result<FiAddr, String> {
                 .ok_or_else(|| format!("unexpected {r:?} after ']'"))?,
         )?),
     };
-    Ok(FiAddr::SockaddrIn6 { ip: Some(ip), port })
+    Ok(AddrStr::SockaddrIn6 { ip: Some(ip), port })
 }
 
-fn parse_sib(body: &str) -> Result<FiAddr, String> {
+fn parse_sib(body: &str) -> Result<AddrStr, String> {
     let (gid_text, rest) = bracketed(body)?;
     let gid = ipv6("GID", gid_text)?;
     let rest = rest
@@ -426,7 +428,7 @@ fn parse_sib(body: &str) -> Result<FiAddr, String> {
             fields.len()
         ));
     }
-    Ok(FiAddr::SockaddrIb {
+    Ok(AddrStr::SockaddrIb {
         gid,
         pkey: int_in("pkey", fields[0], parse_c_uint(fields[0]))?,
         port_space: int_in("port space", fields[1], parse_c_uint(fields[1]))?,
@@ -453,11 +455,11 @@ fn hex_fields<const N: usize>(body: &str) -> Result<[u64; N], String> {
     Ok(out)
 }
 
-fn parse_efa(body: &str) -> Result<FiAddr, String> {
+fn parse_efa(body: &str) -> Result<AddrStr, String> {
     let (gid_text, rest) = bracketed(body)?;
     let gid = ipv6("GID", gid_text)?;
     if rest.is_empty() {
-        return Ok(FiAddr::Efa {
+        return Ok(AddrStr::Efa {
             gid,
             qpn: None,
             qkey: None,
@@ -470,7 +472,7 @@ fn parse_efa(body: &str) -> Result<FiAddr, String> {
         Some((a, b)) => (a, Some(b)),
         None => (rest, None),
     };
-    Ok(FiAddr::Efa {
+    Ok(AddrStr::Efa {
         gid,
         qpn: Some(int_in("qpn", qpn_text, parse_u64(qpn_text))?),
         qkey: qkey_text
@@ -479,7 +481,7 @@ fn parse_efa(body: &str) -> Result<FiAddr, String> {
     })
 }
 
-fn parse_ib_ud(body: &str) -> Result<FiAddr, String> {
+fn parse_ib_ud(body: &str) -> Result<AddrStr, String> {
     let mut parts = body.rsplitn(5, ':');
     let (Some(sl), Some(pkey), Some(lid), Some(qpn), Some(gid)) = (
         parts.next(),
@@ -490,7 +492,7 @@ fn parse_ib_ud(body: &str) -> Result<FiAddr, String> {
     ) else {
         return Err("expected <gid>:<qpn>:<lid>:<pkey>:<sl>".to_owned());
     };
-    Ok(FiAddr::IbUd {
+    Ok(AddrStr::IbUd {
         gid: ipv6("GID", gid)?,
         qpn: int_in("qpn", qpn, parse_hex(qpn))?,
         lid: int_in("lid", lid, parse_hex(lid))?,

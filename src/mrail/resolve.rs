@@ -33,7 +33,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
-use crate::config::{FiAddr, RailAddr};
+use crate::config::{AddrStr, RailAddr};
 use crate::{Error, ErrorKind, Result};
 
 /// The variable whose items are resolved here (named in every error).
@@ -198,16 +198,16 @@ const IPV6_PROBLEM: &str =
 fn resolve_with(addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
     let found = |ip| Ok(ResolvedRail { ip, port: None });
     match addr {
-        RailAddr::AddrStr(FiAddr::SockaddrIn { ip: Some(ip), port }) => Ok(ResolvedRail {
+        RailAddr::AddrStr(AddrStr::SockaddrIn { ip: Some(ip), port }) => Ok(ResolvedRail {
             ip: *ip,
             port: port.filter(|&p| p != 0),
         }),
-        RailAddr::AddrStr(FiAddr::SockaddrIn { ip: None, .. }) => Err(item_error(
+        RailAddr::AddrStr(AddrStr::SockaddrIn { ip: None, .. }) => Err(item_error(
             ErrorKind::Inval,
             addr,
             "a rail needs an address, not only a port",
         )),
-        RailAddr::AddrStr(FiAddr::SockaddrIn6 { .. }) | RailAddr::Ip(IpAddr::V6(_)) => {
+        RailAddr::AddrStr(AddrStr::SockaddrIn6 { .. }) | RailAddr::Ip(IpAddr::V6(_)) => {
             Err(item_error(ErrorKind::Inval, addr, IPV6_PROBLEM))
         }
         RailAddr::AddrStr(other) => Err(item_error(
