@@ -54,7 +54,31 @@ pub enum SendMode {
     Synchronous,
 }
 
-/// A post that failed at once. The buffer comes back so nothing is lost.
+/// An error that hands the operation's buffer back: a post that failed
+/// at once, or an operation that completed with an error (see
+/// [`OpOutputExt::into_result`](crate::ops::OpOutputExt::into_result)).
+/// Nothing is lost: take the buffer back out, or let `?` turn it into an
+/// [`Error`] (the buffer is then dropped).
+///
+/// ```
+/// use psmrail::engine::{OpBuffer, PostError};
+/// use psmrail::{Error, ErrorKind};
+///
+/// fn post() -> Result<(), PostError> {
+///     Err(PostError {
+///         error: Error::new(ErrorKind::Again, "the engine is full"),
+///         buffer: OpBuffer::from(vec![7u8; 3]),
+///     })
+/// }
+/// fn caller() -> psmrail::Result<()> {
+///     post()?; // PostError -> Error
+///     Ok(())
+/// }
+/// let e = post().unwrap_err();
+/// assert_eq!(e.to_string(), "FI_EAGAIN: the engine is full");
+/// assert_eq!(e.buffer.as_slice(), &[7, 7, 7]);
+/// assert_eq!(caller().unwrap_err().kind(), ErrorKind::Again);
+/// ```
 #[derive(Debug)]
 pub struct PostError {
     /// Why the post failed (`Again` when the engine is full: retry after
@@ -62,6 +86,24 @@ pub struct PostError {
     pub error: Error,
     /// The buffer the post was given.
     pub buffer: OpBuffer,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        e.error
+    }
 }
 
 /// Runs `post` under a new key of `table`: the key back, or the post's

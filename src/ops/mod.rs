@@ -127,7 +127,7 @@ pub(crate) mod triggered;
 pub use dyn_endpoint::DynEndpoint;
 pub use message_endpoint::MessageEndpoint;
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
-pub use outcome::{OpOutput, Received, Sent};
+pub use outcome::{OpOutput, OpOutputExt, Received, Sent};
 pub use post::Posted;
 pub use recv::RecvOp;
 pub(crate) use rma_endpoint::impl_rma_endpoint;

@@ -1,7 +1,7 @@
 //! What a finished operation reports, and how an engine status becomes a
 //! `Result`.
 
-use crate::engine::{MqStatus, OpBuffer};
+use crate::engine::{MqStatus, OpBuffer, PostError};
 use crate::fabric::{Counter, FiAddr};
 use crate::{Error, ErrorKind, Result, Truncation};
 
@@ -9,6 +9,43 @@ use crate::{Error, ErrorKind, Result, Truncation};
 /// given, handed back whatever happened (owned-buffer style, as tokio-uring
 /// and monoio do), so a failure never loses memory.
 pub type OpOutput<T> = (Result<T>, OpBuffer);
+
+/// Turns an operation's `(Result, buffer)` output into one `Result`, so
+/// that `?` works and the buffer stays reachable on error too (inside the
+/// [`PostError`]).
+///
+/// ```
+/// use psmrail::engine::OpBuffer;
+/// use psmrail::ops::{OpOutputExt, Sent};
+/// use psmrail::{Error, ErrorKind};
+///
+/// let ok: (psmrail::Result<Sent>, OpBuffer) = (Ok(Sent { len: 3 }), vec![1u8, 2, 3].into());
+/// let (sent, buf) = ok.into_result()?;
+/// assert_eq!((sent.len, buf.as_slice()), (3, &[1u8, 2, 3][..]));
+///
+/// let failed: (psmrail::Result<Sent>, OpBuffer) =
+///     (Err(Error::new(ErrorKind::Io, "peer gone")), vec![9u8].into());
+/// let e = failed.into_result().unwrap_err();
+/// assert_eq!(e.error.kind(), ErrorKind::Io);
+/// assert_eq!(e.buffer.as_slice(), &[9]); // the buffer is not lost
+/// # Ok::<(), psmrail::engine::PostError>(())
+/// ```
+pub trait OpOutputExt<T> {
+    /// The value and the buffer, or the error with the buffer.
+    ///
+    /// # Errors
+    /// The operation's error, as a [`PostError`] holding the buffer.
+    fn into_result(self) -> std::result::Result<(T, OpBuffer), PostError>;
+}
+
+impl<T> OpOutputExt<T> for OpOutput<T> {
+    fn into_result(self) -> std::result::Result<(T, OpBuffer), PostError> {
+        match self {
+            (Ok(value), buffer) => Ok((value, buffer)),
+            (Err(error), buffer) => Err(PostError { error, buffer }),
+        }
+    }
+}
 
 /// A completed send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
