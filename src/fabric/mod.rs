@@ -53,4 +53,4 @@ pub use endpoint_builder::EndpointBuilder;
 pub use fabric::Fabric;
 pub use mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
 #[allow(unused_imports)] // used by the RMA ops once wired
-pub(crate) use mr::{MrTable, MrTarget};
+pub(crate) use mr::{MrRefusal, MrTable, MrTarget};

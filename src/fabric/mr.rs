@@ -25,10 +25,12 @@
 
 mod access;
 mod memory;
+mod refusal;
 mod region;
 mod table;
 
 pub use access::MrAccess;
-pub use region::{MemoryRegion, RawKey, RAW_KEY_SIZE};
 #[allow(unused_imports)] // used by the domain and the RMA ops once wired
+pub(crate) use refusal::MrRefusal;
+pub use region::{MemoryRegion, RawKey, RAW_KEY_SIZE};
 pub(crate) use table::{MrTable, MrTarget};

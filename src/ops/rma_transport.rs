@@ -46,8 +46,8 @@
 
 use super::atomic_ops::wire::{self as awire, AtomicPacket, AtomicRequest, ATOMIC_PROTO};
 use super::rma::{
-    kind_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, Request, RmaKind, RmaParams,
-    RmaTarget, Step, TargetPost, NARGS,
+    kind_of, refusal_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, Request, RmaKind,
+    RmaParams, RmaTarget, Step, TargetPost, NARGS,
 };
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
@@ -420,9 +420,10 @@ impl Shared {
         };
         let result = if status != 0 {
             let kind = kind_of(status);
+            let why = refusal_of(status).map_or(String::new(), |r| format!(": {r}"));
             Err(Error::new(
                 kind,
-                format!("atomic: the target refused the operation ({kind})"),
+                format!("atomic: the target refused the operation ({kind}{why})"),
             ))
         } else if payload.len() != p.fetch_len {
             Err(Error::new(

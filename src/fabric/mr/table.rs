@@ -4,6 +4,7 @@
 use super::memory::{Conflict, RegionMemory, WindowUse};
 use super::region::{MemoryRegion, MrShared};
 use super::MrAccess;
+use super::MrRefusal;
 use crate::engine::{OpBuffer, StableRegion};
 use crate::{Error, ErrorKind, Result};
 use std::collections::HashMap;
@@ -178,9 +179,10 @@ impl MrTable {
     ) -> Result<MrTarget> {
         let t = relock(&self.inner);
         let entry = t.entries.get(&key).ok_or_else(|| {
-            Error::new(
+            Error::with_source(
                 ErrorKind::Access,
                 format!("no memory region has key {key:#x}"),
+                MrRefusal::Key,
             )
         })?;
         let region_len = entry.memory.len();
@@ -188,18 +190,20 @@ impl MrTable {
             .checked_add(len)
             .is_some_and(|end| end <= region_len as u64);
         if !in_range {
-            return Err(Error::new(
+            return Err(Error::with_source(
                 ErrorKind::Access,
                 format!(
                     "bytes [{offset}, {offset}+{len}) lie outside memory region {key:#x} of {region_len} bytes"
                 ),
+                MrRefusal::Range,
             ));
         }
         let missing = needed - entry.access;
         if !missing.is_empty() {
-            return Err(Error::new(
+            return Err(Error::with_source(
                 ErrorKind::Access,
                 format!("memory region {key:#x} was registered without {missing}"),
+                MrRefusal::Rights,
             ));
         }
         Ok(MrTarget {

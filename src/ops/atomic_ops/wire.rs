@@ -16,7 +16,7 @@
 
 use crate::fabric::{MrAccess, MrTable};
 use crate::ops::atomic::{apply, check_request, AtomicDatatype, AtomicKind, AtomicOp};
-use crate::ops::rma::status_of;
+use crate::ops::rma::status_of_error;
 use crate::{Error, ErrorKind, Result};
 
 /// The protocol byte of atomic packets (bits 16..24 of the command word).
@@ -168,7 +168,7 @@ pub(crate) fn execute(
         Err(e) => {
             fetched.clear();
             tracing::debug!("atomic refused: {e}");
-            status_of(e.kind())
+            status_of_error(&e)
         }
     }
 }
@@ -220,6 +220,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::rma::status_of;
 
     #[test]
     fn requests_and_replies_round_trip() {
@@ -303,9 +304,12 @@ mod tests {
         mr.read_at(0, &mut now).unwrap();
         assert_eq!(u64::from_ne_bytes(now), 1);
         let far = AtomicRequest { offset: 12, ..req };
+        let status = execute(Some(&table), &far, &op, 64, &mut s, &mut f);
+        assert_eq!(crate::ops::rma::kind_of(status), ErrorKind::Access);
         assert_eq!(
-            execute(Some(&table), &far, &op, 64, &mut s, &mut f),
-            status_of(ErrorKind::Access)
+            crate::ops::rma::refusal_of(status),
+            Some(crate::fabric::MrRefusal::Range),
+            "the status names the check that failed"
         );
         let many = AtomicRequest { count: 9, ..req };
         assert_eq!(

@@ -40,7 +40,7 @@
 
 use super::ids::{Ids, Space};
 use super::plan::{advance, chunk_at, goes_long, pair, RemoteIov, RmaParams, Segment};
-use super::wire::{kind_of, long_rma_tag, Args, Packet, Reply, Request};
+use super::wire::{kind_of, long_rma_tag, refusal_of, Args, Packet, Reply, Request};
 use crate::engine::{OpBuffer, PeerAddr};
 use crate::{Error, ErrorKind, Result};
 
@@ -155,10 +155,11 @@ impl RmaOp {
     fn target_error(&self, status: u32, at: Option<&Segment>) -> Error {
         let kind = kind_of(status);
         let s = at.unwrap_or(&self.segs[0]);
+        let why = refusal_of(status).map_or(String::new(), |r| format!(": {r}"));
         Error::new(
             kind,
             format!(
-                "RMA {} of {} bytes: the target refused bytes at offset {:#x} of key {:#x} ({kind})",
+                "RMA {} of {} bytes: the target refused bytes at offset {:#x} of key {:#x} ({kind}{why})",
                 self.kind, self.total, s.remote_off, s.key
             ),
         )

@@ -45,5 +45,6 @@ pub(crate) use initiator::{Delivery, Initiator, RmaKind, Step};
 pub(crate) use plan::{RemoteIov, RmaParams, DEFAULT_WINDOW};
 pub(crate) use target::{Handled, LongDone, RemoteEvent, RmaTarget, TargetPost};
 pub(crate) use wire::{
-    kind_of, long_rma_tag, status_of, DecodeError, Packet, Reply, Request, NARGS,
+    kind_of, long_rma_tag, refusal_of, status_of, status_of_error, DecodeError, Packet, Reply,
+    Request, NARGS,
 };

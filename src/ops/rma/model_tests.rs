@@ -515,6 +515,13 @@ fn target_refusals_leave_memory_unchanged() {
             let e = res.unwrap_err();
             assert_eq!(e.kind(), want, "{what}: {e}");
             assert!(e.message().contains("refused"), "{e}");
+            // The initiator learns which check the target's region failed.
+            let reason = match what {
+                "bad key" => "no memory region there has the key",
+                "range" => "outside the memory region",
+                _ => "lacks the access right",
+            };
+            assert!(e.message().contains(reason), "{what}: {e}");
             assert_eq!(bufs.len(), 1, "{what}: the buffer comes back");
             if kind == RmaKind::Read {
                 assert_eq!(

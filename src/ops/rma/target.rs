@@ -9,7 +9,7 @@
 
 use super::ids::{Ids, Space};
 use super::initiator::RmaKind;
-use super::wire::{long_rma_tag, status_of, Args, Packet, Reply, Request};
+use super::wire::{long_rma_tag, status_of, status_of_error, Args, Packet, Reply, Request};
 use crate::engine::{OpBuffer, PeerAddr};
 use crate::fabric::{MrAccess, MrTable, MrTarget};
 use crate::{Error, ErrorKind, Result};
@@ -153,7 +153,7 @@ impl RmaTarget {
                 let result =
                     check(key, offset, rest, MrAccess::REMOTE_WRITE).and_then(|t| t.write(payload));
                 let eom = op_off.is_none();
-                let status = result.as_ref().err().map_or(0, |e| status_of(e.kind()));
+                let status = result.as_ref().err().map_or(0, status_of_error);
                 let event = (eom && status == 0).then_some(RemoteEvent {
                     kind: RmaKind::Write,
                     source,
@@ -203,7 +203,7 @@ impl RmaTarget {
                 };
                 let (status, bytes) = match &result {
                     Ok(()) => (0, n),
-                    Err(e) => (status_of(e.kind()), 0),
+                    Err(e) => (status_of_error(e), 0),
                 };
                 Handled {
                     reply: reply(
@@ -240,7 +240,7 @@ impl RmaTarget {
                     reply: reply(
                         Reply::Write {
                             id,
-                            status: status_of(e.kind()),
+                            status: status_of_error(e),
                             op_off: 0,
                             eom: true,
                         },
@@ -306,7 +306,7 @@ impl RmaTarget {
                         reply: reply(
                             Reply::Read {
                                 id,
-                                status: status_of(e.kind()),
+                                status: status_of_error(e),
                                 op_off: 0,
                                 eom: true,
                             },
@@ -336,7 +336,7 @@ impl RmaTarget {
             Ok(_) if from.is_some_and(|f| f != lw.source) => status_of(ErrorKind::Io),
             Ok(n) if n == len => 0,
             Ok(_) => status_of(ErrorKind::Trunc),
-            Err(e) => status_of(e.kind()),
+            Err(e) => status_of_error(e),
         };
         let event = (status == 0).then_some(RemoteEvent {
             kind: RmaKind::Write,

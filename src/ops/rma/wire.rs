@@ -31,6 +31,7 @@
 //! issued, a payload of the wrong length.
 
 use super::ids::Space;
+use crate::fabric::MrRefusal;
 use crate::fabric::RMA_BIT;
 use crate::ErrorKind;
 
@@ -445,18 +446,32 @@ const KINDS: [ErrorKind; 19] = [
     ErrorKind::Other,
 ];
 
-/// The wire status of an error kind (its positive errno).
+/// The wire status of an error kind (its positive errno, in the low 16
+/// bits).
 pub(crate) fn status_of(kind: ErrorKind) -> u32 {
     kind.errno() as u32
+}
+
+/// The wire status of a target's error: its kind's errno, and in bits 16
+/// and up which check of the memory region refused it, when one did.
+pub(crate) fn status_of_error(e: &crate::Error) -> u32 {
+    let refusal = MrRefusal::of(e).map_or(0, MrRefusal::code);
+    status_of(e.kind()) | refusal << 16
 }
 
 /// The error kind of a non-zero wire status; `Other` for numbers we do not
 /// know (a peer of another version).
 pub(crate) fn kind_of(status: u32) -> ErrorKind {
+    let errno = status & 0xffff;
     KINDS
         .into_iter()
-        .find(|k| k.errno() as u32 == status)
+        .find(|k| k.errno() as u32 == errno)
         .unwrap_or(ErrorKind::Other)
+}
+
+/// Which check of the target's memory region refused, if the status says.
+pub(crate) fn refusal_of(status: u32) -> Option<MrRefusal> {
+    MrRefusal::from_code(status >> 16)
 }
 
 #[cfg(test)]
