@@ -306,7 +306,7 @@ impl RmaTarget {
                         reply: reply(
                             Reply::Read {
                                 id,
-                                status: status_of_error(e),
+                                status: status_of_error(&e),
                                 op_off: 0,
                                 eom: true,
                             },
@@ -336,7 +336,7 @@ impl RmaTarget {
             Ok(_) if from.is_some_and(|f| f != lw.source) => status_of(ErrorKind::Io),
             Ok(n) if n == len => 0,
             Ok(_) => status_of(ErrorKind::Trunc),
-            Err(e) => status_of_error(e),
+            Err(e) => status_of_error(&e),
         };
         let event = (status == 0).then_some(RemoteEvent {
             kind: RmaKind::Write,
