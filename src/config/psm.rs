@@ -221,10 +221,35 @@ impl PsmConfig {
     /// progress stays automatic.
     pub const MAX_PROG_INTERVAL: Duration = Duration::from_secs(1);
 
-    /// A builder starting from the man-page defaults, without looking at the
-    /// environment (so no MPI detection either).
+    /// A builder starting from the man-page defaults. **The environment is
+    /// not read** (no `FI_PSM_*` variable, no MPI detection): for settings
+    /// a test or a program fixes whatever the environment says. To start
+    /// from the environment and override some settings — what a program
+    /// usually wants — use [`builder_from_env`](Self::builder_from_env).
     pub fn builder() -> PsmConfigBuilder {
         PsmConfigBuilder::default()
+    }
+
+    /// A builder filled from the process environment (every `FI_PSM_*`
+    /// variable that is set, and the MPI launcher detection), for the
+    /// overrides a program makes on top: the environment, then the code.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail::config::{PsmConfig, PsmParam, Source};
+    ///
+    /// let config = PsmConfig::builder_from_env()?
+    ///     .delay(Duration::ZERO) // this program never waits at close
+    ///     .build()?;
+    /// assert_eq!(config.delay(), Duration::ZERO);
+    /// assert_eq!(config.source(PsmParam::Delay), Source::Explicit);
+    /// # Ok::<(), psmrail::config::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first malformed `FI_PSM_*` variable.
+    pub fn builder_from_env() -> Result<PsmConfigBuilder, ConfigError> {
+        PsmConfigBuilder::from_env()
     }
 
     /// A builder pre-filled from `vars` (see [`PsmConfigBuilder::from_vars`]).

@@ -290,8 +290,25 @@ impl Hints {
         self
     }
 
-    /// The `FI_PSM_*` configuration to use instead of reading the
-    /// environment.
+    /// The `FI_PSM_*` configuration to use **instead of reading the
+    /// environment**: with it, discovery and every object opened from its
+    /// info ignore the `FI_PSM_*` variables. Build it with
+    /// [`PsmConfig::builder_from_env`] to keep the environment's settings
+    /// and override some, or with [`PsmConfig::builder`] to fix every
+    /// setting whatever the environment says. Without this call, discovery
+    /// reads the environment.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail::config::PsmConfig;
+    /// use psmrail::fabric::{getinfo, EngineChoice, Hints};
+    ///
+    /// // The environment, then this program's overrides.
+    /// let config = PsmConfig::builder_from_env()?.delay(Duration::ZERO).build()?;
+    /// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+    /// assert_eq!(getinfo(Some(&hints))?[0].config().delay(), Duration::ZERO);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
     pub fn config(mut self, config: PsmConfig) -> Self {
         self.config = Some(config);
         self
