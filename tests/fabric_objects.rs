@@ -353,12 +353,12 @@ fn unsupported_features_are_nosys_naming_the_feature() {
         ("fi_connect", ep.connect(d.epid()).unwrap_err()),
         ("fi_accept", ep.accept().unwrap_err()),
         ("fi_shutdown", ep.shutdown().unwrap_err()),
-        ("fi_senddata", ep.senddata(b"x", 1, dest).unwrap_err()),
-        ("fi_injectdata", ep.injectdata(b"x", 1, dest).unwrap_err()),
-        ("fi_tsenddata", ep.tsenddata(b"x", 1, dest, 2).unwrap_err()),
+        ("fi_senddata", ep.senddata(dest, b"x", 1).unwrap_err()),
+        ("fi_injectdata", ep.injectdata(dest, b"x", 1).unwrap_err()),
+        ("fi_tsenddata", ep.tsenddata(dest, 2, b"x", 1).unwrap_err()),
         (
             "fi_tinjectdata",
-            ep.tinjectdata(b"x", 1, dest, 2).unwrap_err(),
+            ep.tinjectdata(dest, 2, b"x", 1).unwrap_err(),
         ),
         (
             "event queues",

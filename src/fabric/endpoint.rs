@@ -424,8 +424,8 @@ impl Endpoint {
     ///
     /// # Errors
     /// Always `NoSys`.
-    pub fn senddata(&self, buf: &[u8], data: u64, dest: FiAddr) -> Result<()> {
-        let _ = (buf, data, dest);
+    pub fn senddata(&self, dest: FiAddr, buf: &[u8], data: u64) -> Result<()> {
+        let _ = (dest, buf, data);
         Err(unsupported("send with immediate data (fi_senddata)"))
     }
 
@@ -433,8 +433,8 @@ impl Endpoint {
     ///
     /// # Errors
     /// Always `NoSys`.
-    pub fn injectdata(&self, buf: &[u8], data: u64, dest: FiAddr) -> Result<()> {
-        let _ = (buf, data, dest);
+    pub fn injectdata(&self, dest: FiAddr, buf: &[u8], data: u64) -> Result<()> {
+        let _ = (dest, buf, data);
         Err(unsupported("inject with immediate data (fi_injectdata)"))
     }
 
@@ -442,8 +442,8 @@ impl Endpoint {
     ///
     /// # Errors
     /// Always `NoSys`.
-    pub fn tsenddata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
-        let _ = (buf, data, dest, tag);
+    pub fn tsenddata(&self, dest: FiAddr, tag: u64, buf: &[u8], data: u64) -> Result<()> {
+        let _ = (dest, tag, buf, data);
         Err(unsupported(
             "tagged send with immediate data (fi_tsenddata)",
         ))
@@ -453,8 +453,8 @@ impl Endpoint {
     ///
     /// # Errors
     /// Always `NoSys`.
-    pub fn tinjectdata(&self, buf: &[u8], data: u64, dest: FiAddr, tag: u64) -> Result<()> {
-        let _ = (buf, data, dest, tag);
+    pub fn tinjectdata(&self, dest: FiAddr, tag: u64, buf: &[u8], data: u64) -> Result<()> {
+        let _ = (dest, tag, buf, data);
         Err(unsupported(
             "tagged inject with immediate data (fi_tinjectdata)",
         ))
