@@ -413,6 +413,8 @@ pub struct CoreStats {
     pub unexpected_msgs: usize,
     /// Bytes they are charged.
     pub unexpected_bytes: u64,
+    /// Messages queued as unexpected since the core started.
+    pub unexpected_total: u64,
     /// Eager credit granted to peers and not used yet.
     pub granted_eager: u64,
     /// Receives posted and not matched.
@@ -569,6 +571,7 @@ impl SoftCore {
         CoreStats {
             unexpected_msgs: self.matcher.unexpected_len(),
             unexpected_bytes: self.matcher.unexpected_bytes(),
+            unexpected_total: self.matcher.unexpected_total(),
             granted_eager: self.granted,
             posted_recvs: self.matcher.posted_len(),
             queued_sends: self.conns.values().map(|c| c.queued.len()).sum(),
