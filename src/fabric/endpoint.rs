@@ -251,6 +251,12 @@ impl EndpointCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        tracing::info!(
+            epid = %self.domain.epid(),
+            service = self.service,
+            caps = %self.caps,
+            "endpoint closed"
+        );
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(claim) = held.claim {
             self.domain.slots().release(claim);

@@ -306,6 +306,12 @@ impl EndpointBuilder {
                 registration,
             }),
         });
+        tracing::info!(
+            epid = %core.domain().epid(),
+            service,
+            caps = %caps,
+            "endpoint enabled"
+        );
         // Remote RMA and atomic events (counters, remote CQ data) reach the
         // endpoint holding the target slot.
         if caps.rma_target() || caps.atomic_target() {

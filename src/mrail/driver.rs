@@ -2269,10 +2269,15 @@ impl Driver {
         if new == 0 {
             return;
         }
+        let all = st.chooser.all_rails_mask();
+        let was_reachable = ps.dead & all != all;
         ps.dead |= new;
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             bump(&self.stats.rails[r].errors, 1);
             tracing::warn!("mrail: peer {token:#x} is gone on rail {r}; failing over");
+        }
+        if was_reachable && ps.dead & all == all {
+            tracing::info!(peer = %format_args!("{token:#x}"), "mrail: peer is gone on every rail");
         }
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             self.notice(st, token, r, false);
@@ -2593,6 +2598,9 @@ impl Driver {
     fn apply(&self, st: &mut State, event: RailEvent) {
         st.live = st.health.live_mask();
         tracing::info!(
+            rail = event.rail,
+            state = %event.state,
+            reason = %event.reason,
             "mrail: rail {} is {} ({})",
             event.rail,
             event.state,

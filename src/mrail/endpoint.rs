@@ -62,6 +62,7 @@ impl MrailEndpointCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        tracing::info!(name = %self.name, "mrail endpoint closed");
         self.driver.close();
         let id = self
             .source
@@ -479,19 +480,19 @@ impl MrailEndpointBuilder {
             )
         })?;
         let inject_size = self.info.inject_size;
-        Ok(MrailEndpoint {
-            core: Arc::new(MrailEndpointCore {
-                domain,
-                info: self.info,
-                caps: self.caps,
-                av,
-                rails,
-                driver,
-                name,
-                inject_size,
-                source: Mutex::new(Some(id)),
-                closed: AtomicBool::new(false),
-            }),
-        })
+        let core = Arc::new(MrailEndpointCore {
+            domain,
+            info: self.info,
+            caps: self.caps,
+            av,
+            rails,
+            driver,
+            name,
+            inject_size,
+            source: Mutex::new(Some(id)),
+            closed: AtomicBool::new(false),
+        });
+        tracing::info!(name = %core.name, rails = n, "mrail endpoint enabled");
+        Ok(MrailEndpoint { core })
     }
 }

@@ -1582,6 +1582,12 @@ impl SoftCore {
             }
             (Role::Dialer { .. }, Frame::Refuse(r), _) => {
                 let refusal = Refusal::from_frame(&r, &self.hello);
+                tracing::info!(
+                    conn = ?id,
+                    epid = %self.hello.epid,
+                    code = ?refusal.code(),
+                    "soft engine: the peer refused our handshake"
+                );
                 return Err(HandshakeError::RefusedByPeer(refusal).into());
             }
             (_, other, _) => {
@@ -1931,6 +1937,13 @@ impl SoftCore {
     /// Queues the Refuse that tells the peer why; it names no job
     /// ([`Refusal::to_frame`]).
     fn push_refuse(&mut self, id: ConnId, refusal: &Refusal) {
+        // Every refusal passes here; the code names no job.
+        tracing::info!(
+            conn = ?id,
+            epid = %self.hello.epid,
+            code = ?refusal.code(),
+            "soft engine: refused a handshake"
+        );
         if let Some(c) = self.conns.get_mut(&id) {
             c.hs.push_back(Frame::Refuse(refusal.to_frame(&self.hello)));
         }

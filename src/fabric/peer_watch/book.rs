@@ -183,7 +183,13 @@ impl PeerBook {
             epid: k.epids.get(&peer).copied(),
             evidence,
         });
-        tracing::info!("{death}");
+        tracing::info!(
+            peer = %death
+                .epid
+                .map_or_else(|| format!("{:?}", death.peer), |e| e.to_string()),
+            evidence = %death.evidence,
+            "peer died: {death}"
+        );
         k.dead.insert(peer, death.clone());
         if let Some(e) = death.epid {
             k.dead_epids.insert(masked(e), death.clone());
