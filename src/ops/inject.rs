@@ -4,8 +4,10 @@
 //! The bytes (at most the endpoint's inject size, 64 B by default) are
 //! copied; the send then runs in the background and its slot is abandoned,
 //! so the reactor frees the copy when the engine is done. The send counter
-//! counts the inject at once, as in C.
+//! counts the inject at once, as in C. Its span (when traced) covers the
+//! call.
 
+use super::op_span::{self, OpDesc, Provider};
 use super::pending::{release_unposted, Carrier, PendingOp};
 use crate::engine::{OpBuffer, PeerAddr};
 use crate::fabric::{CounterKind, EndpointCore};
@@ -34,6 +36,23 @@ fn inject_len_error(len: usize, max: usize) -> Error {
 #[inline]
 fn counted(ep: &EndpointCore) {
     super::outcome::count(ep.counter(CounterKind::Send), true);
+}
+
+/// Runs `inject` inside the span of the operation `d` describes: for
+/// callers that found [`op_span::wanted`].
+#[cold]
+#[inline(never)]
+pub(crate) fn traced(d: OpDesc, inject: impl FnOnce() -> Result<()>) -> Result<()> {
+    let len = d.len;
+    let Some(span) = op_span::open(Provider::Psm, d) else {
+        return inject();
+    };
+    let result = span.in_scope(inject);
+    match &result {
+        Ok(()) => op_span::ok(&span, len, None),
+        Err(e) => op_span::err(&span, e),
+    }
+    result
 }
 
 /// Injects over the MQ with `tag`: the engine's own inject (native: PSM's
