@@ -261,6 +261,7 @@ impl MrailEndpoint {
                 if let Sink::Future(key) = sink {
                     drop(self.driver().table().retire(key));
                 }
+                self.driver().op_stats().refused(&error);
                 Err(PostError { error, buffer })
             }
         }
@@ -287,6 +288,7 @@ impl MrailEndpoint {
                 if let Sink::Future(key) = sink {
                     drop(self.driver().table().retire(key));
                 }
+                self.driver().op_stats().refused(&error);
                 Err(PostError { error, buffer })
             }
         }
@@ -447,6 +449,10 @@ impl MrailEndpoint {
             let _entered = span.enter();
             self.driver().inject(dest, class, tag.unwrap_or(0), data)
         };
+        match &result {
+            Ok(()) => self.driver().op_stats().sent(data.len()),
+            Err(e) => self.driver().op_stats().refused(e),
+        }
         span.done(&result, |_| data.len());
         result
     }
@@ -630,5 +636,9 @@ impl MessageEndpoint for MrailEndpoint {
 
     fn cancel(&self, posted: &MrailPosted) -> Result<bool> {
         MrailEndpoint::cancel(self, posted)
+    }
+
+    fn stats(&self) -> crate::fabric::EndpointStats {
+        self.core.endpoint_stats()
     }
 }

@@ -4,8 +4,8 @@
 //! The bytes (at most the endpoint's inject size, 64 B by default) are
 //! copied; the send then runs in the background and its slot is abandoned,
 //! so the reactor frees the copy when the engine is done. The send counter
-//! counts the inject at once, as in C. Its span (when traced) covers the
-//! call.
+//! counts the inject at once, as in C, and so do the endpoint's
+//! statistics; its span (when traced) covers the call.
 
 use super::op_span::{self, OpDesc, Provider};
 use super::pending::{release_unposted, Carrier, PendingOp};
@@ -34,8 +34,9 @@ fn inject_len_error(len: usize, max: usize) -> Error {
 }
 
 #[inline]
-fn counted(ep: &EndpointCore) {
+fn counted(ep: &EndpointCore, len: usize) {
     super::outcome::count(ep.counter(CounterKind::Send), true);
+    ep.stats().sent(len);
 }
 
 /// Runs `inject` inside the span of the operation `d` describes: for
@@ -67,9 +68,12 @@ pub(crate) fn inject_mq(
 ) -> Result<()> {
     let domain = ep.domain();
     domain.peers().refuse(peer, "inject")?;
-    domain.direct().inject(peer, tag, data)?;
+    if let Err(e) = domain.direct().inject(peer, tag, data) {
+        ep.stats().refused(&e);
+        return Err(e);
+    }
     domain.reactor().notify();
-    counted(ep);
+    counted(ep, data.len());
     Ok(())
 }
 
@@ -83,11 +87,12 @@ pub(crate) fn inject_am(ep: &Arc<EndpointCore>, peer: PeerAddr, data: &[u8]) -> 
         Ok(()) => {
             domain.reactor().notify();
             drop(PendingOp::new(ep, key, Carrier::AmMsg, false, None));
-            counted(ep);
+            counted(ep, data.len());
             Ok(())
         }
         Err(e) => {
             release_unposted(table, key);
+            ep.stats().refused(&e.error);
             Err(e.error)
         }
     }

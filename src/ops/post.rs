@@ -24,7 +24,8 @@
 //! one), and the counter an error. A small state word makes sure exactly
 //! one of the two paths delivers.
 //!
-//! The route ends the operation's span (when traced) with its event.
+//! The route counts the completion in the endpoint's statistics and ends
+//! the operation's span (when traced) with its event.
 
 use super::op_span;
 use super::outcome::{count, status_error, OpName};
@@ -180,6 +181,10 @@ impl Route {
         match error {
             None => {
                 count(counter, true);
+                match self.recv {
+                    Some(_) => ep.stats().received(done.status.nbytes),
+                    None => ep.stats().sent(done.status.nbytes),
+                }
                 if let Some(cq) = ep.cq(dir) {
                     cq.push(CqEntry {
                         context: self.context,
@@ -197,6 +202,7 @@ impl Route {
             }
             Some(error) => {
                 count(counter, false);
+                ep.stats().error();
                 if let Some(cq) = ep.cq(dir) {
                     cq.push_err(CqErrEntry {
                         context: self.context,

@@ -132,6 +132,7 @@ impl<'a> RecvOp<'a> {
             .unwrap_or_else(|| failed_status_error(&done.status, *name));
         let ep = op.endpoint();
         count(ep.counter(CounterKind::Recv), false);
+        ep.stats().error();
         if let Some(span) = op.span() {
             op_span::err(span, &error);
         }
@@ -190,6 +191,7 @@ impl Future for RecvOp<'_> {
             source: source_of(ep, *kind, &done.status),
         };
         count(ep.counter(CounterKind::Recv), true);
+        ep.stats().received(received.len);
         if let Some(span) = op.span() {
             op_span::ok(span, received.len, Some((received.tag, received.source)));
         }

@@ -169,6 +169,9 @@ impl Wake for RmaRoute {
 impl RmaRoute {
     fn deliver(&self, (result, buffer): Done) {
         count(self.ep.counter(self.counter), result.is_ok());
+        if result.is_err() {
+            self.ep.stats().error();
+        }
         let len = buffer.len();
         self.span
             .lock()
@@ -222,6 +225,9 @@ impl Future for RmaOp {
                 };
                 let (result, buffer) = std::task::ready!(polled);
                 count(ep.counter(*counter), result.is_ok());
+                if result.is_err() {
+                    ep.stats().error();
+                }
                 let len = buffer.len();
                 span.done(&result, |_| len);
                 this.state = State::Done;

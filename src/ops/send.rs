@@ -104,6 +104,10 @@ impl Future for SendOp<'_> {
                 };
                 let ep = op.endpoint();
                 count(ep.counter(CounterKind::Send), result.is_ok());
+                match &result {
+                    Ok(s) => ep.stats().sent(s.len),
+                    Err(_) => ep.stats().error(),
+                }
                 if let Some(span) = op.span() {
                     match &result {
                         Ok(s) => op_span::ok(span, s.len, None),

@@ -134,6 +134,11 @@ impl PeerBook {
         self.dead_count.load(Ordering::Relaxed) != 0
     }
 
+    /// How many peers were declared dead.
+    pub(crate) fn dead_count(&self) -> u64 {
+        self.dead_count.load(Ordering::Relaxed) as u64
+    }
+
     /// `Io` naming the peer and the evidence when `peer` is dead.
     #[inline]
     pub(crate) fn refuse(&self, peer: PeerAddr, what: &str) -> Result<()> {
