@@ -8,6 +8,8 @@
 
 #[path = "support/soft_raw.rs"]
 mod soft_raw;
+#[path = "support/trace_capture.rs"]
+mod trace_capture;
 
 use bytes::BytesMut;
 use psmrail::engine::soft::wire::{
@@ -24,6 +26,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
+use trace_capture::Recorder;
 
 /// The job the endpoints under test belong to.
 const JOB: [u8; 16] = *b"the-real-job-key";
@@ -232,6 +235,39 @@ fn each_side_reports_what_it_knows_and_the_wire_carries_neither_uuid() {
     assert!(text.contains("another job"), "{text}");
     assert!(text.contains(&JobUuid(GUESS).to_string()), "{text}");
     assert!(!text.contains(&JobUuid(JOB).to_string()), "{text}");
+}
+
+#[test]
+fn both_sides_of_a_refusal_log_one_info_event_that_names_no_job() {
+    let rec = Recorder::new();
+    rec.capture(|| {
+        let mut acceptor = core(JOB, 0x10);
+        let mut dialer = core(GUESS, 0x20);
+        let a = acceptor.open_connection(Role::Acceptor);
+        let d = dialer.open_connection(Role::Dialer { expect: Epid(0x10) });
+        let mut hello = output(&mut dialer, d);
+        let _ = acceptor.handle_input(a, &mut hello);
+        let mut refusal = output(&mut acceptor, a);
+        let _ = dialer.handle_input(d, &mut refusal);
+    });
+    for (what, epid) in [
+        ("refused a handshake", Epid(0x10)),
+        ("the peer refused our handshake", Epid(0x20)),
+    ] {
+        let events = rec.events_saying(what);
+        assert_eq!(events.len(), 1, "{what}: {:?}", rec.events());
+        let e = &events[0];
+        assert_eq!(e.level, tracing::Level::INFO);
+        assert_eq!(e.field("epid"), Some(epid.to_string().as_str()));
+        assert_eq!(e.field("code"), Some("UuidMismatch"));
+        for uuid in [JOB, GUESS] {
+            let text = JobUuid(uuid).to_string();
+            assert!(
+                e.fields.values().all(|v| !v.contains(&text)),
+                "{what} names a job: {e:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -1022,6 +1022,7 @@ fn stays_posted(side: &Side, mut op: RecvOp, what: &str) {
 fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
     let tagged = side.ep.caps().contains(Caps::TAGGED);
     let directed = side.ep.caps().contains(Caps::DIRECTED_RECV);
+    let stats_before = side.ep.stats();
     let mut tsend = tagged.then(|| side.ep.tsend(remote.fi, 0x66, pattern(16 << 20, 1)));
     let mut send = side.ep.send(remote.fi, pattern(16 << 20, 2));
     // And one posted the libfabric way: its completion goes to the CQ.
@@ -1066,6 +1067,15 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
         side.sends.read_err() - errors_before,
         2 + u64::from(tagged),
         "send counter errors"
+    );
+    // The endpoint's statistics: the peer counted dead once, and each
+    // failed operation (the sends and the directed receive) an error.
+    let s = side.ep.stats();
+    assert_eq!((stats_before.dead_peers, s.dead_peers), (0, 1), "{s:?}");
+    assert_eq!(
+        s.errors - stats_before.errors,
+        2 + u64::from(tagged) + u64::from(directed),
+        "{s:?}"
     );
     if let Some(op) = trecv {
         stays_posted(side, op, "trecv from any source");

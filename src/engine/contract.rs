@@ -3,7 +3,7 @@
 
 use super::{
     AmHandler, AmHandlerId, EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr,
-    TagMatch,
+    QueueStats, TagMatch,
 };
 use crate::reactor::{CompletionTable, OpKey, ProgressSource, Reactor};
 use crate::{Error, ErrorKind, Result};
@@ -235,6 +235,13 @@ pub trait EngineEndpoint: ProgressSource {
     /// The status of the first unexpected message matching `tags`, without
     /// receiving it.
     fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>>;
+
+    /// The unexpected queue's depth and history, as far as the engine can
+    /// tell (for statistics; it may take the endpoint's lock). Default:
+    /// nothing known.
+    fn queue_stats(&self) -> QueueStats {
+        QueueStats::default()
+    }
 
     /// Registers an AM handler; ids are given in registration order.
     fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId>;

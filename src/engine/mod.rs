@@ -37,6 +37,7 @@ mod direct;
 mod limits;
 mod mq;
 pub mod native;
+mod queue_stats;
 pub(crate) mod random;
 pub mod soft;
 
@@ -47,3 +48,4 @@ pub use contract::{EndpointOptions, Engine, EngineEndpoint, EngineKind, PostErro
 pub(crate) use direct::DirectEngine;
 pub use limits::EngineLimits;
 pub use mq::{MqCompletion, MqStatus, TagMatch};
+pub use queue_stats::QueueStats;

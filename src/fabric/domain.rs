@@ -52,8 +52,8 @@ use super::endpoint_builder::EndpointBuilder;
 use super::fabric::FabricCore;
 use super::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use super::{
-    CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, Info, MemoryRegion, MrAccess,
-    MrTable, ProgressKind, RawKey, TagLayout,
+    CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, EndpointStats, Info, MemoryRegion,
+    MrAccess, MrTable, OpCounters, ProgressKind, RawKey, TagLayout,
 };
 use crate::config::PsmConfig;
 use crate::engine::native::NativeEngine;
@@ -70,7 +70,7 @@ use crate::reactor::{
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 /// The shared state of a [`Domain`]; what the operations reach through
@@ -109,6 +109,10 @@ pub(crate) struct DomainCore {
     closed: AtomicBool,
     /// Queues and counters made here, to refuse binding another domain's.
     made: Mutex<Made>,
+    /// The endpoints enabled here, for [`Domain::stats`].
+    endpoints: Mutex<Vec<Weak<EndpointCore>>>,
+    /// The counts of endpoints that are gone.
+    retired: OpCounters,
 }
 
 #[derive(Default)]
@@ -239,6 +243,33 @@ impl DomainCore {
             ErrorKind::OpBadState,
             format!("domain {}: already closed", self.epid),
         )
+    }
+
+    /// Counts `ep` in the domain's totals from now on.
+    pub(crate) fn adopt(&self, ep: &Arc<EndpointCore>) {
+        let mut eps = relock(&self.endpoints);
+        eps.retain(|e| e.strong_count() > 0);
+        eps.push(Arc::downgrade(ep));
+    }
+
+    /// Keeps the counts of an endpoint that is going away.
+    pub(crate) fn retire_stats(&self, counts: &OpCounters) {
+        self.retired.absorb(counts);
+    }
+
+    /// The figures of the engine endpoint beneath every endpoint here: its
+    /// unexpected queue (and the AM message queue's) and the dead peers;
+    /// no operation counts.
+    pub(crate) fn engine_stats(&self) -> EndpointStats {
+        let q = self.engine.queue_stats();
+        let am = self.am_msg.stats();
+        EndpointStats {
+            unexpected_msgs: q.unexpected_msgs.map(|n| n + am.unexpected as u64),
+            unexpected_bytes: q.unexpected_bytes.map(|n| n + am.unexpected_bytes),
+            unexpected_total: q.unexpected_total,
+            dead_peers: self.peers.dead_count(),
+            ..EndpointStats::default()
+        }
     }
 
     /// Whether `cq` was made by this domain.
@@ -540,6 +571,8 @@ impl Domain {
                 limits,
                 closed: AtomicBool::new(false),
                 made: Mutex::new(Made::default()),
+                endpoints: Mutex::new(Vec::new()),
+                retired: OpCounters::default(),
             }),
         })
     }
@@ -701,6 +734,41 @@ impl Domain {
     /// endpoints are enabled).
     pub fn reserved_tag_bits(&self) -> u64 {
         self.core.tags.reserved()
+    }
+
+    /// Totals over the domain's endpoints ([`EndpointStats`]): the
+    /// messages, bytes, errors and refused posts of every endpoint enabled
+    /// here, closed and dropped ones included, and the engine endpoint's
+    /// unexpected queue and dead peers (the same figures each endpoint
+    /// reports).
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let hints = Hints::new().caps(Caps::TAGGED | Caps::MSG).engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints)).unwrap().remove(0);
+    /// # let domain = Fabric::open(&info).unwrap().domain(&info).unwrap();
+    /// # let av = domain.av(AvAttr::new()).unwrap();
+    /// let tagged = domain.endpoint(&info).caps(Caps::TAGGED).bind_av(&av).enable()?;
+    /// let msg = domain.endpoint(&info).caps(Caps::MSG).bind_av(&av).enable()?;
+    /// let me = av.insert(&[domain.epid()]).remove(0)?;
+    /// tagged.tinject(me, 1, b"abc")?;
+    /// msg.inject(me, b"defgh")?;
+    /// drop(msg); // its counts stay in the totals
+    /// let s = domain.stats();
+    /// assert_eq!((s.msgs_sent, s.bytes_sent), (2, 8));
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn stats(&self) -> EndpointStats {
+        let core = &self.core;
+        let mut s = core.engine_stats();
+        core.retired.add_to(&mut s);
+        for ep in relock(&core.endpoints).iter().filter_map(Weak::upgrade) {
+            ep.stats.add_to(&mut s);
+        }
+        s
     }
 
     /// Whether `other` is a handle of the same domain.

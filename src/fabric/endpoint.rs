@@ -16,7 +16,9 @@
 use super::av::AddressVector;
 use super::domain::{unsupported, Domain, DomainCore};
 use super::name_server::Registration;
-use super::{Caps, CompletionQueue, Counter, EpType, FiAddr, Info, SlotClaim};
+use super::{
+    Caps, CompletionQueue, Counter, EndpointStats, EpType, FiAddr, Info, OpCounters, SlotClaim,
+};
 use crate::engine::{Epid, PeerAddr};
 use crate::{Error, ErrorKind, Result};
 use bitflags::bitflags;
@@ -140,6 +142,8 @@ pub(crate) struct EndpointCore {
     pub(crate) service: u32,
     pub(crate) closed: AtomicBool,
     pub(crate) held: Mutex<Held>,
+    /// What its operations did ([`Endpoint::stats`]).
+    pub(crate) stats: OpCounters,
 }
 
 impl fmt::Debug for EndpointCore {
@@ -228,6 +232,12 @@ impl EndpointCore {
         }
     }
 
+    /// The endpoint's operation counters.
+    #[inline(always)]
+    pub(crate) fn stats(&self) -> &OpCounters {
+        &self.stats
+    }
+
     /// The counter bound for `kind`.
     #[inline]
     pub(crate) fn counter(&self, kind: CounterKind) -> Option<&Counter> {
@@ -251,6 +261,12 @@ impl EndpointCore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        tracing::info!(
+            epid = %self.domain.epid(),
+            service = self.service,
+            caps = %self.caps,
+            "endpoint closed"
+        );
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(claim) = held.claim {
             self.domain.slots().release(claim);
@@ -267,6 +283,8 @@ impl Drop for EndpointCore {
         if let Err(e) = self.release() {
             tracing::warn!("endpoint dropped: {e}");
         }
+        // Its counts stay in the domain's totals.
+        self.domain.retire_stats(&self.stats);
     }
 }
 
@@ -371,6 +389,39 @@ impl Endpoint {
     /// `FI_OPT_MIN_MULTI_RECV`.
     pub fn min_multi_recv(&self) -> usize {
         self.core.min_multi_recv()
+    }
+
+    /// What the endpoint's operations did so far, and its engine's
+    /// unexpected queue and dead peers ([`EndpointStats`]). The queue and
+    /// the dead peers are the domain's, shared by its endpoints (a domain
+    /// is one engine endpoint); the rest is this endpoint's own. Cheap:
+    /// relaxed loads, and on the soft engine its lock once for the queue.
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints)).unwrap().remove(0);
+    /// # let domain = Fabric::open(&info).unwrap().domain(&info).unwrap();
+    /// # let av = domain.av(AvAttr::new()).unwrap();
+    /// # let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+    /// # let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    /// let reactor = domain.reactor();
+    /// let recv = ep.trecv(vec![0u8; 2], 7, 0);
+    /// let (sent, _) = reactor.block_on(ep.tsend(me, 7, b"hello".to_vec()));
+    /// sent?;
+    /// let (got, _) = reactor.block_on(recv);
+    /// assert!(got.is_err()); // truncated: 5 bytes into 2
+    /// let s = ep.stats();
+    /// assert_eq!((s.msgs_sent, s.bytes_sent, s.msgs_received, s.errors), (1, 5, 0, 1));
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn stats(&self) -> EndpointStats {
+        let mut s = self.core.domain.engine_stats();
+        self.core.stats.add_to(&mut s);
+        s
     }
 
     /// Whether the endpoint (or its domain) was closed.

@@ -22,7 +22,7 @@
 use super::av::AddressVector;
 use super::domain::{unsupported, DomainCore};
 use super::endpoint::{CounterBind, CounterKind, CqBind, Endpoint, EndpointCore, Held};
-use super::{endpoint_bits, Caps, CompletionQueue, Counter, EpType, Info};
+use super::{endpoint_bits, Caps, CompletionQueue, Counter, EpType, Info, OpCounters};
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -305,7 +305,15 @@ impl EndpointBuilder {
                 claim: Some(claim),
                 registration,
             }),
+            stats: OpCounters::default(),
         });
+        core.domain().adopt(&core);
+        tracing::info!(
+            epid = %core.domain().epid(),
+            service,
+            caps = %caps,
+            "endpoint enabled"
+        );
         // Remote RMA and atomic events (counters, remote CQ data) reach the
         // endpoint holding the target slot.
         if caps.rma_target() || caps.atomic_target() {

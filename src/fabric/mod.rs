@@ -39,9 +39,11 @@ mod av_entries;
 mod domain;
 mod endpoint;
 mod endpoint_builder;
+mod endpoint_stats;
 #[allow(clippy::module_inception)]
 mod fabric;
 pub mod name_server;
+mod op_counters;
 pub(crate) mod peer_watch;
 pub use av::{AddressVector, AvAttr, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT};
 pub use domain::Domain;
@@ -50,7 +52,9 @@ pub(crate) use domain::DomainCore;
 pub(crate) use endpoint::EndpointCore;
 pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
 pub use endpoint_builder::EndpointBuilder;
+pub use endpoint_stats::EndpointStats;
 pub use fabric::Fabric;
 pub use mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
 #[allow(unused_imports)] // used by the RMA ops once wired
 pub(crate) use mr::{MrRefusal, MrTable, MrTarget};
+pub(crate) use op_counters::OpCounters;

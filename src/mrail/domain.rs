@@ -10,18 +10,19 @@
 //! (the endpoint adds it as the reactor's last source).
 
 use super::av::MrailAv;
-use super::endpoint::MrailEndpointBuilder;
+use super::endpoint::{MrailEndpointBuilder, MrailEndpointCore};
 use super::fabric::{rail_info, MrailFabric};
 use super::memory_region::{MappedKeys, MrailMemoryRegion};
 use super::rail_events::{RailEventQueue, RailEvents};
 use crate::fabric::{
-    mrail_unsupported, AvAttr, CompletionQueue, Counter, CounterAttr, CqAttr, Domain, Info,
-    MrAccess, MrailAttr, RawKey,
+    mrail_unsupported, AvAttr, CompletionQueue, Counter, CounterAttr, CqAttr, Domain,
+    EndpointStats, Info, MrAccess, MrailAttr, OpCounters, RawKey,
 };
 use crate::reactor::Reactor;
 use crate::{Error, Result};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// The shared state of an [`MrailDomain`].
 pub(crate) struct MrailDomainCore {
@@ -31,6 +32,12 @@ pub(crate) struct MrailDomainCore {
     pub(crate) mapped: MappedKeys,
     pub(crate) rail_events: Arc<RailEventQueue>,
     made: Mutex<Made>,
+    /// The endpoints enabled here, for [`MrailDomain::stats`].
+    endpoints: Mutex<Vec<Weak<MrailEndpointCore>>>,
+    /// The operation counts of endpoints that are gone.
+    retired: OpCounters,
+    /// The dead peers they counted.
+    retired_dead: AtomicU64,
 }
 
 #[derive(Default)]
@@ -45,6 +52,22 @@ impl MrailDomainCore {
         self.info
             .mrail()
             .expect("an mrail domain is opened from an mrail info")
+    }
+
+    /// Counts `ep` in the domain's totals from now on.
+    pub(crate) fn adopt(&self, ep: &Arc<MrailEndpointCore>) {
+        let mut eps = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        eps.retain(|e| e.strong_count() > 0);
+        eps.push(Arc::downgrade(ep));
+    }
+
+    /// Keeps the counts of an endpoint that is going away.
+    pub(crate) fn retire_stats(&self, ops: &OpCounters, dead_peers: u64) {
+        self.retired.absorb(ops);
+        self.retired_dead.fetch_add(dead_peers, Ordering::Relaxed);
     }
 
     /// Whether `cq` was made by this domain.
@@ -117,6 +140,9 @@ impl MrailDomain {
                 mapped: MappedKeys::default(),
                 rail_events: Arc::new(RailEventQueue::default()),
                 made: Mutex::new(Made::default()),
+                endpoints: Mutex::new(Vec::new()),
+                retired: OpCounters::default(),
+                retired_dead: AtomicU64::new(0),
             }),
         })
     }
@@ -326,6 +352,63 @@ impl MrailDomain {
                 .collect()
         });
         results.into_iter().collect()
+    }
+
+    /// Totals over the domain's endpoints, in the psm domain's terms
+    /// ([`EndpointStats`], as [`Domain::stats`]): messages, bytes, errors,
+    /// refused posts and dead peers of every mrail endpoint enabled here
+    /// (gone ones included), and the unexpected messages waiting in the
+    /// live ones. Each rail's own psm domain has its figures too
+    /// ([`rail`](Self::rail)`(i).stats()`): the rails' traffic, control
+    /// frames included.
+    ///
+    /// ```
+    /// # use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+    /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Hints, Provider};
+    /// # use psmrail::mrail::MrailFabric;
+    /// # let psm = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let rails = MrailConfig::builder()
+    /// #     .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap()).build();
+    /// # let hints = Hints::new().provider(Provider::Mrail).engine(EngineChoice::Soft)
+    /// #     .config(psm).mrail_config(rails);
+    /// # let info = getinfo(Some(&hints))?.remove(0);
+    /// let domain = MrailFabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+    /// let me = av.insert(&[ep.getname()]).remove(0)?;
+    /// ep.tinject(me, 3, b"hello")?;
+    /// drop(ep); // its counts stay in the totals
+    /// let s = domain.stats();
+    /// assert_eq!((s.msgs_sent, s.bytes_sent), (1, 5));
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// [`Domain::stats`]: crate::fabric::Domain::stats
+    pub fn stats(&self) -> EndpointStats {
+        let core = &self.core;
+        let mut s = EndpointStats {
+            unexpected_msgs: Some(0),
+            unexpected_bytes: Some(0),
+            dead_peers: core.retired_dead.load(Ordering::Relaxed),
+            ..EndpointStats::default()
+        };
+        core.retired.add_to(&mut s);
+        let eps = core
+            .endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for ep in eps.iter().filter_map(Weak::upgrade) {
+            let e = ep.endpoint_stats();
+            s.add_ops(&e);
+            s.dead_peers += e.dead_peers;
+            s.unexpected_msgs = s.unexpected_msgs.zip(e.unexpected_msgs).map(|(a, b)| a + b);
+            s.unexpected_bytes = s
+                .unexpected_bytes
+                .zip(e.unexpected_bytes)
+                .map(|(a, b)| a + b);
+        }
+        s
     }
 
     /// Whether `other` is a handle of the same domain.

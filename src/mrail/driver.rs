@@ -107,7 +107,7 @@ use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
 use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
-    FiAddr,
+    FiAddr, OpCounters,
 };
 use crate::ops::gen_slab::GenSlab;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
@@ -189,6 +189,10 @@ pub(crate) enum Sink {
 /// Counters of what the driver refused or could not place.
 #[derive(Debug, Default)]
 pub(crate) struct DriverStats {
+    /// What the endpoint's operations did (`EndpointStats`).
+    pub(crate) ops: OpCounters,
+    /// Peers lost on every rail.
+    pub(crate) dead_peers: AtomicU64,
     pub(crate) unknown_peer: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) duplicates: AtomicU64,
@@ -714,6 +718,23 @@ impl Driver {
         Ok(driver)
     }
 
+    /// The endpoint's operation counters.
+    pub(crate) fn op_stats(&self) -> &OpCounters {
+        &self.stats.ops
+    }
+
+    /// The unexpected queue of the endpoint's matcher: messages waiting
+    /// and the bytes their eager payloads hold.
+    pub(crate) fn unexpected(&self) -> (u64, u64) {
+        let st = relock(&self.state);
+        let bytes = st
+            .matcher
+            .unexpected()
+            .map(|(_, a)| a.held_bytes() as u64)
+            .sum();
+        (st.matcher.unexpected_len() as u64, bytes)
+    }
+
     /// The completion table the endpoint's futures wait on.
     pub(crate) fn table(&self) -> &Arc<CompletionTable<MrailCompletion>> {
         &self.table
@@ -1210,6 +1231,11 @@ impl Driver {
         buffer: OpBuffer,
     ) {
         let ok = result.is_ok();
+        match (&result, dir) {
+            (Ok(d), Dir::Send) => self.stats.ops.sent(d.len),
+            (Ok(d), Dir::Recv) => self.stats.ops.received(d.len),
+            (Err(_), _) => self.stats.ops.error(),
+        }
         let counter = match dir {
             Dir::Send => self.bindings.send_counter.as_ref(),
             Dir::Recv => self.bindings.recv_counter.as_ref(),
@@ -2269,10 +2295,16 @@ impl Driver {
         if new == 0 {
             return;
         }
+        let all = st.chooser.all_rails_mask();
+        let was_reachable = ps.dead & all != all;
         ps.dead |= new;
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             bump(&self.stats.rails[r].errors, 1);
             tracing::warn!("mrail: peer {token:#x} is gone on rail {r}; failing over");
+        }
+        if was_reachable && ps.dead & all == all {
+            bump(&self.stats.dead_peers, 1);
+            tracing::info!(peer = %format_args!("{token:#x}"), "mrail: peer is gone on every rail");
         }
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             self.notice(st, token, r, false);
@@ -2593,6 +2625,9 @@ impl Driver {
     fn apply(&self, st: &mut State, event: RailEvent) {
         st.live = st.health.live_mask();
         tracing::info!(
+            rail = event.rail,
+            state = %event.state,
+            reason = %event.reason,
             "mrail: rail {} is {} ({})",
             event.rail,
             event.state,

@@ -23,8 +23,8 @@ use super::domain::MrailDomainCore;
 use super::driver::{Bindings, Driver, DriverStats, Failover};
 use super::fabric::rail_info;
 use crate::fabric::{
-    mrail_unsupported, Caps, CompletionQueue, Counter, CounterBind, CqBind, Endpoint, Info,
-    MRAIL_CAPS, MRAIL_RMA_CAPS,
+    mrail_unsupported, Caps, CompletionQueue, Counter, CounterBind, CqBind, Endpoint,
+    EndpointStats, Info, MRAIL_CAPS, MRAIL_RMA_CAPS,
 };
 use crate::reactor::{ProgressSource, SourceId};
 use crate::{Error, ErrorKind, Result};
@@ -58,10 +58,25 @@ impl MrailEndpointCore {
         Ok(())
     }
 
+    /// The endpoint's figures in the psm endpoint's terms.
+    pub(crate) fn endpoint_stats(&self) -> EndpointStats {
+        let s = self.driver.stats();
+        let (msgs, bytes) = self.driver.unexpected();
+        let mut out = EndpointStats {
+            unexpected_msgs: Some(msgs),
+            unexpected_bytes: Some(bytes),
+            dead_peers: s.dead_peers.load(Ordering::Relaxed),
+            ..EndpointStats::default()
+        };
+        s.ops.add_to(&mut out);
+        out
+    }
+
     fn release(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
+        tracing::info!(name = %self.name, "mrail endpoint closed");
         self.driver.close();
         let id = self
             .source
@@ -82,6 +97,9 @@ impl MrailEndpointCore {
 impl Drop for MrailEndpointCore {
     fn drop(&mut self) {
         self.release();
+        let s = self.driver.stats();
+        self.domain
+            .retire_stats(&s.ops, s.dead_peers.load(Ordering::Relaxed));
     }
 }
 
@@ -104,9 +122,17 @@ pub struct MrailEndpoint {
     pub(crate) core: Arc<MrailEndpointCore>,
 }
 
-/// Counters of what an mrail endpoint refused, and of each rail's traffic.
+/// Counters of what an mrail endpoint did and refused, and of each rail's
+/// traffic.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MrailStats {
+    /// The endpoint's figures in the psm endpoint's terms (messages and
+    /// bytes of its operations, errors, refused posts, its matcher's
+    /// unexpected queue, peers lost on every rail): the same numbers
+    /// [`Endpoint::stats`](crate::fabric::Endpoint::stats) gives for a psm
+    /// endpoint, and [`MessageEndpoint::stats`](crate::ops::MessageEndpoint::stats)
+    /// for either.
+    pub endpoint: EndpointStats,
     /// Frames from peers that are not in the address vector (dropped).
     pub unknown_peer: u64,
     /// Frames that did not decode or did not fit the protocol (dropped).
@@ -200,7 +226,36 @@ impl MrailEndpoint {
         self.core.inject_size
     }
 
-    /// What the endpoint refused, and each rail's traffic.
+    /// What the endpoint did and refused, and each rail's traffic.
+    /// [`MrailStats::endpoint`] holds the figures a psm endpoint reports
+    /// ([`EndpointStats`]).
+    ///
+    /// ```
+    /// # use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+    /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Hints, Provider};
+    /// # use psmrail::mrail::MrailFabric;
+    /// # let psm = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let rails = MrailConfig::builder()
+    /// #     .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap()).build();
+    /// # let hints = Hints::new().provider(Provider::Mrail).engine(EngineChoice::Soft)
+    /// #     .config(psm).mrail_config(rails);
+    /// # let info = getinfo(Some(&hints))?.remove(0);
+    /// let domain = MrailFabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+    /// let me = av.insert(&[ep.getname()]).remove(0)?;
+    /// let recv = ep.trecv(vec![0u8; 64], 9, 0);
+    /// let (sent, _) = domain.reactor().block_on(ep.tsend(me, 9, vec![7u8; 40]));
+    /// sent?;
+    /// let (got, _) = domain.reactor().block_on(recv);
+    /// assert_eq!(got?.len, 40);
+    /// let s = ep.stats();
+    /// assert_eq!((s.endpoint.msgs_sent, s.endpoint.bytes_sent), (1, 40));
+    /// assert_eq!((s.endpoint.msgs_received, s.endpoint.bytes_received), (1, 40));
+    /// assert_eq!(s.rails.len(), 2);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
     pub fn stats(&self) -> MrailStats {
         let s: &DriverStats = self.core.driver.stats();
         let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
@@ -208,6 +263,7 @@ impl MrailEndpoint {
         let states = self.core.driver.rail_states();
         let (peers, peer_state_bytes) = self.core.driver.peer_state();
         MrailStats {
+            endpoint: self.core.endpoint_stats(),
             peers,
             peer_state_bytes,
             unknown_peer: get(&s.unknown_peer),
@@ -479,19 +535,20 @@ impl MrailEndpointBuilder {
             )
         })?;
         let inject_size = self.info.inject_size;
-        Ok(MrailEndpoint {
-            core: Arc::new(MrailEndpointCore {
-                domain,
-                info: self.info,
-                caps: self.caps,
-                av,
-                rails,
-                driver,
-                name,
-                inject_size,
-                source: Mutex::new(Some(id)),
-                closed: AtomicBool::new(false),
-            }),
-        })
+        let core = Arc::new(MrailEndpointCore {
+            domain,
+            info: self.info,
+            caps: self.caps,
+            av,
+            rails,
+            driver,
+            name,
+            inject_size,
+            source: Mutex::new(Some(id)),
+            closed: AtomicBool::new(false),
+        });
+        core.domain.adopt(&core);
+        tracing::info!(name = %core.name, rails = n, "mrail endpoint enabled");
+        Ok(MrailEndpoint { core })
     }
 }

@@ -13,6 +13,13 @@
 //! reactor — the parts already posted keep their windows of the buffer
 //! until their rails are done — and the completion is dropped when it
 //! comes. `mem::forget` of a future is safe too.
+//!
+//! # Tracing
+//! Each posted operation has an `mrail.op` span at TRACE level with the
+//! psm endpoint's fields (kind, peer, tag, length), entered while its
+//! future is polled and ended by its completion event (see
+//! `ops/op_span.rs`); striped transfers add their `mrail.striped` spans
+//! beneath the driver.
 
 use super::core::header::MsgClass;
 use super::core::matcher::RecvSpec;
@@ -20,6 +27,7 @@ use super::driver::{Driver, MrailCompletion, Sink};
 use super::endpoint::MrailEndpoint;
 use crate::engine::{OpBuffer, PostError};
 use crate::fabric::{Caps, FiAddr, MAX_MSG_SIZE};
+use crate::ops::op_span::{OpDesc, OpSpan, Provider};
 use crate::ops::{MessageEndpoint, OpOutput, Received, Sent};
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind, Result};
@@ -53,6 +61,7 @@ impl State {
 pub struct MrailSendOp<'a> {
     ep: &'a MrailEndpoint,
     state: State,
+    span: OpSpan,
 }
 
 /// The future of an mrail receive: resolves with the message's length, tag
@@ -62,6 +71,7 @@ pub struct MrailSendOp<'a> {
 pub struct MrailRecvOp<'a> {
     ep: &'a MrailEndpoint,
     state: State,
+    span: OpSpan,
 }
 
 /// The handle of an operation posted with a context, for
@@ -114,7 +124,14 @@ impl Future for MrailSendOp<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OpOutput<Sent>> {
         let this = &mut *self;
-        poll_state(this.ep, &mut this.state, cx).map(|(r, b)| (r.map(|d| Sent { len: d.len }), b))
+        let polled = {
+            let _entered = this.span.enter();
+            poll_state(this.ep, &mut this.state, cx)
+        };
+        let (r, b) = std::task::ready!(polled);
+        let r = r.map(|d| Sent { len: d.len });
+        this.span.done(&r, |s| s.len);
+        Poll::Ready((r, b))
     }
 }
 
@@ -129,14 +146,18 @@ impl Future for MrailRecvOp<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OpOutput<Received>> {
         let this = &mut *self;
-        poll_state(this.ep, &mut this.state, cx).map(|(r, b)| {
-            let r = r.map(|d| Received {
-                len: d.len,
-                tag: d.tag,
-                source: d.source,
-            });
-            (r, b)
-        })
+        let polled = {
+            let _entered = this.span.enter();
+            poll_state(this.ep, &mut this.state, cx)
+        };
+        let (r, b) = std::task::ready!(polled);
+        let r = r.map(|d| Received {
+            len: d.len,
+            tag: d.tag,
+            source: d.source,
+        });
+        this.span.received(&r);
+        Poll::Ready((r, b))
     }
 }
 
@@ -155,6 +176,25 @@ impl MrailRecvOp<'_> {
             State::Posted(key) => self.ep.core.driver.cancel(Sink::Future(key)),
             _ => false,
         }
+    }
+}
+
+/// What an operation's span says at its start.
+fn desc(kind: &'static str, peer: Option<FiAddr>, tag: Option<u64>, len: usize) -> OpDesc {
+    OpDesc {
+        kind,
+        peer,
+        tag,
+        len,
+    }
+}
+
+/// The span of an operation in `state` (none for one that failed at once).
+#[inline]
+fn traced(state: &State, d: OpDesc) -> OpSpan {
+    match state {
+        State::Posted(_) => OpSpan::new(Provider::Mrail, || d),
+        _ => OpSpan::default(),
     }
 }
 
@@ -221,6 +261,7 @@ impl MrailEndpoint {
                 if let Sink::Future(key) = sink {
                     drop(self.driver().table().retire(key));
                 }
+                self.driver().op_stats().refused(&error);
                 Err(PostError { error, buffer })
             }
         }
@@ -247,22 +288,29 @@ impl MrailEndpoint {
                 if let Sink::Future(key) = sink {
                     drop(self.driver().table().retire(key));
                 }
+                self.driver().op_stats().refused(&error);
                 Err(PostError { error, buffer })
             }
         }
     }
 
-    fn send_op(&self, r: std::result::Result<Sink, PostError>) -> MrailSendOp<'_> {
+    fn send_op(&self, r: std::result::Result<Sink, PostError>, d: OpDesc) -> MrailSendOp<'_> {
+        let state = State::of(r);
+        let span = traced(&state, d);
         MrailSendOp {
             ep: self,
-            state: State::of(r),
+            state,
+            span,
         }
     }
 
-    fn recv_op(&self, r: std::result::Result<Sink, PostError>) -> MrailRecvOp<'_> {
+    fn recv_op(&self, r: std::result::Result<Sink, PostError>, d: OpDesc) -> MrailRecvOp<'_> {
+        let state = State::of(r);
+        let span = traced(&state, d);
         MrailRecvOp {
             ep: self,
-            state: State::of(r),
+            state,
+            span,
         }
     }
 
@@ -275,51 +323,63 @@ impl MrailEndpoint {
     /// no direction bits). Untagged messages match only untagged receives
     /// (C's mrail sent every message as tagged).
     pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> MrailSendOp<'_> {
-        let r = self.do_send(dest, MsgClass::Msg, 0, buf.into(), Driver::future_sink);
-        self.send_op(r)
+        let buf = buf.into();
+        let d = desc("send", Some(dest), None, buf.len());
+        let r = self.do_send(dest, MsgClass::Msg, 0, buf, Driver::future_sink);
+        self.send_op(r, d)
     }
 
     /// Sends `buf` with `tag` to `dest` (`fi_tsend`). Every one of the 64
     /// tag bits is the user's.
     pub fn tsend(&self, dest: FiAddr, tag: u64, buf: impl Into<OpBuffer>) -> MrailSendOp<'_> {
-        let r = self.do_send(dest, MsgClass::Tagged, tag, buf.into(), Driver::future_sink);
-        self.send_op(r)
+        let buf = buf.into();
+        let d = desc("tsend", Some(dest), Some(tag), buf.len());
+        let r = self.do_send(dest, MsgClass::Tagged, tag, buf, Driver::future_sink);
+        self.send_op(r, d)
     }
 
     /// Receives the next untagged message from any source (`fi_recv`).
     /// A message longer than `buf` fills it and fails with `FI_ETRUNC`
     /// (both lengths in the error); a longer buffer is fine.
     pub fn recv(&self, buf: impl Into<OpBuffer>) -> MrailRecvOp<'_> {
-        let r = self.do_recv(RecvSpec::msg(None), buf.into(), Driver::future_sink);
-        self.recv_op(r)
+        let buf = buf.into();
+        let d = desc("recv", None, None, buf.len());
+        let r = self.do_recv(RecvSpec::msg(None), buf, Driver::future_sink);
+        self.recv_op(r, d)
     }
 
     /// Receives the next untagged message sent by `src` (`FI_DIRECTED_RECV`,
     /// which the endpoint's caps must include).
     pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> MrailRecvOp<'_> {
         let buf = buf.into();
+        let d = desc("recv", Some(src), None, buf.len());
         let spec = match self.directed(src) {
             Ok(i) => RecvSpec::msg(Some(i)),
             Err(e) => {
-                return MrailRecvOp {
-                    ep: self,
-                    state: State::Failed(Box::new((e, buf))),
-                }
+                return self.recv_op(
+                    Err(PostError {
+                        error: e,
+                        buffer: buf,
+                    }),
+                    d,
+                )
             }
         };
         let r = self.do_recv(spec, buf, Driver::future_sink);
-        self.recv_op(r)
+        self.recv_op(r, d)
     }
 
     /// Receives the first message whose tag matches `tag` in the bits not
     /// set in `ignore` (`fi_trecv`, any source).
     pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> MrailRecvOp<'_> {
+        let buf = buf.into();
+        let d = desc("trecv", None, Some(tag), buf.len());
         let r = self.do_recv(
             RecvSpec::tagged(tag, ignore, None),
-            buf.into(),
+            buf,
             Driver::future_sink,
         );
-        self.recv_op(r)
+        self.recv_op(r, d)
     }
 
     /// [`trecv`](Self::trecv) from one source (`FI_DIRECTED_RECV`).
@@ -331,17 +391,21 @@ impl MrailEndpoint {
         ignore: u64,
     ) -> MrailRecvOp<'_> {
         let buf = buf.into();
+        let d = desc("trecv", Some(src), Some(tag), buf.len());
         let spec = match self.directed(src) {
             Ok(i) => RecvSpec::tagged(tag, ignore, Some(i)),
             Err(e) => {
-                return MrailRecvOp {
-                    ep: self,
-                    state: State::Failed(Box::new((e, buf))),
-                }
+                return self.recv_op(
+                    Err(PostError {
+                        error: e,
+                        buffer: buf,
+                    }),
+                    d,
+                )
             }
         };
         let r = self.do_recv(spec, buf, Driver::future_sink);
-        self.recv_op(r)
+        self.recv_op(r, d)
     }
 
     fn directed(&self, src: FiAddr) -> Result<u32> {
@@ -375,7 +439,22 @@ impl MrailEndpoint {
             "inject",
         )?;
         // One rail inject, straight from `data`.
-        self.driver().inject(dest, class, tag, data)
+        let kind = match class {
+            MsgClass::Msg => "inject",
+            MsgClass::Tagged => "tinject",
+        };
+        let tag = (class == MsgClass::Tagged).then_some(tag);
+        let mut span = OpSpan::new(Provider::Mrail, || desc(kind, Some(dest), tag, data.len()));
+        let result = {
+            let _entered = span.enter();
+            self.driver().inject(dest, class, tag.unwrap_or(0), data)
+        };
+        match &result {
+            Ok(()) => self.driver().op_stats().sent(data.len()),
+            Err(e) => self.driver().op_stats().refused(e),
+        }
+        span.done(&result, |_| data.len());
+        result
     }
 
     /// Sends a small untagged message; `data` may be reused at once
@@ -557,5 +636,9 @@ impl MessageEndpoint for MrailEndpoint {
 
     fn cancel(&self, posted: &MrailPosted) -> Result<bool> {
         MrailEndpoint::cancel(self, posted)
+    }
+
+    fn stats(&self) -> crate::fabric::EndpointStats {
+        self.core.endpoint_stats()
     }
 }

@@ -251,6 +251,9 @@ impl End {
                 c.inc_err();
             }
         }
+        if result.is_err() {
+            self.ep.driver.op_stats().error();
+        }
         (result, buffer)
     }
 }

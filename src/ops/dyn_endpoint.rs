@@ -44,13 +44,14 @@
 //! let endpoints: Vec<Box<dyn DynEndpoint>> = vec![Box::new(ep)];
 //! for ep in &endpoints {
 //!     assert_eq!(futures::executor::block_on(ping(ep.as_ref(), me))?, b"ping");
+//!     assert_eq!(ep.stats().msgs_received, 1);
 //! }
 //! # Ok::<(), psmrail::Error>(())
 //! ```
 
 use super::{MessageEndpoint, OpOutput, Received, Sent};
 use crate::engine::OpBuffer;
-use crate::fabric::{Caps, FiAddr};
+use crate::fabric::{Caps, EndpointStats, FiAddr};
 use crate::Result;
 use futures::future::BoxFuture;
 
@@ -76,6 +77,8 @@ pub trait DynEndpoint: Send + Sync {
     fn inject(&self, dest: FiAddr, data: &[u8]) -> Result<()>;
     /// [`MessageEndpoint::tinject`].
     fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()>;
+    /// [`MessageEndpoint::stats`].
+    fn stats(&self) -> EndpointStats;
 }
 
 impl<E> DynEndpoint for E
@@ -118,5 +121,9 @@ where
 
     fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()> {
         MessageEndpoint::tinject(self, dest, tag, data)
+    }
+
+    fn stats(&self) -> EndpointStats {
+        MessageEndpoint::stats(self)
     }
 }

@@ -4,8 +4,10 @@
 //! The bytes (at most the endpoint's inject size, 64 B by default) are
 //! copied; the send then runs in the background and its slot is abandoned,
 //! so the reactor frees the copy when the engine is done. The send counter
-//! counts the inject at once, as in C.
+//! counts the inject at once, as in C, and so do the endpoint's
+//! statistics; its span (when traced) covers the call.
 
+use super::op_span::{self, OpDesc, Provider};
 use super::pending::{release_unposted, Carrier, PendingOp};
 use crate::engine::{OpBuffer, PeerAddr};
 use crate::fabric::{CounterKind, EndpointCore};
@@ -32,8 +34,26 @@ fn inject_len_error(len: usize, max: usize) -> Error {
 }
 
 #[inline]
-fn counted(ep: &EndpointCore) {
+fn counted(ep: &EndpointCore, len: usize) {
     super::outcome::count(ep.counter(CounterKind::Send), true);
+    ep.stats().sent(len);
+}
+
+/// Runs `inject` inside the span of the operation `d` describes: for
+/// callers that found [`op_span::wanted`].
+#[cold]
+#[inline(never)]
+pub(crate) fn traced(d: OpDesc, inject: impl FnOnce() -> Result<()>) -> Result<()> {
+    let len = d.len;
+    let Some(span) = op_span::open(Provider::Psm, d) else {
+        return inject();
+    };
+    let result = span.in_scope(inject);
+    match &result {
+        Ok(()) => op_span::ok(&span, len, None),
+        Err(e) => op_span::err(&span, e),
+    }
+    result
 }
 
 /// Injects over the MQ with `tag`: the engine's own inject (native: PSM's
@@ -48,9 +68,12 @@ pub(crate) fn inject_mq(
 ) -> Result<()> {
     let domain = ep.domain();
     domain.peers().refuse(peer, "inject")?;
-    domain.direct().inject(peer, tag, data)?;
+    if let Err(e) = domain.direct().inject(peer, tag, data) {
+        ep.stats().refused(&e);
+        return Err(e);
+    }
     domain.reactor().notify();
-    counted(ep);
+    counted(ep, data.len());
     Ok(())
 }
 
@@ -64,11 +87,12 @@ pub(crate) fn inject_am(ep: &Arc<EndpointCore>, peer: PeerAddr, data: &[u8]) -> 
         Ok(()) => {
             domain.reactor().notify();
             drop(PendingOp::new(ep, key, Carrier::AmMsg, false, None));
-            counted(ep);
+            counted(ep, data.len());
             Ok(())
         }
         Err(e) => {
             release_unposted(table, key);
+            ep.stats().refused(&e.error);
             Err(e.error)
         }
     }

@@ -52,7 +52,7 @@
 
 use super::{OpOutput, Posted, Received, RecvOp, SendOp, Sent};
 use crate::engine::{OpBuffer, PostError};
-use crate::fabric::{Caps, Endpoint, FiAddr};
+use crate::fabric::{Caps, Endpoint, EndpointStats, FiAddr};
 use crate::Result;
 use std::future::Future;
 
@@ -136,6 +136,35 @@ pub trait MessageEndpoint {
     /// `fi_cancel` of a receive posted with a context; `Ok(false)` when it
     /// is too late.
     fn cancel(&self, posted: &Self::Posted) -> Result<bool>;
+
+    /// What the endpoint's operations did so far, and its unexpected queue
+    /// ([`Endpoint::stats`], or [`MrailStats::endpoint`](crate::mrail::MrailStats::endpoint)).
+    ///
+    /// ```
+    /// use psmrail::ops::MessageEndpoint;
+    ///
+    /// /// Bytes sent per message, on any endpoint.
+    /// fn mean_sent<E: MessageEndpoint>(ep: &E) -> Option<u64> {
+    ///     let s = ep.stats();
+    ///     s.bytes_sent.checked_div(s.msgs_sent)
+    /// }
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// # let av = domain.av(AvAttr::new())?;
+    /// # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+    /// # let me = av.insert(&[ep.getname()]).remove(0)?;
+    /// assert_eq!(mean_sent(&ep), None);
+    /// ep.tinject(me, 1, &[0u8; 8])?;
+    /// ep.tinject(me, 1, &[0u8; 24])?;
+    /// assert_eq!(mean_sent(&ep), Some(16));
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    fn stats(&self) -> EndpointStats;
 }
 
 impl MessageEndpoint for Endpoint {
@@ -218,5 +247,9 @@ impl MessageEndpoint for Endpoint {
 
     fn cancel(&self, posted: &Posted) -> Result<bool> {
         Endpoint::cancel(self, posted)
+    }
+
+    fn stats(&self) -> EndpointStats {
+        Endpoint::stats(self)
     }
 }

@@ -89,6 +89,15 @@
 //! until the domain closes). [`RecvOp::cancel`] is `fi_cancel`: the receive
 //! completes with `FI_ECANCELED`.
 //!
+//! # Tracing and statistics
+//! Every operation has a `tracing` span at TRACE level (`psm.op`; the
+//! multi-rail endpoint's are `mrail.op`) with its kind, peer, tag and
+//! length, from its post to its completion or its future's drop, ending
+//! with an event that gives the outcome (`op_span` in the source).
+//! With no subscriber interested that costs one relaxed load per
+//! operation. What operations did is counted per endpoint:
+//! [`Endpoint::stats`](crate::fabric::Endpoint::stats).
+//!
 //! # Completions, CQs and counters
 //! A future delivers its own completion. Counters bound to the endpoint
 //! count completions (and errors) as their futures observe them; injects
@@ -110,6 +119,7 @@ mod inject;
 mod message_endpoint;
 mod msg;
 mod multi_recv;
+pub(crate) mod op_span;
 mod outcome;
 mod pending;
 mod post;

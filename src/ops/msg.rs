@@ -7,6 +7,7 @@
 //! sender exactly. With `FI_PSM_AM_MSG=1` they travel over active messages
 //! instead (the domain's AM message queue); the API is the same.
 
+use super::op_span::{self, OpDesc};
 use super::outcome::OpName;
 use super::recv::{RecvKind, RecvOp};
 use super::send::SendOp;
@@ -39,12 +40,23 @@ impl Endpoint {
             Ok(p) => p,
             Err(e) => return SendOp::failed(e, buf),
         };
+        let traced = op_span::wanted();
+        let len = if traced { buf.len() } else { 0 };
         let posted = if ep.domain().config().am_msg() {
             am_send(ep, peer, buf)
         } else {
             mq_send(ep, peer, msg_tag(ep), buf)
         };
         match posted {
+            Ok(op) if traced => {
+                let d = OpDesc {
+                    kind: "send",
+                    peer: Some(dest),
+                    tag: None,
+                    len,
+                };
+                SendOp::traced(op, OpName::Send, d)
+            }
             Ok(op) => SendOp::posted(op, OpName::Send),
             Err((e, buf)) => SendOp::failed(e, buf),
         }
@@ -81,6 +93,8 @@ impl Endpoint {
             Err(e) => return RecvOp::failed(e, buf),
         };
         let domain = ep.domain();
+        let traced = op_span::wanted();
+        let len = if traced { buf.len() } else { 0 };
         let (posted, kind) = if domain.config().am_msg() {
             (am_recv(ep, from, buf), RecvKind::MsgAm)
         } else {
@@ -100,6 +114,15 @@ impl Endpoint {
             (mq_recv(ep, tags, directed(&tags), buf), RecvKind::MsgMq)
         };
         match posted {
+            Ok(op) if traced => {
+                let d = OpDesc {
+                    kind: "recv",
+                    peer: src,
+                    tag: None,
+                    len,
+                };
+                RecvOp::traced(op, OpName::Recv, kind, d)
+            }
             Ok(op) => RecvOp::posted(op, OpName::Recv, kind),
             Err((e, buf)) => RecvOp::failed(e, buf),
         }
@@ -113,10 +136,20 @@ impl Endpoint {
         check_caps(ep, Caps::MSG, Dir::Send, OpName::Send)?;
         super::inject::check_inject_len(ep, data.len())?;
         let peer = ep.resolve(dest)?;
-        if ep.domain().config().am_msg() {
-            super::inject::inject_am(ep, peer, data)
-        } else {
-            super::inject::inject_mq(ep, peer, msg_tag(ep), data)
+        let am = ep.domain().config().am_msg();
+        let inject = || match am {
+            true => super::inject::inject_am(ep, peer, data),
+            false => super::inject::inject_mq(ep, peer, msg_tag(ep), data),
+        };
+        if op_span::wanted() {
+            let d = OpDesc {
+                kind: "inject",
+                peer: Some(dest),
+                tag: None,
+                len: data.len(),
+            };
+            return super::inject::traced(d, inject);
         }
+        inject()
     }
 }

@@ -13,7 +13,14 @@
 //! cannot cancel, gives up its slot — the engine keeps the buffer until
 //! it is done with it (at the latest when the domain closes) and the
 //! future hands back an empty buffer.
+//!
+//! # Tracing
+//! The op's span ([`op_span`](super::op_span)), like its peer-book
+//! registration and its peer's death, lives in the op's boxed cold state:
+//! an op that nobody traces and whose peer lives carries 8 bytes of `None`
+//! for all three.
 
+use super::op_span::{self, OpDesc, Provider};
 use super::outcome::OpName;
 use crate::engine::{MqCompletion, MqStatus, OpBuffer};
 use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
@@ -23,6 +30,7 @@ use crate::{Error, ErrorKind};
 use futures::task::AtomicWaker;
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Context, Poll};
+use tracing::Span;
 
 /// Pending polls (manual progress) before an operation with a peer
 /// registers with the peer book: operations that finish quickly never do.
@@ -104,6 +112,17 @@ pub(crate) enum Carrier {
     AmMsg,
 }
 
+/// What an op rarely needs, boxed so that its future stays small.
+#[derive(Debug, Default)]
+struct Cold {
+    /// The op's span, while it runs and someone traces it.
+    span: Option<Span>,
+    /// Registered with the peer book.
+    token: Option<Arc<OpToken>>,
+    /// The peer's death, once acted on.
+    doomed: Option<Arc<Death>>,
+}
+
 /// A posted, not yet completed operation.
 ///
 /// The op's buffer lives in the engine (or in the completion slot once the
@@ -127,10 +146,8 @@ pub(crate) struct PendingOp<'a> {
     peer: Option<PeerRef>,
     /// Pending polls so far, until registered.
     polls: u16,
-    /// Registered with the peer book.
-    token: Option<Arc<OpToken>>,
-    /// The peer's death, once acted on.
-    doomed: Option<Arc<Death>>,
+    /// The span, the peer-book registration, the peer's death.
+    cold: Option<Box<Cold>>,
 }
 
 impl std::fmt::Debug for OpToken {
@@ -160,9 +177,34 @@ impl<'a> PendingOp<'a> {
             live: true,
             peer,
             polls: 0,
-            token: None,
-            doomed: None,
+            cold: None,
         }
+    }
+
+    /// Opens the op's span if a subscriber wants it ([`op_span`]). The
+    /// posting code asks [`op_span::wanted`] first (one relaxed load), and
+    /// only a traced op comes here.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn open_span(&mut self, d: OpDesc) {
+        if let Some(span) = op_span::open(Provider::Psm, d) {
+            self.cold.get_or_insert_with(Box::default).span = Some(span);
+        }
+    }
+
+    /// The op's span, if it is traced.
+    #[inline(always)]
+    pub(crate) fn span(&self) -> Option<&Span> {
+        self.cold.as_ref().and_then(|c| c.span.as_ref())
+    }
+
+    /// Takes the span out (to end it, or to hand it to a route).
+    pub(crate) fn take_span(&mut self) -> Option<Span> {
+        self.cold.as_mut().and_then(|c| c.span.take())
+    }
+
+    fn doomed(&self) -> Option<&Arc<Death>> {
+        self.cold.as_ref().and_then(|c| c.doomed.as_ref())
     }
 
     /// The endpoint that posted the op.
@@ -175,6 +217,28 @@ impl<'a> PendingOp<'a> {
     /// does for a dead key).
     #[inline(always)]
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
+        if self.cold.is_some() {
+            return self.poll_cold(cx);
+        }
+        self.poll_plain(cx)
+    }
+
+    /// [`poll`](Self::poll) of an op with cold state: inside its span, if
+    /// it is traced.
+    #[inline(never)]
+    fn poll_cold(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
+        let Some(span) = self.take_span() else {
+            return self.poll_plain(cx);
+        };
+        let r = span.in_scope(|| self.poll_plain(cx));
+        if let Some(c) = self.cold.as_mut() {
+            c.span = Some(span);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn poll_plain(&mut self, cx: &mut Context<'_>) -> Poll<MqCompletion> {
         let domain = self.ep.domain();
         let r = match self.carrier {
             // The engine's fast path: in manual mode it tests this one
@@ -203,7 +267,8 @@ impl<'a> PendingOp<'a> {
             return Poll::Pending;
         };
         let manual = self.ep.domain().reactor().is_manual();
-        let death = match &self.token {
+        let token = self.cold.as_ref().and_then(|c| c.token.as_ref());
+        let death = match token {
             Some(t) => {
                 if !manual {
                     t.waker.register(cx.waker());
@@ -221,7 +286,7 @@ impl<'a> PendingOp<'a> {
                 }
                 let weak: Weak<dyn Doomed> = Arc::downgrade(&t) as Weak<OpToken>;
                 let d = self.ep.domain().peers().wait_for(peer, weak);
-                self.token = Some(t);
+                self.cold.get_or_insert_with(Box::default).token = Some(t);
                 d
             }
         };
@@ -236,11 +301,11 @@ impl<'a> PendingOp<'a> {
     /// cancelled.
     #[cold]
     fn die(&mut self, death: Arc<Death>, cx: &mut Context<'_>) -> Poll<MqCompletion> {
-        if self.doomed.is_some() {
+        if self.doomed().is_some() {
             // A receive cancelled for it: its completion is on the way.
             return Poll::Pending;
         }
-        self.doomed = Some(death);
+        self.cold.get_or_insert_with(Box::default).doomed = Some(death);
         if self.receive && self.cancel() {
             cx.waker().wake_by_ref();
             return Poll::Pending;
@@ -256,7 +321,7 @@ impl<'a> PendingOp<'a> {
     pub(crate) fn peer_error(&self, status: &MqStatus, op: OpName) -> Option<Error> {
         // The common case, a successful completion, stays inline.
         status.error?;
-        peer_error(self.ep, self.peer, self.doomed.as_ref(), status, op)
+        peer_error(self.ep, self.peer, self.doomed(), status, op)
     }
 
     /// Gives up the future side of the op without abandoning its slot (a
@@ -269,6 +334,7 @@ impl<'a> PendingOp<'a> {
             carrier: self.carrier,
             receive: self.receive,
             peer: self.peer,
+            span: self.take_span(),
         }
     }
 
@@ -295,6 +361,9 @@ impl Drop for PendingOp<'_> {
         if !self.live {
             return;
         }
+        if let Some(span) = self.span() {
+            op_span::dropped(span);
+        }
         self.cancel();
         // The value, if the op already completed, is dropped here; otherwise
         // the table drops it when the engine completes.
@@ -309,6 +378,7 @@ pub(crate) struct Detached {
     pub carrier: Carrier,
     pub receive: bool,
     pub peer: Option<PeerRef>,
+    pub span: Option<Span>,
 }
 
 /// Frees a slot that was inserted but whose post failed (the engine will

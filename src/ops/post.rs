@@ -23,7 +23,11 @@
 //! entry naming the peer (an empty buffer where the engine keeps the real
 //! one), and the counter an error. A small state word makes sure exactly
 //! one of the two paths delivers.
+//!
+//! The route counts the completion in the endpoint's statistics and ends
+//! the operation's span (when traced) with its event.
 
+use super::op_span;
 use super::outcome::{count, status_error, OpName};
 use super::pending::{dead_completion, peer_error, Carrier, Detached};
 use super::recv::{source_of, RecvKind};
@@ -67,6 +71,8 @@ struct Route {
     doomed: OnceLock<Arc<Death>>,
     /// A receive was cancelled (or tried) for it.
     cancel_tried: AtomicBool,
+    /// The operation's span, if traced; closed with the route.
+    span: Option<tracing::Span>,
 }
 
 impl Wake for Route {
@@ -162,9 +168,23 @@ impl Route {
         };
         let error = peer_error(ep, self.peer, self.doomed.get(), &done.status, self.name)
             .or_else(|| status_error(&done.status, self.name));
+        if let Some(span) = &self.span {
+            let len = done.status.nbytes;
+            match (&error, self.recv) {
+                (None, Some(k)) => {
+                    op_span::ok(span, len, Some((tag, source_of(ep, k, &done.status))))
+                }
+                (None, None) => op_span::ok(span, len, None),
+                (Some(e), _) => op_span::err(span, e),
+            }
+        }
         match error {
             None => {
                 count(counter, true);
+                match self.recv {
+                    Some(_) => ep.stats().received(done.status.nbytes),
+                    None => ep.stats().sent(done.status.nbytes),
+                }
                 if let Some(cq) = ep.cq(dir) {
                     cq.push(CqEntry {
                         context: self.context,
@@ -182,6 +202,7 @@ impl Route {
             }
             Some(error) => {
                 count(counter, false);
+                ep.stats().error();
                 if let Some(cq) = ep.cq(dir) {
                     cq.push_err(CqErrEntry {
                         context: self.context,
@@ -212,6 +233,7 @@ fn route(op: Detached, context: u64, name: OpName, recv: Option<RecvKind>) {
         key,
         carrier,
         peer,
+        span,
         ..
     } = op;
     let route = Arc::new(Route {
@@ -225,6 +247,7 @@ fn route(op: Detached, context: u64, name: OpName, recv: Option<RecvKind>) {
         state: AtomicU8::new(BUSY),
         doomed: OnceLock::new(),
         cancel_tried: AtomicBool::new(false),
+        span,
     });
     let domain = route.ep.domain().clone();
     let waker = Waker::from(route.clone());

@@ -1,5 +1,6 @@
 //! [`RecvOp`]: the future of `recv`, `recv_from` and `trecv`.
 
+use super::op_span;
 use super::outcome::{count, failed_status_error, OpName, OpOutput, Received};
 use super::pending::PendingOp;
 use crate::engine::{Epid, MqCompletion, MqStatus, OpBuffer};
@@ -66,6 +67,20 @@ impl<'a> RecvOp<'a> {
         }
     }
 
+    /// [`posted`](Self::posted) with the op's span opened, if a subscriber
+    /// wants it: out of line, so that the plain post stays as it is.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn traced(
+        mut op: PendingOp<'a>,
+        name: OpName,
+        kind: RecvKind,
+        d: op_span::OpDesc,
+    ) -> Self {
+        op.open_span(d);
+        RecvOp::posted(op, name, kind)
+    }
+
     pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
         RecvOp {
             state: State::Failed(Box::new((error, buffer))),
@@ -115,7 +130,12 @@ impl<'a> RecvOp<'a> {
         let error = op
             .peer_error(&done.status, *name)
             .unwrap_or_else(|| failed_status_error(&done.status, *name));
-        count(op.endpoint().counter(CounterKind::Recv), false);
+        let ep = op.endpoint();
+        count(ep.counter(CounterKind::Recv), false);
+        ep.stats().error();
+        if let Some(span) = op.span() {
+            op_span::err(span, &error);
+        }
         self.state = State::Done;
         (Err(error), done.buffer)
     }
@@ -171,6 +191,10 @@ impl Future for RecvOp<'_> {
             source: source_of(ep, *kind, &done.status),
         };
         count(ep.counter(CounterKind::Recv), true);
+        ep.stats().received(received.len);
+        if let Some(span) = op.span() {
+            op_span::ok(span, received.len, Some((received.tag, received.source)));
+        }
         this.state = State::Done;
         Poll::Ready((Ok(received), done.buffer))
     }

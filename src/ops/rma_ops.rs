@@ -18,6 +18,7 @@
 //! as the waker of the operation's slot in the transport's `done` table
 //! (as `post.rs` does for messages).
 
+use super::op_span::{OpDesc, OpSpan, Provider};
 use super::outcome::{count, OpOutput};
 use super::rma::{RemoteIov, RmaKind};
 use super::rma_transport::{Done, RmaTransport};
@@ -61,6 +62,7 @@ enum State {
         rma: Arc<RmaTransport>,
         key: OpKey,
         counter: CounterKind,
+        span: OpSpan,
     },
     Failed(Error, OpBuffer),
     Done,
@@ -79,8 +81,17 @@ impl RmaOp {
                 rma,
                 key,
                 counter,
+                span: OpSpan::default(),
             },
         }
+    }
+
+    /// Opens the operation's span, if someone traces it.
+    pub(crate) fn traced(mut self, d: impl FnOnce() -> OpDesc) -> Self {
+        if let State::Posted { span, .. } = &mut self.state {
+            *span = OpSpan::new(Provider::Psm, d);
+        }
+        self
     }
 
     pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
@@ -105,6 +116,7 @@ impl RmaOp {
                 rma,
                 key,
                 counter,
+                span,
             } => {
                 let route = Arc::new(RmaRoute {
                     ep,
@@ -113,6 +125,7 @@ impl RmaOp {
                     counter,
                     context,
                     flags,
+                    span: std::sync::Mutex::new(span),
                 });
                 let waker = Waker::from(route.clone());
                 let mut cx = Context::from_waker(&waker);
@@ -137,6 +150,8 @@ struct RmaRoute {
     counter: CounterKind,
     context: u64,
     flags: CompletionFlags,
+    /// The operation's span, ended at delivery.
+    span: std::sync::Mutex<OpSpan>,
 }
 
 impl Wake for RmaRoute {
@@ -154,6 +169,14 @@ impl Wake for RmaRoute {
 impl RmaRoute {
     fn deliver(&self, (result, buffer): Done) {
         count(self.ep.counter(self.counter), result.is_ok());
+        if result.is_err() {
+            self.ep.stats().error();
+        }
+        let len = buffer.len();
+        self.span
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .done(&result, |_| len);
         let Some(cq) = self.ep.cq(Direction::Transmit) else {
             return;
         };
@@ -194,10 +217,19 @@ impl Future for RmaOp {
                 rma,
                 key,
                 counter,
+                span,
             } => {
-                let (result, buffer) =
-                    std::task::ready!(ep.domain().reactor().poll_completion(rma.done(), *key, cx));
+                let polled = {
+                    let _entered = span.enter();
+                    ep.domain().reactor().poll_completion(rma.done(), *key, cx)
+                };
+                let (result, buffer) = std::task::ready!(polled);
                 count(ep.counter(*counter), result.is_ok());
+                if result.is_err() {
+                    ep.stats().error();
+                }
+                let len = buffer.len();
+                span.done(&result, |_| len);
                 this.state = State::Done;
                 Poll::Ready((result, buffer))
             }
@@ -418,7 +450,18 @@ impl Endpoint {
             Ok(p) => p,
             Err(e) => return RmaOp::failed(e, buf),
         };
+        let len = buf.len();
         self.start_rma(&rma, kind, peer, buf, remote, data)
+            .traced(|| OpDesc {
+                kind: match (kind, data) {
+                    (RmaKind::Write, None) => "write",
+                    (RmaKind::Write, Some(_)) => "writedata",
+                    (RmaKind::Read, _) => "read",
+                },
+                peer: Some(dest),
+                tag: None,
+                len,
+            })
     }
 
     /// RMA to an engine peer (the multi-rail layer's stripes, whose peers

@@ -1,5 +1,6 @@
 //! [`SendOp`]: the future of `send` and `tsend`.
 
+use super::op_span;
 use super::outcome::{count, status_error, OpName, OpOutput, Sent};
 use super::pending::PendingOp;
 use crate::engine::OpBuffer;
@@ -48,6 +49,15 @@ impl<'a> SendOp<'a> {
         }
     }
 
+    /// [`posted`](Self::posted) with the op's span opened, if a subscriber
+    /// wants it: out of line, so that the plain post stays as it is.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn traced(mut op: PendingOp<'a>, name: OpName, d: op_span::OpDesc) -> Self {
+        op.open_span(d);
+        SendOp::posted(op, name)
+    }
+
     pub(crate) fn failed(error: Error, buffer: OpBuffer) -> Self {
         SendOp {
             state: State::Failed(error, buffer),
@@ -92,7 +102,18 @@ impl Future for SendOp<'_> {
                     }),
                     Some(e) => Err(e),
                 };
-                count(op.endpoint().counter(CounterKind::Send), result.is_ok());
+                let ep = op.endpoint();
+                count(ep.counter(CounterKind::Send), result.is_ok());
+                match &result {
+                    Ok(s) => ep.stats().sent(s.len),
+                    Err(_) => ep.stats().error(),
+                }
+                if let Some(span) = op.span() {
+                    match &result {
+                        Ok(s) => op_span::ok(span, s.len, None),
+                        Err(e) => op_span::err(span, e),
+                    }
+                }
                 this.state = State::Done;
                 Poll::Ready((result, done.buffer))
             }

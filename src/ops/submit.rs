@@ -82,6 +82,15 @@ fn read_only_error(op: OpName) -> Error {
     )
 }
 
+/// A post the engine refused: counted (`FI_EAGAIN`) in the endpoint's
+/// statistics, its error and buffer handed back.
+#[cold]
+#[inline(never)]
+fn refused(ep: &EndpointCore, e: crate::engine::PostError) -> (Error, OpBuffer) {
+    ep.stats().refused(&e.error);
+    (e.error, e.buffer)
+}
+
 /// Posts an MQ send (refused at once towards a dead peer).
 #[inline(always)]
 pub(crate) fn mq_send<'a>(
@@ -108,7 +117,7 @@ pub(crate) fn mq_send<'a>(
                 Some(PeerRef::Peer(peer)),
             ))
         }
-        Err(e) => Err((e.error, e.buffer)),
+        Err(e) => Err(refused(ep, e)),
     }
 }
 
@@ -140,7 +149,7 @@ pub(crate) fn mq_recv<'a>(
                 from.map(PeerRef::Epid),
             ))
         }
-        Err(e) => Err((e.error, e.buffer)),
+        Err(e) => Err(refused(ep, e)),
     }
 }
 
@@ -160,7 +169,7 @@ pub(crate) fn am_send<'a>(
         }
         Err(e) => {
             release_unposted(table, key);
-            Err((e.error, e.buffer))
+            Err(refused(ep, e))
         }
     }
 }
@@ -181,7 +190,7 @@ pub(crate) fn am_recv<'a>(
         }
         Err(e) => {
             release_unposted(table, key);
-            Err((e.error, e.buffer))
+            Err(refused(ep, e))
         }
     }
 }

@@ -7,6 +7,7 @@
 //! when `t & !ignore == tag & !ignore`, and the reserved bits of an incoming
 //! tag must be 0, so tagged receives never see other traffic.
 
+use super::op_span::{self, OpDesc};
 use super::outcome::OpName;
 use super::recv::{source_of, RecvKind, RecvOp};
 use super::send::SendOp;
@@ -80,7 +81,18 @@ impl Endpoint {
             Ok(v) => v,
             Err(e) => return SendOp::failed(e, buf),
         };
+        let traced = op_span::wanted();
+        let len = if traced { buf.len() } else { 0 };
         match mq_send(ep, peer, tag, buf) {
+            Ok(op) if traced => {
+                let d = OpDesc {
+                    kind: "tsend",
+                    peer: Some(dest),
+                    tag: Some(tag),
+                    len,
+                };
+                SendOp::traced(op, OpName::TSend, d)
+            }
             Ok(op) => SendOp::posted(op, OpName::TSend),
             Err((e, buf)) => SendOp::failed(e, buf),
         }
@@ -102,7 +114,20 @@ impl Endpoint {
         }
         let reserved = ep.domain().tags().reserved();
         let tags = TagMatch::new(tag & !reserved, !ignore | reserved);
+        // Only a traced receive reads anything more (`op_span`): the plain
+        // path stays as it was, without moving the op through a local.
+        let traced = op_span::wanted();
+        let len = if traced { buf.len() } else { 0 };
         match mq_recv(ep, tags, None, buf) {
+            Ok(op) if traced => {
+                let d = OpDesc {
+                    kind: "trecv",
+                    peer: None,
+                    tag: Some(tag),
+                    len,
+                };
+                RecvOp::traced(op, OpName::TRecv, RecvKind::Tagged, d)
+            }
             Ok(op) => RecvOp::posted(op, OpName::TRecv, RecvKind::Tagged),
             Err((e, buf)) => RecvOp::failed(e, buf),
         }
@@ -121,6 +146,15 @@ impl Endpoint {
         super::inject::check_inject_len(ep, data.len())?;
         let tag = check_tag(ep, tag, OpName::TSend)?;
         let peer = ep.resolve(dest)?;
+        if op_span::wanted() {
+            let d = OpDesc {
+                kind: "tinject",
+                peer: Some(dest),
+                tag: Some(tag),
+                len: data.len(),
+            };
+            return super::inject::traced(d, || super::inject::inject_mq(ep, peer, tag, data));
+        }
         super::inject::inject_mq(ep, peer, tag, data)
     }
 

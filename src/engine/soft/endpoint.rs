@@ -173,7 +173,8 @@ use super::wire::{HandshakeError, JobUuid};
 use super::{linger, Role, SoftConfig, SoftCore, SoftEpid};
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EndpointOptions, EngineEndpoint, EngineKind,
-    EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
+    EngineLimits, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError, QueueStats,
+    SendMode, TagMatch,
 };
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
@@ -2546,6 +2547,15 @@ impl EngineEndpoint for SoftEndpoint {
     fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>> {
         let g = self.lock()?;
         Ok(g.core.probe(tags))
+    }
+
+    fn queue_stats(&self) -> QueueStats {
+        let core = self.stats().core;
+        QueueStats {
+            unexpected_msgs: Some(core.unexpected_msgs as u64),
+            unexpected_bytes: Some(core.unexpected_bytes),
+            unexpected_total: Some(core.unexpected_total),
+        }
     }
 
     fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId> {

@@ -87,6 +87,8 @@ pub struct TagMatcher<R, U> {
     /// tag -> sequences of its unexpected messages.
     unexpected_by_tag: HashMap<u64, BTreeSet<u64>>,
     unexpected_bytes: u64,
+    /// Messages ever queued as unexpected.
+    unexpected_total: u64,
     budget: u64,
 }
 
@@ -112,6 +114,7 @@ impl<R: Copy + Eq + Hash, U> TagMatcher<R, U> {
             unexpected: BTreeMap::new(),
             unexpected_by_tag: HashMap::new(),
             unexpected_bytes: 0,
+            unexpected_total: 0,
             budget,
         }
     }
@@ -206,6 +209,7 @@ impl<R: Copy + Eq + Hash, U> TagMatcher<R, U> {
         );
         self.unexpected_by_tag.entry(tag).or_default().insert(seq);
         self.unexpected_bytes = self.unexpected_bytes.saturating_add(charge);
+        self.unexpected_total += 1;
         Arrival::Queued {
             over_budget: self.over_budget(),
         }
@@ -313,6 +317,23 @@ impl<R: Copy + Eq + Hash, U> TagMatcher<R, U> {
     /// Bytes charged by the unexpected messages.
     pub fn unexpected_bytes(&self) -> u64 {
         self.unexpected_bytes
+    }
+
+    /// Messages queued as unexpected since the matcher was made (those
+    /// matched, cancelled or dropped since included).
+    ///
+    /// ```
+    /// use psmrail::engine::soft::TagMatcher;
+    /// use psmrail::engine::TagMatch;
+    ///
+    /// let mut m: TagMatcher<u32, &str> = TagMatcher::new(1 << 20);
+    /// m.arrive(5, 70, "early");
+    /// assert_eq!((m.unexpected_len(), m.unexpected_bytes(), m.unexpected_total()), (1, 70, 1));
+    /// assert!(m.post_recv(TagMatch::exact(5), 1).unwrap().is_some());
+    /// assert_eq!((m.unexpected_len(), m.unexpected_bytes(), m.unexpected_total()), (0, 0, 1));
+    /// ```
+    pub fn unexpected_total(&self) -> u64 {
+        self.unexpected_total
     }
 
     /// The budget given at creation.

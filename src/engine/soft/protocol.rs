@@ -413,6 +413,8 @@ pub struct CoreStats {
     pub unexpected_msgs: usize,
     /// Bytes they are charged.
     pub unexpected_bytes: u64,
+    /// Messages queued as unexpected since the core started.
+    pub unexpected_total: u64,
     /// Eager credit granted to peers and not used yet.
     pub granted_eager: u64,
     /// Receives posted and not matched.
@@ -569,6 +571,7 @@ impl SoftCore {
         CoreStats {
             unexpected_msgs: self.matcher.unexpected_len(),
             unexpected_bytes: self.matcher.unexpected_bytes(),
+            unexpected_total: self.matcher.unexpected_total(),
             granted_eager: self.granted,
             posted_recvs: self.matcher.posted_len(),
             queued_sends: self.conns.values().map(|c| c.queued.len()).sum(),
@@ -1579,6 +1582,12 @@ impl SoftCore {
             }
             (Role::Dialer { .. }, Frame::Refuse(r), _) => {
                 let refusal = Refusal::from_frame(&r, &self.hello);
+                tracing::info!(
+                    conn = ?id,
+                    epid = %self.hello.epid,
+                    code = ?refusal.code(),
+                    "soft engine: the peer refused our handshake"
+                );
                 return Err(HandshakeError::RefusedByPeer(refusal).into());
             }
             (_, other, _) => {
@@ -1928,6 +1937,13 @@ impl SoftCore {
     /// Queues the Refuse that tells the peer why; it names no job
     /// ([`Refusal::to_frame`]).
     fn push_refuse(&mut self, id: ConnId, refusal: &Refusal) {
+        // Every refusal passes here; the code names no job.
+        tracing::info!(
+            conn = ?id,
+            epid = %self.hello.epid,
+            code = ?refusal.code(),
+            "soft engine: refused a handshake"
+        );
         if let Some(c) = self.conns.get_mut(&id) {
             c.hs.push_back(Frame::Refuse(refusal.to_frame(&self.hello)));
         }

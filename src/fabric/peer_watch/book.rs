@@ -134,6 +134,11 @@ impl PeerBook {
         self.dead_count.load(Ordering::Relaxed) != 0
     }
 
+    /// How many peers were declared dead.
+    pub(crate) fn dead_count(&self) -> u64 {
+        self.dead_count.load(Ordering::Relaxed) as u64
+    }
+
     /// `Io` naming the peer and the evidence when `peer` is dead.
     #[inline]
     pub(crate) fn refuse(&self, peer: PeerAddr, what: &str) -> Result<()> {
@@ -183,7 +188,13 @@ impl PeerBook {
             epid: k.epids.get(&peer).copied(),
             evidence,
         });
-        tracing::info!("{death}");
+        tracing::info!(
+            peer = %death
+                .epid
+                .map_or_else(|| format!("{:?}", death.peer), |e| e.to_string()),
+            evidence = %death.evidence,
+            "peer died: {death}"
+        );
         k.dead.insert(peer, death.clone());
         if let Some(e) = death.epid {
             k.dead_epids.insert(masked(e), death.clone());

@@ -20,7 +20,7 @@ use super::book::PeerBook;
 use super::core::Evidence;
 use crate::engine::{
     AmHandler, AmHandlerId, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion, MqStatus,
-    OpBuffer, PeerAddr, PostError, SendMode, TagMatch,
+    OpBuffer, PeerAddr, PostError, QueueStats, SendMode, TagMatch,
 };
 use crate::fabric::MSG_BIT;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource, Reactor};
@@ -144,6 +144,10 @@ impl<E: EngineEndpoint> EngineEndpoint for PeerGate<E> {
 
     fn iprobe(&self, tags: TagMatch) -> Result<Option<MqStatus>> {
         self.inner.iprobe(tags)
+    }
+
+    fn queue_stats(&self) -> QueueStats {
+        self.inner.queue_stats()
     }
 
     fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId> {

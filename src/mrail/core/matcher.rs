@@ -304,6 +304,24 @@ impl<R, A> Matcher<R, A> {
     pub fn unexpected_len(&self) -> usize {
         self.unexpected.iter().map(VecDeque::len).sum()
     }
+
+    /// The unexpected messages, untagged ones first, each class in
+    /// arrival order.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::matcher::{ArrivalSpec, Matcher};
+    ///
+    /// let mut m: Matcher<(), usize> = Matcher::new();
+    /// m.arrive(ArrivalSpec::tagged(1, 0), 10);
+    /// m.arrive(ArrivalSpec::msg(0), 20);
+    /// let sizes: Vec<usize> = m.unexpected().map(|(_, p)| *p).collect();
+    /// assert_eq!(sizes, [20, 10]);
+    /// ```
+    pub fn unexpected(&self) -> impl Iterator<Item = (&ArrivalSpec, &A)> {
+        self.unexpected
+            .iter()
+            .flat_map(|q| q.iter().map(|u| (&u.spec, &u.payload)))
+    }
 }
 
 #[cfg(test)]

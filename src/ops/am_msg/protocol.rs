@@ -95,6 +95,8 @@ pub(crate) struct CoreStats {
     pub dropped: u64,
     /// Unexpected messages waiting for a receive.
     pub unexpected: usize,
+    /// The bytes they hold (each its first chunk).
+    pub unexpected_bytes: u64,
     /// Posted receives not matched yet.
     pub posted: usize,
     /// Sends not completed yet.
@@ -269,6 +271,7 @@ impl Core {
         CoreStats {
             dropped: self.dropped,
             unexpected: self.unexpected.len(),
+            unexpected_bytes: self.unexpected.iter().map(|u| u.data.len() as u64).sum(),
             posted: self.posted.len(),
             sends: self.sends.len(),
             receiving: self.recvs.len(),

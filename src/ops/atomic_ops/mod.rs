@@ -19,6 +19,7 @@
 pub(crate) mod wire;
 
 use super::atomic::{atomic_valid, check_request, AtomicDatatype, AtomicKind, AtomicOp};
+use super::op_span::OpDesc;
 use super::rma_ops::{prepare, RmaOp};
 use crate::engine::OpBuffer;
 use crate::fabric::{Caps, CounterKind, Endpoint, FiAddr};
@@ -224,6 +225,15 @@ impl Endpoint {
         };
         let fetch_len = if c.kind.fetches() { len } else { 0 };
         let key = rma.start_atomic(peer, req, payload, buffer, fetch_len);
-        RmaOp::posted(self.core.clone(), rma, key, counter)
+        RmaOp::posted(self.core.clone(), rma, key, counter).traced(|| OpDesc {
+            kind: match c.kind {
+                AtomicKind::Write => "atomic",
+                AtomicKind::Fetch => "fetch_atomic",
+                AtomicKind::Compare => "compare_atomic",
+            },
+            peer: Some(c.dest),
+            tag: None,
+            len,
+        })
     }
 }

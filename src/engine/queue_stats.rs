@@ -1,0 +1,22 @@
+//! [`QueueStats`]: what an engine endpoint can tell about its unexpected
+//! queue (messages that arrived before a receive matched them).
+
+/// An engine endpoint's unexpected queue, as far as the engine can tell
+/// ([`EngineEndpoint::queue_stats`](super::EngineEndpoint::queue_stats)).
+///
+/// ```
+/// use psmrail::engine::QueueStats;
+/// let s = QueueStats::default();
+/// assert_eq!((s.unexpected_msgs, s.unexpected_bytes, s.unexpected_total), (None, None, None));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct QueueStats {
+    /// Messages waiting now; `None` where the engine cannot tell (PSM
+    /// reports no depth).
+    pub unexpected_msgs: Option<u64>,
+    /// Bytes they hold in memory; `None` likewise.
+    pub unexpected_bytes: Option<u64>,
+    /// Messages that arrived unexpected since the endpoint opened; `None`
+    /// where not counted.
+    pub unexpected_total: Option<u64>,
+}
