@@ -41,7 +41,7 @@
 //! ```
 //! # use psmrail::config::PsmConfig;
 //! # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
-//! # let config = PsmConfig::builder().name_server(false)
+//! # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 //! #     .delay(std::time::Duration::ZERO).build().unwrap();
 //! # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
 //! # let info = getinfo(Some(&hints))?.remove(0);
@@ -77,7 +77,7 @@
 //! ```
 //! # use psmrail::config::PsmConfig;
 //! # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
-//! # let config = PsmConfig::builder().name_server(false)
+//! # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 //! #     .delay(std::time::Duration::ZERO).build().unwrap();
 //! # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
 //! # let info = getinfo(Some(&hints))?.remove(0);
@@ -121,7 +121,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// ```
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
-/// # let config = PsmConfig::builder().name_server(false)
+/// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 /// #     .delay(std::time::Duration::ZERO).build().unwrap();
 /// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
 /// # let info = getinfo(Some(&hints))?.remove(0);

@@ -179,7 +179,7 @@ impl<T> Setting<T> {
 /// assert!(!cfg.name_server());
 /// assert_eq!(cfg.source(PsmParam::NameServer), Source::MpiDefault("OMPI_COMM_WORLD_RANK"));
 ///
-/// // Or entirely in code.
+/// // Or entirely in code, whatever the environment says.
 /// let cfg = PsmConfig::builder().am_msg(true).timeout(Duration::ZERO).build().unwrap();
 /// assert!(cfg.am_msg() && !cfg.graceful_close());
 /// ```
@@ -671,7 +671,7 @@ impl PsmConfigBuilder {
     /// use std::time::Duration;
     /// use psmrail::config::PsmConfig;
     ///
-    /// let e = PsmConfig::builder().delay(Duration::from_secs(61)).build().unwrap_err();
+    /// let e = PsmConfig::builder_from_env().unwrap().delay(Duration::from_secs(61)).build().unwrap_err();
     /// assert_eq!(e.var(), "FI_PSM_DELAY");
     /// assert_eq!(e.value(), "61s");
     /// assert_eq!(e.problem(), Some("61s (set in code) is more than the maximum, 60s"));

@@ -267,7 +267,7 @@ impl AvCore {
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::EngineChoice;
 /// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
-/// let config = PsmConfig::builder()
+/// let config = PsmConfig::builder_from_env().unwrap()
 ///     .name_server(false)
 ///     .delay(std::time::Duration::ZERO)
 ///     .build()

@@ -155,7 +155,7 @@ impl Inner {
 /// use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
 /// use psmrail::ErrorKind;
 ///
-/// let config = PsmConfig::builder().name_server(false).build()?;
+/// let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
 /// let hints = Hints::new().config(config).engine(EngineChoice::Soft);
 /// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
@@ -234,7 +234,7 @@ impl Counter {
     /// ```
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
     /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
     /// # let domain = Fabric::open(&info)?.domain(&info)?;
     /// # let c = domain.counter(CounterAttr::new())?;
@@ -281,7 +281,7 @@ impl Counter {
     /// ```
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
     /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
     /// # let domain = Fabric::open(&info)?.domain(&info)?;
     /// # let c = domain.counter(CounterAttr::new())?;
@@ -367,7 +367,7 @@ impl Counter {
     /// ```
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, CounterAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
     /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
     /// # let domain = Fabric::open(&info)?.domain(&info)?;
     /// # let c = domain.counter(CounterAttr::new())?;

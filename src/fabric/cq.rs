@@ -361,7 +361,7 @@ impl Inner {
 /// use psmrail::config::PsmConfig;
 /// use psmrail::fabric::{getinfo, CqAttr, CqFormat, EngineChoice, Fabric, Hints};
 ///
-/// let config = PsmConfig::builder().name_server(false).build()?;
+/// let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
 /// let hints = Hints::new().config(config).engine(EngineChoice::Soft);
 /// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
@@ -507,7 +507,7 @@ impl CompletionQueue {
     /// use psmrail::ErrorKind;
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
     /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
     /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
     /// match cq.sread(Some(Duration::from_millis(10))) {
@@ -590,7 +590,7 @@ impl CompletionQueue {
     /// }
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false).build()?;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
     /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
     /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
     /// // Nothing was posted: one poll finds nothing.

@@ -391,7 +391,7 @@ fn device(info: &Info) -> (Option<u32>, Option<u32>) {
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::EngineChoice;
 /// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
-/// let config = PsmConfig::builder()
+/// let config = PsmConfig::builder_from_env().unwrap()
 ///     .name_server(false)
 ///     .delay(std::time::Duration::ZERO)
 ///     .build()
@@ -602,7 +602,7 @@ impl Domain {
     /// ```
     /// # use psmrail::fabric::{getinfo, EngineChoice, Fabric, Hints, MrAccess};
     /// # use psmrail::config::PsmConfig;
-    /// # let config = PsmConfig::builder().name_server(false)
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
     /// # let domain = Fabric::open(&info)?.domain(&info)?;
@@ -647,7 +647,7 @@ impl Domain {
     /// ```
     /// # use psmrail::fabric::{getinfo, EngineChoice, Fabric, Hints, MrAccess};
     /// # use psmrail::config::PsmConfig;
-    /// # let config = PsmConfig::builder().name_server(false)
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
     /// # let domain = Fabric::open(&info)?.domain(&info)?;
@@ -745,7 +745,7 @@ impl Domain {
     /// ```
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false)
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let hints = Hints::new().caps(Caps::TAGGED | Caps::MSG).engine(EngineChoice::Soft).config(config);
     /// # let info = getinfo(Some(&hints)).unwrap().remove(0);

@@ -305,7 +305,7 @@ fn no_av(dest: FiAddr) -> Error {
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::EngineChoice;
 /// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
-/// let config = PsmConfig::builder()
+/// let config = PsmConfig::builder_from_env().unwrap()
 ///     .name_server(false)
 ///     .delay(std::time::Duration::ZERO)
 ///     .build()
@@ -400,7 +400,7 @@ impl Endpoint {
     /// ```
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false)
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
     /// # let info = getinfo(Some(&hints)).unwrap().remove(0);

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::EngineChoice;
 /// // The soft engine; no name server, no close delay (FI_PSM_DELAY=0).
-/// let config = PsmConfig::builder()
+/// let config = PsmConfig::builder_from_env().unwrap()
 ///     .name_server(false)
 ///     .delay(std::time::Duration::ZERO)
 ///     .build()

@@ -27,7 +27,7 @@
 /// ```
 /// # use psmrail::config::PsmConfig;
 /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints};
-/// # let config = PsmConfig::builder().name_server(false)
+/// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 /// #     .delay(std::time::Duration::ZERO).build().unwrap();
 /// # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
 /// # let info = getinfo(Some(&hints)).unwrap().remove(0);

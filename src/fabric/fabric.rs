@@ -65,7 +65,7 @@ impl FabricCore {
 /// use psmrail::fabric::{getinfo, Fabric, Hints};
 /// // No name server for this example: it would take the job's port.
 /// use psmrail::fabric::EngineChoice;
-/// let config = PsmConfig::builder()
+/// let config = PsmConfig::builder_from_env().unwrap()
 ///     .name_server(false)
 ///     .delay(std::time::Duration::ZERO)
 ///     .build()

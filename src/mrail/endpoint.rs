@@ -234,7 +234,7 @@ impl MrailEndpoint {
     /// # use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
     /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Hints, Provider};
     /// # use psmrail::mrail::MrailFabric;
-    /// # let psm = PsmConfig::builder().name_server(false)
+    /// # let psm = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let rails = MrailConfig::builder()
     /// #     .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap()).build();

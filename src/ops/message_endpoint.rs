@@ -32,7 +32,7 @@
 //! }
 //! # use psmrail::config::PsmConfig;
 //! # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
-//! # let config = PsmConfig::builder().name_server(false)
+//! # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 //! #     .delay(std::time::Duration::ZERO).build().unwrap();
 //! # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
 //! # let info = getinfo(Some(&hints))?.remove(0);
@@ -150,7 +150,7 @@ pub trait MessageEndpoint {
     /// }
     /// # use psmrail::config::PsmConfig;
     /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
-    /// # let config = PsmConfig::builder().name_server(false)
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
     /// #     .delay(std::time::Duration::ZERO).build().unwrap();
     /// # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
     /// # let info = getinfo(Some(&hints))?.remove(0);

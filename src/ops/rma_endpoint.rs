@@ -24,7 +24,7 @@
 //! }
 //! # use psmrail::config::PsmConfig;
 //! # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints, MrAccess};
-//! # let config = PsmConfig::builder().name_server(false)
+//! # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
 //! #     .delay(std::time::Duration::ZERO).build().unwrap();
 //! # let hints = Hints::new().engine(EngineChoice::Soft).caps(Caps::MSG | Caps::RMA).config(config);
 //! # let info = getinfo(Some(&hints))?.remove(0);

@@ -481,7 +481,7 @@ impl Drop for Triggers {
 /// ```
 /// use psmrail::fabric::{getinfo, Caps, CounterAttr, CqAttr, CqBind, EngineChoice, Fabric, Hints};
 /// # use psmrail::config::PsmConfig;
-/// # let config = PsmConfig::builder().name_server(false).delay(std::time::Duration::ZERO).build()?;
+/// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).delay(std::time::Duration::ZERO).build()?;
 /// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
 /// let info = getinfo(Some(&hints))?.remove(0);
 /// let domain = Fabric::open(&info)?.domain(&info)?;
