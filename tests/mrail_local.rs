@@ -599,6 +599,25 @@ fn one_mrail_endpoint_per_domain_and_bindings_from_that_domain() {
     d1.endpoint(&info).bind_av(&av1).enable().unwrap();
 }
 
+/// A psm endpoint on the soft engine with its own address in its AV (it
+/// talks to itself), with the domain and AV that keep it open.
+fn psm_self_endpoint() -> (
+    psmrail::fabric::Domain,
+    psmrail::fabric::AddressVector,
+    psmrail::fabric::Endpoint,
+    psmrail::fabric::FiAddr,
+) {
+    let psm = getinfo(Some(&soft_hints("127.0.0.1"))).unwrap().remove(0);
+    let domain = psmrail::fabric::Fabric::open(&psm)
+        .unwrap()
+        .domain(&psm)
+        .unwrap();
+    let av = domain.av(AvAttr::new()).unwrap();
+    let ep = domain.endpoint(&psm).bind_av(&av).enable().unwrap();
+    let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    (domain, av, ep, me)
+}
+
 /// The same generic code over a psm endpoint and an mrail endpoint.
 #[test]
 fn code_generic_over_both_providers() {
@@ -618,14 +637,7 @@ fn code_generic_over_both_providers() {
     let m = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
     let got = m.drive(round(&m.nodes[0].ep, &m.nodes[1].ep, m.addr(0, 1), 100_000));
     assert_eq!(got, pattern(100_000, 1));
-    let psm = getinfo(Some(&soft_hints("127.0.0.1"))).unwrap().remove(0);
-    let domain = psmrail::fabric::Fabric::open(&psm)
-        .unwrap()
-        .domain(&psm)
-        .unwrap();
-    let av = domain.av(AvAttr::new()).unwrap();
-    let ep = domain.endpoint(&psm).bind_av(&av).enable().unwrap();
-    let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    let (domain, _av, ep, me) = psm_self_endpoint();
     let got = domain.reactor().block_on(round(&ep, &ep, me, 100_000));
     assert_eq!(got, pattern(100_000, 1));
     let _ = OpBuffer::empty();
@@ -654,14 +666,7 @@ fn dyn_endpoints_of_both_providers() {
         assert!(a.inject_size() > 0);
     }
     let m = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
-    let psm = getinfo(Some(&soft_hints("127.0.0.1"))).unwrap().remove(0);
-    let domain = psmrail::fabric::Fabric::open(&psm)
-        .unwrap()
-        .domain(&psm)
-        .unwrap();
-    let av = domain.av(AvAttr::new()).unwrap();
-    let ep = domain.endpoint(&psm).bind_av(&av).enable().unwrap();
-    let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    let (domain, _av, ep, me) = psm_self_endpoint();
     let table: Vec<(&dyn DynEndpoint, &dyn DynEndpoint, psmrail::fabric::FiAddr)> = vec![
         (&m.nodes[0].ep, &m.nodes[1].ep, m.addr(0, 1)),
         (&ep, &ep, me),
