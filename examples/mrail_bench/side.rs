@@ -14,10 +14,11 @@ use futures::FutureExt;
 use psmrail::config::{MrailConfig, PsmConfig};
 use psmrail::engine::soft::SoftConfig;
 use psmrail::engine::OpBuffer;
+use psmrail::fabric::Endpoint;
 use psmrail::fabric::{
     getinfo, AvAttr, Caps, EngineChoice, Fabric, FiAddr, Hints, ProgressKind, Provider,
 };
-use psmrail::mrail::MrailFabric;
+use psmrail::mrail::{MrailEndpoint, MrailFabric};
 use psmrail::ops::MessageEndpoint;
 use psmrail::reactor::Reactor;
 use std::fmt;
@@ -49,6 +50,10 @@ pub enum ProviderKind {
     Mrail,
     /// A plain psm endpoint on the first rail of `FI_OFI_MRAIL_ADDR`.
     Psm,
+    /// Both, in one process: a latency job alternates between them in
+    /// blocks, so that each mrail block is compared with the psm blocks
+    /// around it, which ran in the same processes on the same CPUs.
+    Both,
 }
 
 impl ProviderKind {
@@ -57,6 +62,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Mrail => "mrail",
             ProviderKind::Psm => "psm",
+            ProviderKind::Both => "both",
         }
     }
 }
@@ -248,7 +254,7 @@ macro_rules! side_of {
     }};
 }
 
-fn open_mrail(args: &SideArgs) -> Result<Side<psmrail::mrail::MrailEndpoint>, String> {
+fn open_mrail(args: &SideArgs) -> Result<Side<MrailEndpoint>, String> {
     let mut cfg =
         MrailConfig::builder_from_vars(&psmrail::config::ProcessEnv).map_err(|e| e.to_string())?;
     if let Some(p) = &args.policy {
@@ -270,7 +276,7 @@ fn open_mrail(args: &SideArgs) -> Result<Side<psmrail::mrail::MrailEndpoint>, St
     side_of!(domain, info, domain)
 }
 
-fn open_psm(args: &SideArgs) -> Result<Side<psmrail::fabric::Endpoint>, String> {
+fn open_psm(args: &SideArgs) -> Result<Side<Endpoint>, String> {
     // One plain endpoint, bound to the first rail's address, over TCP.
     let rails = MrailConfig::from_env().map_err(|e| e.to_string())?;
     let first = rails
@@ -556,55 +562,45 @@ async fn run_job<E: MessageEndpoint>(
     Ok(())
 }
 
-fn run<E: MessageEndpoint>(args: &SideArgs, side: Side<E>) -> Result<(), String> {
-    let client = args.addr.is_some();
+/// Pins this process as `--cpu` asks.
+fn pin(args: &SideArgs) -> Result<(), String> {
     if let Some(cpu) = args.cpu {
         let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
         psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("--cpu {cpu}: {e}"))?;
     }
-    // Addresses travel out of band (an mrail endpoint drops messages of
-    // peers it has not inserted): each side prints its own; the client
-    // gets the server's on its command line, the server reads the
-    // client's from its standard input.
-    println!("@@ addr {}", side.name);
+    Ok(())
+}
+
+/// Prints this side's address and returns the peer's. Addresses travel
+/// out of band (an mrail endpoint drops messages of peers it has not
+/// inserted): the client gets the server's on its command line, the
+/// server reads the client's from its standard input.
+fn exchange(args: &SideArgs, mine: &str) -> Result<String, String> {
+    println!("@@ addr {mine}");
     std::io::stdout().flush().ok();
-    let peer = match &args.addr {
-        Some(a) => (side.insert)(a)?,
+    match &args.addr {
+        Some(a) => Ok(a.clone()),
         None => {
             let mut line = String::new();
             std::io::stdin()
                 .read_line(&mut line)
                 .map_err(|e| format!("reading the client's address: {e}"))?;
-            let text = line.trim().trim_start_matches("@@ addr ").to_owned();
-            (side.insert)(&text)?
+            Ok(line.trim().trim_start_matches("@@ addr ").to_owned())
         }
-    };
-    // Both sides are in each other's address vectors once this returns.
-    if client {
-        side.reactor
-            .block_on(send(&side.ep, peer, HELLO_TAG, vec![1u8].into()))?;
-    } else {
-        side.reactor
-            .block_on(recv(&side.ep, HELLO_TAG, vec![0u8; 1].into()))?;
     }
+}
+
+fn run<E: MessageEndpoint>(args: &SideArgs, side: Side<E>) -> Result<(), String> {
+    let client = args.addr.is_some();
+    pin(args)?;
+    let peer = (side.insert)(&exchange(args, &side.name)?)?;
+    // Both sides are in each other's address vectors once this returns.
+    hello(&side, peer, client)?;
     for job in &args.jobs {
         side.reactor
             .block_on(run_job(&side.ep, peer, client, *job))?;
     }
-    // The client says bye once it has every answer, and the server waits
-    // for it: a message sent just before its endpoint closes may never
-    // leave (a striped one waits for its receiver's answer first). The bye
-    // may be cut off that way itself, so the server takes the receive's
-    // failure (the client is gone) as the end too.
-    if client {
-        side.reactor
-            .block_on(send(&side.ep, peer, BYE_TAG, vec![1u8].into()))?;
-    } else {
-        let _ = side
-            .reactor
-            .block_on(recv(&side.ep, BYE_TAG, vec![0u8; 1].into()));
-    }
-    Ok(())
+    bye(&side, peer, client)
 }
 
 /// Makes the kernel kill this process when its parent dies, and checks
@@ -625,6 +621,100 @@ fn die_with_parent(pid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Block pairs of an interleaved latency job (`--provider both`).
+pub const BLOCK_PAIRS: usize = 10;
+
+/// The median half round trip of `n` timed round trips (after a tenth as
+/// warm-up) on one side's endpoint, ns (0 on the server).
+fn lat_block<E: MessageEndpoint>(
+    side: &Side<E>,
+    peer: FiAddr,
+    client: bool,
+    size: usize,
+    n: usize,
+) -> Result<f64, String> {
+    side.reactor
+        .block_on(pingpong(&side.ep, peer, client, size, n / 10 + 1))?;
+    let times = side
+        .reactor
+        .block_on(pingpong(&side.ep, peer, client, size, n))?;
+    let mut ns: Vec<f64> = times.iter().map(|t| t.as_nanos() as f64).collect();
+    Ok(median(&mut ns).unwrap_or(0.0) / 2.0)
+}
+
+/// `--provider both`: an mrail and a psm endpoint in this process. The
+/// address is the two addresses joined by `|`; latency jobs alternate
+/// psm and mrail blocks of `iters / 10` round trips, and the client
+/// prints one `@@ latpair` line per pair of blocks.
+fn run_both(
+    args: &SideArgs,
+    mrail: Side<MrailEndpoint>,
+    psm: Side<Endpoint>,
+) -> Result<(), String> {
+    let client = args.addr.is_some();
+    pin(args)?;
+    let text = exchange(args, &format!("{}|{}", mrail.name, psm.name))?;
+    let (m, p) = text
+        .split_once('|')
+        .ok_or_else(|| format!("{text:?}: expected MRAIL_ADDR|PSM_ADDR"))?;
+    let (mpeer, ppeer) = ((mrail.insert)(m)?, (psm.insert)(p)?);
+    // With manual progress an endpoint moves only while this process waits
+    // on it: each one's first exchange is a whole round trip before the
+    // other's begins, and each block ends with a message its receiver
+    // waited for, so nothing is left queued when the other endpoint's
+    // turn comes.
+    for job in &args.jobs {
+        let Job::Lat { size, iters } = *job else {
+            return Err(format!("--provider both runs latency jobs only, not {job}"));
+        };
+        hello(&mrail, mpeer, client)?;
+        mrail
+            .reactor
+            .block_on(check(&mrail.ep, mpeer, client, size))?;
+        hello(&psm, ppeer, client)?;
+        psm.reactor.block_on(check(&psm.ep, ppeer, client, size))?;
+        let n = (iters / BLOCK_PAIRS).max(1);
+        for _ in 0..BLOCK_PAIRS {
+            let p = lat_block(&psm, ppeer, client, size, n)?;
+            let m = lat_block(&mrail, mpeer, client, size, n)?;
+            if client {
+                println!("@@ latpair size={size} iters={n} psm_ns={p:.0} mrail_ns={m:.0}");
+            }
+        }
+    }
+    bye(&mrail, mpeer, client)?;
+    bye(&psm, ppeer, client)
+}
+
+/// The first message, once both sides know each other.
+fn hello<E: MessageEndpoint>(side: &Side<E>, peer: FiAddr, client: bool) -> Result<(), String> {
+    if client {
+        side.reactor
+            .block_on(send(&side.ep, peer, HELLO_TAG, vec![1u8].into()))?;
+    } else {
+        side.reactor
+            .block_on(recv(&side.ep, HELLO_TAG, vec![0u8; 1].into()))?;
+    }
+    Ok(())
+}
+
+/// The last message: the client says bye once it has every answer, and
+/// the server waits for it, since a message sent just before its endpoint
+/// closes may never leave (a striped one waits for its receiver's answer
+/// first). The bye may be cut off that way itself, so the server takes the
+/// receive's failure (the client is gone) as the end too.
+fn bye<E: MessageEndpoint>(side: &Side<E>, peer: FiAddr, client: bool) -> Result<(), String> {
+    if client {
+        side.reactor
+            .block_on(send(&side.ep, peer, BYE_TAG, vec![1u8].into()))?;
+    } else {
+        let _ = side
+            .reactor
+            .block_on(recv(&side.ep, BYE_TAG, vec![0u8; 1].into()));
+    }
+    Ok(())
+}
+
 /// `mrail_bench side`.
 pub fn main(args: &SideArgs) -> Result<(), String> {
     if let Some(pid) = args.with_parent {
@@ -633,5 +723,6 @@ pub fn main(args: &SideArgs) -> Result<(), String> {
     match args.provider {
         ProviderKind::Mrail => run(args, open_mrail(args)?),
         ProviderKind::Psm => run(args, open_psm(args)?),
+        ProviderKind::Both => run_both(args, open_mrail(args)?, open_psm(args)?),
     }
 }

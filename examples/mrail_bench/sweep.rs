@@ -9,6 +9,7 @@ use super::report::{
     SeriesLabelPosition, XAxis,
 };
 use super::rig::{RailRig, MAX_RAILS};
+use super::side;
 use super::side::{Job, ProviderKind, MAX_WINDOW_BYTES};
 use super::Common;
 use std::process::ExitCode;
@@ -248,6 +249,9 @@ struct RigResult {
     iperf: Option<Vec<f64>>,
     bw: Vec<BwResult>,
     lat: Vec<LatResult>,
+    /// Each policy against psm in the same processes, in alternating
+    /// blocks (`--provider both`).
+    paired: Vec<LatResult>,
     /// The unequal rig.
     unequal: bool,
 }
@@ -349,6 +353,70 @@ fn latency_once(rig: &RailRig, plan: &Plan, v: &Variant) -> Result<f64, String> 
     us.ok_or_else(|| "the client reported no latency".into())
 }
 
+/// One run of a `--provider both` pair: the (psm, mrail) medians of its
+/// block pairs, ns.
+fn paired_once(rig: &RailRig, plan: &Plan, v: &Variant) -> Result<Vec<(f64, f64)>, String> {
+    let job = Job::Lat {
+        size: plan.lat_size,
+        iters: plan.lat_iters,
+    };
+    let mut pairs = Vec::new();
+    measure(rig, v, &[job], plan.timeout, |r| {
+        if r.kind == "latpair" {
+            pairs.push((r.num("psm_ns")?, r.num("mrail_ns")?));
+        }
+        Ok(())
+    })?;
+    if pairs.is_empty() {
+        return Err("the client reported no block pair".into());
+    }
+    Ok(pairs)
+}
+
+/// Each policy against psm inside one pair of processes, `lat_rounds`
+/// runs each: `us` is the median of the mrail blocks, `vs_psm` the median
+/// of every block pair's ratio, `rounds` the number of block pairs.
+fn paired_latency(
+    rig: &RailRig,
+    plan: &Plan,
+    variants: &[Variant],
+    failures: &mut Vec<String>,
+    label: &str,
+) -> Vec<LatResult> {
+    let mut all: Vec<Vec<(f64, f64)>> = vec![Vec::new(); variants.len()];
+    for round in 0..plan.lat_rounds {
+        eprint!("  paired round {}/{}:", round + 1, plan.lat_rounds);
+        for (v, all) in variants.iter().zip(&mut all) {
+            match paired_once(rig, plan, v) {
+                Ok(pairs) => {
+                    let mut r: Vec<f64> = pairs.iter().map(|(p, m)| m / p).collect();
+                    eprint!(" {} {:.3}", v.label, median(&mut r).unwrap_or(0.0));
+                    all.extend(pairs);
+                }
+                Err(e) => {
+                    eprint!(" {} failed", v.label);
+                    failures.push(format!("{label} paired latency {}: {e}", v.label));
+                }
+            }
+        }
+        eprintln!();
+    }
+    variants
+        .iter()
+        .zip(&all)
+        .map(|(v, pairs)| {
+            let mut us: Vec<f64> = pairs.iter().map(|(_, m)| m / 1e3).collect();
+            let mut ratios: Vec<f64> = pairs.iter().map(|(p, m)| m / p).collect();
+            LatResult {
+                name: v.label.clone(),
+                us: median(&mut us),
+                vs_psm: median(&mut ratios),
+                rounds: pairs.len(),
+            }
+        })
+        .collect()
+}
+
 /// Latency rounds, each running every variant once (psm first).
 fn latency(
     rig: &RailRig,
@@ -412,6 +480,7 @@ fn run_rig(
         iperf: None,
         bw: Vec::new(),
         lat: Vec::new(),
+        paired: Vec::new(),
         unequal: false,
     };
     if let Some(secs) = plan.iperf_secs {
@@ -440,6 +509,15 @@ fn run_rig(
                 .map(|&p| plan.variant(p.name(), Some(p), None)),
         );
         res.lat = latency(&rig, plan, &variants, failures, &label);
+        let both: Vec<Variant> = plan
+            .policies
+            .iter()
+            .map(|&p| Variant {
+                provider: ProviderKind::Both,
+                ..plan.variant(p.name(), Some(p), None)
+            })
+            .collect();
+        res.paired = paired_latency(&rig, plan, &both, failures, &label);
     }
     drop(rig);
     println!("\n== {label}: {}", pair::rig_title(rates));
@@ -505,6 +583,21 @@ fn print_rig(plan: &Plan, res: &RigResult) {
             let ratio = v.vs_psm.map_or(String::new(), |r| format!("{r:.3} x psm"));
             println!(
                 "  {:<12} {us:>8}  {ratio:<12} ({} rounds)",
+                v.name, v.rounds
+            );
+        }
+    }
+    if !res.paired.is_empty() {
+        println!(
+            "same, each policy and psm in one pair of processes, alternating blocks of {} \
+             round trips; ratio: median of each block's to the psm block before it",
+            plan.lat_iters / side::BLOCK_PAIRS
+        );
+        for v in &res.paired {
+            let us = v.us.map_or("-".to_owned(), |u| format!("{u:.2}"));
+            let ratio = v.vs_psm.map_or(String::new(), |r| format!("{r:.3} x psm"));
+            println!(
+                "  {:<12} {us:>8}  {ratio:<12} ({} block pairs)",
                 v.name, v.rounds
             );
         }
@@ -620,9 +713,10 @@ fn csv_rows(plan: &Plan, results: &[RigResult]) -> Vec<Vec<String>> {
                 rows.push(row.fields(res));
             }
         }
-        for v in &res.lat {
+        let lat = res.lat.iter().map(|v| ("lat", v));
+        for (section, v) in lat.chain(res.paired.iter().map(|v| ("lat_paired", v))) {
             let row = CsvRow {
-                section: "lat",
+                section,
                 variant: &v.name,
                 size: Some(plan.lat_size),
                 us: v.us,

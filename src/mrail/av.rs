@@ -17,7 +17,7 @@ use super::domain::MrailDomainCore;
 use crate::engine::PeerAddr;
 use crate::fabric::{AddressVector, AvAttr, AvType, FiAddr};
 use crate::{Error, ErrorKind, Result};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -34,7 +34,7 @@ struct Table {
     /// `None` for a failed insert (a hole, as a psm table keeps) or a
     /// removed entry.
     entries: Vec<Option<Arc<PeerEntry>>>,
-    by_token: HashMap<u64, u32>,
+    by_token: FxHashMap<u64, u32>,
 }
 
 /// The shared state of an [`MrailAv`].

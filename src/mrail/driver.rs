@@ -113,7 +113,7 @@ use crate::ops::gen_slab::GenSlab;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::resend::ResendLog;
 use crate::{Error, ErrorKind, Result, Truncation};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::future::Future;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -131,6 +131,10 @@ const COLD_RAIL_EVERY: usize = 4;
 
 /// Receives each rail keeps posted for control frames.
 const POOL_SLOTS: usize = 32;
+
+/// Handled pool receives that are posted again at once, not only in a
+/// step with nothing else to do.
+const REPOST_BATCH: usize = 8;
 
 /// Most frames a peer may have held out of order.
 pub(crate) const REORDER_WINDOW: u32 = 1 << 16;
@@ -485,6 +489,9 @@ struct EagerSend {
 struct PoolSlot {
     key: Option<OpKey>,
     waker: Waker,
+    /// The buffer of a completed receive that waits to be posted again
+    /// (see [`State::reposts`]).
+    spare: Option<OpBuffer>,
 }
 
 /// Task ids in the ready queue: a kind in the top two bits.
@@ -550,7 +557,7 @@ struct State {
     live: u64,
     /// Sequence state by the peer's identity token, so that it survives
     /// the peer's removal from the address vector and a new insert.
-    peers: HashMap<u64, PeerState>,
+    peers: FxHashMap<u64, PeerState>,
     /// How many of `peers` belong to tokens not in the address vector.
     unknown_peers: usize,
     matcher: Matcher<PostedRecv, Arrival>,
@@ -558,6 +565,11 @@ struct State {
     recvs: GenSlab<RecvXfer>,
     eagers: GenSlab<EagerSend>,
     pool: Vec<Vec<PoolSlot>>,
+    /// Pool slots (rail, slot) whose frame was handled and whose receive
+    /// is not posted again yet: that waits for a step with nothing else
+    /// to do, so a frame's turnaround (its receive completed, the answer
+    /// sent) does not pay for it, or until [`REPOST_BATCH`] are waiting.
+    reposts: Vec<(usize, usize)>,
     scratch: Vec<u64>,
     next_cq_id: u64,
     closed: bool,
@@ -622,7 +634,7 @@ pub(crate) struct Driver {
     token: u64,
     bindings: Bindings,
     stats: DriverStats,
-    /// The rail the last control frame came on.
+    /// The rail the last message (eager frame, RTS or CTS) came on.
     hot_rail: AtomicUsize,
     /// Fast-path polls so far (which ones visit the other rails).
     fast_polls: AtomicUsize,
@@ -632,6 +644,8 @@ pub(crate) struct Driver {
     events: Arc<RailEventQueue>,
     /// Progress steps so far (housekeeping every [`HOUSEKEEPING_EVERY`]).
     steps: AtomicUsize,
+    /// Whether [`State::reposts`] holds pool receives to post again.
+    reposts_due: AtomicBool,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -663,6 +677,7 @@ impl Driver {
                             id: pool_task(r, s),
                             queue: ready.clone(),
                         })),
+                        spare: None,
                     })
                     .collect()
             })
@@ -673,13 +688,14 @@ impl Driver {
                 chooser,
                 rates,
                 live,
-                peers: HashMap::new(),
+                peers: FxHashMap::default(),
                 unknown_peers: 0,
                 matcher: Matcher::new(),
                 sends: GenSlab::new(ID_GEN_BITS, 0, salt),
                 recvs: GenSlab::new(ID_GEN_BITS, 0, salt.rotate_left(7)),
                 eagers: GenSlab::new(ID_GEN_BITS, 0, salt.rotate_left(13)),
                 pool,
+                reposts: Vec::new(),
                 scratch: Vec::new(),
                 next_cq_id: 1,
                 closed: false,
@@ -706,6 +722,7 @@ impl Driver {
             load: RailLoad::new(n),
             events: failover.events,
             steps: AtomicUsize::new(0),
+            reposts_due: AtomicBool::new(false),
         });
         {
             let mut st = relock(&driver.state);
@@ -1525,10 +1542,13 @@ impl Driver {
 
     // ----- progress --------------------------------------------------------
 
-    fn step(&self, st: &mut State) -> bool {
+    fn step(&self, st: &mut State, house: bool) -> bool {
         let mut ids = std::mem::take(&mut st.scratch);
         self.ready.drain_into(&mut ids);
         let made = !ids.is_empty();
+        if !made && !st.reposts.is_empty() {
+            self.repost_pool(st);
+        }
         for &id in &ids {
             let kind = id >> KIND_SHIFT;
             let rest = id & ((1 << KIND_SHIFT) - 1);
@@ -1541,7 +1561,9 @@ impl Driver {
         }
         ids.clear();
         st.scratch = ids;
-        let house = self.steps.fetch_add(1, Ordering::Relaxed) % HOUSEKEEPING_EVERY == 0;
+        if st.reposts.len() >= REPOST_BATCH {
+            self.repost_pool(st);
+        }
         if house && self.housekeeping(st, Instant::now()) {
             return true;
         }
@@ -1555,8 +1577,7 @@ impl Driver {
         let Some(key) = s.key else {
             return;
         };
-        let waker = s.waker.clone();
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(&s.waker);
         let Poll::Ready(done) = self.rail_domain(rail).table().poll_take(key, &mut cx) else {
             return;
         };
@@ -1570,8 +1591,27 @@ impl Driver {
         } else {
             self.malformed("a control frame larger than the pool buffers");
         }
-        if let Err(e) = self.post_pool(st, rail, slot, buffer) {
-            tracing::warn!("mrail: rail {rail}: cannot post a control receive: {e}");
+        st.pool[rail][slot].spare = Some(buffer);
+        st.reposts.push((rail, slot));
+        self.reposts_due.store(true, Ordering::Relaxed);
+    }
+
+    /// Posts the receives of [`State::reposts`] again.
+    fn repost_pool(&self, st: &mut State) {
+        self.reposts_due.store(false, Ordering::Relaxed);
+        let reposts = std::mem::take(&mut st.reposts);
+        for &(rail, slot) in &reposts {
+            let Some(buffer) = st.pool[rail][slot].spare.take() else {
+                continue;
+            };
+            if let Err(e) = self.post_pool(st, rail, slot, buffer) {
+                tracing::warn!("mrail: rail {rail}: cannot post a control receive: {e}");
+            }
+        }
+        let mut reposts = reposts;
+        reposts.clear();
+        if st.reposts.is_empty() {
+            st.reposts = reposts;
         }
     }
 
@@ -1622,7 +1662,14 @@ impl Driver {
         };
         let rs = &self.stats.rails[rail];
         bump(&rs.msgs_received, 1);
-        self.hot_rail.store(rail, Ordering::Relaxed);
+        if matches!(
+            frame,
+            Frame::Eager { .. } | Frame::Rts { .. } | Frame::Cts { .. }
+        ) {
+            // Where the next message or answer is likely to come from
+            // (acknowledgements and other control frames go on any rail).
+            self.hot_rail.store(rail, Ordering::Relaxed);
+        }
         match frame {
             Frame::Eager {
                 class,
@@ -2725,8 +2772,16 @@ impl Driver {
             return;
         };
         let usable = ps.rails(live);
-        let Some(to) = Self::pick(st, usable) else {
-            return;
+        // On the fixed rail while it serves this peer, so that the rail a
+        // ping-pong spins on stays the one the receiver polls first.
+        let fixed = st.chooser.fixed_rail();
+        let to = if usable & (1 << fixed) != 0 {
+            fixed
+        } else {
+            match Self::pick(st, usable) {
+                Some(r) => r,
+                None => return,
+            }
         };
         let _ = self.send_control(
             to,
@@ -2876,12 +2931,21 @@ impl Driver {
 
 impl ProgressSource for Driver {
     fn progress(&self) -> Progress {
+        // Nothing moved, no receive to post again and no housekeeping due:
+        // the common turn of a spin takes no lock.
+        let house = self.steps.fetch_add(1, Ordering::Relaxed) % HOUSEKEEPING_EVERY == 0;
+        if !house
+            && !self.ready.any.load(Ordering::Acquire)
+            && !self.reposts_due.load(Ordering::Relaxed)
+        {
+            return Progress::Idle;
+        }
         let Ok(mut st) = self.state.try_lock() else {
             // Someone is posting; what moved stays queued for the next
             // round, which must come soon.
             return Progress::from(self.ready.any.load(Ordering::Acquire));
         };
-        Progress::from(self.step(&mut st))
+        Progress::from(self.step(&mut st, house))
     }
 }
 
