@@ -38,7 +38,9 @@
 //! - Latency: a ping-pong, each round trip timed; a run's figure is the
 //!   median half round trip. Each round runs a psm endpoint on rail 0 and
 //!   then every policy, each in new processes, and the ratio to psm is
-//!   the median of the rounds' ratios.
+//!   the median of the rounds' ratios. Then each policy against psm in
+//!   one pair of processes (`side --provider both`), in alternating
+//!   blocks; that ratio is the median of the block pairs' ratios.
 //! - Unequal rails: striping with equal parts (`PSMRAIL_MRAIL_RATES` all
 //!   the same), weighted by the configured rates, and weighted by learned
 //!   rates (the default).

@@ -86,7 +86,12 @@
 //! engine's progress — costs one push, and the driver's progress step
 //! (the reactor's last source) polls only what completed. Every
 //! [`HOUSEKEEPING_EVERY`] steps it also looks at the clock: owed
-//! acknowledgements, the links, back-offs that ended.
+//! acknowledgements, the links, back-offs that ended. A step with nothing
+//! queued and no housekeeping due takes no lock. A pool receive whose
+//! frame was handled is posted again in the next step with nothing else
+//! to do (or once [`REPOST_BATCH`] wait), so that a small message's
+//! turnaround — its frame in, the answer out — does not pay for it; a
+//! frame that arrives meanwhile waits in the rail's unexpected queue.
 
 use super::av::{MrailAvCore, PeerEntry};
 use super::core::header::{
