@@ -275,6 +275,18 @@ struct LatResult {
     rounds: usize,
 }
 
+impl LatResult {
+    /// The medians of `us` and `ratios`, `us.len()` samples.
+    fn of(name: &str, mut us: Vec<f64>, mut ratios: Vec<f64>) -> LatResult {
+        LatResult {
+            name: name.to_owned(),
+            rounds: us.len(),
+            us: median(&mut us),
+            vs_psm: median(&mut ratios),
+        }
+    }
+}
+
 impl RigResult {
     fn iperf_sum(&self) -> Option<f64> {
         self.iperf.as_ref().map(|r| r.iter().sum())
@@ -405,14 +417,8 @@ fn paired_latency(
         .iter()
         .zip(&all)
         .map(|(v, pairs)| {
-            let mut us: Vec<f64> = pairs.iter().map(|(_, m)| m / 1e3).collect();
-            let mut ratios: Vec<f64> = pairs.iter().map(|(p, m)| m / p).collect();
-            LatResult {
-                name: v.label.clone(),
-                us: median(&mut us),
-                vs_psm: median(&mut ratios),
-                rounds: pairs.len(),
-            }
+            let us = pairs.iter().map(|(_, m)| m / 1e3).collect();
+            LatResult::of(&v.label, us, pairs.iter().map(|(p, m)| m / p).collect())
         })
         .collect()
 }
@@ -446,18 +452,13 @@ fn latency(
         .iter()
         .zip(&runs)
         .map(|(v, mine)| {
-            let mut values: Vec<f64> = mine.iter().flatten().copied().collect();
-            let mut ratios: Vec<f64> = mine
+            let values: Vec<f64> = mine.iter().flatten().copied().collect();
+            let ratios = mine
                 .iter()
                 .zip(base)
                 .filter_map(|(m, b)| Some((*m)? / (*b)?))
                 .collect();
-            LatResult {
-                name: v.label.clone(),
-                us: median(&mut values),
-                vs_psm: median(&mut ratios),
-                rounds: values.len(),
-            }
+            LatResult::of(&v.label, values, ratios)
         })
         .collect()
 }
