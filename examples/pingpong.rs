@@ -3,18 +3,19 @@
 //! ```text
 //! cargo run --release --example pingpong -- --spawn            # both sides, two processes
 //! cargo run --release --example pingpong                       # server: prints its address
-//! cargo run --release --example pingpong -- fi_addr_psmx://... # client
+//! cargo run --release --example pingpong -- fi_addr_psmx://... # client, by address
+//! cargo run --release --example pingpong -- 127.0.0.1          # client, by host (name server)
+//! cargo run --release --example pingpong -- --help
 //! ```
 //!
-//! Options (as `fi_pingpong` where it has them):
-//! `-S <sizes>` comma-separated message sizes or `all` (1 B .. 4 MiB, powers
-//! of two), default `8,1024,65536,1048576`; `-I <n>` iterations per size,
-//! default 1000 (100 above 64 KiB); `-e rdm|dgram`; `--engine
-//! auto|native|soft` (default: the `PSMRAIL_ENGINE` variable, else soft,
-//! which runs anywhere); `--tagged` for tagged messages
-//! (default untagged, as `fi_pingpong`); `--auto-progress` for the progress
-//! thread (default manual progress, busy-polling in the awaiting task);
-//! `--spawn` runs the server as a child process and the client here.
+//! Options follow `fi_pingpong` where it has them: `-S` sizes (or `all`),
+//! `-I` iterations, `-e rdm|dgram`, `-p` the port (here the name-server
+//! service the server registers under, 47592 by default). A client given a
+//! host name or IP address instead of an `fi_addr_psmx://` address asks
+//! that host's name server for the server's endpoint, as `fi_pingpong`
+//! does with the C psm provider (`FI_PSM_NAME_SERVER` on, the default
+//! outside MPI launchers). `--spawn` runs the server as a child process,
+//! the client pinned to CPU 0 and the server to CPU 1 (when there are two).
 //!
 //! The client first sends its own address to the server (so the server can
 //! insert it in its AV and answer), then for each size runs a warm-up and
@@ -27,7 +28,7 @@
 
 use psmrail::engine::{Epid, OpBuffer};
 use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, Hints,
+    AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, GetInfo, Hints,
     ProgressKind,
 };
 use psmrail::ops::RecvOp;
@@ -40,100 +41,94 @@ const TAG: u64 = 0x1234;
 /// Messages up to this size are injected.
 const INJECT: usize = 64;
 
+/// fi_pingpong's default port, here the name-server service the server
+/// registers under and the client looks up.
+const SERVICE: &str = "47592";
+
+/// Message sizes: a comma-separated list, or `all` (1 B to 4 MiB in powers
+/// of two).
+fn parse_sizes(v: &str) -> Result<Sizes, String> {
+    if v == "all" {
+        return Ok(Sizes(
+            std::iter::successors(Some(1usize), |s| (*s < 4 << 20).then_some(s * 2)).collect(),
+        ));
+    }
+    v.split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| format!("{s:?} is not a message size in bytes"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Sizes)
+}
+
+/// The message sizes of a run.
 #[derive(Clone, Debug)]
+struct Sizes(Vec<usize>);
+
+fn parse_ep_type(v: &str) -> Result<EpType, String> {
+    match v {
+        "rdm" => Ok(EpType::Rdm),
+        "dgram" => Ok(EpType::Dgram),
+        _ => Err(format!("{v:?}: expected rdm or dgram")),
+    }
+}
+
+fn parse_engine(v: &str) -> Result<EngineChoice, String> {
+    match v {
+        "auto" => Ok(EngineChoice::Auto),
+        "native" => Ok(EngineChoice::Native),
+        "soft" => Ok(EngineChoice::Soft),
+        _ => Err(format!("{v:?}: expected auto, native or soft")),
+    }
+}
+
+/// A `fi_pingpong`-like latency and bandwidth tool over psmrail's public
+/// API.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(name = "pingpong")]
 struct Args {
-    sizes: Vec<usize>,
-    iterations: Option<usize>,
+    /// Message sizes: comma-separated, or `all` (1 B .. 4 MiB).
+    #[arg(short = 'S', long, value_parser = parse_sizes, default_value = "8,1024,65536,1048576")]
+    sizes: Sizes,
+    /// Iterations per size (default 1000, 100 above 64 KiB).
+    #[arg(short = 'I', long, value_parser = clap::value_parser!(u64).range(1..))]
+    iterations: Option<u64>,
+    /// Endpoint type: rdm or dgram.
+    #[arg(short = 'e', long = "ep-type", value_parser = parse_ep_type, default_value = "rdm")]
     ep_type: EpType,
+    /// The name-server service the server registers under and a client
+    /// given a host looks up (fi_pingpong's port).
+    #[arg(short = 'p', long, default_value = SERVICE)]
+    port: String,
+    /// Engine: auto, native or soft (default: `PSMRAIL_ENGINE`, else soft).
+    #[arg(long, value_parser = parse_engine)]
     engine: Option<EngineChoice>,
+    /// Tagged messages (default untagged, as fi_pingpong).
+    #[arg(long)]
     tagged: bool,
+    /// The progress thread (default manual progress, busy-polling in the
+    /// awaiting task).
+    #[arg(long)]
     auto_progress: bool,
+    /// Run the server as a child process and the client here (pinned to
+    /// CPUs 0 and 1 when there are two, unless --no-pin).
+    #[arg(long)]
     spawn: bool,
-    server_addr: Option<String>,
-    /// Pin this process to that CPU (`--spawn` pins the client to 0 and
-    /// the server to 1 unless `--no-pin`).
+    /// Pin this process to that CPU.
+    #[arg(long)]
     cpu: Option<usize>,
+    /// With --spawn: pin neither side.
+    #[arg(long)]
     no_pin: bool,
     /// Await with `futures::executor::block_on` instead of the domain's
     /// reactor (`Reactor::block_on`).
+    #[arg(long)]
     futures_executor: bool,
-}
-
-fn usage() -> ! {
-    eprintln!(
-        "usage: pingpong [-S sizes|all] [-I iterations] [-e rdm|dgram] [--engine auto|native|soft] \
-         [--tagged] [--auto-progress] [--futures-executor] [--cpu N] [--no-pin] [--spawn | SERVER_ADDR]"
-    );
-    std::process::exit(2)
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        sizes: vec![8, 1024, 64 * 1024, 1024 * 1024],
-        iterations: None,
-        ep_type: EpType::Rdm,
-        engine: None,
-        tagged: false,
-        auto_progress: false,
-        spawn: false,
-        server_addr: None,
-        cpu: None,
-        no_pin: false,
-        futures_executor: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| usage());
-        match arg.as_str() {
-            "-S" => {
-                let v = value();
-                a.sizes = if v == "all" {
-                    std::iter::successors(Some(1usize), |s| (*s < 4 << 20).then_some(s * 2))
-                        .collect()
-                } else {
-                    v.split(',')
-                        .map(|s| s.trim().parse().unwrap_or_else(|_| usage()))
-                        .collect()
-                };
-            }
-            "-I" => {
-                a.iterations = Some(
-                    value()
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .unwrap_or_else(|| usage()),
-                )
-            }
-            "-e" => {
-                a.ep_type = match value().as_str() {
-                    "rdm" => EpType::Rdm,
-                    "dgram" => EpType::Dgram,
-                    _ => usage(),
-                }
-            }
-            "--engine" => {
-                a.engine = Some(match value().as_str() {
-                    "auto" => EngineChoice::Auto,
-                    "native" => EngineChoice::Native,
-                    "soft" => EngineChoice::Soft,
-                    _ => usage(),
-                })
-            }
-            "--tagged" => a.tagged = true,
-            "--auto-progress" => a.auto_progress = true,
-            "--spawn" => a.spawn = true,
-            "--cpu" => a.cpu = Some(value().parse().unwrap_or_else(|_| usage())),
-            "--no-pin" => a.no_pin = true,
-            "--futures-executor" => a.futures_executor = true,
-            "-h" | "--help" => usage(),
-            s if !s.starts_with('-') && a.server_addr.is_none() => {
-                a.server_addr = Some(s.to_string())
-            }
-            _ => usage(),
-        }
-    }
-    a
+    /// Client mode: the server's `fi_addr_psmx://` address, or its host
+    /// name or IP address (looked up through the server's name server).
+    server_addr: Option<String>,
 }
 
 /// One side's objects.
@@ -158,7 +153,15 @@ impl Side {
     }
 }
 
-fn open(args: &Args) -> Result<Side, String> {
+/// What the server registers under (`FI_SOURCE` with its service), or what
+/// a client given a host looks up.
+enum Lookup<'a> {
+    Register,
+    Host(&'a str),
+    None,
+}
+
+fn open(args: &Args, lookup: Lookup<'_>) -> Result<(Side, Option<Epid>), String> {
     let caps = if args.tagged {
         Caps::TAGGED | Caps::MSG
     } else {
@@ -176,7 +179,14 @@ fn open(args: &Args) -> Result<Side, String> {
     if args.auto_progress {
         hints = hints.progress(ProgressKind::Auto);
     }
-    let info = getinfo(Some(&hints))
+    let request = GetInfo::new().hints(&hints);
+    let request = match lookup {
+        Lookup::Register => request.service(&args.port).source(true),
+        Lookup::Host(host) => request.node(host).service(&args.port),
+        Lookup::None => request,
+    };
+    let info = request
+        .run()
         .map_err(|e| format!("getinfo: {e}"))?
         .into_iter()
         .next()
@@ -193,14 +203,15 @@ fn open(args: &Args) -> Result<Side, String> {
     if let Some(cpu) = args.cpu {
         pin(cpu);
     }
-    Ok(Side {
+    let side = Side {
         engine: info.engine.to_string(),
         _fabric: fabric,
         av,
         ep,
         reactor: domain.reactor().clone(),
         futures_executor: args.futures_executor,
-    })
+    };
+    Ok((side, info.dest_addr))
 }
 
 /// Sends `buf` (the buffer stays in place: injected, or handed to the send
@@ -330,6 +341,7 @@ fn pattern(size: usize, seed: u8) -> Vec<u8> {
 
 fn iterations_for(args: &Args, size: usize) -> usize {
     args.iterations
+        .map(|n| n as usize)
         .unwrap_or(if size > 64 * 1024 { 100 } else { 1000 })
 }
 
@@ -340,7 +352,7 @@ fn run_sizes(side: &Side, args: &Args, peer: FiAddr, client: bool) -> Result<(),
             "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
         );
     }
-    for &size in &args.sizes {
+    for &size in &args.sizes.0 {
         let iters = iterations_for(args, size);
         // Checked exchange first (the server echoes what it got).
         let mine = pattern(size, if client { 1 } else { 2 });
@@ -416,7 +428,7 @@ fn size_str(v: f64) -> String {
 }
 
 fn server(args: &Args) -> Result<(), String> {
-    let side = open(args)?;
+    let (side, _) = open(args, Lookup::Register)?;
     println!("@@ addr {}", side.ep.getname());
     eprintln!(
         "pingpong server: engine {}, address {}",
@@ -439,11 +451,21 @@ fn server(args: &Args) -> Result<(), String> {
 }
 
 fn client(args: &Args, addr: &str) -> Result<(), String> {
-    let side = open(args)?;
-    let server = side
-        .av
-        .insert_str(addr)
-        .map_err(|e| format!("av insert {addr}: {e}"))?;
+    // An address as the server printed it, or a host whose name server
+    // knows the server's endpoint (registered under --port).
+    let by_name = !addr.contains("://");
+    let lookup = if by_name {
+        Lookup::Host(addr)
+    } else {
+        Lookup::None
+    };
+    let (side, found) = open(args, lookup)?;
+    let server = match (by_name, found) {
+        (false, _) => side.av.insert_str(addr),
+        (true, Some(epid)) => side.av.insert(&[epid]).remove(0),
+        (true, None) => return Err(format!("{addr}: its name server gave no address")),
+    }
+    .map_err(|e| format!("av insert {addr}: {e}"))?;
     let me = side.ep.getname().0.to_le_bytes().to_vec();
     // Untagged, whatever the mode: the server receives it with `recv`.
     let (r, _) = side.block_on(side.ep.send(server, me));
@@ -458,7 +480,22 @@ fn spawn(args: &Args) -> Result<(), String> {
         .skip(1)
         .filter(|a| a != "--spawn")
         .collect();
-    child_args.retain(|a| !a.starts_with("fi_addr"));
+    child_args.retain(|a| Some(a) != args.server_addr.as_ref());
+    // The server on the other CPU than the client's.
+    if let Some(cpu) = args.cpu.filter(|_| !args.no_pin) {
+        let mut kept = Vec::new();
+        let mut it = child_args.into_iter();
+        while let Some(a) = it.next() {
+            if a == "--cpu" {
+                it.next();
+            } else if !a.starts_with("--cpu=") {
+                kept.push(a);
+            }
+        }
+        child_args = kept;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        child_args.push(format!("--cpu={}", (cpu + 1) % cores));
+    }
     let mut child = Command::new(exe)
         .args(&child_args)
         .stdout(Stdio::piped())
@@ -500,7 +537,7 @@ fn pin(cpu: usize) {
 }
 
 fn main() -> ExitCode {
-    let mut args = parse_args();
+    let mut args = <Args as clap::Parser>::parse();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if args.spawn && !args.no_pin && args.cpu.is_none() && cores >= 2 {
         args.cpu = Some(0);
