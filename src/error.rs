@@ -2,8 +2,8 @@
 //!
 //! Every fallible operation in the crate returns [`Result`]. The [`ErrorKind`]
 //! mirrors the `FI_E*` codes an application written against libfabric expects
-//! (`design.md`, principle 5); the message names the variable, argument or
-//! peer at fault. Errors never come from panics: malformed input from the
+//! (`ARCHITECTURE.md`, principle 5); the message names the variable, argument
+//! or peer at fault. Errors never come from panics: malformed input from the
 //! environment or the wire is always an `Err`.
 
 use std::fmt;

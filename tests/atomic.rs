@@ -318,6 +318,6 @@ fn every_op_and_datatype_end_to_end() {
         supported += 1;
     }
     // Write takes 11 ops, fetch 12, compare 7: 30 x 12 datatypes, of which
-    // the study's table supports 292.
+    // the C provider's op x datatype table supports 292.
     assert_eq!((supported, refused), (292, 68));
 }

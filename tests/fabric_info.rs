@@ -52,7 +52,7 @@ fn refused(hints: &Hints, needle: &str) {
 }
 
 #[test]
-fn defaults_match_the_study() {
+fn defaults_match_the_c_provider() {
     let info = one(&soft());
     assert_eq!(info.engine, EngineKind::Soft);
     assert_eq!(info.ep_type, EpType::Rdm);

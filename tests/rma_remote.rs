@@ -826,9 +826,9 @@ fn cswap_min(_test: &str, side: &Side, remote: &mut Remote) {
 }
 
 /// Every atomic kind x op x datatype against the other process's memory,
-/// checked against the result computed here with the same `apply` the
-/// target uses: the whole 64-byte region after each operation, and the
-/// fetched old values. Pairs outside the study's table are refused with
+/// checked against the result computed here with the same `apply` the target
+/// uses: the whole 64-byte region after each operation, and the fetched old
+/// values. Pairs outside the op x datatype table are refused with
 /// `FI_EOPNOTSUPP`, the target untouched.
 fn every_atomic_pair(test: &str, side: &Side, remote: &mut Remote) {
     remote.ok(side, "reg 7 64 rw");
@@ -857,12 +857,12 @@ fn every_atomic_pair(test: &str, side: &Side, remote: &mut Remote) {
     assert_eq!((supported, refused), (292, 68));
 }
 
-/// `writedata` below the AM chunk and above it (the tagged path when on):
-/// the remote's receive CQ gets one `FI_REMOTE_WRITE | FI_RMA |
-/// FI_REMOTE_CQ_DATA` entry with the data, the length and this side as
-/// source, after the bytes landed. The length is the operation's on the
-/// tagged path, the last chunk's on the AM path (as in C, study §5: the
-/// target only sees the last chunk then), which shows the chunk size.
+/// `writedata` below the AM chunk and above it (the tagged path when on): the
+/// remote's receive CQ gets one `FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA`
+/// entry with the data, the length and this side as source, after the bytes
+/// landed. The length is the operation's on the tagged path, the last chunk's
+/// on the AM path (as in C, `prov/psm/src/psmx_rma.c`: the target only sees the
+/// last chunk then), which shows the chunk size.
 fn writedata(_test: &str, side: &Side, remote: &mut Remote) {
     let chunk = chunk(side);
     let tagged = side.domain.info().config().tagged_rma();

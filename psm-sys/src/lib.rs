@@ -18,9 +18,9 @@
 //! PSM is process-global and not thread safe per endpoint: the caller
 //! serializes calls on an endpoint ([`Endpoint`] is `Send`, not `Sync`).
 //!
-//! See `spec/psm-here.md` for what the libraries do on these machines; the
-//! module docs of [`library`] and [`device`] record the experiments behind
-//! the shutdown policy and the preflight.
+//! See psmrail's `docs/native-engine.md` for what the libraries do on these
+//! machines; the module docs of [`library`] and [`device`] record the
+//! experiments behind the shutdown policy and the preflight.
 //!
 //! # Build differences handled here (all measured on Debian 12)
 //! | | TrueScale `libpsm-infinipath1` | psm2 compat `libpsm2-2-compat` |

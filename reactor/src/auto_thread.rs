@@ -1,4 +1,5 @@
-//! The auto progress thread (design.md principle 4; libfabric study §2).
+//! The auto progress thread (ARCHITECTURE.md, principle 4), in place of the
+//! C psm provider's progress thread (`prov/psm/src/psmx_domain.c`).
 //!
 //! One thread per auto-mode reactor. It pins itself to the configured CPU
 //! set (`FI_PSM_PROG_AFFINITY`) and then loops: run a round over every

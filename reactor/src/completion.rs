@@ -165,7 +165,7 @@ enum Take<T> {
 /// reuse, shared (in an `Arc`) by the engine, which completes operations,
 /// and the futures, which wait for them.
 ///
-/// # Cancellation safety (design.md, principle 3)
+/// # Cancellation safety (ARCHITECTURE.md, principle 3)
 /// A future that is dropped early calls `abandon`. If the engine has not
 /// finished, the slot is marked abandoned and keeps its place: the engine's
 /// later `complete` drops the value (the buffer the engine was writing into)

@@ -1,5 +1,6 @@
 //! psmrail's progress reactor: progress sources, completion slots, and the
-//! manual, auto and adaptive progress modes (see `design.md`, principle 4).
+//! manual, auto and adaptive progress modes (see `ARCHITECTURE.md`,
+//! principle 4).
 //!
 //! * [`ProgressSource`] (`source`): what an engine endpoint implements: one
 //!   non-blocking progress step.

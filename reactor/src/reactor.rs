@@ -67,7 +67,7 @@ impl AutoProgress {
         }
     }
 
-    /// The C provider's defaults (decisions.md, "Kept as in C"): an unset
+    /// The C provider's defaults (ARCHITECTURE.md, "Kept as in C"): an unset
     /// interval is 1 µs if an affinity is applied, else 1000 µs.
     pub fn with_c_defaults(affinity: Option<CpuSet>, interval: Option<Duration>) -> Self {
         let interval = interval.unwrap_or(if affinity.is_some() {
@@ -351,7 +351,7 @@ impl Drop for Inner {
 /// Drives progress sources and wakes the tasks whose operations completed.
 ///
 /// A cheap `Clone` handle (an `Arc` inside): clones share one reactor.
-/// It runs in one of two modes (design.md principle 4):
+/// It runs in one of two modes (ARCHITECTURE.md, principle 4):
 ///
 /// * **Manual** ([`ProgressMode::Manual`]): progress happens only when the
 ///   application drives it: inside an operation future's `poll` (through

@@ -122,8 +122,8 @@ impl fmt::Display for AffinityItem {
 /// of online cores (`< 0`, so `-1` is the last core). `<end>` defaults to
 /// `<start>` and `<stride>` to 1.
 ///
-/// Where this deliberately differs from the C provider (decisions.md,
-/// "Affinity"):
+/// Where this deliberately differs from the C provider (ARCHITECTURE.md,
+/// "Deliberately better"):
 /// * every comma-separated item applies (C applied only the first, and hung
 ///   forever on any value containing `c`, e.g. `abc` or `2c`);
 /// * nothing is clamped or skipped: an empty item (`""`, `,,`, a leading or

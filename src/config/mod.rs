@@ -64,10 +64,11 @@
 //!
 //! # Where psmrail differs from C on purpose
 //!
-//! See `decisions.md`: the affinity list applies every item and rejects bad
-//! ones ([`AffinitySpec`]); the mrail table must be strictly ascending and
-//! rejects unknown or empty entries ([`RailPolicyTable`]); a malformed UUID
-//! is an error instead of leaving uninitialised bytes ([`JobUuid`]).
+//! See `ARCHITECTURE.md`, "Deliberately better": the affinity list applies
+//! every item and rejects bad ones ([`AffinitySpec`]); the mrail table must be
+//! strictly ascending and rejects unknown or empty entries
+//! ([`RailPolicyTable`]); a malformed UUID is an error instead of leaving
+//! uninitialised bytes ([`JobUuid`]).
 
 mod affinity;
 mod boolean;

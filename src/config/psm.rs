@@ -17,7 +17,7 @@ use super::warning::ConfigWarning;
 /// Environment variables whose presence means "launched by an MPI job
 /// launcher" (Open MPI's `mpirun`, MPICH/Hydra or any PMI/PMIx launcher).
 /// When any of them is set (to any value), `FI_PSM_NAME_SERVER` defaults to
-/// off (decisions.md, "Kept as in C"); an explicit `FI_PSM_NAME_SERVER`
+/// off (ARCHITECTURE.md, "Kept as in C"); an explicit `FI_PSM_NAME_SERVER`
 /// still wins. Checked in this order; the first one found is reported.
 pub const MPI_LAUNCHER_VARS: [&str; 3] = ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"];
 
@@ -301,7 +301,7 @@ impl PsmConfig {
 
     /// Time allowed for the graceful endpoint close before a forced one
     /// (`FI_PSM_TIMEOUT`). Zero means: skip the graceful close and force it
-    /// at once (C fix `5fc2e6eac`; decisions.md). At most
+    /// at once (C fix `5fc2e6eac`; ARCHITECTURE.md, "Kept as in C"). At most
     /// [`MAX_TIMEOUT`](Self::MAX_TIMEOUT).
     pub fn timeout(&self) -> Duration {
         self.timeout.value
@@ -575,7 +575,8 @@ impl PsmConfigBuilder {
                 );
                 return Err(whole_value_error(var, &v, problem, EXPECTED_MICROS));
             }
-            // Negative: "use the default" (C semantics, decisions.md).
+            // Negative: "use the default" (C semantics; ARCHITECTURE.md,
+            // "Kept as in C").
             let interval = u64::try_from(us).ok().map(Duration::from_micros);
             b.prog_interval = Setting::env(interval, var);
         }

@@ -135,14 +135,15 @@ impl fmt::Display for MaxSize {
 /// `-1` or the decimal value of `ULONG_MAX` (`18446744073709551615`).
 /// The default is `16384:fixed,ULONG_MAX:striping`.
 ///
-/// Where this deliberately differs from C (decisions.md, "mrail config"):
-/// sizes must be strictly ascending (an equal size is a "duplicate" error, a
-/// smaller one an "unsorted" error); empty items, a missing `:<policy>`, an
-/// unknown policy, a non-numeric size other than `ULONG_MAX`/`-1`, hex or
-/// octal sizes, and more than [`MAX_ENTRIES`] entries are errors naming the
-/// item (C stopped at a bad policy, read any non-number as unbounded, took
-/// `0x`/`0` prefixes as hex/octal and silently dropped entries past 8). The
-/// string is never modified (C's `strsep` wrote NULs into the environment).
+/// Where this deliberately differs from C (ARCHITECTURE.md, "Deliberately
+/// better"): sizes must be strictly ascending (an equal size is a "duplicate"
+/// error, a smaller one an "unsorted" error); empty items, a missing
+/// `:<policy>`, an unknown policy, a non-numeric size other than
+/// `ULONG_MAX`/`-1`, hex or octal sizes, and more than [`MAX_ENTRIES`] entries
+/// are errors naming the item (C stopped at a bad policy, read any non-number
+/// as unbounded, took `0x`/`0` prefixes as hex/octal and silently dropped
+/// entries past 8). The string is never modified (C's `strsep` wrote NULs into
+/// the environment).
 ///
 /// **Sizes above the last entry.** As in C, the last entry is the catch-all:
 /// messages larger than its `<max_size>` also use its policy. A table whose

@@ -7,7 +7,7 @@
 //! finished and hands it back inside the completion. If the operation's
 //! future is dropped first, the completion (and with it the memory) lands in
 //! the reactor's completion table and is freed there, after the engine is
-//! done (`design.md`, principle 3).
+//! done (`ARCHITECTURE.md`, principle 3).
 //!
 //! Heap memory does not move when its owner moves: the data pointer of a
 //! `Vec<u8>`, `Bytes` or `BytesMut` stays valid as long as the value is not

@@ -1,5 +1,5 @@
-//! The PSM queues: one contract, two engines (`design.md`, "One contract,
-//! two engines").
+//! The PSM queues: one contract, two engines (`ARCHITECTURE.md`,
+//! principle 2).
 //!
 //! Everything above this module — the libfabric object model, the
 //! operations, the mrail layer — is written once against

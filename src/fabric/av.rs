@@ -2,7 +2,7 @@
 //! O(1) translation every operation makes from `fi_addr` to the engine's
 //! connected-peer handle.
 //!
-//! Semantics follow the psm provider (`spec/libfabric-study.md` §8):
+//! Semantics follow the psm provider (fi_av(3); C: `prov/psm/src/psmx_av.c`):
 //!
 //! * **Insert** connects every epid through the engine (`psm_ep_connect`),
 //!   waiting at most [`AvAttr::connect_timeout`] (30 s by default, as C).

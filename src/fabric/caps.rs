@@ -85,7 +85,8 @@ bitflags! {
 }
 
 /// The six direction bits that refine the primary capabilities; the
-/// domain-subset check of an endpoint open ignores them (study §3).
+/// domain-subset check of an endpoint open ignores them, as C's
+/// `psmx_domain_check_features` does.
 pub(crate) const DIRECTION_BITS: Caps = Caps::READ
     .union(Caps::WRITE)
     .union(Caps::RECV)
@@ -95,8 +96,8 @@ pub(crate) const DIRECTION_BITS: Caps = Caps::READ
 
 impl Caps {
     /// Whether an endpoint with these caps receives tagged messages: TAGGED
-    /// with `FI_RECV`, or with neither `FI_SEND` nor `FI_RECV` (study §3,
-    /// "receive allowed").
+    /// with `FI_RECV`, or with neither `FI_SEND` nor `FI_RECV` (libfabric's
+    /// `ofi_recv_allowed`, which the C provider uses).
     ///
     /// ```
     /// use psmrail::fabric::Caps;
@@ -123,7 +124,8 @@ impl Caps {
 
     /// Whether an endpoint with these caps is the target of remote RMA: RMA
     /// with `FI_REMOTE_READ` or `FI_REMOTE_WRITE`, or with none of the four
-    /// RMA direction bits (study §3, "target allowed").
+    /// RMA direction bits (libfabric's `ofi_rma_target_allowed`, which the C
+    /// provider uses).
     ///
     /// ```
     /// use psmrail::fabric::Caps;
@@ -415,8 +417,8 @@ macro_rules! named_enum {
 
 named_enum! {
     /// Endpoint type (`fi_ep_attr::type`). psm accepts `Unspec`, `Rdm` and
-    /// `Dgram`; a DGRAM endpoint is as reliable as an RDM one (decisions.md:
-    /// reliability is allowed by the DGRAM contract).
+    /// `Dgram`; a DGRAM endpoint is as reliable as an RDM one (ARCHITECTURE.md,
+    /// "Kept as in C"; reliability is allowed by the DGRAM contract).
     ///
     /// ```
     /// use psmrail::fabric::EpType;
@@ -476,7 +478,7 @@ named_enum! {
 
 named_enum! {
     /// Threading model (`fi_domain_attr::threading`). psm's default is
-    /// `Completion`; `Safe` is rejected (study §3).
+    /// `Completion`; `Safe` is rejected, as in C (`prov/psm/src/psmx_init.c`).
     pub enum Threading ("a threading model") {
         /// `FI_THREAD_UNSPEC`: the provider's default (COMPLETION).
         #[default]
@@ -651,7 +653,8 @@ mod tests {
 
     #[test]
     fn receive_and_target_rules() {
-        // Study §3 definitions, exhaustively over the bits that matter.
+        // The C definitions (`ofi_recv_allowed`, `ofi_rma_target_allowed`),
+        // exhaustively over the bits that matter.
         let bits = [
             Caps::MSG,
             Caps::TAGGED,

@@ -4,11 +4,11 @@
 //! Counters count every completion of the operations bound to them,
 //! whether the operation reports through its future or through a CQ (the
 //! operations, `crate::ops`, document which counter each completion
-//! increments: libfabric-study.md §9). This module only keeps the two
+//! increments, as the C psm provider does). This module only keeps the two
 //! values, wakes waiters, and calls the trigger listener.
 //!
-//! Differences from the C psm provider (decisions.md, "Deliberately
-//! better"): C never increments the error counter itself; psmrail's
+//! Differences from the C psm provider: C never increments the error
+//! counter itself (`prov/psm/src/psmx_cntr.c`); psmrail's
 //! operations do ([`Counter::read_err`]), and so [`Counter::wait`] gives
 //! up with `FI_EAVAIL` when the error count moves while it waits, as
 //! libfabric's generic counters do, instead of waiting for a success that

@@ -11,7 +11,7 @@
 //! both kinds. This module only stores and hands out entries; the
 //! operations push them from the progress path.
 //!
-//! # Behaviour (libfabric-study.md §9, "CQ")
+//! # Behaviour (fi_cq(3); C: `prov/psm/src/psmx_cq.c`)
 //!
 //! * Entries come out in the order they were pushed (completion order).
 //! * An error entry at the head makes [`read`](CompletionQueue::read),
@@ -82,7 +82,8 @@ pub enum CqFormat {
 
 impl CqFormat {
     /// The format a CQ opened with this one uses: `Unspec` becomes
-    /// `Tagged` (libfabric-study.md §9: "UNSPEC becomes TAGGED").
+    /// `Tagged`, as in the C provider (`prov/psm/src/psmx_cq.c`); fi_cq(3)
+    /// leaves the default format to the provider.
     pub fn resolved(self) -> CqFormat {
         match self {
             CqFormat::Unspec => CqFormat::Tagged,
@@ -199,8 +200,7 @@ impl CqEntry {
 #[derive(Debug)]
 pub struct CqErrEntry {
     /// The context the operation was posted with (0 for operations posted
-    /// without completion, which still report errors: study §3,
-    /// "Selective completion").
+    /// without completion, which still report errors, as in the C provider).
     pub context: u64,
     /// What failed.
     pub flags: CompletionFlags,

@@ -1,7 +1,7 @@
 //! The domain (`fi_domain`): one engine endpoint, its progress reactor and
 //! its active-message handlers, shared by every endpoint opened on it.
 //!
-//! As in the C provider (`spec/libfabric-study.md` §A.0), a domain owns
+//! As in the C provider (`prov/psm/src/psmx_domain.c`), a domain owns
 //! exactly one engine endpoint (PSM's `psm_ep_t` with its matched queue);
 //! libfabric endpoints are views onto it, which is why endpoints may not
 //! overlap in their receive and target capabilities ([`DomainSlots`]).

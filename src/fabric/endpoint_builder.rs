@@ -3,11 +3,12 @@
 //!
 //! Binding errors are kept until [`enable`](EndpointBuilder::enable), which
 //! reports the first one, so the calls chain. Enable applies the psm
-//! provider's rules (`spec/libfabric-study.md` §3, §4, §8):
+//! provider's rules (fi_psm(7), fi_endpoint(3); C: `prov/psm/src/psmx_ep.c`,
+//! `psmx_domain.c`):
 //!
 //! * bound queues, counters and the AV must come from this domain
 //!   (`FI_EINVAL`); an event queue cannot be bound (`FI_ENOSYS`);
-//! * the endpoint type is RDM or DGRAM (DGRAM behaves as RDM, decisions.md);
+//! * the endpoint type is RDM or DGRAM (DGRAM behaves as RDM, as in C);
 //!   `FI_EP_MSG` needs connection management (`FI_ENOSYS`);
 //! * the caps must be within the domain's (`FI_EOPNOTSUPP`) and may not
 //!   take a receive or target role another endpoint of the domain holds

@@ -1,12 +1,12 @@
 //! The fabric (`fi_fabric`): the configuration every object below uses, and
 //! the node's name server.
 //!
-//! Opening a fabric starts the name server when `FI_PSM_NAME_SERVER` is on
-//! (the default, except under an MPI launcher: [`PsmConfig::name_server`]).
-//! If another process of the job serves already, this one registers there
-//! (one server per node per UUID, `spec/libfabric-study.md` §8). A server
-//! that cannot start for any other reason is a warning, not an error, as in
-//! C: only name resolution is lost, and endpoints can still exchange
+//! Opening a fabric starts the name server when `FI_PSM_NAME_SERVER` is on (the
+//! default, except under an MPI launcher: [`PsmConfig::name_server`]). If
+//! another process of the job serves already, this one registers there (one
+//! server per node per UUID, as libfabric's `prov/util/src/util_ns.c` does). A
+//! server that cannot start for any other reason is a warning, not an error, as
+//! in C: only name resolution is lost, and endpoints can still exchange
 //! addresses out of band.
 //!
 //! Unlike C (one fabric and one domain per process), several fabrics and

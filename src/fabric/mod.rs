@@ -1,5 +1,5 @@
-//! The libfabric object model (`design.md`, `src/fabric/`): discovery
-//! (`getinfo`), fabric, domain, address vector, completion queues,
+//! The libfabric object model (`ARCHITECTURE.md`, "Layers": `src/fabric/`):
+//! discovery (`getinfo`), fabric, domain, address vector, completion queues,
 //! counters and endpoints, with the psm provider's capability rules and its
 //! name server.
 //!

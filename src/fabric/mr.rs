@@ -9,7 +9,7 @@
 //! | `mr/region.rs` | [`MemoryRegion`], the application's handle; [`RawKey`] |
 //! | `mr/table.rs` | `MrTable`, a domain's regions by key; `MrTarget`, a checked range |
 //!
-//! Design points (study §5 "MR validation", "MR keys and addresses"):
+//! Design points (fi_mr(3); C validates in `prov/psm/src/psmx_mr.c`):
 //! * A region **owns** its memory (taken over from a `Vec`/`Box`, never
 //!   copied), so nothing a peer does can reach freed memory: an operation in
 //!   flight holds the memory (`Arc`) past the region's close.

@@ -1,7 +1,7 @@
 //! One endpoint per domain per role: the psm overlap rule as a plain data
-//! structure (decisions.md, "One endpoint per domain per role"; fi_psm(7),
-//! "no two endpoints can have overlapping receive or RMA target
-//! capabilities"; study §3).
+//! structure (ARCHITECTURE.md, "Kept as in C"; fi_psm(7), "no two
+//! endpoints can have overlapping receive or RMA target capabilities"; C:
+//! `psmx_domain_check_features` in `prov/psm/src/psmx_domain.c`).
 //!
 //! A domain has one tagged queue and one set of AM handlers, so incoming
 //! tagged messages, untagged messages, RMA and atomics each have exactly one

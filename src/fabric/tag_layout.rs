@@ -1,6 +1,6 @@
 //! The 64-bit tag space: which high bits psm keeps for itself, and the
-//! `mem_tag_format` that tells the application what is left (study §4;
-//! decisions.md, "Tag layout").
+//! `mem_tag_format` that tells the application what is left (as in the
+//! C psm provider; ARCHITECTURE.md, "Kept as in C").
 //!
 //! * [`MSG_BIT`] (bit 63) marks untagged messages carried on the tagged
 //!   queue (the sender's epid sits in the low bits); it is reserved when
@@ -83,9 +83,9 @@ impl TagLayout {
     }
 }
 
-/// The bits an endpoint with `caps` reserves in its domain when it is
-/// enabled (study §4): [`MSG_BIT`] for `FI_MSG` without `am_msg`,
-/// [`RMA_BIT`] for `FI_RMA` with `tagged_rma`.
+/// The bits an endpoint with `caps` reserves in its domain when it is enabled,
+/// as C's `psmx_domain_enable_ep` does: [`MSG_BIT`] for `FI_MSG` without
+/// `am_msg`, [`RMA_BIT`] for `FI_RMA` with `tagged_rma`.
 ///
 /// ```
 /// use psmrail::fabric::{endpoint_bits, Caps, MSG_BIT, RMA_BIT};
@@ -150,7 +150,8 @@ pub(crate) struct Reservation {
     pub(crate) reserved: u64,
 }
 
-/// Discovery's tag reservation (study §4, `psmx_reserve_tag_bits`).
+/// Discovery's tag reservation (C: `psmx_reserve_tag_bits` in
+/// `prov/psm/src/psmx_init.c`).
 ///
 /// `asked` is the hint's capabilities (`None` or empty: none asked), and
 /// `default_caps` what is reported then; `max_tag` the hint's largest tag

@@ -1,5 +1,5 @@
-//! The operations (`design.md`, `src/ops/`): every data transfer is a
-//! future.
+//! The operations (`ARCHITECTURE.md`, "Layers": `src/ops/`): every data
+//! transfer is a future.
 //!
 //! # Shape
 //! Methods on [`Endpoint`](crate::fabric::Endpoint) post the operation to

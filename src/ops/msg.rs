@@ -1,7 +1,7 @@
 //! Untagged messages (`FI_MSG`): `send`, `recv`, `recv_from`, `inject`.
 //!
 //! By default they travel on the engine's tag-matching MQ with tag
-//! `MSG_BIT | sender epid` (`spec/decisions.md`, "Tag layout"), so a
+//! `MSG_BIT | sender epid` (`ARCHITECTURE.md`, "Kept as in C"), so a
 //! receive knows its source from the tag even where the engine does not
 //! report it, and a directed receive (`FI_DIRECTED_RECV`) matches one
 //! sender exactly. With `FI_PSM_AM_MSG=1` they travel over active messages

@@ -1,15 +1,14 @@
 //! `FI_MULTI_RECV`: one large buffer receives many untagged messages, each
 //! placed right after the previous one.
 //!
-//! [`Endpoint::multi_recv`] posts a receive over the whole
-//! [`MultiRecvBuffer`] and returns a [`MultiRecv`] stream. Each message
-//! yields a [`MultiRecvEvent`] with its offset and length, readable at once
-//! with [`MultiRecvEvent::data`]; the next receive is posted over the space
-//! left. When that space drops under the endpoint's minimum
-//! (`FI_OPT_MIN_MULTI_RECV`, [`Endpoint::min_multi_recv`], at least 1 byte
-//! — C's default of 0 posted 0-byte receives that truncated the next
-//! message, `libfabric-study.md` §7) the buffer is released: the last event
-//! says so ([`MultiRecvEvent::released`]) and the stream ends.
+//! [`Endpoint::multi_recv`] posts a receive over the whole [`MultiRecvBuffer`]
+//! and returns a [`MultiRecv`] stream. Each message yields a [`MultiRecvEvent`]
+//! with its offset and length, readable at once with [`MultiRecvEvent::data`];
+//! the next receive is posted over the space left. When that space drops under
+//! the endpoint's minimum (`FI_OPT_MIN_MULTI_RECV`,
+//! [`Endpoint::min_multi_recv`], at least 1 byte — C's default of 0 posted
+//! 0-byte receives that truncated the next message) the buffer is released: the
+//! last event says so ([`MultiRecvEvent::released`]) and the stream ends.
 //!
 //! Exactly one receive owns the remaining space at a time, as in C;
 //! messages arriving between two receives wait in the engine's unexpected

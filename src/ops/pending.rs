@@ -126,8 +126,8 @@ struct Cold {
 /// A posted, not yet completed operation.
 ///
 /// The op's buffer lives in the engine (or in the completion slot once the
-/// engine is done), never here: that is what makes dropping or forgetting
-/// the future safe (`design.md`, principle 3). On drop, a receive that has
+/// engine is done), never here: that is what makes dropping or forgetting the
+/// future safe (`ARCHITECTURE.md`, principle 3). On drop, a receive that has
 /// not matched is cancelled, and the slot is abandoned: the table frees the
 /// buffer when the engine completes.
 #[derive(Debug)]

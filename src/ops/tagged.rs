@@ -2,7 +2,7 @@
 //!
 //! Tags travel on the engine's tag-matching MQ as they are, minus the bits
 //! the domain reserves for untagged messages and long RMA (bit 63 and 62,
-//! `spec/decisions.md`, "Tag layout"); [`Info`](crate::fabric::Info)'s
+//! `ARCHITECTURE.md`, "Kept as in C"); [`Info`](crate::fabric::Info)'s
 //! `mem_tag_format` reports the user tag space. A receive matches a tag `t`
 //! when `t & !ignore == tag & !ignore`, and the reserved bits of an incoming
 //! tag must be 0, so tagged receives never see other traffic.

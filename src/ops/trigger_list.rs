@@ -2,10 +2,10 @@
 //! structure.
 //!
 //! A triggered operation waits until its counter reaches a threshold, then
-//! fires exactly once. Operations fire in threshold order, and those with
-//! equal thresholds in the order they were added (`libfabric-study.md`
-//! §3, "Trigger list"). The list only decides *what* fires; the caller
-//! runs the fired operations outside any engine lock (from a progress
+//! fires exactly once. Operations fire in threshold order, and those with equal
+//! thresholds in the order they were added, as in the C psm provider's trigger
+//! list (`prov/psm/src/psmx_cntr.c`). The list only decides *what* fires; the
+//! caller runs the fired operations outside any engine lock (from a progress
 //! step), because a counter may change inside the engine's progress.
 //!
 //! ```

@@ -14,27 +14,27 @@
 //! others.
 //!
 //! # How it fits
-//! Each counter with triggered operations owns one [`Triggers`] (created
-//! at the first one, kept in the counter). It holds a
+//! Each counter with triggered operations owns one [`Triggers`] (created at the
+//! first one, kept in the counter). It holds a
 //! [`TriggerList`](super::TriggerList) (threshold order, FIFO for equal
 //! thresholds) and a *ready* queue. The counter's listener runs after every
-//! change of the success count — the application's `add`/`set` as well as
-//! the operations' increments — and moves every operation whose threshold
-//! is reached to the ready queue. It never posts: a counter may change
-//! inside an engine's progress with the engine lock held (study §3, "Firing":
-//! C defers to the next progress call for the same reason). A progress
-//! source of the counter's reactor posts the ready queue, in order, through
-//! the ordinary context posts ([`Endpoint::post_tsend`] and friends), so
-//! completions go to the CQ and counters bound to the endpoint.
+//! change of the success count — the application's `add`/`set` as well as the
+//! operations' increments — and moves every operation whose threshold is
+//! reached to the ready queue. It never posts: a counter may change inside an
+//! engine's progress with the engine lock held (C, `prov/psm/src/psmx_cntr.c`,
+//! defers to the next progress call for the same reason). A progress source of
+//! the counter's reactor posts the ready queue, in order, through the ordinary
+//! context posts ([`Endpoint::post_tsend`] and friends), so completions go to
+//! the CQ and counters bound to the endpoint.
 //!
 //! # Failures are reported (C lost them)
-//! C ignores the return value of a fired operation (study §3). Here a
-//! fired post that fails gives an error CQ entry with the operation's
-//! context and buffer, and counts an error on the endpoint's counter; an
-//! engine that is full (`FI_EAGAIN`) is retried at the next round instead.
-//! Operations still waiting when their endpoint closes (noticed at the next
-//! progress round of the counter's reactor) or when the counter is dropped
-//! are cancelled the same way, with `FI_ECANCELED`.
+//! C ignores the return value of a fired operation
+//! (`prov/psm/src/psmx_cntr.c`). Here a fired post that fails gives an error CQ
+//! entry with the operation's context and buffer, and counts an error on the
+//! endpoint's counter; an engine that is full (`FI_EAGAIN`) is retried at the
+//! next round instead. Operations still waiting when their endpoint closes
+//! (noticed at the next progress round of the counter's reactor) or when the
+//! counter is dropped are cancelled the same way, with `FI_ECANCELED`.
 //!
 //! A waiting operation holds its endpoint (and so its domain) alive until it
 //! fires or is cancelled: close the endpoint to cancel.

@@ -82,7 +82,7 @@ impl Case {
         format!("{} {} {}", self.kind, self.op, self.dt)
     }
 
-    /// Whether the study's table supports it (else it must be refused).
+    /// Whether the op x datatype table supports it (else it must be refused).
     pub fn supported(&self) -> bool {
         op_supports_datatype(self.op, self.dt)
     }

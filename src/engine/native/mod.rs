@@ -1,14 +1,14 @@
 //! The native engine: the engine contract over real PSM 1.x (`psm-sys`).
 //!
 //! [`NativeEngine`] loads `libpsm_infinipath.so.1` (either build: the psm2
-//! compat library, which runs over shared memory here and Omni-Path
-//! elsewhere, or TrueScale) and opens [`NativeEndpoint`]s: one PSM
-//! endpoint, its matched queue and its AM handlers each, driven by the
-//! reactor as a [`ProgressSource`]. How the
-//! C provider drove PSM (`spec/libfabric-study.md` §A.0, §2, §5) is kept:
+//! compat library, which runs over shared memory here and Omni-Path elsewhere,
+//! or TrueScale) and opens [`NativeEndpoint`]s: one PSM endpoint, its matched
+//! queue and its AM handlers each, driven by the reactor as a
+//! [`ProgressSource`]. How the C provider drove PSM
+//! (`prov/psm/src/psmx_domain.c`, `psmx_cq.c`, `psmx_am.c`) is kept:
 //! completions are harvested with `psm_mq_ipeek` + `psm_mq_test` under a
-//! try-lock, AM handlers only reply, and follow-up work is left to the
-//! layer above.
+//! try-lock, AM handlers only reply, and follow-up work is left to the layer
+//! above.
 //!
 //! # Locking
 //! Every PSM call on an endpoint happens under that endpoint's one lock (a

@@ -12,7 +12,7 @@
 //! | 62, 63  | always 0                                     |
 //!
 //! Bits 62 and 63 stay clear because the layer above carries epids in tags
-//! whose two top bits it reserves (`spec/decisions.md`, "Tag layout": bit 63
+//! whose two top bits it reserves (`ARCHITECTURE.md`, "Kept as in C": bit 63
 //! marks untagged messages, bit 62 long-RMA transfers). The port is never 0,
 //! so no soft epid is `Epid(0)`, the value the C provider treats as "no
 //! address".

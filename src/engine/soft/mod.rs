@@ -8,7 +8,7 @@
 //! # Core and edge
 //!
 //! The engine is split like quinn (quinn-proto under quinn) and rustls
-//! (`design.md`, principle 1):
+//! (`ARCHITECTURE.md`, principle 1):
 //!
 //! * **The core** (this module) is plain data structures: no sockets,
 //!   threads or clocks. [`SoftCore`] is one endpoint's whole protocol: the

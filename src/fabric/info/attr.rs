@@ -1,5 +1,5 @@
 //! What one discovery answer says: [`Info`] and its attribute groups, with
-//! the psm provider's values (study §3, "`fi_getinfo` attributes").
+//! the psm provider's values (fi_getinfo(3); C: `prov/psm/src/psmx_init.c`).
 
 use bitflags::bitflags;
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! The hint checks of discovery, as a pure function of the hints and two
-//! configuration flags (study §3 and §4). Every refusal is `NoData` (the
-//! libfabric answer for "this provider cannot give you that") with a message
-//! naming the attribute, the value asked and what psm offers.
+//! configuration flags, with the C provider's rules (`psmx_getinfo` in
+//! `prov/psm/src/psmx_init.c`). Every refusal is `NoData` (the libfabric answer
+//! for "this provider cannot give you that") with a message naming the
+//! attribute, the value asked and what psm offers.
 
 use super::attr::{MsgOrder, INJECT_SIZE, MAX_MSG_SIZE, PROVIDER_NAME, SHARED_CONTEXT};
 use super::hints::Hints;
@@ -10,7 +11,7 @@ use crate::fabric::tag_layout::{max_tag, reserve_for_getinfo};
 use crate::{Error, ErrorKind, Result};
 use std::time::Duration;
 
-/// Endpoint capabilities psm offers (`PSMX_CAPS`, study §3).
+/// Endpoint capabilities psm offers (C's `PSMX_CAPS`, `prov/psm/src/psmx.h`).
 pub(crate) const EP_CAPS: Caps = Caps::TAGGED
     .union(Caps::MSG)
     .union(Caps::ATOMIC)
@@ -63,7 +64,7 @@ fn refuse(message: String) -> Error {
 pub(crate) fn check(hints: &Hints, am_msg: bool, tagged_rma: bool) -> Result<Settled> {
     let ep_type = match hints.ep_type {
         EpType::Unspec | EpType::Rdm => EpType::Rdm,
-        // decisions.md: DGRAM endpoints are accepted and are as reliable as RDM.
+        // Kept as in C: DGRAM endpoints are accepted, as reliable as RDM.
         EpType::Dgram => EpType::Dgram,
         EpType::Msg => {
             return Err(refuse(

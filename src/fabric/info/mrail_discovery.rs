@@ -4,7 +4,7 @@
 //! The answer is a psm info (the rails are psm endpoints and share its
 //! configuration and engine choice) turned into the description of one
 //! logical RDM endpoint over N rails, as C's `mrail_get_info` turns rail
-//! 0's info into the mrail one (study §10):
+//! 0's info into the mrail one (`prov/mrail/src/mrail_init.c`):
 //!
 //! * capabilities: `FI_MSG`, `FI_TAGGED` (with `FI_SEND`, `FI_RECV`,
 //!   `FI_DIRECTED_RECV`, `FI_SOURCE`) and `FI_RMA` (with `FI_READ`,

@@ -1,4 +1,5 @@
-//! Parsing of discovery's `node` and `service` texts (study §8): with
+//! Parsing of discovery's `node` and `service` texts (fi_getinfo(3); C:
+//! `psmx_getinfo` in `prov/psm/src/psmx_init.c`): with
 //! `FI_SOURCE`, node is `anything:unit:port` naming the local device; the
 //! service is the name-server service number in both forms.
 //!

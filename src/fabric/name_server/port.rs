@@ -1,7 +1,6 @@
 //! The name server's TCP port, derived from the job UUID exactly as the C
-//! psm provider derives it (`decisions.md`: "Name server port: derived
-//! from the UUID as the C provider does, so a C client and a psmrail server
-//! could meet").
+//! psm provider derives it (ARCHITECTURE.md, "Kept as in C"), so a C client
+//! and a psmrail server could meet.
 
 use crate::config::JobUuid;
 

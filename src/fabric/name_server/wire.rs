@@ -1,5 +1,5 @@
 //! The name server's wire format, byte for byte as libfabric's `util_ns`
-//! speaks it (`libfabric-study.md` §8), as pure functions over byte slices.
+//! speaks it (`prov/util/src/util_ns.c`), as pure functions over byte slices.
 //!
 //! Every connection carries one command. A frame is an 8-byte header
 //! followed by a body:

@@ -1,8 +1,8 @@
-//! Dead peers (`spec/decisions.md`, "Dead peers"): every operation towards
-//! a peer that died completes with an `Io` error (`"peer <epid> is gone:
-//! <evidence>"`) within `FI_PSM_TIMEOUT`; nothing waits forever. PSM itself
-//! does not tell (libpsm2 over shared memory never notices a killed peer),
-//! so each domain watches the peers its operations wait for.
+//! Dead peers (`ARCHITECTURE.md`, "Deliberately better"): every operation
+//! towards a peer that died completes with an `Io` error (`"peer <epid> is
+//! gone: <evidence>"`) within `FI_PSM_TIMEOUT`; nothing waits forever. PSM
+//! itself does not tell (libpsm2 over shared memory never notices a killed
+//! peer), so each domain watches the peers its operations wait for.
 //!
 //! # Evidence
 //! 1. **Hello and process.** On first contact (every connect) the domain

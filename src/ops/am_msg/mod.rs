@@ -1,6 +1,6 @@
 //! Untagged messages over active messages: the psm provider's
 //! `FI_PSM_AM_MSG=1` path (`fi_psm.7`: "the non-tagged message queue can be
-//! implemented over Active Message"; study §7, "AM path").
+//! implemented over Active Message"; C: `prov/psm/src/psmx_msg2.c`).
 //!
 //! By default untagged messages ride on the tag-matching MQ (one reserved
 //! tag bit). With `FI_PSM_AM_MSG=1` the domain creates one [`AmMsgQueue`]
@@ -28,10 +28,11 @@
 //!   them (the engines deliver one peer's AM requests in order).
 //! * Truncation: the receive completes with `Trunc`, the sender's length
 //!   and the bytes placed; the sender completes successfully and never
-//!   sends the bytes past the receive buffer. Both C bugs (study §7: the
+//!   sends the bytes past the receive buffer. Both C bugs (`psmx_msg2.c`: the
 //!   first packet and the continuation copied past the buffer) are
 //!   impossible by construction.
-//! * No `FI_MULTI_RECV` on this path (study §3), no tags, one iov.
+//! * No `FI_MULTI_RECV` on this path (C's AM path ignores it too), no tags,
+//!   one iov.
 //!
 //! # Limits
 //! * **Memory.** An unexpected message holds only its first chunk (at most

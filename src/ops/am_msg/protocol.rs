@@ -31,8 +31,10 @@
 //!    holds every byte it accepted; a truncated receive still completes its
 //!    send successfully.
 //!
-//! The two C bugs (study §7) cannot happen here: every copy is bounded by
-//! the accepted length, itself at most the receive buffer.
+//! The two C bugs (`prov/psm/src/psmx_msg2.c`: the first packet and the
+//! continuation copied past the receive buffer) cannot happen here: every
+//! copy is bounded by the accepted length, itself at most the receive
+//! buffer.
 //!
 //! # Order and memory
 //! `First` packets leave in posting order (a refused one, `Again`, goes

@@ -14,7 +14,7 @@
 //! | `Data` | request | receiver id, sender id, offset | bytes `[offset, offset + n)` |
 //! | `Done` | reply to `First`/`Data`, or request | sender id | — |
 //!
-//! Unlike the C provider (`psmx_msg2.c`, study §7), `First` carries the
+//! Unlike the C provider (`prov/psm/src/psmx_msg2.c`), `First` carries the
 //! message's total length, so the receiver knows at once how much it will
 //! accept (`min(total, buffer)`) and tells the sender in `Go`: a truncated
 //! message never streams the bytes nobody will keep, and every copy is

@@ -214,7 +214,7 @@ fn run_int<T: Int>(op: AtomicOp, b: Bufs<'_>) -> Result<()> {
 }
 
 fn run_ordered<T: Ordered>(op: AtomicOp, b: Bufs<'_>) -> Result<()> {
-    // The compare value is on the left (libfabric-study.md section 6).
+    // The compare value is on the left (fi_atomic(3)).
     let cswap = |b: Bufs<'_>, cond: fn(T, T) -> bool| {
         each_cmp(b.target, b.operand, b.compare, |d: T, s, c| {
             cond(c, d).then_some(s)

@@ -51,8 +51,8 @@ pub enum AtomicDatatype {
     DoubleComplex = 11,
 }
 
-/// The class of a datatype, in which the study's operation table is
-/// written (libfabric-study.md section 6).
+/// The class of a datatype, in which the op x datatype table
+/// (`op_supports_datatype`) is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DatatypeClass {
     /// `i8` ... `u64`.

@@ -1,6 +1,6 @@
 //! Atomics for the psm provider, sans I/O: the operation and datatype
 //! enums, the valid-queries, and the execution of one atomic on a byte
-//! region at the target (libfabric-study.md section 6; `fi_atomic(3)`).
+//! region at the target (`fi_atomic(3)`; C: `prov/psm/src/psmx_atomic.c`).
 //!
 //! # How it fits
 //! The initiator checks a request with [`check_request`] (op, kind and
@@ -12,11 +12,11 @@
 //! fetch and compare calls. This module does none of that I/O.
 //!
 //! # One table, no silent no-ops
-//! [`op_supports_datatype`] holds the op x datatype table; the valid
-//! queries and [`apply`] both use it, so an atomic the valid-query accepts
-//! is executed and one it rejects is refused with `FI_EOPNOTSUPP`
-//! (decisions.md, "RMA/atomics") — unlike C, whose target skips an
-//! unsupported combination and reports success.
+//! [`op_supports_datatype`] holds the op x datatype table; the valid queries
+//! and [`apply`] both use it, so an atomic the valid-query accepts is executed
+//! and one it rejects is refused with `FI_EOPNOTSUPP` (ARCHITECTURE.md,
+//! "Deliberately better") — unlike C, whose target skips an unsupported
+//! combination and reports success.
 //!
 //! ```
 //! use psmrail::ops::atomic::{apply, atomic_valid, AtomicDatatype, AtomicKind, AtomicOp};

@@ -9,9 +9,9 @@ use crate::{Error, ErrorKind, Result};
 /// (`FI_MIN` = 0 ... `FI_MSWAP` = 18), so the value travels on the wire
 /// unchanged.
 ///
-/// Semantics, with `d` the target element, `s` the operand, `c` the
-/// compare value (libfabric-study.md section 6; the compare value is on
-/// the **left** of the ordered comparisons):
+/// Semantics, with `d` the target element, `s` the operand, `c` the compare
+/// value (`fi_atomic(3)`; the compare value is on the **left** of the ordered
+/// comparisons):
 ///
 /// | op | effect |
 /// |---|---|

@@ -8,8 +8,9 @@ use super::*;
 use crate::ErrorKind;
 use AtomicOp::*;
 
-/// The study's table (libfabric-study.md section 6), written out again as
-/// lists so the test does not lean on `op_supports_datatype`.
+/// The op x datatype table the C provider executes
+/// (`prov/psm/src/psmx_atomic.c`), written out again as lists so the test does
+/// not lean on `op_supports_datatype`.
 fn expected_supported(op: AtomicOp, dt: AtomicDatatype) -> bool {
     const EVERY_TYPE: [AtomicOp; 6] = [Sum, Prod, AtomicRead, AtomicWrite, Cswap, CswapNe];
     const INT_AND_FLOAT: [AtomicOp; 6] = [Min, Max, CswapLe, CswapLt, CswapGe, CswapGt];
@@ -416,7 +417,7 @@ proptest! {
 }
 
 #[test]
-fn table_matches_the_study() {
+fn table_matches_the_c_provider() {
     let mut supported = 0;
     for op in AtomicOp::ALL {
         for dt in AtomicDatatype::ALL {

@@ -2,19 +2,20 @@
 //! `fi_atomicvalid` / `fi_fetch_atomicvalid` / `fi_compare_atomicvalid`
 //! answers and the matching checks on a request.
 //!
-//! The C provider's valid queries accept every op for every datatype
-//! while its target silently skips the combinations it cannot run and
-//! reports success (libfabric-study.md section 6, "validity-query
-//! mismatch"). Here one table decides both: what [`atomic_valid`] accepts,
-//! [`apply`](fn@super::apply) executes; what it rejects is refused with
-//! `FI_EOPNOTSUPP` (decisions.md, "RMA/atomics").
+//! The C provider's valid queries accept every op for every datatype while its
+//! target silently skips the combinations it cannot run and reports success
+//! (`prov/psm/src/psmx_atomic.c`). Here one table decides both: what
+//! [`atomic_valid`] accepts, [`apply`](fn@super::apply) executes; what it
+//! rejects is refused with `FI_EOPNOTSUPP` (ARCHITECTURE.md, "Deliberately
+//! better").
 
 use super::datatype::{AtomicDatatype, DatatypeClass};
 use super::op::{AtomicKind, AtomicOp};
 use crate::{Error, ErrorKind, Result};
 
-/// Whether `op` is defined on `dt`, whatever the call kind — the study's
-/// table (libfabric-study.md section 6), without long double:
+/// Whether `op` is defined on `dt`, whatever the call kind — the table
+/// the C provider executes (`prov/psm/src/psmx_atomic.c`), without long
+/// double:
 ///
 /// | operations | datatypes |
 /// |---|---|
@@ -96,8 +97,8 @@ const fn bytes_per_element(kind: AtomicKind, dt: AtomicDatatype) -> usize {
 /// `kind` with `op` on `dt` may carry, given the engine's short (single
 /// message) payload of `max_payload` bytes. Atomics are never chunked, so
 /// that is `max_payload / size` for write and fetch calls and
-/// `max_payload / (2 * size)` for compare calls (libfabric-study.md
-/// section 6, "Size limits").
+/// `max_payload / (2 * size)` for compare calls, as the C provider's valid
+/// queries report (`prov/psm/src/psmx_atomic.c`).
 ///
 /// Errors: `FI_EOPNOTSUPP` for a combination psmrail does not execute
 /// (see [`check_op`]); `FI_EMSGSIZE` if `max_payload` cannot carry even

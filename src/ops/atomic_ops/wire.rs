@@ -3,7 +3,8 @@
 //!
 //! Atomics share the RMA handler (one AM handler id for both) and tell
 //! their packets apart by the protocol byte of the command word: `'A'`
-//! here, `'R'` for RMA. Layout (study §6: count, datatype, op):
+//! here, `'R'` for RMA. Layout (as C's, `prov/psm/src/psmx_atomic.c`:
+//! count, datatype, op):
 //!
 //! | packet | arg 0 (command word) | args 1.. | payload |
 //! |---|---|---|---|

@@ -1,8 +1,8 @@
-//! RMA (`fi_read`, `fi_write` and their `msg`/`v` forms) over active
-//! messages, as the psm provider does it (study §5, `decisions.md`
-//! "RMA/atomics"): the sans-IO core. The I/O edge (AM handler
-//! registration, posting to the engine, futures, counters and CQ events)
-//! is wired on top of it.
+//! RMA (`fi_read`, `fi_write` and their `msg`/`v` forms) over active messages,
+//! as the psm provider does it (`prov/psm/src/psmx_rma.c`; ARCHITECTURE.md,
+//! "Deliberately better", for where psmrail departs from it): the sans-IO core.
+//! The I/O edge (AM handler registration, posting to the engine, futures,
+//! counters and CQ events) is wired on top of it.
 //!
 //! # Pieces
 //!

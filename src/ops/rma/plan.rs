@@ -26,11 +26,11 @@ pub(crate) struct RmaParams {
 }
 
 impl RmaParams {
-    /// The parameters for an engine with `limits`: chunks of the engine's
-    /// short AM payload (the native engine caps it at the C provider's
-    /// 2032 bytes, "the maximum that's actually working", study §5; the
-    /// soft engine carries 8128), the long threshold at the chunk as C
-    /// chose it, and [`DEFAULT_WINDOW`].
+    /// The parameters for an engine with `limits`: chunks of the engine's short
+    /// AM payload (the native engine caps it at the C provider's 2032 bytes,
+    /// "the maximum that's actually working" in `prov/psm/src/psmx.h`; the soft
+    /// engine carries 8128), the long threshold at the chunk as C chose it, and
+    /// [`DEFAULT_WINDOW`].
     pub(crate) fn new(limits: &EngineLimits, tagged_rma: bool) -> Self {
         let write_chunk = limits.max_am_request.max(1);
         RmaParams {

@@ -18,8 +18,8 @@ use crate::{Error, ErrorKind, Result};
 /// (`FI_RMA_EVENT`: `remote_write_cntr` / `remote_read_cntr`; with `data`,
 /// a `FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA` completion).
 ///
-/// For a short write the range is the last chunk's (as in C, study §5):
-/// the target does not see the operation's start.
+/// For a short write the range is the last chunk's (as in C,
+/// `prov/psm/src/psmx_rma.c`): the target does not see the operation's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RemoteEvent {
     pub(crate) kind: RmaKind,

@@ -5,8 +5,8 @@
 //! bits 16–23, [`EOM`] bit 30, [`DATA`] bit 29, every other bit zero), the
 //! high 32 bits a length (requests) or a status (replies: 0, or the
 //! positive libfabric errno). The opcode values are the C provider's
-//! (study §5) plus `REP_WRITE_GO`; at most [`NARGS`] = 5 arguments, the
-//! count C found safe on every PSM path.
+//! (`prov/psm/src/psmx.h`) plus `REP_WRITE_GO`; at most [`NARGS`] = 5
+//! arguments, the count C found safe on every PSM path.
 //!
 //! | packet | args after the command word | payload |
 //! |---|---|---|
