@@ -322,6 +322,12 @@ impl MrailEndpoint {
     /// Sends `buf` to `dest` (`fi_send`). Needs `FI_MSG` (and `FI_SEND` or
     /// no direction bits). Untagged messages match only untagged receives
     /// (C's mrail sent every message as tagged).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not take the send back: the message (or
+    /// its parts) may still be delivered, and the buffer stays inside the
+    /// reactor until no rail touches it, then it is freed. `mem::forget`
+    /// is safe too.
     pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> MrailSendOp<'_> {
         let buf = buf.into();
         let d = desc("send", Some(dest), None, buf.len());
@@ -331,6 +337,12 @@ impl MrailEndpoint {
 
     /// Sends `buf` with `tag` to `dest` (`fi_tsend`). Every one of the 64
     /// tag bits is the user's.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not take the send back: the message (or
+    /// its parts) may still be delivered, and the buffer stays inside the
+    /// reactor until no rail touches it, then it is freed. `mem::forget`
+    /// is safe too.
     pub fn tsend(&self, dest: FiAddr, tag: u64, buf: impl Into<OpBuffer>) -> MrailSendOp<'_> {
         let buf = buf.into();
         let d = desc("tsend", Some(dest), Some(tag), buf.len());
@@ -341,6 +353,13 @@ impl MrailEndpoint {
     /// Receives the next untagged message from any source (`fi_recv`).
     /// A message longer than `buf` fills it and fails with `FI_ETRUNC`
     /// (both lengths in the error); a longer buffer is fine.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed, and the buffer stays inside the reactor until
+    /// every rail writing a part into it is done, then it is freed.
+    /// `mem::forget` is safe too.
     pub fn recv(&self, buf: impl Into<OpBuffer>) -> MrailRecvOp<'_> {
         let buf = buf.into();
         let d = desc("recv", None, None, buf.len());
@@ -350,6 +369,13 @@ impl MrailEndpoint {
 
     /// Receives the next untagged message sent by `src` (`FI_DIRECTED_RECV`,
     /// which the endpoint's caps must include).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed, and the buffer stays inside the reactor until
+    /// every rail writing a part into it is done, then it is freed.
+    /// `mem::forget` is safe too.
     pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> MrailRecvOp<'_> {
         let buf = buf.into();
         let d = desc("recv", Some(src), None, buf.len());
@@ -371,6 +397,13 @@ impl MrailEndpoint {
 
     /// Receives the first message whose tag matches `tag` in the bits not
     /// set in `ignore` (`fi_trecv`, any source).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed, and the buffer stays inside the reactor until
+    /// every rail writing a part into it is done, then it is freed.
+    /// `mem::forget` is safe too.
     pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> MrailRecvOp<'_> {
         let buf = buf.into();
         let d = desc("trecv", None, Some(tag), buf.len());
@@ -460,12 +493,20 @@ impl MrailEndpoint {
     /// Sends a small untagged message; `data` may be reused at once
     /// (`fi_inject`): at most [`inject_size`](Self::inject_size) bytes.
     /// The send counter counts it at once; no CQ entry is written.
+    ///
+    /// # Cancel safety
+    /// Not a future: the data is copied before this returns, and the
+    /// message leaves whatever the caller does next.
     pub fn inject(&self, dest: FiAddr, data: &[u8]) -> Result<()> {
         self.inject_class(dest, MsgClass::Msg, 0, data)
     }
 
     /// Sends a small tagged message; `data` may be reused at once
     /// (`fi_tinject`).
+    ///
+    /// # Cancel safety
+    /// Not a future: the data is copied before this returns, and the
+    /// message leaves whatever the caller does next.
     pub fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()> {
         self.inject_class(dest, MsgClass::Tagged, tag, data)
     }

@@ -493,6 +493,12 @@ impl MrailEndpoint {
     /// assert_eq!(back, [7; 4]);
     /// # Ok::<(), psmrail::Error>(())
     /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: its stripes run
+    /// to completion at the target (the remote region may still change),
+    /// and the buffer stays inside the reactor until every rail is done
+    /// with it, then it is freed. `mem::forget` is safe too.
     pub fn write(
         &self,
         dest: FiAddr,
@@ -507,6 +513,12 @@ impl MrailEndpoint {
     /// every stripe has landed, the target endpoint's receive CQ gets an
     /// `FI_REMOTE_WRITE | FI_RMA | FI_REMOTE_CQ_DATA` entry with `data`
     /// and the write's length.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: its stripes run
+    /// to completion at the target (the remote region may still change),
+    /// and the buffer stays inside the reactor until every rail is done
+    /// with it, then it is freed. `mem::forget` is safe too.
     pub fn writedata(
         &self,
         dest: FiAddr,
@@ -522,6 +534,12 @@ impl MrailEndpoint {
     /// `fi_read`: reads `buf.len()` bytes at `remote_offset` of the region
     /// with (mapped) `key` at `dest` into `buf` (which must be writable),
     /// striped over the rails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: its stripes run
+    /// to completion at the target (the remote region may still change),
+    /// and the buffer stays inside the reactor until every rail is done
+    /// with it, then it is freed. `mem::forget` is safe too.
     pub fn read(
         &self,
         dest: FiAddr,
@@ -535,6 +553,12 @@ impl MrailEndpoint {
     /// `fi_writemsg`: writes `buf`, in order, to the remote ranges
     /// `remote` (their lengths must add up to `buf.len()`), with optional
     /// remote CQ data.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: its stripes run
+    /// to completion at the target (the remote region may still change),
+    /// and the buffer stays inside the reactor until every rail is done
+    /// with it, then it is freed. `mem::forget` is safe too.
     pub fn writemsg(
         &self,
         dest: FiAddr,
@@ -547,6 +571,12 @@ impl MrailEndpoint {
 
     /// `fi_readmsg`: fills `buf`, in order, from the remote ranges
     /// `remote` (their lengths must add up to `buf.len()`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: its stripes run
+    /// to completion at the target (the remote region may still change),
+    /// and the buffer stays inside the reactor until every rail is done
+    /// with it, then it is freed. `mem::forget` is safe too.
     pub fn readmsg(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote: &[RmaIov]) -> MrailRmaOp {
         self.rma(RmaKind::Read, dest, buf.into(), remote, None)
     }

@@ -30,6 +30,12 @@ impl Endpoint {
     ///
     /// The send is posted before this returns; the future resolves when the
     /// buffer may be reused, handing it back with the result.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not take the send back: the message may
+    /// still be delivered, and its buffer stays inside the reactor until
+    /// the engine is done with it (then it is freed). `mem::forget` is
+    /// safe too.
     pub fn send(&self, dest: FiAddr, buf: impl Into<OpBuffer>) -> SendOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
@@ -64,6 +70,13 @@ impl Endpoint {
 
     /// Receives the next untagged message from any source into `buf`
     /// (`fi_recv`). Needs `FI_MSG` and `FI_RECV` (or no direction bits).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed and the buffer stays inside the reactor until
+    /// the engine is done writing it, then it is freed. `mem::forget` is
+    /// safe too.
     pub fn recv(&self, buf: impl Into<OpBuffer>) -> RecvOp<'_> {
         self.recv_inner(buf.into(), None)
     }
@@ -71,6 +84,13 @@ impl Endpoint {
     /// Receives the next untagged message sent by `src` (`fi_recv` with a
     /// source address: `FI_DIRECTED_RECV`, which the endpoint's caps must
     /// include).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed and the buffer stays inside the reactor until
+    /// the engine is done writing it, then it is freed. `mem::forget` is
+    /// safe too.
     pub fn recv_from(&self, src: FiAddr, buf: impl Into<OpBuffer>) -> RecvOp<'_> {
         let buf = buf.into();
         if !self.core.caps().contains(Caps::DIRECTED_RECV) {
@@ -131,6 +151,10 @@ impl Endpoint {
     /// Sends a small untagged message and returns once `data` may be reused
     /// (`fi_inject`): at most the endpoint's inject size (64 B by default),
     /// no completion is reported, the send counter counts it at once.
+    ///
+    /// # Cancel safety
+    /// Not a future: the data is copied before this returns, and the
+    /// message leaves whatever the caller does next.
     pub fn inject(&self, dest: FiAddr, data: &[u8]) -> Result<()> {
         let ep = &self.core;
         check_caps(ep, Caps::MSG, Dir::Send, OpName::Send)?;

@@ -303,6 +303,12 @@ impl Endpoint {
     /// assert_eq!(buf.len(), 64);
     /// # }
     /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn write(
         &self,
         dest: FiAddr,
@@ -316,6 +322,12 @@ impl Endpoint {
     /// `fi_writedata`: [`write`](Self::write) with remote CQ data: the
     /// target endpoint's receive CQ gets an `FI_REMOTE_WRITE | FI_RMA |
     /// FI_REMOTE_CQ_DATA` entry with `data`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn writedata(
         &self,
         dest: FiAddr,
@@ -336,6 +348,12 @@ impl Endpoint {
 
     /// `fi_read`: reads `buf.len()` bytes at `remote_offset` of the region
     /// with `key` at `dest` into `buf` (which must be writable).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn read(
         &self,
         dest: FiAddr,
@@ -368,6 +386,12 @@ impl Endpoint {
     /// `fi_writemsg`: writes `buf`, in order, to the remote ranges
     /// `remote` (their lengths must add up to `buf.len()`), with optional
     /// remote CQ data.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn writemsg(
         &self,
         dest: FiAddr,
@@ -380,6 +404,12 @@ impl Endpoint {
 
     /// `fi_readmsg`: fills `buf`, in order, from the remote ranges
     /// `remote` (their lengths must add up to `buf.len()`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn readmsg(&self, dest: FiAddr, buf: impl Into<OpBuffer>, remote: &[RmaIov]) -> RmaOp {
         self.rma(RmaKind::Read, dest, buf.into(), remote, None)
     }

@@ -70,6 +70,12 @@ impl Endpoint {
     ///
     /// The send is posted before this returns; the future resolves when the
     /// buffer may be reused, handing it back with the result.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not take the send back: the message may
+    /// still be delivered, and its buffer stays inside the reactor until
+    /// the engine is done with it (then it is freed). `mem::forget` is
+    /// safe too.
     pub fn tsend(&self, dest: FiAddr, tag: u64, buf: impl Into<OpBuffer>) -> SendOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
@@ -104,6 +110,13 @@ impl Endpoint {
     ///
     /// The receive is posted before this returns, so it can be posted ahead
     /// of the matching send and awaited later.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before a message matched withdraws the receive
+    /// (no message is consumed, the buffer is freed). Once matched, the
+    /// message is consumed and the buffer stays inside the reactor until
+    /// the engine is done writing it, then it is freed. `mem::forget` is
+    /// safe too.
     pub fn trecv(&self, buf: impl Into<OpBuffer>, tag: u64, ignore: u64) -> RecvOp<'_> {
         let buf = buf.into();
         let ep = &self.core;
@@ -139,7 +152,12 @@ impl Endpoint {
     ///
     /// # Errors
     /// `FI_EMSGSIZE` above the inject size; the checks of [`tsend`](Self::tsend).
+    ///
+    /// # Cancel safety
+    /// Not a future: the data is copied before this returns, and the
+    /// message leaves whatever the caller does next.
     #[inline]
+
     pub fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()> {
         let ep = &self.core;
         check_caps(ep, Caps::TAGGED, Dir::Send, OpName::TSend)?;

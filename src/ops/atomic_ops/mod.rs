@@ -48,6 +48,12 @@ impl Endpoint {
     /// an endpoint without `FI_ATOMIC`), `MsgSize` beyond
     /// [`atomic_valid`](Self::atomic_valid), `Inval` for an operand that
     /// is not a whole number of elements, `Access` from the target.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     pub fn atomic(
         &self,
         dest: FiAddr,
@@ -75,7 +81,14 @@ impl Endpoint {
     /// `fi_fetch_atomic`: as [`atomic`](Self::atomic), and the old target
     /// values come back in `result` (its length gives the element count;
     /// `operand` has the same length, or is empty for `FI_ATOMIC_READ`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     #[allow(clippy::too_many_arguments)] // mirrors fi_fetch_atomic
+
     pub fn fetch_atomic(
         &self,
         dest: FiAddr,
@@ -102,7 +115,14 @@ impl Endpoint {
     /// `fi_compare_atomic`: `op` (`FI_CSWAP`, `FI_MSWAP`, ...) with
     /// `operand` and `compare` values on the target; the old values come
     /// back in `result` (all three have the same length).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the operation: it runs to
+    /// completion at the target (the remote region may still change), and
+    /// the buffer stays inside the reactor until the transfer is done, then
+    /// it is freed. `mem::forget` is safe too.
     #[allow(clippy::too_many_arguments)] // mirrors fi_compare_atomic
+
     pub fn compare_atomic(
         &self,
         dest: FiAddr,
