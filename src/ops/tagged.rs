@@ -157,7 +157,6 @@ impl Endpoint {
     /// Not a future: the data is copied before this returns, and the
     /// message leaves whatever the caller does next.
     #[inline]
-
     pub fn tinject(&self, dest: FiAddr, tag: u64, data: &[u8]) -> Result<()> {
         let ep = &self.core;
         check_caps(ep, Caps::TAGGED, Dir::Send, OpName::TSend)?;

@@ -88,7 +88,6 @@ impl Endpoint {
     /// the buffer stays inside the reactor until the transfer is done, then
     /// it is freed. `mem::forget` is safe too.
     #[allow(clippy::too_many_arguments)] // mirrors fi_fetch_atomic
-
     pub fn fetch_atomic(
         &self,
         dest: FiAddr,
@@ -122,7 +121,6 @@ impl Endpoint {
     /// the buffer stays inside the reactor until the transfer is done, then
     /// it is freed. `mem::forget` is safe too.
     #[allow(clippy::too_many_arguments)] // mirrors fi_compare_atomic
-
     pub fn compare_atomic(
         &self,
         dest: FiAddr,
