@@ -89,8 +89,7 @@ pub(crate) enum Incoming {
     Reply,
 }
 
-/// What a core holds, for tests and diagnostics.
-#[cfg(any(test, feature = "hooks"))]
+/// What a core holds, for statistics, tests and diagnostics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CoreStats {
     /// Packets dropped as malformed, stale or hostile.
@@ -268,7 +267,6 @@ impl Core {
     }
 
     /// What the core holds.
-    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn stats(&self) -> CoreStats {
         CoreStats {
             dropped: self.dropped,

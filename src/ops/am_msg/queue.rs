@@ -24,9 +24,7 @@
 //! pump; the request stays first in line and the next progress step tries
 //! again.
 
-#[cfg(any(test, feature = "hooks"))]
-use super::protocol::CoreStats;
-use super::protocol::{Core, CoreConfig, Incoming};
+use super::protocol::{Core, CoreConfig, CoreStats, Incoming};
 use super::wire::NARGS;
 use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
@@ -249,7 +247,6 @@ impl AmMsgQueue {
     }
 
     /// What the core holds.
-    #[cfg(any(test, feature = "hooks"))]
     pub(crate) fn stats(&self) -> CoreStats {
         self.shared.core().stats()
     }
