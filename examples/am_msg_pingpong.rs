@@ -21,8 +21,13 @@
 //!
 //! ```text
 //! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong [-- --reps 9 --rounds 3 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong -- --help
 //! ```
+//!
+//! Options (`--help` lists them): `--reps N` (default 9), `--rounds N`
+//! (default 3), `--no-pin` (pin neither process).
 
+use clap::Parser;
 use psm_sys::DEFAULT_UUID;
 use psmrail::engine::native::{NativeEndpoint, NativeEngine};
 use psmrail::engine::{
@@ -42,46 +47,55 @@ const TAG_PING: u64 = 0x50;
 const TAG_PONG: u64 = 0x51;
 const PHASES: [&str; 2] = ["mq", "am"];
 
-struct Args {
-    reps: usize,
-    rounds: usize,
-    pin: bool,
-    serve: Option<String>,
-    peer: Option<u64>,
-    cpu: Option<usize>,
+/// A count of at least 1.
+fn parse_count(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
 }
 
-fn parse_args() -> Args {
-    let mut args = Args {
-        reps: 9,
-        rounds: 3,
-        pin: true,
-        serve: None,
-        peer: None,
-        cpu: None,
-    };
-    let mut it = std::env::args().skip(1);
-    let hex = |v: String| u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
-    let count = |v: Option<String>, what: &str| -> usize {
-        v.and_then(|v| v.parse().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or_else(|| panic!("{what} N (N > 0)"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--reps" => args.reps = count(it.next(), "--reps"),
-            "--rounds" => args.rounds = count(it.next(), "--rounds"),
-            "--no-pin" => args.pin = false,
-            "--serve" => args.serve = Some(it.next().expect("--serve mq|am")),
-            "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
-            "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
-            other => {
-                eprintln!("unknown argument {other}; usage: am_msg_pingpong [--reps N] [--rounds N] [--no-pin]");
-                std::process::exit(2);
-            }
-        }
-    }
-    args
+/// An epid in hexadecimal, `0x` optional.
+fn parse_epid(v: &str) -> Result<u64, String> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("{v:?} is not a hexadecimal epid: {e}"))
+}
+
+/// One of [`PHASES`].
+fn parse_phase(v: &str) -> Result<&'static str, String> {
+    PHASES
+        .iter()
+        .copied()
+        .find(|p| *p == v)
+        .ok_or_else(|| format!("{v:?}: expected mq or am"))
+}
+
+/// Untagged ping-pong over active messages (FI_PSM_AM_MSG=1) against the
+/// MQ path, on the native engine, between this process and a copy of it,
+/// both spinning, pinned to two CPUs. Run with PSM2_DEVICES=self,shm where
+/// there is no adapter.
+#[derive(Parser, Debug)]
+#[command(name = "am_msg_pingpong", args_override_self = true)]
+struct Args {
+    /// Timed repetitions per size (each figure is their median).
+    #[arg(long, value_name = "N", default_value = "9", value_parser = parse_count)]
+    reps: usize,
+    /// Rounds alternating mq and am (each figure the median over them).
+    #[arg(long, value_name = "N", default_value = "3", value_parser = parse_count)]
+    rounds: usize,
+    /// Pin neither process.
+    #[arg(long)]
+    no_pin: bool,
+    /// Peer mode (run by the benchmark itself): serve this phase.
+    #[arg(long, value_name = "PHASE", value_parser = parse_phase, hide = true)]
+    serve: Option<&'static str>,
+    /// Peer mode: the client's epid (hexadecimal).
+    #[arg(long, value_name = "EPID", value_parser = parse_epid, hide = true)]
+    peer: Option<u64>,
+    /// Peer mode: pin to this CPU.
+    #[arg(long, hide = true)]
+    cpu: Option<usize>,
 }
 
 fn pin_to(cpu: usize) -> bool {
@@ -339,22 +353,22 @@ fn server(phase: &str, args: &Args, client: u64) {
 }
 
 fn main() {
-    let args = parse_args();
-    if let Some(phase) = args.serve.clone() {
+    let args = Args::parse();
+    if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
         // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-        if let (true, Some(cpu)) = (args.pin, args.cpu) {
+        if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }
-        server(&phase, &args, args.peer.expect("--peer"));
+        server(phase, &args, args.peer.expect("--peer"));
         return;
     }
     let cpus: Vec<usize> = psmrail::reactor::CpuTopology::read_now()
         .allowed
         .iter()
         .collect();
-    let pinned = args.pin && cpus.len() >= 2 && pin_to(cpus[0]);
+    let pinned = !args.no_pin && cpus.len() >= 2 && pin_to(cpus[0]);
     let peer_cpu = pinned.then(|| cpus[1]);
     let mut runs: [Vec<Vec<f64>>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..args.rounds {

@@ -65,7 +65,13 @@
 //! PSM2_DEVICES=self,shm cargo run --release --features latency-probe --example engine_pingpong -- --probe --sizes 8 --phases poll,fast,async,api
 //! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,poll,engine,fast --sizes 8,65536,4194304 --no-pin]
 //! ```
+//!
+//! Options (`--help` lists them): `--reps N` (default 9), `--rounds N`
+//! (default 3), `--phases` (default all six, in the order above),
+//! `--sizes` (among 8, 65536 and 4194304; default all three), `--no-pin`,
+//! `-v/--verbose`, `--probe`.
 
+use clap::{CommandFactory, Parser};
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
 use psmrail::config::PsmConfig;
 use psmrail::engine::native::{NativeEndpoint, NativeEngine};
@@ -90,103 +96,122 @@ const TAG_PING: u64 = 0x50;
 const TAG_PONG: u64 = 0x51;
 const TAG_SYNC: u64 = 0x52;
 
-struct Args {
-    reps: usize,
-    /// Raw and engine phases alternate this many times, so both see the
-    /// same machine noise; the figure is the median over the rounds.
-    rounds: usize,
-    pin: bool,
-    /// The phases to run, in this order in every round.
-    phases: Vec<Phase>,
-    /// Print every round's figures, not only the medians.
-    verbose: bool,
-    /// (message size, round trips per repetition), a subset of [`SIZES`].
-    sizes: Vec<(usize, usize)>,
-    /// Set in the peer: which phase to serve.
-    serve: Option<String>,
-    /// Print the latency probe's split per phase (`latency-probe` builds).
-    probe: bool,
-    /// Set in the peer: where to write its probe stamps.
-    probe_out: Option<std::path::PathBuf>,
-    peer: Option<u64>,
-    cpu: Option<usize>,
+/// A count of at least 1.
+fn parse_count(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
 }
 
+/// An epid in hexadecimal, `0x` optional.
+fn parse_epid(v: &str) -> Result<u64, String> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("{v:?} is not a hexadecimal epid: {e}"))
+}
+
+/// One of [`SIZES`]: (message size, round trips per repetition).
+fn parse_size(v: &str) -> Result<(usize, usize), String> {
+    let n: usize = v
+        .parse()
+        .map_err(|e| format!("{v:?} is not a message size: {e}"))?;
+    SIZES
+        .iter()
+        .find(|s| s.0 == n)
+        .copied()
+        .ok_or_else(|| format!("{n}: expected 8, 65536 or 4194304"))
+}
+
+/// One of the phases, by name.
+fn parse_phase(v: &str) -> Result<Phase, String> {
+    Phase::ALL
+        .into_iter()
+        .find(|p| p.name() == v)
+        .ok_or_else(|| format!("{v:?}: expected raw, poll, engine, fast, async or api"))
+}
+
+/// What `--help` prints after the options.
+const PHASES_HELP: &str = "\
+Phases (each round runs them in the order given; figures are medians over rounds):
+  raw     psm-sys, blocking calls, no reactor (the floor)
+  poll    psm-sys, waiting with psm_mq_test + psm_poll (the non-blocking floor)
+  engine  the engine contract, Reactor::poll_completion in manual mode
+  fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion
+  async   the fast path awaited, one task per side under Reactor::block_on
+  api     the public API: trecv futures and tinject
+Run with PSM2_DEVICES=self,shm where there is no adapter.";
+
+/// Ping-pong between two processes (this one and a copy of it), both
+/// spinning, pinned to two CPUs: half round trip at 8 B, bandwidth at
+/// 64 KiB and 4 MiB, through the native engine and the reactor against
+/// the raw psm-sys floor.
+#[derive(Parser, Debug)]
+#[command(name = "engine_pingpong", after_help = PHASES_HELP, args_override_self = true)]
+struct Args {
+    /// Timed repetitions per size and phase (each figure is their median).
+    #[arg(long, value_name = "N", default_value = "9", value_parser = parse_count)]
+    reps: usize,
+    /// The phases alternate this many times, so all see the same machine
+    /// noise; the figure is the median over the rounds.
+    #[arg(long, value_name = "N", default_value = "3", value_parser = parse_count)]
+    rounds: usize,
+    /// The phases to run, in this order in every round (comma-separated).
+    #[arg(
+        long,
+        value_name = "PHASES",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "raw,poll,engine,fast,async,api",
+        value_parser = parse_phase
+    )]
+    phases: Vec<Phase>,
+    /// Message sizes, among 8, 65536 and 4194304 (comma-separated).
+    #[arg(
+        long,
+        value_name = "SIZES",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "8,65536,4194304",
+        value_parser = parse_size
+    )]
+    sizes: Vec<(usize, usize)>,
+    /// Pin neither process.
+    #[arg(long)]
+    no_pin: bool,
+    /// Print every round's figures, not only the medians.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Per phase and side, send -> detection and detection -> send (needs
+    /// a build with --features latency-probe).
+    #[arg(long)]
+    probe: bool,
+    /// Peer mode (run by the benchmark itself): serve this phase.
+    #[arg(long, value_name = "PHASE", value_parser = parse_phase, hide = true)]
+    serve: Option<Phase>,
+    /// Peer mode: the client's epid (hexadecimal).
+    #[arg(long, value_name = "EPID", value_parser = parse_epid, hide = true)]
+    peer: Option<u64>,
+    /// Peer mode: pin to this CPU.
+    #[arg(long, hide = true)]
+    cpu: Option<usize>,
+    /// Peer mode: where to write its probe stamps.
+    #[arg(long, value_name = "PATH", hide = true)]
+    probe_out: Option<std::path::PathBuf>,
+}
+
+/// The arguments; `--probe` refused (as a usage error) in a build without
+/// the latency probe.
 fn parse_args() -> Args {
-    let mut args = Args {
-        reps: 9,
-        rounds: 3,
-        pin: true,
-        phases: vec![
-            Phase::Raw,
-            Phase::Poll,
-            Phase::Engine,
-            Phase::Fast,
-            Phase::Async,
-            Phase::Api,
-        ],
-        verbose: false,
-        sizes: SIZES.to_vec(),
-        serve: None,
-        probe: false,
-        probe_out: None,
-        peer: None,
-        cpu: None,
-    };
-    let mut it = std::env::args().skip(1);
-    let hex = |v: String| u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex epid");
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--reps" => {
-                args.reps = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|r| *r > 0)
-                    .expect("--reps N")
-            }
-            "--rounds" => {
-                args.rounds = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|r| *r > 0)
-                    .expect("--rounds N")
-            }
-            "--no-pin" => args.pin = false,
-            "--verbose" | "-v" => args.verbose = true,
-            "--phases" => {
-                args.phases = it
-                    .next()
-                    .expect("--phases raw,poll,engine,fast")
-                    .split(',')
-                    .map(|p| Phase::parse(p).unwrap_or_else(|| usage(p)))
-                    .collect()
-            }
-            "--sizes" => {
-                let list = it.next().expect("--sizes 8,65536,4194304");
-                args.sizes = list
-                    .split(',')
-                    .map(|v| {
-                        let n: usize = v.parse().unwrap_or_else(|_| usage(v));
-                        *SIZES.iter().find(|s| s.0 == n).unwrap_or_else(|| usage(v))
-                    })
-                    .collect();
-            }
-            "--help" | "-h" => usage(""),
-            "--serve" => args.serve = Some(it.next().expect("--serve PHASE")),
-            "--peer" => args.peer = Some(hex(it.next().expect("--peer EPID"))),
-            "--cpu" => args.cpu = Some(it.next().and_then(|v| v.parse().ok()).expect("--cpu N")),
-            "--probe" => {
-                if !cfg!(feature = "latency-probe") {
-                    eprintln!(
-                        "--probe needs the latency probe: cargo run --release --features latency-probe --example engine_pingpong -- --probe"
-                    );
-                    std::process::exit(2);
-                }
-                args.probe = true
-            }
-            "--probe-out" => args.probe_out = Some(it.next().expect("--probe-out PATH").into()),
-            other => usage(other),
-        }
+    let args = Args::parse();
+    if args.probe && !cfg!(feature = "latency-probe") {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--probe needs the latency probe: cargo run --release --features latency-probe \
+                 --example engine_pingpong -- --probe",
+            )
+            .exit();
     }
     args
 }
@@ -214,17 +239,14 @@ enum Phase {
 }
 
 impl Phase {
-    fn parse(s: &str) -> Option<Phase> {
-        match s {
-            "raw" => Some(Phase::Raw),
-            "poll" => Some(Phase::Poll),
-            "engine" => Some(Phase::Engine),
-            "fast" => Some(Phase::Fast),
-            "async" => Some(Phase::Async),
-            "api" => Some(Phase::Api),
-            _ => None,
-        }
-    }
+    const ALL: [Phase; 6] = [
+        Phase::Raw,
+        Phase::Poll,
+        Phase::Engine,
+        Phase::Fast,
+        Phase::Async,
+        Phase::Api,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -261,28 +283,6 @@ impl Phase {
             }
         }
     }
-}
-
-fn usage(bad: &str) -> ! {
-    if !bad.is_empty() {
-        eprintln!("unknown argument {bad}");
-    }
-    eprintln!(
-        "usage: engine_pingpong [--reps N] [--rounds N] [--phases raw,poll,engine,fast,async,api] [--sizes 8,65536,4194304] [--no-pin] [--verbose] [--probe]\n\
-         \n\
-         Ping-pong between two processes (this one and a copy of it), both spinning,\n\
-         pinned to two CPUs: half round trip at 8 B, bandwidth at 64 KiB and 4 MiB.\n\
-         Phases (each round runs them in the order given; figures are medians over rounds):\n  \
-           raw     psm-sys, blocking calls, no reactor (the floor)\n  \
-           poll    psm-sys, waiting with psm_mq_test + psm_poll (the non-blocking floor)\n  \
-           engine  the engine contract, Reactor::poll_completion in manual mode\n  \
-           fast    the engine contract's fast path: inject and EngineEndpoint::poll_completion\n  \
-           async   the fast path awaited, one task per side under Reactor::block_on\n  \
-           api     the public API: trecv futures and tinject\n\
-         --probe (built with --features latency-probe): send -> detection and detection -> send per side.\n\
-         Run with PSM2_DEVICES=self,shm where there is no adapter."
-    );
-    std::process::exit(if bad.is_empty() { 0 } else { 2 });
 }
 
 fn pin_to(cpu: usize) -> bool {
@@ -970,23 +970,21 @@ fn api_server(args: &Args, client: u64) {
 fn main() {
     let args = parse_args();
 
-    if let Some(phase) = args.serve.clone() {
+    if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
         // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-        if let (true, Some(cpu)) = (args.pin, args.cpu) {
+        if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }
         let client = args.peer.expect("--peer");
-        match phase.as_str() {
-            "raw" => raw_server(&args, client, RawWait::Block),
-            "poll" => raw_server(&args, client, RawWait::TestPoll),
-            "engine" => engine_server(&args, client, false),
-            "fast" => engine_server(&args, client, true),
-            "async" => async_server(&args, client),
-            "api" => api_server(&args, client),
-
-            other => panic!("unknown phase {other}"),
+        match phase {
+            Phase::Raw => raw_server(&args, client, RawWait::Block),
+            Phase::Poll => raw_server(&args, client, RawWait::TestPoll),
+            Phase::Engine => engine_server(&args, client, false),
+            Phase::Fast => engine_server(&args, client, true),
+            Phase::Async => async_server(&args, client),
+            Phase::Api => api_server(&args, client),
         }
         if let Some(path) = &args.probe_out {
             write_probe(path);
@@ -997,7 +995,7 @@ fn main() {
         .allowed
         .iter()
         .collect();
-    let pinned = args.pin && cpus.len() >= 2 && pin_to(cpus[0]);
+    let pinned = !args.no_pin && cpus.len() >= 2 && pin_to(cpus[0]);
     let peer_cpu = pinned.then(|| cpus[1]);
     // One list of per-round medians per phase, phases alternating.
     let mut runs: Vec<Vec<Medians>> = vec![Vec::new(); args.phases.len()];

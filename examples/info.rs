@@ -4,6 +4,7 @@
 //!
 //! ```sh
 //! cargo run --example info                      # defaults (engine from PSMRAIL_ENGINE, else auto)
+//! cargo run --example info -- --help            # every option
 //! cargo run --example info -- -v                # every attribute
 //! FI_OFI_MRAIL_ADDR=lo,127.0.0.1 cargo run --example info -- -p ofi_mrail   # the multi-rail provider
 //! cargo run --example info -- -c tagged,msg -t dgram --engine soft
@@ -12,120 +13,136 @@
 //! cargo run --example info -- -c msg --mem-tag-format 0xaaaaaaaaaaaaaaaa   # refused: no room for FI_MSG
 //! ```
 //!
-//! Options: `-c/--caps NAMES`, `-m/--mode NAMES`, `-t/--ep-type TYPE`,
-//! `-e/--engine auto|native|soft`, `-p/--provider psm|ofi_mrail` (as
-//! `fi_info -p`), `--progress manual|auto`,
-//! `-a/--av-type map|table`, `--mem-tag-format HEX`, `--inject-size N`,
-//! `-n/--node NODE`, `-s/--service N`, `--source`, `--ns-port PORT`,
-//! `-v/--verbose`, `-h/--help`. Names are libfabric's, with or without
-//! `FI_`, separated by `,` or `|`. The exit status is 1 when discovery
-//! refuses (the error is printed, as `fi_info` prints `fi_getinfo: -61`).
+//! Options (`--help` lists them all) follow `fi_info` where it has them:
+//! `-c` caps, `-m` mode, `-t` endpoint type, `-a` AV type, `-p` provider
+//! (`psm` or `ofi_mrail`), `-n` node, `-s` service, `--source`, `-v`;
+//! psmrail adds `-e/--engine auto|native|soft`, `--progress manual|auto`,
+//! `--mem-tag-format HEX`, `--inject-size N` and `--ns-port PORT`. Names
+//! are libfabric's, with or without `FI_`, separated by `,` or `|`. A bad
+//! option is an error naming it (exit status 2); the exit status is 1 when
+//! discovery refuses (the error is printed, as `fi_info` prints
+//! `fi_getinfo: -61`).
 
 use std::process::ExitCode;
 use std::str::FromStr;
 
+use clap::Parser;
 use psmrail::fabric::{AvType, Caps, EngineChoice, EpType, GetInfo, Hints, Mode, ProgressKind};
 
-const USAGE: &str = "usage: info [-v] [-c CAPS] [-m MODE] [-t EP_TYPE] [-e ENGINE] [-p PROVIDER] [--progress PROGRESS] \
-[-a AV_TYPE] [--mem-tag-format HEX] [--inject-size N] [-n NODE] [-s SERVICE] [--source] [--ns-port PORT]";
-
-struct Args {
-    hints: Hints,
-    verbose: bool,
-    node: Option<String>,
-    service: Option<String>,
-    source: bool,
-    ns_port: Option<u16>,
-    provider: Option<String>,
-}
-
-fn parse<T: FromStr>(flag: &str, value: Option<String>) -> Result<T, String>
+/// Any of psmrail's `FromStr` names (caps, modes, endpoint and AV types,
+/// engines, progress kinds), its error as clap's message.
+fn parse_name<T: FromStr>(v: &str) -> Result<T, String>
 where
     T::Err: std::fmt::Display,
 {
-    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
-    value.parse().map_err(|e| format!("{flag} {value:?}: {e}"))
+    v.parse().map_err(|e: T::Err| e.to_string())
 }
 
-fn parse_hex(flag: &str, value: Option<String>) -> Result<u64, String> {
-    let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
-    let digits = value.strip_prefix("0x").unwrap_or(&value);
-    u64::from_str_radix(digits, 16).map_err(|e| format!("{flag} {value:?}: {e}"))
+/// A 64-bit hexadecimal value, with or without `0x`.
+fn parse_hex(v: &str) -> Result<u64, String> {
+    let digits = v.strip_prefix("0x").unwrap_or(v);
+    u64::from_str_radix(digits, 16).map_err(|e| format!("{v:?} is not a hexadecimal u64: {e}"))
 }
 
-fn args() -> Result<Option<Args>, String> {
-    let mut a = Args {
-        hints: Hints::new(),
-        verbose: false,
-        node: None,
-        service: None,
-        source: false,
-        ns_port: None,
-        provider: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let h = std::mem::take(&mut a.hints);
-        a.hints = match flag.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-v" | "--verbose" => {
-                a.verbose = true;
-                h
-            }
-            "--source" => {
-                a.source = true;
-                h
-            }
-            "-c" | "--caps" => h.caps(parse::<Caps>(&flag, it.next())?),
-            "-m" | "--mode" => h.mode(parse::<Mode>(&flag, it.next())?),
-            "-t" | "--ep-type" => h.ep_type(parse::<EpType>(&flag, it.next())?),
-            "-e" | "--engine" => h.engine(parse::<EngineChoice>(&flag, it.next())?),
-            "-p" | "--provider" => {
-                let name = it.next().ok_or("-p needs a provider name")?;
-                a.provider = Some(name.clone());
-                h.prov_name(name)
-            }
-            "--progress" => h.progress(parse::<ProgressKind>(&flag, it.next())?),
-            "-a" | "--av-type" => h.av_type(parse::<AvType>(&flag, it.next())?),
-            "--mem-tag-format" => h.mem_tag_format(parse_hex(&flag, it.next())?),
-            "--inject-size" => h.inject_size(parse::<usize>(&flag, it.next())?),
-            "-n" | "--node" => {
-                a.node = Some(it.next().ok_or("-n needs a value")?);
-                h
-            }
-            "-s" | "--service" => {
-                a.service = Some(it.next().ok_or("-s needs a value")?);
-                h
-            }
-            "--ns-port" => {
-                a.ns_port = Some(parse::<u16>(&flag, it.next())?);
-                h
-            }
-            other => return Err(format!("unknown option {other:?}")),
-        };
+/// `fi_info` for psmrail: runs discovery with these hints and prints what
+/// the providers would give, or why they refuse (exit status 1).
+#[derive(Parser, Debug)]
+#[command(name = "info", args_override_self = true)]
+struct Args {
+    /// Print every attribute of each info.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Capabilities wanted: names such as tagged,msg,rma (with or without
+    /// FI_, separated by , or |).
+    #[arg(short, long, value_parser = parse_name::<Caps>)]
+    caps: Option<Caps>,
+    /// Mode bits the application supports (e.g. context).
+    #[arg(short, long, value_parser = parse_name::<Mode>)]
+    mode: Option<Mode>,
+    /// Endpoint type: rdm, dgram or msg (FI_EP_ names accepted).
+    #[arg(short = 't', long, value_parser = parse_name::<EpType>)]
+    ep_type: Option<EpType>,
+    /// Engine: auto, native or soft (default: PSMRAIL_ENGINE, else auto).
+    #[arg(short, long, value_parser = parse_name::<EngineChoice>)]
+    engine: Option<EngineChoice>,
+    /// Only this provider (psm or ofi_mrail), as fi_info -p; without it,
+    /// psm and, when FI_OFI_MRAIL_ADDR names rails, ofi_mrail.
+    #[arg(short, long)]
+    provider: Option<String>,
+    /// Progress: manual or auto (data and control progress alike).
+    #[arg(long, value_parser = parse_name::<ProgressKind>)]
+    progress: Option<ProgressKind>,
+    /// AV type: map or table.
+    #[arg(short, long, value_parser = parse_name::<AvType>)]
+    av_type: Option<AvType>,
+    /// The tag bits format (mem_tag_format), hexadecimal, 0x optional.
+    #[arg(long, value_name = "HEX", value_parser = parse_hex)]
+    mem_tag_format: Option<u64>,
+    /// Largest inject size wanted, in bytes.
+    #[arg(long, value_name = "N")]
+    inject_size: Option<usize>,
+    /// Node: a host to resolve through its name server, or with --source
+    /// the local anything:unit:port.
+    #[arg(short, long)]
+    node: Option<String>,
+    /// Service: a decimal name-server service number (not a TCP port);
+    /// absent or 0 is any.
+    #[arg(short, long)]
+    service: Option<String>,
+    /// FI_SOURCE: node and service describe the local side.
+    #[arg(long)]
+    source: bool,
+    /// The remote name server's TCP port (default: derived from the job
+    /// UUID, as every process of the job uses).
+    #[arg(long, value_name = "PORT")]
+    ns_port: Option<u16>,
+}
+
+impl Args {
+    /// The discovery hints the options ask for.
+    fn hints(&self) -> Hints {
+        let mut h = Hints::new();
+        if let Some(caps) = self.caps {
+            h = h.caps(caps);
+        }
+        if let Some(mode) = self.mode {
+            h = h.mode(mode);
+        }
+        if let Some(ep_type) = self.ep_type {
+            h = h.ep_type(ep_type);
+        }
+        if let Some(engine) = self.engine {
+            h = h.engine(engine);
+        }
+        if let Some(provider) = &self.provider {
+            h = h.prov_name(provider.clone());
+        }
+        if let Some(progress) = self.progress {
+            h = h.progress(progress);
+        }
+        if let Some(av_type) = self.av_type {
+            h = h.av_type(av_type);
+        }
+        if let Some(format) = self.mem_tag_format {
+            h = h.mem_tag_format(format);
+        }
+        if let Some(size) = self.inject_size {
+            h = h.inject_size(size);
+        }
+        h
     }
-    Ok(Some(a))
 }
 
 fn main() -> ExitCode {
-    let a = match args() {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("info: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let a = Args::parse();
+    let hints = a.hints();
     // Without -p, every provider that can answer: psm, and ofi_mrail when
     // rails are configured (as fi_info lists every provider).
-    let mut runs = vec![a.hints.clone()];
+    let mut runs = vec![hints.clone()];
     let rails_set = std::env::var_os("FI_OFI_MRAIL_ADDR").is_some()
         || std::env::var_os("FI_OFI_MRAIL_ADDR_STRC").is_some();
     if a.provider.is_none() && rails_set {
-        runs.push(a.hints.clone().prov_name("ofi_mrail"));
+        runs.push(hints.clone().prov_name("ofi_mrail"));
     }
     let mut status = ExitCode::SUCCESS;
     for (i, hints) in runs.iter().enumerate() {

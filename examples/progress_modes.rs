@@ -3,7 +3,15 @@
 //! ```text
 //! cargo run --release --features tokio --example progress_modes
 //! cargo run --release --features tokio --example progress_modes -- --rounds 11 --engine native
+//! cargo run --release --features tokio --example progress_modes -- --help
 //! ```
+//!
+//! Options (`--help` lists them): `--rounds N` (default 5), `--engine`,
+//! `--idle-ms`, `--gap-ms`, `--iterations N` (default 20000) and
+//! `--wakeups N` (default 25) size the measurements below; `--only
+//! idle|pingpong|wakeup` runs one of them, `--spin-us` sets the adaptive
+//! mode's spin window and `--idle-modes manual,auto,adaptive` limits the
+//! idle measurement to those modes.
 //!
 //! Three measurements, each taken in rounds that alternate the modes (these
 //! VMs are noisy) and printed as medians and as ratios against a baseline
@@ -21,6 +29,7 @@
 //!    an 8 B inject to the moment the receiving task runs again; adaptive
 //!    against auto progress at the default 1000 µs interval (soft engine).
 
+use clap::Parser;
 use psmrail::config::PsmConfig;
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{
@@ -50,66 +59,98 @@ impl Mode {
     }
 }
 
-struct Args {
-    rounds: usize,
-    engine: EngineChoice,
-    idle: Duration,
-    gap: Duration,
-    iterations: usize,
-    wakeups: usize,
-    only: Option<String>,
-    spin: Duration,
-    idle_modes: Option<Vec<String>>,
+/// A count of at least 1.
+fn parse_count(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
 }
 
-fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        rounds: 5,
-        engine: EngineChoice::Soft,
-        idle: Duration::from_millis(2000),
-        gap: Duration::from_millis(20),
-        iterations: 20_000,
-        wakeups: 25,
-        only: None,
-        spin: AdaptiveProgress::DEFAULT_SPIN,
-        idle_modes: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--rounds" => a.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
-            "--engine" => a.engine = value()?.parse().map_err(|e| format!("--engine: {e}"))?,
-            "--idle-ms" => {
-                a.idle = Duration::from_millis(value()?.parse().map_err(|e| format!("{e}"))?)
-            }
-            "--gap-ms" => {
-                a.gap = Duration::from_millis(value()?.parse().map_err(|e| format!("{e}"))?)
-            }
-            "--iterations" => a.iterations = value()?.parse().map_err(|e| format!("{e}"))?,
-            "--wakeups" => a.wakeups = value()?.parse().map_err(|e| format!("{e}"))?,
-            "--idle-modes" => a.idle_modes = Some(value()?.split(',').map(str::to_owned).collect()),
-            "--spin-us" => {
-                a.spin = Duration::from_micros(value()?.parse().map_err(|e| format!("{e}"))?)
-            }
-            "--only" => match value()?.as_str() {
-                m @ ("idle" | "pingpong" | "wakeup") => a.only = Some(m.to_owned()),
-                m => return Err(format!("--only: {m} is not idle, pingpong or wakeup")),
-            },
-            "-h" | "--help" => {
-                println!(
-                    "progress_modes [--rounds N] [--engine soft|native] [--idle-ms MS] \
-                     [--gap-ms MS] [--iterations N] [--wakeups N] [--only idle|pingpong|wakeup] [--spin-us US] [--idle-modes manual,auto,adaptive]"
-                );
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
+/// Milliseconds.
+fn parse_ms(v: &str) -> Result<Duration, String> {
+    v.parse()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{v:?} is not a number of milliseconds: {e}"))
+}
+
+/// Microseconds.
+fn parse_us(v: &str) -> Result<Duration, String> {
+    v.parse()
+        .map(Duration::from_micros)
+        .map_err(|e| format!("{v:?} is not a number of microseconds: {e}"))
+}
+
+/// `auto`, `native` or `soft` (case-insensitive).
+fn parse_engine(v: &str) -> Result<EngineChoice, String> {
+    v.parse().map_err(|e: psmrail::Error| e.to_string())
+}
+
+/// One of the measurements.
+fn parse_only(v: &str) -> Result<String, String> {
+    match v {
+        "idle" | "pingpong" | "wakeup" => Ok(v.to_owned()),
+        _ => Err(format!("{v:?}: expected idle, pingpong or wakeup")),
     }
-    if a.rounds == 0 || a.iterations == 0 || a.wakeups == 0 {
-        return Err("--rounds, --iterations and --wakeups must be at least 1".into());
+}
+
+/// One progress mode.
+fn parse_mode(v: &str) -> Result<Mode, String> {
+    [Mode::Manual, Mode::Auto, Mode::Adaptive]
+        .into_iter()
+        .find(|m| m.name() == v)
+        .ok_or_else(|| format!("{v:?}: expected manual, auto or adaptive"))
+}
+
+/// The progress modes (manual, auto, adaptive) compared under tokio: idle
+/// CPU, ping-pong latency and wake-up latency, in rounds alternating the
+/// modes, printed as medians.
+#[derive(Parser, Debug)]
+#[command(name = "progress_modes", args_override_self = true)]
+struct Args {
+    /// Rounds of each measurement (the modes alternate within a round).
+    #[arg(long, value_name = "N", default_value = "5", value_parser = parse_count)]
+    rounds: usize,
+    /// Engine of the idle measurement: auto, native or soft (the other
+    /// two always run on the soft engine).
+    #[arg(long, default_value = "soft", value_parser = parse_engine)]
+    engine: EngineChoice,
+    /// How long the idle task awaits its receive, in ms.
+    #[arg(long = "idle-ms", value_name = "MS", default_value = "2000", value_parser = parse_ms)]
+    idle: Duration,
+    /// Silence before each wake-up message, in ms.
+    #[arg(long = "gap-ms", value_name = "MS", default_value = "20", value_parser = parse_ms)]
+    gap: Duration,
+    /// Ping-pong round trips per round.
+    #[arg(long, value_name = "N", default_value = "20000", value_parser = parse_count)]
+    iterations: usize,
+    /// Wake-up messages per round.
+    #[arg(long, value_name = "N", default_value = "25", value_parser = parse_count)]
+    wakeups: usize,
+    /// Run only this measurement: idle, pingpong or wakeup.
+    #[arg(long, value_name = "MEASUREMENT", value_parser = parse_only)]
+    only: Option<String>,
+    /// The adaptive mode's spin window, in µs (default: AdaptiveProgress::DEFAULT_SPIN).
+    #[arg(long = "spin-us", value_name = "US", value_parser = parse_us)]
+    spin: Option<Duration>,
+    /// Measure idle CPU only for these modes (comma-separated: manual,
+    /// auto, adaptive; the others print NaN).
+    #[arg(
+        long,
+        value_name = "MODES",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        value_parser = parse_mode
+    )]
+    idle_modes: Option<Vec<Mode>>,
+}
+
+impl Args {
+    /// The adaptive mode's spin window.
+    fn spin(&self) -> Duration {
+        self.spin.unwrap_or(AdaptiveProgress::DEFAULT_SPIN)
     }
-    Ok(a)
 }
 
 /// One endpoint with its own domain and AV.
@@ -282,14 +323,14 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> Result<(), String> {
-    let args = parse()?;
+    let args = Args::parse();
     let modes = [Mode::Manual, Mode::Auto, Mode::Adaptive];
     let run = |what: &str| args.only.as_deref().is_none_or(|o| o == what);
     if run("idle") {
         idle_figures(&args, &modes)?;
     }
     if run("pingpong") || run("wakeup") {
-        let adaptive = pair(Mode::Adaptive, args.spin)?;
+        let adaptive = pair(Mode::Adaptive, args.spin())?;
         if run("pingpong") {
             pingpong_figures(&args, &adaptive)?;
         }
@@ -311,12 +352,12 @@ fn idle_figures(args: &Args, modes: &[Mode]) -> Result<(), String> {
             if args
                 .idle_modes
                 .as_ref()
-                .is_some_and(|only| !only.contains(&m.name().to_owned()))
+                .is_some_and(|only| !only.contains(&m))
             {
                 idle[i].push(f64::NAN);
                 continue;
             }
-            let node = open(m, args.engine, args.spin)?;
+            let node = open(m, args.engine, args.spin())?;
             idle[i].push(idle_cpu(&node, args.idle));
         }
     }
@@ -332,7 +373,7 @@ fn idle_figures(args: &Args, modes: &[Mode]) -> Result<(), String> {
 
 fn pingpong_figures(args: &Args, adaptive: &Pair) -> Result<(), String> {
     // 2. Ping-pong: manual against adaptive.
-    let manual = pair(Mode::Manual, args.spin)?;
+    let manual = pair(Mode::Manual, args.spin())?;
     let (mut pm, mut pa, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.rounds {
         let m = pingpong(&manual.0, &manual.1, manual.2, manual.3, args.iterations);
@@ -359,7 +400,7 @@ fn pingpong_figures(args: &Args, adaptive: &Pair) -> Result<(), String> {
 
 fn wakeup_figures(args: &Args, adaptive: &Pair) -> Result<(), String> {
     // 3. Wake-up after silence: auto (1000 µs interval) against adaptive.
-    let auto = pair(Mode::Auto, args.spin)?;
+    let auto = pair(Mode::Auto, args.spin())?;
     let (mut wa, mut wd) = (Vec::new(), Vec::new());
     for _ in 0..args.rounds {
         wa.push(wakeup(&auto.0, &auto.1, auto.2, args.gap, args.wakeups));

@@ -30,8 +30,13 @@
 //! read it back), and the one-at-a-time fetch-adds must fetch consecutive
 //! values.
 //!
-//! `--spawn` is accepted (and implied) for symmetry with `pingpong`.
+//! Options (`--help` lists them): `--engine native|soft` (default soft),
+//! `--reps N` (default 5), `--rounds N` (default 1), `--window N` (default
+//! 8), `--scale F` (multiplies the operations per repetition, default 1),
+//! `--phases am,tagged` (which and in what order), `--no-pin`. `--spawn`
+//! is accepted (and implied) for symmetry with `pingpong`.
 
+use clap::Parser;
 use futures::stream::{FuturesUnordered, StreamExt};
 use psmrail::config::PsmConfig;
 use psmrail::engine::OpBuffer;
@@ -82,14 +87,6 @@ enum Phase {
 }
 
 impl Phase {
-    fn parse(s: &str) -> Option<Phase> {
-        match s {
-            "am" => Some(Phase::Am),
-            "tagged" => Some(Phase::Tagged),
-            _ => None,
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Phase::Am => "am",
@@ -102,100 +99,95 @@ impl Phase {
     }
 }
 
+/// `native` or `soft`.
+fn parse_engine(v: &str) -> Result<Engine, String> {
+    match v {
+        "native" => Ok(Engine::Native),
+        "soft" => Ok(Engine::Soft),
+        _ => Err(format!("{v:?}: expected native or soft")),
+    }
+}
+
+/// `am` or `tagged`.
+fn parse_phase(v: &str) -> Result<Phase, String> {
+    match v {
+        "am" => Ok(Phase::Am),
+        "tagged" => Ok(Phase::Tagged),
+        _ => Err(format!("{v:?}: expected am or tagged")),
+    }
+}
+
+/// A count of at least 1.
+fn parse_count(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
+}
+
+/// A positive factor.
+fn parse_scale(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
+        Ok(_) => Err(format!("{v:?}: must be a positive number")),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
+}
+
+/// RMA write/read bandwidth (64 KiB, 1 MiB, 16 MiB), 8 B latency and u64
+/// fetch-add rate between two processes, FI_PSM_TAGGED_RMA off (am) and on
+/// (tagged), each phase in a fresh process pair. Run with
+/// PSM2_DEVICES=self,shm where there is no adapter.
+#[derive(Parser, Debug)]
+#[command(name = "rma_bench", args_override_self = true)]
 struct Args {
+    /// Accepted for symmetry with pingpong: the target is always spawned.
+    #[arg(long = "spawn")]
+    _spawn: bool,
+    /// Engine: native or soft.
+    #[arg(long, default_value = "soft", value_parser = parse_engine)]
     engine: Engine,
+    /// Repetitions per figure (the figure is their median).
+    #[arg(long, value_name = "N", default_value = "5", value_parser = parse_count)]
     reps: usize,
+    /// Rounds alternating the phases (each figure the median over them).
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_count)]
     rounds: usize,
+    /// Operations in flight in the bandwidth and windowed atomic cells.
+    #[arg(long, value_name = "N", default_value = "8", value_parser = parse_count)]
     window: usize,
     /// Multiplies the operations per repetition.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value = "1",
+        value_parser = parse_scale,
+        allow_negative_numbers = true
+    )]
     scale: f64,
-    pin: bool,
+    /// The phases to run, in this order: am, tagged (comma-separated).
+    #[arg(
+        long,
+        value_name = "PHASES",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "am,tagged",
+        value_parser = parse_phase
+    )]
     phases: Vec<Phase>,
-    /// Set in the target: its phase.
+    /// Pin neither process.
+    #[arg(long)]
+    no_pin: bool,
+    /// Target mode (run by the benchmark itself): serve this phase.
+    #[arg(long, value_name = "PHASE", value_parser = parse_phase, hide = true)]
     serve: Option<Phase>,
-    /// Set in the target: the initiator's address.
+    /// Target mode: the initiator's address.
+    #[arg(long, hide = true)]
     peer: Option<String>,
+    /// Target mode: pin to this CPU.
+    #[arg(long, hide = true)]
     cpu: Option<usize>,
-}
-
-fn usage(bad: &str) -> ! {
-    if !bad.is_empty() {
-        eprintln!("rma_bench: bad argument {bad}");
-    }
-    eprintln!(
-        "usage: rma_bench [--spawn] [--engine native|soft] [--reps N] [--rounds N] [--window N] \
-         [--scale F] [--phases am,tagged] [--no-pin]\n\
-         \n\
-         RMA write/read bandwidth (64 KiB, 1 MiB, 16 MiB), 8 B latency and u64 fetch-add rate\n\
-         between two processes, FI_PSM_TAGGED_RMA off (am) and on (tagged), each phase in a\n\
-         fresh process pair. Run with PSM2_DEVICES=self,shm where there is no adapter."
-    );
-    std::process::exit(if bad.is_empty() { 0 } else { 2 })
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        engine: Engine::Soft,
-        reps: 5,
-        rounds: 1,
-        window: 8,
-        scale: 1.0,
-        pin: true,
-        phases: vec![Phase::Am, Phase::Tagged],
-        serve: None,
-        peer: None,
-        cpu: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| usage(&arg));
-        let count = |v: String| {
-            v.parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .unwrap_or_else(|| usage(&v))
-        };
-        match arg.as_str() {
-            "--spawn" => {}
-            "--engine" => {
-                a.engine = match value().as_str() {
-                    "native" => Engine::Native,
-                    "soft" => Engine::Soft,
-                    other => usage(other),
-                }
-            }
-            "--reps" => a.reps = count(value()),
-            "--rounds" => a.rounds = count(value()),
-            "--window" => a.window = count(value()),
-            "--scale" => {
-                let v = value();
-                a.scale = v
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| *s > 0.0)
-                    .unwrap_or_else(|| usage(&v))
-            }
-            "--phases" => {
-                a.phases = value()
-                    .split(',')
-                    .map(|p| Phase::parse(p).unwrap_or_else(|| usage(p)))
-                    .collect()
-            }
-            "--no-pin" => a.pin = false,
-            "--serve" => {
-                let v = value();
-                a.serve = Some(Phase::parse(&v).unwrap_or_else(|| usage(&v)))
-            }
-            "--peer" => a.peer = Some(value()),
-            "--cpu" => {
-                let v = value();
-                a.cpu = Some(v.parse().unwrap_or_else(|_| usage(&v)))
-            }
-            "-h" | "--help" => usage(""),
-            other => usage(other),
-        }
-    }
-    a
 }
 
 // ----- one side's objects ---------------------------------------------------------
@@ -639,7 +631,7 @@ fn initiator(args: &Args) -> Result<(), String> {
         .allowed
         .iter()
         .collect();
-    let cpus = (args.pin && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
+    let cpus = (!args.no_pin && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
     // Per phase, one list of figures per round; the phases alternate.
     let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); args.phases.len()];
     for _ in 0..args.rounds {
@@ -695,7 +687,7 @@ fn initiator(args: &Args) -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = parse_args();
+    let args = Args::parse();
     let r = match args.serve {
         Some(p) => {
             // Die with the initiator instead of spinning on if it is killed.

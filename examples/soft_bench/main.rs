@@ -6,7 +6,13 @@
 //! cargo run --release --example soft_bench                # everything
 //! cargo run --release --example soft_bench -- --quick     # fewer iterations
 //! cargo run --release --example soft_bench -- tokio soft-manual
+//! cargo run --release --example soft_bench -- --help
 //! ```
+//!
+//! Options: `--quick` (a tenth of the iterations), and the transports to
+//! measure as arguments (`tokio`, `soft-manual`, `soft-auto`; all three
+//! when none is named, always in that order). The server side is this
+//! program re-executed with `--serve <transport>`.
 //!
 //! Ping-pong: 8 B, 4 KiB, 64 KiB, half round trip (median of the
 //! per-iteration round trips, halved). Streaming: 64 KiB, 1 MiB, 4 MiB,
@@ -16,6 +22,7 @@
 mod soft;
 mod tokio_tcp;
 
+use clap::Parser;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -112,8 +119,35 @@ fn pin(cpu: usize) {
     }
 }
 
-/// The transports measured.
+/// The transports measured, in the order they run.
 const TRANSPORTS: [&str; 3] = ["tokio", "soft-manual", "soft-auto"];
+
+/// One of [`TRANSPORTS`].
+fn parse_transport(v: &str) -> Result<&'static str, String> {
+    TRANSPORTS
+        .iter()
+        .copied()
+        .find(|t| *t == v)
+        .ok_or_else(|| format!("{v:?}: expected tokio, soft-manual or soft-auto"))
+}
+
+/// Soft engine benchmark: ping-pong half round trip and streaming
+/// bandwidth on loopback, client and server in two processes pinned to
+/// different cores, beside a hand-written tokio TCP baseline.
+#[derive(Parser, Debug)]
+#[command(name = "soft_bench", args_override_self = true)]
+struct Args {
+    /// Fewer iterations (a tenth, fewer for the large streams).
+    #[arg(long)]
+    quick: bool,
+    /// Server mode (run by the benchmark itself): serve this transport.
+    #[arg(long, value_name = "TRANSPORT", value_parser = parse_transport, hide = true)]
+    serve: Option<&'static str>,
+    /// Transports to measure: tokio, soft-manual, soft-auto (default:
+    /// all three; they always run in that order).
+    #[arg(value_name = "TRANSPORT", value_parser = parse_transport)]
+    transports: Vec<&'static str>,
+}
 
 fn server(transport: &str) {
     let announce = |addr: String| {
@@ -124,7 +158,7 @@ fn server(transport: &str) {
         "tokio" => tokio_tcp::serve(announce),
         "soft-manual" => soft::serve(false, announce),
         "soft-auto" => soft::serve(true, announce),
-        other => panic!("unknown transport {other}"),
+        other => unreachable!("unknown transport {other}"),
     }
 }
 
@@ -133,30 +167,25 @@ fn client(transport: &str, addr: &str, shapes: &[Shape]) -> Vec<Measure> {
         "tokio" => tokio_tcp::client(addr, shapes),
         "soft-manual" => soft::client(false, addr, shapes),
         "soft-auto" => soft::client(true, addr, shapes),
-        other => panic!("unknown transport {other}"),
+        other => unreachable!("unknown transport {other}"),
     }
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(pos) = args.iter().position(|a| a == "--serve") {
+    let args = Args::parse();
+    if let Some(transport) = args.serve {
         pin(1);
-        server(&args[pos + 1]);
+        server(transport);
         return;
     }
-    let quick = args.iter().any(|a| a == "--quick");
-    let chosen: Vec<&str> = TRANSPORTS
+    // Those named, in TRANSPORTS order, each once; all when none is.
+    let transports: Vec<&str> = TRANSPORTS
         .iter()
         .copied()
-        .filter(|t| args.iter().any(|a| a == t))
+        .filter(|t| args.transports.is_empty() || args.transports.contains(t))
         .collect();
-    let transports = if chosen.is_empty() {
-        TRANSPORTS.to_vec()
-    } else {
-        chosen
-    };
     pin(0);
-    let shapes = shapes(quick);
+    let shapes = shapes(args.quick);
     let mut columns = Vec::new();
     for t in &transports {
         let mut child = Command::new(std::env::current_exe().unwrap())
