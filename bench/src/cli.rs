@@ -42,7 +42,7 @@ pub struct RunArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "soft-manual,soft-auto,native-manual,native-auto,tokio-tcp,fi_pingpong,ucx_perftest"
+        default_value = "soft-manual,soft-auto,soft-adaptive,native-manual,native-auto,tokio-tcp,fi_pingpong,ucx_perftest"
     )]
     pub variants: Vec<Variant>,
     /// Parts to measure: lat (ping-pong, 1 B .. 1 MiB), bw (streaming,
@@ -79,6 +79,10 @@ pub enum Variant {
     SoftManual,
     /// The psm provider, soft engine, the auto progress thread.
     SoftAuto,
+    /// The psm provider, soft engine, adaptive progress (futures spin for
+    /// 500 µs after their thread's last completion, then the thread
+    /// takes over): what `getinfo` picks inside a tokio runtime.
+    SoftAdaptive,
     /// The psm provider, native engine (libpsm_infinipath), manual progress.
     NativeManual,
     /// The psm provider, native engine, the auto progress thread.
@@ -99,6 +103,7 @@ impl Variant {
         match self {
             Variant::SoftManual => "soft-manual",
             Variant::SoftAuto => "soft-auto",
+            Variant::SoftAdaptive => "soft-adaptive",
             Variant::NativeManual => "native-manual",
             Variant::NativeAuto => "native-auto",
             Variant::TokioTcp => "tokio-tcp",
@@ -111,7 +116,11 @@ impl Variant {
     pub fn is_psm(self) -> bool {
         matches!(
             self,
-            Variant::SoftManual | Variant::SoftAuto | Variant::NativeManual | Variant::NativeAuto
+            Variant::SoftManual
+                | Variant::SoftAuto
+                | Variant::SoftAdaptive
+                | Variant::NativeManual
+                | Variant::NativeAuto
         )
     }
 
@@ -122,7 +131,15 @@ impl Variant {
 
     /// Whether this runs the auto progress thread.
     pub fn is_auto(self) -> bool {
-        matches!(self, Variant::SoftAuto | Variant::NativeAuto)
+        matches!(
+            self,
+            Variant::SoftAuto | Variant::SoftAdaptive | Variant::NativeAuto
+        )
+    }
+
+    /// Whether futures spin before the progress thread takes over.
+    pub fn is_adaptive(self) -> bool {
+        self == Variant::SoftAdaptive
     }
 }
 

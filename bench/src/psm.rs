@@ -46,6 +46,9 @@ fn psm_config() -> Result<PsmConfig, String> {
         .map_err(|e| format!("psm configuration: {e}"))
 }
 
+/// The spin window of the adaptive variant (the default under tokio).
+const ADAPTIVE_SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// The provider's first answer for `variant`'s engine and progress model.
 pub fn info(variant: Variant) -> Result<Info, String> {
     let engine = if variant.is_native() {
@@ -58,11 +61,14 @@ pub fn info(variant: Variant) -> Result<Info, String> {
     } else {
         ProgressKind::Manual
     };
-    let hints = Hints::new()
+    let mut hints = Hints::new()
         .engine(engine)
         .caps(Caps::TAGGED)
         .progress(progress)
         .config(psm_config()?);
+    if variant.is_adaptive() {
+        hints = hints.spin(ADAPTIVE_SPIN);
+    }
     getinfo(Some(&hints))
         .map_err(|e| format!("getinfo ({} engine): {e}", engine_name(variant)))?
         .into_iter()
