@@ -3,11 +3,9 @@
 //! two initiator domains, and the refusals (unsupported pair, too many
 //! elements, bad key, no atomic target).
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::{atomic_values, fabric};
 
-#[path = "support/atomic_values.rs"]
-mod atomic_values;
 use atomic_values::Case;
 
 use fabric::{Cfg, Nodes};

@@ -6,10 +6,8 @@
 //!
 //! Everything runs on loopback.
 
-#[path = "support/soft_raw.rs"]
-mod soft_raw;
-#[path = "support/trace_capture.rs"]
-mod trace_capture;
+mod support;
+use support::{soft_raw, trace_capture};
 
 use bytes::BytesMut;
 use psmrail::engine::soft::wire::{

@@ -4,8 +4,8 @@
 //! either side of the connection; a raw client that knows the job UUID
 //! but not the secret gets a challenge and never a HelloAck.
 
-#[path = "support/soft_raw.rs"]
-mod soft_raw;
+mod support;
+use support::soft_raw;
 
 use bytes::BytesMut;
 use psmrail::config::FnVars;

@@ -15,14 +15,8 @@
 //! A peer whose process is gone is still declared dead at once: the
 //! reconnection finds nothing listening (last test).
 
-#[path = "support/payload.rs"]
-mod payload;
-#[allow(dead_code)]
-#[path = "support/peer.rs"]
-mod peer;
-#[allow(dead_code)]
-#[path = "support/spin_lock.rs"]
-mod spin_lock;
+mod support;
+use support::{payload, peer, spin_lock};
 
 use payload::pattern;
 use peer::{role, ChildIo, Peer};

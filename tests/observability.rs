@@ -9,9 +9,8 @@
 //! endpoint per process; `PSM2_DEVICES=self,shm`, skipped without the
 //! library unless `PSMRAIL_REQUIRE_NATIVE=1`).
 
-#[path = "support/fabric.rs"]
-mod fabric;
 mod support;
+use support::fabric;
 
 use fabric::{Cfg, Nodes};
 use psmrail::engine::soft::wire::ENTRY_OVERHEAD;

@@ -2,8 +2,8 @@
 //! soft engine, every test over {manual, auto} progress and, where
 //! untagged messages are involved, the {MQ, AM} paths.
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::fabric;
 
 use fabric::{pattern, Cfg, Nodes};
 use futures::StreamExt;

@@ -2,8 +2,8 @@
 //! progress modes and on both untagged paths: no message is lost that the
 //! contract keeps, no buffer is freed under the engine, nothing hangs.
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::fabric;
 
 use fabric::{pattern, poll_once, Cfg, Nodes};
 use futures::StreamExt;

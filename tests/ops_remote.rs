@@ -25,18 +25,9 @@
 //! PSM2_DEVICES=self,shm PSMRAIL_REQUIRE_NATIVE=1 cargo test --test ops_remote
 //! ```
 
-#[allow(dead_code)]
-#[path = "support/peer.rs"]
-mod peer;
-#[allow(dead_code)]
-#[path = "support/spin_lock.rs"]
-mod spin_lock;
+mod support;
+use support::{payload, peer, scenario};
 
-#[path = "support/scenario.rs"]
-mod scenario;
-
-#[path = "support/payload.rs"]
-mod payload;
 use payload::{check_bytes, fnv, pattern};
 
 use futures::StreamExt;

@@ -2,8 +2,8 @@
 //! executor the ops are meant for, in manual and auto progress: the
 //! futures depend on no particular runtime.
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::fabric;
 
 use fabric::{pattern, Cfg, Nodes};
 use psmrail::fabric::Caps;

@@ -7,8 +7,8 @@
 //! Each test runs a target endpoint and a victim endpoint connected to
 //! it, then attacks as a raw client.
 
-#[path = "support/soft_raw.rs"]
-mod soft_raw;
+mod support;
+use support::soft_raw;
 
 use psmrail::engine::soft::wire::{Frame, RefuseCode};
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};

@@ -3,8 +3,8 @@
 //! long operations), target-side refusals leaving memory unchanged, no
 //! RMA target, and regions closed or futures dropped mid-flight.
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::fabric;
 
 use fabric::{pattern, Cfg, Nodes};
 use psmrail::config::PsmConfig;

@@ -40,22 +40,11 @@
 //! PSM2_DEVICES=self,shm PSMRAIL_REQUIRE_NATIVE=1 cargo test --test rma_remote
 //! ```
 
-#[allow(dead_code)]
-#[path = "support/peer.rs"]
-mod peer;
-#[allow(dead_code)]
-#[path = "support/spin_lock.rs"]
-mod spin_lock;
+mod support;
+use support::{atomic_values, payload, peer, scenario};
 
-#[path = "support/scenario.rs"]
-mod scenario;
-
-#[path = "support/payload.rs"]
-mod payload;
 use payload::{check_bytes, fnv, hex, pattern, unhex};
 
-#[path = "support/atomic_values.rs"]
-mod atomic_values;
 use atomic_values::Case;
 
 use peer::Peer;

@@ -14,9 +14,8 @@
 //! `PSMRAIL_REQUIRE_NATIVE=1`.
 #![cfg(feature = "tokio")]
 
-#[path = "support/fabric.rs"]
-mod fabric;
 mod support;
+use support::fabric;
 
 use bytes::{Bytes, BytesMut};
 use fabric::{pattern, Cfg};

@@ -11,8 +11,8 @@
 //! posted, so the tags the receives got (by receive context) give the
 //! order the sender posted in.
 
-#[path = "support/fabric.rs"]
-mod fabric;
+mod support;
+use support::fabric;
 
 use fabric::{Cfg, Nodes};
 use psmrail::fabric::{

@@ -2,8 +2,8 @@
 //! test process checks the native engine can run, takes the machine-wide
 //! spin lock and runs the scenario in a child (role `solo`), which then
 //! starts its own remote (role `peer`). Shared by `ops_remote.rs` and
-//! `rma_remote.rs` (included with `#[path]`, next to `peer.rs` and
-//! `spin_lock.rs`).
+//! `rma_remote.rs` (through `mod support`, beside `peer` and
+//! `spin_lock`).
 
 use super::peer::Peer;
 use super::spin_lock;
