@@ -31,4 +31,4 @@ pub mod mrail {
     pub use crate::mrail::fuzzing::*;
 }
 
-pub use crate::ops::am_msg::{AmMsgCounts, AmMsgHook};
+pub use crate::proto::am_msg::{AmMsgCounts, AmMsgHook};

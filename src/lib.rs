@@ -124,6 +124,7 @@ mod error;
 pub mod fabric;
 pub mod mrail;
 pub mod ops;
+pub(crate) mod proto;
 pub mod resend;
 
 #[cfg(feature = "hooks")]

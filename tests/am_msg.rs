@@ -5,7 +5,7 @@
 //!
 //! The queue is crate-private; these tests reach it through the hidden
 //! `psmrail::hooks::AmMsgHook`. The protocol itself is unit-tested inside the
-//! crate (`src/ops/am_msg/`), including a model-based proptest and every
+//! crate (`src/proto/am_msg/`), including a model-based proptest and every
 //! kind of hostile packet.
 //!
 //! Native: without the PSM library the test prints why and passes; with
@@ -34,7 +34,7 @@ use std::time::Duration;
 use support::peer::{self, Peer};
 use support::spin_lock::spin_lock;
 
-/// The protocol's header word for opcode `op` (`src/ops/am_msg/wire.rs`).
+/// The protocol's header word for opcode `op` (`src/proto/am_msg/wire.rs`).
 const fn header(op: u64) -> u64 {
     0x414d_5f4d_5347_0100 | op
 }

@@ -502,7 +502,7 @@ impl Remote {
 
 const MIB: usize = 1 << 20;
 
-/// The AM chunk of the RMA protocol (`src/ops/rma`): the engine's short
+/// The AM chunk of the RMA protocol (`src/proto/rma`): the engine's short
 /// AM payload, which `atomic_valid` on bytes reports too.
 fn chunk(side: &Side) -> usize {
     side.ep

@@ -56,7 +56,7 @@ pub enum SendMode {
 
 /// An error that hands the operation's buffer back: a post that failed
 /// at once, or an operation that completed with an error (see
-/// [`OpOutputExt::into_result`](crate::ops::OpOutputExt::into_result)).
+/// [`OpOutputExt::into_result`](../ops/trait.OpOutputExt.html#tymethod.into_result)).
 /// Nothing is lost: take the buffer back out, or let `?` turn it into an
 /// [`Error`] (the buffer is then dropped).
 ///

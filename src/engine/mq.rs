@@ -109,7 +109,7 @@ mod tests {
             "{}",
             size_of::<MqCompletion>()
         );
-        let output = size_of::<crate::ops::OpOutput<crate::ops::Received>>();
-        assert!(output <= 40, "{output}");
+        // The receive output's width is checked with it, one layer up
+        // (`ops/outcome.rs`, `receive_outputs_stay_narrow`).
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Counters count every completion of the operations bound to them,
 //! whether the operation reports through its future or through a CQ (the
-//! operations, `crate::ops`, document which counter each completion
+//! operations, `psmrail::ops`, document which counter each completion
 //! increments, as the C psm provider does). This module only keeps the two
 //! values, wakes waiters, and calls the trigger listener.
 //!
@@ -24,6 +24,7 @@
 //! calls back into the engine, so the progress path may count while it
 //! holds an engine lock.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -78,6 +79,15 @@ impl CounterAttr {
 
 type Listener = Arc<dyn Fn(u64) + Send + Sync>;
 
+/// What a layer above keeps in a counter, created at its first use and
+/// dropped with the counter: the triggered operations waiting on it
+/// (`ops/triggered.rs` implements this for its `Triggers`). The counter
+/// only owns it; the layer that installed it gets its own type back
+/// through `Any` (`Arc<dyn CounterWatch>` coerces to
+/// `Arc<dyn Any + Send + Sync>`). Changes reach it through the counter's
+/// listener, not through this trait.
+pub(crate) trait CounterWatch: Any + Send + Sync + fmt::Debug {}
+
 struct Inner {
     value: AtomicU64,
     err: AtomicU64,
@@ -91,9 +101,9 @@ struct Inner {
     has_listener: AtomicBool,
     listener: RwLock<Option<Listener>>,
     reactor: Reactor,
-    /// The triggered operations waiting on this counter (`crate::ops::
-    /// triggered`), created at the first one; dropped with the counter.
-    triggers: OnceLock<Arc<crate::ops::triggered::Triggers>>,
+    /// The triggered operations waiting on this counter (`ops/triggered.rs`),
+    /// created at the first one; dropped with the counter.
+    triggers: OnceLock<Arc<dyn CounterWatch>>,
 }
 
 impl Inner {
@@ -434,8 +444,8 @@ impl Counter {
     }
 
     /// Where the triggered operations of this counter live
-    /// (`crate::ops::triggered` fills it).
-    pub(crate) fn triggers(&self) -> &OnceLock<Arc<crate::ops::triggered::Triggers>> {
+    /// (`ops/triggered.rs` fills it).
+    pub(crate) fn triggers(&self) -> &OnceLock<Arc<dyn CounterWatch>> {
         &self.inner.triggers
     }
 }

@@ -6,7 +6,7 @@
 //! Every psmrail operation is a future that delivers its own result. A CQ
 //! entry is produced only for operations posted the libfabric way, with a
 //! user context (a `u64` that comes back in [`CqEntry::context`]); the
-//! operations (`crate::ops`) document which calls do that and which
+//! operations (`psmrail::ops`) document which calls do that and which
 //! completions they suppress. Counters ([`Counter`](super::Counter)) count
 //! both kinds. This module only stores and hands out entries; the
 //! operations push them from the progress path.

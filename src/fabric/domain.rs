@@ -62,8 +62,8 @@ use crate::engine::DirectEngine;
 use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
 };
-use crate::ops::am_msg::AmMsgQueue;
-use crate::ops::rma_transport::RmaTransport;
+use crate::proto::am_msg::AmMsgQueue;
+use crate::proto::rma_transport::RmaTransport;
 use crate::reactor::{
     AdaptiveProgress, CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId,
 };
@@ -490,7 +490,7 @@ impl Domain {
                 return Err(e);
             }
         };
-        // Then one handler for RMA and atomics (ops/rma_transport.rs).
+        // Then one handler for RMA and atomics (proto/rma_transport.rs).
         // Engines with too few AM arguments get no handler and NoSys on
         // every RMA call (no handler follows, so ids still agree).
         let mr = MrTable::new();

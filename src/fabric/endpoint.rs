@@ -5,7 +5,7 @@
 //! (`domain.endpoint(&info)...enable()`), which checks the capability rule
 //! of the domain, reserves tag bits and registers the endpoint with the
 //! name server. Everything bound is fixed once enabled, so the operations
-//! (in [`crate::ops`]) read it without locks: resolving a destination is an
+//! (in `psmrail::ops`) read it without locks: resolving a destination is an
 //! index into the address vector's entries.
 //!
 //! What the psm provider does not support gives `FI_ENOSYS` naming the
@@ -297,7 +297,7 @@ fn no_av(dest: FiAddr) -> Error {
 }
 
 /// An endpoint (`fid_ep`): a cheap `Clone` handle; the operations are in
-/// [`crate::ops`].
+/// [`psmrail::ops`](../ops/index.html).
 ///
 /// ```
 /// use psmrail::fabric::{getinfo, Caps, Fabric, Hints};

@@ -5,7 +5,7 @@
 //!
 //! Everything here is written against the engine contract
 //! ([`crate::engine::EngineEndpoint`]); the operations on endpoints live in
-//! [`crate::ops`].
+//! [`psmrail::ops`](../ops/index.html) (the fabric sits below them).
 
 mod addr;
 mod caps;
@@ -22,6 +22,7 @@ mod wait_list;
 pub use addr::FiAddr;
 pub use caps::{AvType, Caps, EngineChoice, EpType, Mode, ProgressKind, Threading};
 pub use completion_flags::CompletionFlags;
+pub(crate) use counter::CounterWatch;
 pub use counter::{Counter, CounterAttr, CounterEvents, CounterWait, CounterWaitOrError};
 pub use cq::{CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, CqNext};
 pub use info::{

@@ -114,7 +114,7 @@ use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
     FiAddr, OpCounters,
 };
-use crate::ops::gen_slab::GenSlab;
+use crate::proto::gen_slab::GenSlab;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::resend::ResendLog;
 use crate::{Error, ErrorKind, Result, Truncation};

@@ -5,9 +5,9 @@
 //! itself.
 
 use crate::fabric::peer_watch::{identity::Identity, wire as watch};
-use crate::ops::am_msg::wire as am;
-use crate::ops::atomic_ops::wire as atomic;
-use crate::ops::rma::wire as rma;
+use crate::proto::am_msg::wire as am;
+use crate::proto::atomic::wire as atomic;
+use crate::proto::rma::wire as rma;
 
 /// Decodes `data` as one peer packet: byte 0 picks the protocol, the next
 /// bytes are up to 10 argument words (little-endian), the rest the payload.

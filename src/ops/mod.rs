@@ -108,13 +108,11 @@
 //! [`Reactor::block_on`]: crate::reactor::Reactor::block_on
 //! [`Endpoint::post_trecv`]: crate::fabric::Endpoint::post_trecv
 
-pub(crate) mod am_msg;
 pub mod atomic;
 mod atomic_ops;
 mod dyn_endpoint;
 #[cfg(any(test, feature = "hooks"))]
 pub(crate) mod fuzzing;
-pub(crate) mod gen_slab;
 mod inject;
 mod message_endpoint;
 mod msg;
@@ -124,10 +122,8 @@ mod outcome;
 mod pending;
 mod post;
 mod recv;
-pub mod rma;
 mod rma_endpoint;
 mod rma_ops;
-pub(crate) mod rma_transport;
 mod send;
 mod submit;
 mod tagged;

@@ -133,3 +133,18 @@ pub(crate) fn count(counter: Option<&Counter>, ok: bool) {
         None => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The receive output stays narrow, as the engine's completions do
+    /// (`engine/mq.rs`, `completions_and_receive_outputs_stay_narrow`;
+    /// BENCHMARKING.md, "A buffer one pointer wide"). Widening it is a
+    /// decision to measure first, not an accident.
+    #[test]
+    fn receive_outputs_stay_narrow() {
+        let output = std::mem::size_of::<OpOutput<Received>>();
+        assert!(output <= 40, "{output}");
+    }
+}

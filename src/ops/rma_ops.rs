@@ -20,13 +20,13 @@
 
 use super::op_span::{OpDesc, OpSpan, Provider};
 use super::outcome::{count, OpOutput};
-use super::rma::{RemoteIov, RmaKind};
-use super::rma_transport::{Done, RmaTransport};
 use crate::engine::{OpBuffer, PeerAddr, PostError};
 use crate::fabric::{
     Caps, CompletionFlags, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint, EndpointCore,
     FiAddr,
 };
+use crate::proto::rma::{RemoteIov, RmaKind};
+use crate::proto::rma_transport::{Done, RmaTransport};
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind, Result};
 use std::future::Future;

@@ -49,11 +49,12 @@ use super::submit::{check_caps, Dir};
 use super::trigger_list::TriggerList;
 use crate::engine::{OpBuffer, PostError};
 use crate::fabric::{
-    Caps, CompletionFlags, Counter, CounterKind, CqErrEntry, Direction, Endpoint, EndpointCore,
-    FiAddr,
+    Caps, CompletionFlags, Counter, CounterKind, CounterWatch, CqErrEntry, Direction, Endpoint,
+    EndpointCore, FiAddr,
 };
 use crate::reactor::{Progress, ProgressSource, Reactor, SourceId};
 use crate::{Error, ErrorKind};
+use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -307,6 +308,8 @@ pub(crate) struct Triggers {
     source: Result<SourceId, String>,
 }
 
+impl CounterWatch for Triggers {}
+
 impl fmt::Debug for Triggers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.lock();
@@ -334,7 +337,7 @@ impl Triggers {
     /// The triggers of `counter`, installing them (listener and progress
     /// source) at the first call.
     fn of(counter: &Counter) -> crate::Result<Arc<Triggers>> {
-        let t = counter.triggers().get_or_init(|| {
+        let watch = counter.triggers().get_or_init(|| {
             let reactor = counter.reactor().clone();
             let t = Arc::new_cyclic(|weak: &Weak<Triggers>| {
                 let source = reactor
@@ -354,10 +357,18 @@ impl Triggers {
                     t.counter_changed(value);
                 }
             }));
-            t
+            t as Arc<dyn CounterWatch>
         });
+        // Only this module installs a counter's watch, so it is `Triggers`.
+        let any: Arc<dyn Any + Send + Sync> = watch.clone();
+        let t = any.downcast::<Triggers>().map_err(|_| {
+            Error::new(
+                ErrorKind::Other,
+                "triggered operation: the counter watches something else",
+            )
+        })?;
         match &t.source {
-            Ok(_) => Ok(t.clone()),
+            Ok(_) => Ok(t),
             Err(e) => Err(Error::new(
                 ErrorKind::Other,
                 format!(

@@ -16,15 +16,13 @@
 //! values and comes back with the result. A plain atomic hands back its
 //! operand buffer.
 
-pub(crate) mod wire;
-
 use super::atomic::{atomic_valid, check_request, AtomicDatatype, AtomicKind, AtomicOp};
 use super::op_span::OpDesc;
 use super::rma_ops::{prepare, RmaOp};
 use crate::engine::OpBuffer;
 use crate::fabric::{Caps, CounterKind, Endpoint, FiAddr};
+use crate::proto::atomic::wire::{payload_len, AtomicRequest};
 use crate::{Error, ErrorKind, Result};
-use wire::{payload_len, AtomicRequest};
 
 /// One atomic call's arguments after the API shape.
 struct Call<'a> {

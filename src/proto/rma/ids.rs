@@ -12,7 +12,7 @@
 //! the initiator's id, long writes under the target's), so they must not
 //! collide.
 
-use crate::ops::gen_slab::GenSlab;
+use crate::proto::gen_slab::GenSlab;
 
 /// Which kind of entry an id names (bit 61).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl Space {
 }
 
 /// Entries of type `T` under ids of one [`Space`]: a
-/// [`GenSlab`](crate::ops::gen_slab::GenSlab) with 29 bits of generation
+/// [`GenSlab`](crate::proto::gen_slab::GenSlab) with 29 bits of generation
 /// and the space's bit 61.
 #[derive(Debug)]
 pub(crate) struct Ids<T> {

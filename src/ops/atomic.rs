@@ -32,15 +32,7 @@
 //! # Ok::<(), psmrail::Error>(())
 //! ```
 
-mod apply;
-mod datatype;
-mod op;
-mod valid;
-
-#[cfg(test)]
-mod tests;
-
-pub use apply::apply;
-pub use datatype::{AtomicDatatype, DatatypeClass};
-pub use op::{AtomicKind, AtomicOp};
-pub use valid::{atomic_valid, check_op, check_request, op_supports_datatype};
+pub use crate::proto::atomic::{
+    apply, atomic_valid, check_op, check_request, op_supports_datatype, AtomicDatatype, AtomicKind,
+    AtomicOp, DatatypeClass,
+};

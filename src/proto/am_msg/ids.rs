@@ -9,7 +9,7 @@
 //! peer the entry belongs to, so a peer can only ever touch its own
 //! transfers.
 
-use crate::ops::gen_slab::GenSlab;
+use crate::proto::gen_slab::GenSlab;
 
 /// Entries of type `T` under unforgeable-enough `u64` ids.
 pub(crate) type IdSlab<T> = GenSlab<T>;

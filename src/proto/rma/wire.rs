@@ -477,7 +477,7 @@ pub(crate) fn refusal_of(status: u32) -> Option<MrRefusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::rma::ids::Ids;
+    use crate::proto::rma::ids::Ids;
     use proptest::prelude::*;
 
     fn ids() -> (u64, u64) {

@@ -29,7 +29,7 @@
 //!   a chunk not in flight, or duplicated are dropped.
 //! * Long transfers use a tag that is unique where it is matched.
 
-// The edge that calls this core is wired separately (ops/rma_transport.rs).
+// The edge that calls this core is wired separately (proto/rma_transport.rs).
 #![allow(dead_code, unused_imports)]
 
 mod ids;

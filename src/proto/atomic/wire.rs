@@ -15,9 +15,9 @@
 //! [`check_request`] against the engine's short payload, and the target
 //! checks it again (a peer may lie).
 
+use super::{apply, check_request, AtomicDatatype, AtomicKind, AtomicOp};
 use crate::fabric::{MrAccess, MrTable};
-use crate::ops::atomic::{apply, check_request, AtomicDatatype, AtomicKind, AtomicOp};
-use crate::ops::rma::status_of_error;
+use crate::proto::rma::status_of_error;
 use crate::{Error, ErrorKind, Result};
 
 /// The protocol byte of atomic packets (bits 16..24 of the command word).
@@ -221,7 +221,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::rma::status_of;
+    use crate::proto::rma::status_of;
 
     #[test]
     fn requests_and_replies_round_trip() {
@@ -306,9 +306,9 @@ mod tests {
         assert_eq!(u64::from_ne_bytes(now), 1);
         let far = AtomicRequest { offset: 12, ..req };
         let status = execute(Some(&table), &far, &op, 64, &mut s, &mut f);
-        assert_eq!(crate::ops::rma::kind_of(status), ErrorKind::Access);
+        assert_eq!(crate::proto::rma::kind_of(status), ErrorKind::Access);
         assert_eq!(
-            crate::ops::rma::refusal_of(status),
+            crate::proto::rma::refusal_of(status),
             Some(crate::fabric::MrRefusal::Range),
             "the status names the check that failed"
         );

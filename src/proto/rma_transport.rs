@@ -1,7 +1,7 @@
 //! [`RmaTransport`]: RMA and atomics over active messages for one domain —
-//! the I/O edge around the sans-IO cores in [`crate::ops::rma`]
+//! the I/O edge around the sans-IO cores in [`crate::proto::rma`]
 //! (`Initiator`, `RmaTarget`) and the atomic packets of
-//! `ops/atomic_ops/wire.rs`.
+//! `proto/atomic/wire.rs`.
 //!
 //! # Handler
 //! One AM handler, registered by the domain right after the AM message
@@ -44,7 +44,7 @@
 //! of long operations are in flight the flag stays set (their completions
 //! are looked up in the engine's completion table each round).
 
-use super::atomic_ops::wire::{self as awire, AtomicPacket, AtomicRequest, ATOMIC_PROTO};
+use super::atomic::wire::{self as awire, AtomicPacket, AtomicRequest, ATOMIC_PROTO};
 use super::rma::{
     kind_of, refusal_of, Initiator, Packet, RemoteEvent, RemoteIov, Reply, Request, RmaKind,
     RmaParams, RmaTarget, Step, TargetPost, NARGS,
