@@ -37,7 +37,7 @@ fn series(rows: &[Row], variants: &[&str], part: &str) -> Vec<Series> {
 }
 
 /// Writes the two charts of `rows` to `path`.
-pub fn write_svg(path: &Path, rows: &[Row], variants: &[&str]) -> Result<(), String> {
+pub(crate) fn write_svg(path: &Path, rows: &[Row], variants: &[&str]) -> Result<(), String> {
     let lat = series(rows, variants, "lat");
     let bw = series(rows, variants, "bw");
     if lat.is_empty() && bw.is_empty() {

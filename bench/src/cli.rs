@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// on CPU 1.
 #[derive(Parser, Debug)]
 #[command(name = "psm_bench", args_conflicts_with_subcommands = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// A peer process (started by the program itself).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -23,7 +23,7 @@ pub struct Cli {
 
 /// The peers a sweep starts.
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// The server of one variant's measurements: prints its address,
     /// reads the client's from its standard input.
     #[command(hide = true)]
@@ -36,7 +36,7 @@ pub enum Command {
 
 /// What is measured, how long, and where the results go.
 #[derive(clap::Args, Debug, Clone)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Variants to measure, in this order.
     #[arg(
         long,
@@ -74,7 +74,7 @@ pub struct RunArgs {
 
 /// A column of the results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
-pub enum Variant {
+pub(crate) enum Variant {
     /// The psm provider, soft engine, manual progress (futures busy-poll).
     SoftManual,
     /// The psm provider, soft engine, the auto progress thread.
@@ -99,7 +99,7 @@ pub enum Variant {
 
 impl Variant {
     /// The name `--variants` takes and the results show.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Variant::SoftManual => "soft-manual",
             Variant::SoftAuto => "soft-auto",
@@ -113,7 +113,7 @@ impl Variant {
     }
 
     /// Whether this is the psm provider (else a baseline).
-    pub fn is_psm(self) -> bool {
+    pub(crate) fn is_psm(self) -> bool {
         matches!(
             self,
             Variant::SoftManual
@@ -125,12 +125,12 @@ impl Variant {
     }
 
     /// Whether this is the native engine.
-    pub fn is_native(self) -> bool {
+    pub(crate) fn is_native(self) -> bool {
         matches!(self, Variant::NativeManual | Variant::NativeAuto)
     }
 
     /// Whether this runs the auto progress thread.
-    pub fn is_auto(self) -> bool {
+    pub(crate) fn is_auto(self) -> bool {
         matches!(
             self,
             Variant::SoftAuto | Variant::SoftAdaptive | Variant::NativeAuto
@@ -138,14 +138,14 @@ impl Variant {
     }
 
     /// Whether futures spin before the progress thread takes over.
-    pub fn is_adaptive(self) -> bool {
+    pub(crate) fn is_adaptive(self) -> bool {
         self == Variant::SoftAdaptive
     }
 }
 
 /// What both peers of a variant are told.
 #[derive(clap::Args, Debug, Clone)]
-pub struct PeerArgs {
+pub(crate) struct PeerArgs {
     /// The variant (not an external command).
     #[arg(long, value_enum)]
     pub variant: Variant,
@@ -162,7 +162,7 @@ pub struct PeerArgs {
 
 /// The client's arguments: the peer's, and the server's address.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// What both peers are told.
     #[command(flatten)]
     pub peer: PeerArgs,

@@ -17,7 +17,7 @@ use std::time::Duration;
 const PORT: u16 = 47_592;
 
 /// The command a variant runs, and the Debian package that has it.
-pub fn command(variant: Variant) -> Option<(&'static str, &'static str)> {
+pub(crate) fn command(variant: Variant) -> Option<(&'static str, &'static str)> {
     match variant {
         Variant::FiPingpong => Some(("fi_pingpong", "libfabric-bin")),
         Variant::UcxPerftest => Some(("ucx_perftest", "ucx-utils")),
@@ -26,7 +26,7 @@ pub fn command(variant: Variant) -> Option<(&'static str, &'static str)> {
 }
 
 /// `name` on the `PATH`, if there.
-pub fn find(name: &str) -> Option<PathBuf> {
+pub(crate) fn find(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
             .map(|d| d.join(name))
@@ -104,7 +104,7 @@ fn pair(
 
 /// Runs the jobs `variant` can run (fi_pingpong: lat only); rows in job
 /// order, each handed to `on_row` too.
-pub fn run(
+pub(crate) fn run(
     variant: Variant,
     program: &PathBuf,
     jobs: &[Job],
@@ -176,7 +176,7 @@ fn base_row(variant: Variant, job: &Job) -> Row {
 
 /// fi_pingpong's table: a header naming `usec/xfer` (half a round trip,
 /// mean), then one line of values.
-pub fn parse_fi_pingpong(out: &str, job: &Job) -> Result<Row, String> {
+pub(crate) fn parse_fi_pingpong(out: &str, job: &Job) -> Result<Row, String> {
     let mut lines = out.lines().map(str::split_whitespace);
     while let Some(header) = lines.next() {
         let header: Vec<&str> = header.collect();
@@ -199,7 +199,7 @@ pub fn parse_fi_pingpong(out: &str, job: &Job) -> Result<Row, String> {
 /// ucx_perftest's `Final:` line: iterations, then latency (median,
 /// average, overall, µs), bandwidth (average, overall, MB/s) and message
 /// rate (average, overall, msg/s).
-pub fn parse_ucx_perftest(out: &str, job: &Job) -> Result<Row, String> {
+pub(crate) fn parse_ucx_perftest(out: &str, job: &Job) -> Result<Row, String> {
     let line = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("Final:"))

@@ -22,7 +22,7 @@ const SILENCE: Duration = Duration::from_secs(300);
 
 /// The CPUs of the two peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// The client's CPU.
     pub client: usize,
     /// The server's CPU.
@@ -32,20 +32,20 @@ pub struct Placement {
 impl Placement {
     /// Client on the first CPU this process may use, server on the second;
     /// both on the one CPU when there is only one.
-    pub fn of_this_machine() -> Placement {
+    pub(crate) fn of_this_machine() -> Placement {
         let cpus = allowed_cpus();
         Placement::from_cpus(&cpus)
     }
 
     /// The placement over these CPUs.
-    pub fn from_cpus(cpus: &[usize]) -> Placement {
+    pub(crate) fn from_cpus(cpus: &[usize]) -> Placement {
         let client = cpus.first().copied().unwrap_or(0);
         let server = cpus.get(1).copied().unwrap_or(client);
         Placement { client, server }
     }
 
     /// How the peers are placed, for the output.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.client == self.server {
             format!(
                 "only one CPU: client and server both pinned to CPU {} (latency includes their sharing it)",
@@ -94,14 +94,14 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 /// Pins the calling thread to `cpu`.
-pub fn pin(cpu: usize) -> Result<(), String> {
+pub(crate) fn pin(cpu: usize) -> Result<(), String> {
     let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
     psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
 }
 
 /// Makes the kernel kill this process when its parent dies, and checks
 /// that the parent is still `pid`.
-pub fn die_with_parent(pid: u32) -> Result<(), String> {
+pub(crate) fn die_with_parent(pid: u32) -> Result<(), String> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
     // memory of this process.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
@@ -118,7 +118,7 @@ pub fn die_with_parent(pid: u32) -> Result<(), String> {
 }
 
 /// What a peer does first: die with the sweep process, if told.
-pub fn peer_setup(args: &PeerArgs) -> Result<(), String> {
+pub(crate) fn peer_setup(args: &PeerArgs) -> Result<(), String> {
     if let Some(pid) = args.with_parent {
         die_with_parent(pid)?;
     }
@@ -126,7 +126,7 @@ pub fn peer_setup(args: &PeerArgs) -> Result<(), String> {
 }
 
 /// Pins a peer as `--cpu` says.
-pub fn peer_pin(args: &PeerArgs) -> Result<(), String> {
+pub(crate) fn peer_pin(args: &PeerArgs) -> Result<(), String> {
     match args.cpu {
         Some(cpu) => pin(cpu),
         None => Ok(()),
@@ -134,18 +134,18 @@ pub fn peer_pin(args: &PeerArgs) -> Result<(), String> {
 }
 
 /// A peer announces its address.
-pub fn announce_addr(addr: &str) -> Result<(), String> {
+pub(crate) fn announce_addr(addr: &str) -> Result<(), String> {
     say(&format!("addr {addr}"))
 }
 
 /// A client reports one measurement.
-pub fn announce_row(row: &Row) -> Result<(), String> {
+pub(crate) fn announce_row(row: &Row) -> Result<(), String> {
     let json = serde_json::to_string(row).map_err(|e| format!("JSON: {e}"))?;
     say(&format!("row {json}"))
 }
 
 /// A client reports that every job ran.
-pub fn announce_done() -> Result<(), String> {
+pub(crate) fn announce_done() -> Result<(), String> {
     say("done")
 }
 
@@ -160,7 +160,7 @@ fn say(line: &str) -> Result<(), String> {
 /// line). A future, on a thread of its own: a server with manual progress
 /// awaits it on its reactor, so that its endpoint answers the client's
 /// connection meanwhile.
-pub fn peer_addr() -> impl std::future::Future<Output = Result<String, String>> {
+pub(crate) fn peer_addr() -> impl std::future::Future<Output = Result<String, String>> {
     let (tx, rx) = futures::channel::oneshot::channel::<Result<String, String>>();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -180,7 +180,7 @@ pub fn peer_addr() -> impl std::future::Future<Output = Result<String, String>> 
 /// Resolves once the sweep process closes this peer's standard input:
 /// a client keeps its endpoint open (and, awaiting this, moving) until
 /// the server has received everything, then exits.
-pub fn until_released() -> impl std::future::Future<Output = Result<(), String>> {
+pub(crate) fn until_released() -> impl std::future::Future<Output = Result<(), String>> {
     let (tx, rx) = futures::channel::oneshot::channel::<()>();
     std::thread::spawn(move || {
         let mut sink = Vec::new();
@@ -326,7 +326,7 @@ fn peer_args(sub: &str, variant: Variant, jobs: &[Job], cpu: usize) -> Vec<Strin
 
 /// Runs `jobs` of `variant` in a new pair of peer processes, handing each
 /// row to `on_row` as it arrives; the rows, in job order.
-pub fn run_pair(
+pub(crate) fn run_pair(
     variant: Variant,
     jobs: &[Job],
     at: Placement,

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 /// A kind of measurement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
-pub enum Part {
+pub(crate) enum Part {
     /// Ping-pong: half a round trip, median / p90 / p99.
     Lat,
     /// Streaming windows of messages, each window acknowledged: MB/s.
@@ -19,7 +19,7 @@ pub enum Part {
 
 impl Part {
     /// The name `--parts` takes and the CSV shows.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Part::Lat => "lat",
             Part::Bw => "bw",
@@ -43,7 +43,7 @@ impl FromStr for Part {
 
 /// One measurement both peers run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Job {
+pub(crate) struct Job {
     /// What is measured.
     pub part: Part,
     /// Bytes per message.
@@ -57,7 +57,7 @@ pub struct Job {
 
 impl Job {
     /// The untimed round trips or windows before the timed ones.
-    pub fn warmup(&self) -> usize {
+    pub(crate) fn warmup(&self) -> usize {
         self.count / 10 + 2
     }
 }
@@ -98,7 +98,7 @@ impl FromStr for Job {
 }
 
 /// A size with an optional k or m suffix (powers of 1024), 1 byte or more.
-pub fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let (num, shift) = match s.chars().last() {
         Some('k' | 'K') => (&s[..s.len() - 1], 10),
         Some('m' | 'M') => (&s[..s.len() - 1], 20),
@@ -112,10 +112,10 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// The largest message size taken.
-pub const MAX_SIZE: usize = 64 << 20;
+pub(crate) const MAX_SIZE: usize = 64 << 20;
 
 /// `bytes` for people: 8 B, 4 KiB, 1 MiB (1.5 KiB when not whole).
-pub fn size_label(bytes: usize) -> String {
+pub(crate) fn size_label(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
@@ -126,7 +126,7 @@ pub fn size_label(bytes: usize) -> String {
 }
 
 /// The default latency sizes: 1 B to 1 MiB in powers of 4, and 8 B.
-pub fn lat_sizes() -> Vec<usize> {
+pub(crate) fn lat_sizes() -> Vec<usize> {
     let mut v: Vec<usize> = (0..=10).map(|k| 1usize << (2 * k)).collect();
     v.push(8);
     v.sort_unstable();
@@ -134,22 +134,22 @@ pub fn lat_sizes() -> Vec<usize> {
 }
 
 /// The default bandwidth sizes: 4 KiB to 4 MiB in powers of 4.
-pub fn bw_sizes() -> Vec<usize> {
+pub(crate) fn bw_sizes() -> Vec<usize> {
     (6..=11).map(|k| 1usize << (2 * k)).collect()
 }
 
 /// The size of the message-rate part.
-pub const RATE_SIZE: usize = 8;
+pub(crate) const RATE_SIZE: usize = 8;
 
 /// Messages in flight per streaming window: 64 (as the OSU benchmarks),
 /// fewer when that would pass 64 MiB.
-pub fn window(size: usize) -> usize {
+pub(crate) fn window(size: usize) -> usize {
     (64usize << 20).checked_div(size).unwrap_or(64).clamp(4, 64)
 }
 
 /// How many round trips and windows, and how long.
 #[derive(Clone, Copy, Debug)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Round trips of messages up to 16 KiB (fewer above, in proportion,
     /// and never below `min_iters`).
     pub iters: usize,
@@ -164,7 +164,7 @@ pub struct Counts {
 impl Counts {
     /// The counts of a full run, or of `--quick`; `iters` replaces the
     /// round trips of small messages.
-    pub fn new(quick: bool, iters: Option<usize>) -> Counts {
+    pub(crate) fn new(quick: bool, iters: Option<usize>) -> Counts {
         let mut c = if quick {
             Counts {
                 iters: 1_000,
@@ -190,7 +190,7 @@ impl Counts {
 
 /// The jobs of `parts` (in the order lat, bw, rate), over `sizes` when
 /// given, else the default sweeps.
-pub fn plan(parts: &[Part], sizes: Option<&[usize]>, c: Counts) -> Vec<Job> {
+pub(crate) fn plan(parts: &[Part], sizes: Option<&[usize]>, c: Counts) -> Vec<Job> {
     let mut parts = parts.to_vec();
     parts.sort_unstable();
     parts.dedup();

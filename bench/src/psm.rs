@@ -34,7 +34,7 @@ const HELLO_TAG: u64 = 1;
 const BYE_TAG: u64 = 2;
 
 /// How the soft engine reaches a peer on the same host, for the output.
-pub const SOFT_TRANSPORT: &str =
+pub(crate) const SOFT_TRANSPORT: &str =
     "soft engine with its defaults: Unix-domain sockets between processes of one host";
 
 fn psm_config() -> Result<PsmConfig, String> {
@@ -50,7 +50,7 @@ fn psm_config() -> Result<PsmConfig, String> {
 const ADAPTIVE_SPIN: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// The provider's first answer for `variant`'s engine and progress model.
-pub fn info(variant: Variant) -> Result<Info, String> {
+pub(crate) fn info(variant: Variant) -> Result<Info, String> {
     let engine = if variant.is_native() {
         EngineChoice::Native
     } else {
@@ -264,7 +264,7 @@ async fn run_job(
 
 /// The row of a job from its samples: half round trips for `lat`, window
 /// times and throughput for `bw` and `rate`.
-pub fn row(variant: &str, job: Job, rec: &Recorder) -> Row {
+pub(crate) fn row(variant: &str, job: Job, rec: &Recorder) -> Row {
     let s = rec.summary();
     let us = |ns: f64| Some(ns / 1e3);
     match job.part {
@@ -297,7 +297,7 @@ pub fn row(variant: &str, job: Job, rec: &Recorder) -> Row {
 }
 
 /// `psm_bench serve` for a psm variant.
-pub fn serve(args: &PeerArgs) -> Result<(), String> {
+pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
     let side = Side::open(args.variant)?;
     harness::peer_pin(args)?;
     harness::announce_addr(&side.ep.getname().to_string())?;
@@ -316,7 +316,7 @@ pub fn serve(args: &PeerArgs) -> Result<(), String> {
 }
 
 /// `psm_bench client` for a psm variant.
-pub fn client(args: &ClientArgs) -> Result<(), String> {
+pub(crate) fn client(args: &ClientArgs) -> Result<(), String> {
     let side = Side::open(args.peer.variant)?;
     harness::peer_pin(&args.peer)?;
     let peer = side.insert(&args.addr)?;

@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The variant every other is compared with in the tables.
-pub const BASELINE: &str = "tokio-tcp";
+pub(crate) const BASELINE: &str = "tokio-tcp";
 
 /// One measurement. Latency rows give half a round trip; bandwidth and
 /// rate rows give the time of one window of messages in the `_us`
 /// columns, and the throughput of the median window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// Which variant (soft-manual, tokio-tcp, ...).
     pub variant: String,
     /// lat, bw or rate.
@@ -35,7 +35,8 @@ pub struct Row {
 }
 
 /// The CSV header, the row's fields in order.
-pub const CSV_HEADER: &str = "variant,part,size_bytes,median_us,p90_us,p99_us,mb_s,msg_s,samples";
+pub(crate) const CSV_HEADER: &str =
+    "variant,part,size_bytes,median_us,p90_us,p99_us,mb_s,msg_s,samples";
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
 fn csv_text(s: &str) -> String {
@@ -55,7 +56,7 @@ fn csv_num(v: Option<f64>) -> String {
 
 impl Row {
     /// The row as one CSV line (no line break).
-    pub fn csv(&self) -> String {
+    pub(crate) fn csv(&self) -> String {
         [
             csv_text(&self.variant),
             csv_text(&self.part),
@@ -72,7 +73,7 @@ impl Row {
 
     /// The value the tables and charts show for this row's part: median
     /// µs, MB/s, or messages/s.
-    pub fn headline(&self) -> Option<f64> {
+    pub(crate) fn headline(&self) -> Option<f64> {
         match self.part.parse::<Part>() {
             Ok(Part::Lat) => self.median_us,
             Ok(Part::Bw) => self.mb_s,
@@ -83,7 +84,7 @@ impl Row {
 }
 
 /// The rows as a CSV file's text (header first).
-pub fn csv(rows: &[Row]) -> String {
+pub(crate) fn csv(rows: &[Row]) -> String {
     let mut out = String::from(CSV_HEADER);
     out.push('\n');
     for r in rows {
@@ -94,19 +95,19 @@ pub fn csv(rows: &[Row]) -> String {
 }
 
 /// The rows as a JSON array.
-pub fn json(rows: &[Row]) -> Result<String, String> {
+pub(crate) fn json(rows: &[Row]) -> Result<String, String> {
     serde_json::to_string_pretty(rows).map_err(|e| format!("JSON: {e}"))
 }
 
 /// Writes `text` to `path`, naming the file in the error.
-pub fn write(path: &Path, text: &str) -> Result<(), String> {
+pub(crate) fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One table per part: a line per size, a column per variant, each cell
 /// the part's headline value and, beside other variants, its ratio to
 /// the baseline's ([`BASELINE`]) in the same run.
-pub fn tables(rows: &[Row], variants: &[&str]) -> String {
+pub(crate) fn tables(rows: &[Row], variants: &[&str]) -> String {
     let mut out = String::new();
     for part in [Part::Lat, Part::Bw, Part::Rate] {
         let mine: Vec<&Row> = rows.iter().filter(|r| r.part == part.name()).collect();
@@ -178,7 +179,7 @@ pub fn tables(rows: &[Row], variants: &[&str]) -> String {
 }
 
 /// A number with 3 significant digits or so (no exponent).
-pub fn fmt_num(x: f64) -> String {
+pub(crate) fn fmt_num(x: f64) -> String {
     match x.abs() {
         a if a >= 1e6 => format!("{:.2}M", x / 1e6),
         a if a >= 100.0 => format!("{x:.0}"),

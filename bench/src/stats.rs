@@ -10,13 +10,13 @@ use std::time::Duration;
 const MAX_NS: u64 = 3_600_000_000_000;
 
 /// Samples of one measurement, in nanoseconds, to 3 significant digits.
-pub struct Recorder {
+pub(crate) struct Recorder {
     hist: Histogram<u64>,
 }
 
 /// What a [`Recorder`] holds, read back.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The 50th percentile, ns.
     pub median_ns: f64,
     /// The 90th percentile, ns.
@@ -29,7 +29,7 @@ pub struct Summary {
 
 impl Recorder {
     /// An empty recorder.
-    pub fn new() -> Result<Recorder, String> {
+    pub(crate) fn new() -> Result<Recorder, String> {
         let hist =
             Histogram::new_with_bounds(1, MAX_NS, 3).map_err(|e| format!("histogram: {e}"))?;
         Ok(Recorder { hist })
@@ -37,13 +37,13 @@ impl Recorder {
 
     /// Records one sample (below 1 ns counts as 1 ns, above an hour as an
     /// hour).
-    pub fn record(&mut self, d: Duration) {
+    pub(crate) fn record(&mut self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(MAX_NS).max(1);
         self.hist.saturating_record(ns);
     }
 
     /// The percentiles of what was recorded (zeros when nothing was).
-    pub fn summary(&self) -> Summary {
+    pub(crate) fn summary(&self) -> Summary {
         let q = |q: f64| {
             if self.hist.is_empty() {
                 0.0
@@ -62,7 +62,7 @@ impl Recorder {
 
 impl Summary {
     /// Every percentile scaled by `f` (a round trip halved, say).
-    pub fn scaled(self, f: f64) -> Summary {
+    pub(crate) fn scaled(self, f: f64) -> Summary {
         Summary {
             median_ns: self.median_ns * f,
             p90_ns: self.p90_ns * f,
@@ -74,7 +74,7 @@ impl Summary {
 
 /// Megabytes (10^6 bytes) per second of `bytes` in `ns` nanoseconds
 /// (0 when no time passed).
-pub fn mb_per_s(bytes: f64, ns: f64) -> f64 {
+pub(crate) fn mb_per_s(bytes: f64, ns: f64) -> f64 {
     if ns > 0.0 {
         bytes / ns * 1e3
     } else {
@@ -84,7 +84,7 @@ pub fn mb_per_s(bytes: f64, ns: f64) -> f64 {
 
 /// Events per second of `count` events in `ns` nanoseconds (0 when no
 /// time passed).
-pub fn per_s(count: f64, ns: f64) -> f64 {
+pub(crate) fn per_s(count: f64, ns: f64) -> f64 {
     if ns > 0.0 {
         count / ns * 1e9
     } else {

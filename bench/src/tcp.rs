@@ -108,7 +108,7 @@ async fn run_jobs(s: &mut TcpStream, client: bool, args: &PeerArgs) -> Result<()
 }
 
 /// `psm_bench serve --variant tokio-tcp`.
-pub fn serve(args: &PeerArgs) -> Result<(), String> {
+pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
     harness::peer_pin(args)?;
     runtime()?.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(io("bind"))?;
@@ -127,7 +127,7 @@ pub fn serve(args: &PeerArgs) -> Result<(), String> {
 }
 
 /// `psm_bench client --variant tokio-tcp`.
-pub fn client(args: &ClientArgs) -> Result<(), String> {
+pub(crate) fn client(args: &ClientArgs) -> Result<(), String> {
     harness::peer_pin(&args.peer)?;
     runtime()?.block_on(async {
         let mut s = TcpStream::connect(&args.addr)

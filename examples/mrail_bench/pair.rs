@@ -26,7 +26,7 @@ fn children() -> std::sync::MutexGuard<'static, Vec<u32>> {
 /// started after it) and starts a thread that waits for them: it kills
 /// the children, deletes this process's rig namespaces and exits. Call
 /// first thing in `main`.
-pub fn install_cleanup() -> Result<(), String> {
+pub(crate) fn install_cleanup() -> Result<(), String> {
     let mut set = SigSet::empty();
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         set.add(sig);
@@ -68,14 +68,14 @@ fn remove_own_namespaces() {
 }
 
 /// A child process, killed and reaped when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     child: Child,
     what: String,
     reaped: bool,
 }
 
 impl Proc {
-    pub fn spawn(cmd: &mut Command, what: impl Into<String>) -> Result<Proc, String> {
+    pub(crate) fn spawn(cmd: &mut Command, what: impl Into<String>) -> Result<Proc, String> {
         let what = what.into();
         // Held across the spawn, so that the clean-up thread sees every
         // child it could miss.
@@ -98,7 +98,7 @@ impl Proc {
 
     /// Waits at most `timeout` for the process to exit, and kills it
     /// after that.
-    pub fn wait(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let status = self
@@ -123,7 +123,7 @@ impl Proc {
 
     /// Waits for the process (see [`Proc::wait`]) and returns its whole
     /// standard output, which must fit in a pipe's buffer.
-    pub fn output(mut self, timeout: Duration) -> Result<(ExitStatus, String), String> {
+    pub(crate) fn output(mut self, timeout: Duration) -> Result<(ExitStatus, String), String> {
         let mut out = self.take_stdout()?;
         let status = self.wait(timeout)?;
         let mut text = String::new();
@@ -155,7 +155,7 @@ impl Drop for Proc {
 }
 
 /// A rig of one rail per rate (Mbit/s, shaped with `tc`; 0: unshaped).
-pub fn build_rig(rates: &[u32]) -> Result<RailRig, String> {
+pub(crate) fn build_rig(rates: &[u32]) -> Result<RailRig, String> {
     if let Some(reason) = RailRig::skip_reason() {
         return Err(format!("no rig: {reason}"));
     }
@@ -177,7 +177,7 @@ pub fn build_rig(rates: &[u32]) -> Result<RailRig, String> {
 
 /// A rig's name in tables and files: `2x1000` for equal rails,
 /// `1000+2500` otherwise.
-pub fn rig_label(rates: &[u32]) -> String {
+pub(crate) fn rig_label(rates: &[u32]) -> String {
     match rates {
         [first, rest @ ..] if rest.iter().all(|r| r == first) => {
             format!("{}x{first}", rates.len())
@@ -190,7 +190,7 @@ pub fn rig_label(rates: &[u32]) -> String {
 }
 
 /// A rail's rate in words: `1000 Mbit/s`, or `unshaped` for 0.
-pub fn rate_text(mbit: u32) -> String {
+pub(crate) fn rate_text(mbit: u32) -> String {
     match mbit {
         0 => "unshaped".to_owned(),
         r => format!("{r} Mbit/s"),
@@ -199,7 +199,7 @@ pub fn rate_text(mbit: u32) -> String {
 
 /// A rig in words: `2 x 1000 Mbit/s`, `1000 Mbit/s + 2500 Mbit/s`,
 /// `2 x unshaped`.
-pub fn rig_title(rates: &[u32]) -> String {
+pub(crate) fn rig_title(rates: &[u32]) -> String {
     match rates {
         [first, rest @ ..] if rest.iter().all(|r| r == first) => {
             format!("{} x {}", rates.len(), rate_text(*first))
@@ -214,7 +214,7 @@ pub fn rig_title(rates: &[u32]) -> String {
 
 /// Takes rail `rail` down or up (its end in host A, so B's end loses its
 /// carrier too).
-pub fn set_link(rig: &RailRig, rail: usize, up: bool) -> Result<(), String> {
+pub(crate) fn set_link(rig: &RailRig, rail: usize, up: bool) -> Result<(), String> {
     let state = if up { "up" } else { "down" };
     let out = Command::new("ip")
         .args(["-n", rig.a(), "link", "set", rig.a_if(rail), state])
@@ -234,7 +234,7 @@ pub fn set_link(rig: &RailRig, rail: usize, up: bool) -> Result<(), String> {
 /// iperf3 over every rail at once, one TCP stream per rail (a server in
 /// B, a client in A, for `secs` seconds): each rail's received rate in
 /// Mbit/s.
-pub fn iperf(rig: &RailRig, secs: u64) -> Result<Vec<f64>, String> {
+pub(crate) fn iperf(rig: &RailRig, secs: u64) -> Result<Vec<f64>, String> {
     let port = |i: usize| (5201 + i).to_string();
     let mut servers = Vec::new();
     for i in 0..rig.rails() {
@@ -288,7 +288,7 @@ pub fn iperf(rig: &RailRig, secs: u64) -> Result<Vec<f64>, String> {
 
 /// What one measurement's sides run.
 #[derive(Clone, Debug)]
-pub struct Variant {
+pub(crate) struct Variant {
     /// The name in tables and files.
     pub label: String,
     pub provider: ProviderKind,
@@ -301,7 +301,7 @@ pub struct Variant {
 
 /// Which side a report came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
+pub(crate) enum Who {
     Server,
     Client,
 }
@@ -317,7 +317,7 @@ impl fmt::Display for Who {
 
 /// One `@@ <kind> <key>=<value> ...` line of a side.
 #[derive(Clone, Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub kind: String,
     /// Everything after the kind.
     pub rest: String,
@@ -333,7 +333,7 @@ impl Report {
     }
 
     /// Every `<prefix><name>=<number>`: the names and numbers.
-    pub fn prefixed(&self, prefix: &str) -> Vec<(String, f64)> {
+    pub(crate) fn prefixed(&self, prefix: &str) -> Vec<(String, f64)> {
         self.rest
             .split_whitespace()
             .filter_map(|kv| {
@@ -344,7 +344,7 @@ impl Report {
     }
 
     /// The number after `key=`.
-    pub fn num(&self, key: &str) -> Result<f64, String> {
+    pub(crate) fn num(&self, key: &str) -> Result<f64, String> {
         self.rest
             .split_whitespace()
             .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
@@ -359,7 +359,7 @@ enum Event {
 }
 
 /// What [`Pair::next_within`] found.
-pub enum Got {
+pub(crate) enum Got {
     Report(Who, Report),
     /// Nothing within the time given.
     Quiet,
@@ -368,7 +368,7 @@ pub enum Got {
 }
 
 /// The two sides of one measurement, running in a rig.
-pub struct Pair {
+pub(crate) struct Pair {
     server: Proc,
     client: Proc,
     events: Receiver<Event>,
@@ -413,7 +413,7 @@ fn first_addr(events: &Receiver<Event>, who: Who, timeout: Duration) -> Result<S
 impl Pair {
     /// Starts the server in B and the client in A, running `jobs`, and
     /// exchanges their addresses (each step within `timeout`).
-    pub fn start(
+    pub(crate) fn start(
         rig: &RailRig,
         v: &Variant,
         jobs: &[Job],
@@ -465,7 +465,7 @@ impl Pair {
     /// The next report of either side, waiting at most `wait`. A side
     /// that exits unsuccessfully is an error (the other side is killed
     /// when the pair is dropped).
-    pub fn next_within(&mut self, wait: Duration) -> Result<Got, String> {
+    pub(crate) fn next_within(&mut self, wait: Duration) -> Result<Got, String> {
         let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -493,7 +493,7 @@ impl Pair {
 
     /// The next report, `None` once both sides have exited successfully;
     /// an error when neither reports anything for `timeout`.
-    pub fn next(&mut self, timeout: Duration) -> Result<Option<(Who, Report)>, String> {
+    pub(crate) fn next(&mut self, timeout: Duration) -> Result<Option<(Who, Report)>, String> {
         match self.next_within(timeout)? {
             Got::Report(who, r) => Ok(Some((who, r))),
             Got::Quiet => Err(format!(

@@ -3,10 +3,10 @@
 use plotters::prelude::*;
 use std::path::Path;
 
-pub use plotters::chart::SeriesLabelPosition;
+pub(crate) use plotters::chart::SeriesLabelPosition;
 
 /// A size with an optional k, m or g suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let (num, shift) = match s.chars().last() {
         Some('k' | 'K') => (&s[..s.len() - 1], 10),
         Some('m' | 'M') => (&s[..s.len() - 1], 20),
@@ -20,7 +20,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// A whole number of 1 or more.
-pub fn positive(s: &str) -> Result<usize, String> {
+pub(crate) fn positive(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(format!("{s:?}: expected a whole number of 1 or more")),
@@ -28,7 +28,7 @@ pub fn positive(s: &str) -> Result<usize, String> {
 }
 
 /// A number of seconds, 0 or more.
-pub fn seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x >= 0.0 && x.is_finite() => Ok(x),
         _ => Err(format!("{s:?}: expected a number of seconds")),
@@ -36,7 +36,7 @@ pub fn seconds(s: &str) -> Result<f64, String> {
 }
 
 /// `bytes` as `parse_size` takes it: 8, 4k, 64m, or 1.5k when not whole.
-pub fn size_label(bytes: usize) -> String {
+pub(crate) fn size_label(bytes: usize) -> String {
     const UNITS: [&str; 4] = ["", "k", "m", "g"];
     let mut unit = 0;
     let mut whole = bytes;
@@ -57,7 +57,7 @@ pub fn size_label(bytes: usize) -> String {
 
 /// The median (the mean of the middle two for an even count), or `None`
 /// for no values. Sorts `v`.
-pub fn median(v: &mut [f64]) -> Option<f64> {
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
@@ -71,13 +71,13 @@ pub fn median(v: &mut [f64]) -> Option<f64> {
 }
 
 /// An optional number as a CSV field (empty when absent).
-pub fn field(v: Option<f64>, decimals: usize) -> String {
+pub(crate) fn field(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(String::new, |v| format!("{v:.decimals$}"))
 }
 
 /// Writes a CSV file: the header, then the rows (fields must not need
 /// quoting).
-pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), String> {
+pub(crate) fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(), String> {
     let mut text = header.join(",");
     text.push('\n');
     for row in rows {
@@ -89,7 +89,7 @@ pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> Result<(
 
 /// How a chart's x values read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum XAxis {
+pub(crate) enum XAxis {
     /// x is log2 of a byte count; whole values are labelled as sizes.
     Log2Bytes,
     /// x is a plain number.
@@ -100,7 +100,7 @@ pub enum XAxis {
 
 /// One line of a chart.
 #[derive(Clone, Debug)]
-pub struct Series {
+pub(crate) struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     /// Dashed and without points (a reference line).
@@ -109,7 +109,7 @@ pub struct Series {
 
 /// One panel: a line chart.
 #[derive(Clone, Debug)]
-pub struct Chart {
+pub(crate) struct Chart {
     pub title: String,
     pub x: XAxis,
     pub x_desc: String,
@@ -121,7 +121,7 @@ pub struct Chart {
 }
 
 /// Writes `charts` as panels of one SVG file, two per row.
-pub fn write_svg(path: &Path, charts: &[Chart]) -> Result<(), String> {
+pub(crate) fn write_svg(path: &Path, charts: &[Chart]) -> Result<(), String> {
     if charts.is_empty() {
         return Err(format!("{}: nothing to plot", path.display()));
     }

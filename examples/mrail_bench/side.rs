@@ -38,14 +38,14 @@ const HELLO_TAG: u64 = 1;
 const BYE_TAG: u64 = 2;
 
 /// How often the server of a stream job reports what it has received.
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 
 /// The most a side's buffers of one job may take (window times size).
-pub const MAX_WINDOW_BYTES: usize = 1 << 30;
+pub(crate) const MAX_WINDOW_BYTES: usize = 1 << 30;
 
 /// Which provider a side opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProviderKind {
+pub(crate) enum ProviderKind {
     /// An mrail endpoint over every rail of `FI_OFI_MRAIL_ADDR`.
     Mrail,
     /// A plain psm endpoint on the first rail of `FI_OFI_MRAIL_ADDR`.
@@ -58,7 +58,7 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// The name `--provider` takes.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ProviderKind::Mrail => "mrail",
             ProviderKind::Psm => "psm",
@@ -69,7 +69,7 @@ impl ProviderKind {
 
 /// `mrail_bench side`: one endpoint, the server, or the client with ADDR.
 #[derive(clap::Args, Clone, Debug)]
-pub struct SideArgs {
+pub(crate) struct SideArgs {
     /// The provider.
     #[arg(long, value_enum, default_value_t = ProviderKind::Mrail)]
     pub provider: ProviderKind,
@@ -104,7 +104,7 @@ pub struct SideArgs {
 
 /// One measurement both sides run.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Job {
+pub(crate) enum Job {
     /// A ping-pong of `size` bytes: a tenth of `iters` as warm-up, then
     /// `iters` round trips, each timed.
     Lat { size: usize, iters: usize },
@@ -622,7 +622,7 @@ fn die_with_parent(pid: u32) -> Result<(), String> {
 }
 
 /// Block pairs of an interleaved latency job (`--provider both`).
-pub const BLOCK_PAIRS: usize = 10;
+pub(crate) const BLOCK_PAIRS: usize = 10;
 
 /// The median half round trip of `n` timed round trips (after a tenth as
 /// warm-up) on one side's endpoint, ns (0 on the server).
@@ -716,7 +716,7 @@ fn bye<E: MessageEndpoint>(side: &Side<E>, peer: FiAddr, client: bool) -> Result
 }
 
 /// `mrail_bench side`.
-pub fn main(args: &SideArgs) -> Result<(), String> {
+pub(crate) fn main(args: &SideArgs) -> Result<(), String> {
     if let Some(pid) = args.with_parent {
         die_with_parent(pid)?;
     }

@@ -38,7 +38,7 @@ const EXPECTED: f64 = 0.9;
 
 /// A policy of every size (`ULONG_MAX:<policy>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Policy {
+pub(crate) enum Policy {
     Striping,
     RoundRobin,
     Fixed,
@@ -56,7 +56,7 @@ impl Policy {
 
 /// The parts of a sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Part {
+pub(crate) enum Part {
     /// Bandwidth against size per policy, on each rig of --rails.
     Bw,
     /// 8 B latency per policy and of a psm endpoint, on each rig of --rails.
@@ -68,7 +68,7 @@ pub enum Part {
 
 /// `mrail_bench sweep`.
 #[derive(clap::Args, Clone, Debug)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     /// A smoke test in under 2 minutes: sizes 16k,256k,4m, 3 rounds of
     /// 100 ms, 3 latency rounds of 2000 round trips.
     #[arg(long)]
@@ -796,7 +796,7 @@ fn charts(plan: &Plan, results: &[RigResult]) -> Vec<Chart> {
 }
 
 /// `mrail_bench sweep`.
-pub fn main(args: &SweepArgs) -> Result<ExitCode, String> {
+pub(crate) fn main(args: &SweepArgs) -> Result<ExitCode, String> {
     let plan = Plan::new(args)?;
     let mut failures = Vec::new();
     let mut results = Vec::new();

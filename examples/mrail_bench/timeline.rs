@@ -17,7 +17,7 @@ const STALLED: u8 = 3;
 
 /// `mrail_bench timeline`.
 #[derive(clap::Args, Clone, Debug)]
-pub struct TimelineArgs {
+pub(crate) struct TimelineArgs {
     /// Rails of the rig.
     #[arg(long, default_value_t = 2, value_parser = positive)]
     rails: usize,
@@ -147,7 +147,7 @@ fn mean(ticks: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
 }
 
 /// `mrail_bench timeline`.
-pub fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
+pub(crate) fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
     let rates = a.rates.clone().unwrap_or_else(|| vec![a.rate; a.rails]);
     let mut pending = link_plan(a, rates.len())?;
     if a.secs <= 0.0 {

@@ -40,6 +40,7 @@ pub enum Shape {
 }
 
 /// The samples of one shape.
+#[derive(Debug)]
 pub struct Measure {
     shape: Shape,
     samples: Vec<Duration>,

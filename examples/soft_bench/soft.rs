@@ -101,7 +101,7 @@ fn wait(reactor: &Reactor, ep: &SoftEndpoint, key: OpKey) -> MqCompletion {
     wait_all(reactor, ep, &[key]).pop().unwrap()
 }
 
-pub fn serve(auto: bool, announce: impl FnOnce(String)) {
+pub(crate) fn serve(auto: bool, announce: impl FnOnce(String)) {
     let (ep, reactor) = open(auto);
     announce(ep.epid().to_string());
     let mut bufs: Vec<Vec<u8>> = (0..IN_FLIGHT).map(|_| vec![0u8; 4 << 20]).collect();
@@ -149,7 +149,7 @@ pub fn serve(auto: bool, announce: impl FnOnce(String)) {
     let _ = ep.close(Duration::from_secs(1));
 }
 
-pub fn client(auto: bool, addr: &str, shapes: &[Shape]) -> Vec<Measure> {
+pub(crate) fn client(auto: bool, addr: &str, shapes: &[Shape]) -> Vec<Measure> {
     let (ep, reactor) = open(auto);
     let epid: Epid = addr.parse().expect("server epid");
     let peer = ep

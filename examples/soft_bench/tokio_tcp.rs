@@ -15,7 +15,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Serves one client: echoes ping-pong messages, acknowledges stream
 /// batches with one byte. Prints the listening port first.
-pub fn serve(announce: impl FnOnce(String)) {
+pub(crate) fn serve(announce: impl FnOnce(String)) {
     runtime().block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         announce(listener.local_addr().expect("addr").port().to_string());
@@ -52,7 +52,7 @@ pub fn serve(announce: impl FnOnce(String)) {
 }
 
 /// Runs the client side against `port`, one measurement per shape.
-pub fn client(port: &str, shapes: &[Shape]) -> Vec<Measure> {
+pub(crate) fn client(port: &str, shapes: &[Shape]) -> Vec<Measure> {
     runtime().block_on(async {
         let mut s = TcpStream::connect(format!("127.0.0.1:{port}"))
             .await

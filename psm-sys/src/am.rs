@@ -74,6 +74,7 @@ impl AmFlags {
 
 /// The request being handled, handed to an [`AmHandler`]. Valid only during
 /// the handler call.
+#[derive(Debug)]
 pub struct AmToken<'a> {
     raw: psm_am_token_t,
     epaddr: psm_epaddr_t,

@@ -91,7 +91,7 @@ macro_rules! psm_api {
     ) => {
         /// The resolved PSM functions. Raw access: every call is `unsafe` and
         /// follows the C contract of the function of the same name.
-        #[derive(Clone, Copy)]
+        #[derive(Clone, Copy, Debug)]
         pub struct PsmApi {
             $($(#[$rdoc])* pub $rname: $rty,)*
             $($(#[$odoc])* pub $oname: Option<$oty>,)*

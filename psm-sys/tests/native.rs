@@ -691,6 +691,7 @@ fn loopback_mq() {
         // Receive posted first (expected path).
         // SAFETY: `buf` and `data` outlive the requests, completed below.
         let mut rreq = unsafe { mq.irecv(tag, !0, 0, buf.as_mut_ptr(), len, 7).unwrap() };
+        // SAFETY: as above.
         let mut sreq = unsafe { mq.isend(dest, 0, tag, data.as_ptr(), len, 9).unwrap() };
         let mut recv_status = None;
         let mut send_status = None;

@@ -16,7 +16,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 /// How often the links are looked at.
-pub const CHECK_EVERY: Duration = Duration::from_millis(50);
+pub(super) const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// The rails' interfaces and when to look at them next.
 #[derive(Debug)]

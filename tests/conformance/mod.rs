@@ -19,7 +19,7 @@
 #![allow(dead_code)]
 
 #[macro_use]
-pub mod remote;
+pub(crate) mod remote;
 
 use crate::support::peer::{self, ChildIo, Peer};
 use crate::support::spin_lock::spin_lock;
@@ -36,13 +36,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The job of every endpoint in the suite.
-pub const UUID: [u8; 16] = *b"psmrail-conform!";
+pub(crate) const UUID: [u8; 16] = *b"psmrail-conform!";
 /// Another job.
-pub const OTHER_UUID: [u8; 16] = *b"another-job-uuid";
+pub(crate) const OTHER_UUID: [u8; 16] = *b"another-job-uuid";
 /// Upper bound for one connect or line exchange.
-pub const STEP: Duration = Duration::from_secs(20);
+pub(crate) const STEP: Duration = Duration::from_secs(20);
 /// Message sizes of the two-process exchange.
-pub const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
+pub(crate) const SIZES: [usize; 5] = [0, 1, 8 << 10, 1 << 20, 16 << 20];
 
 /// Instantiates every scenario as a `#[test]` for the engine built by
 /// `$make` (a `fn() -> E`).
@@ -122,7 +122,7 @@ macro_rules! conformance_tests {
 
 /// The name the test harness knows a test by: its path inside the test
 /// crate (`module_path!()` without the crate name) and its function name.
-pub fn test_name(module: &str, function: &str) -> String {
+pub(crate) fn test_name(module: &str, function: &str) -> String {
     match module.split_once("::") {
         Some((_, inner)) => format!("{inner}::{function}"),
         None => function.to_owned(),
@@ -131,13 +131,13 @@ pub fn test_name(module: &str, function: &str) -> String {
 
 /// Fails the whole test binary (exit 101) if not dropped within `limit`:
 /// a hung engine must not hang CI.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     done: Arc<AtomicBool>,
 }
 
 impl Watchdog {
     /// Arms it.
-    pub fn new(limit: Duration, what: &str) -> Watchdog {
+    pub(crate) fn new(limit: Duration, what: &str) -> Watchdog {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let what = what.to_owned();
@@ -163,7 +163,7 @@ impl Drop for Watchdog {
 }
 
 /// Endpoint options of job `uuid`.
-pub fn options(uuid: [u8; 16]) -> EndpointOptions {
+pub(crate) fn options(uuid: [u8; 16]) -> EndpointOptions {
     EndpointOptions {
         uuid,
         unit: None,
@@ -173,15 +173,15 @@ pub fn options(uuid: [u8; 16]) -> EndpointOptions {
 }
 
 /// An open endpoint of engine `E`.
-pub type Ep<E> = Arc<<E as Engine>::Endpoint>;
+pub(crate) type Ep<E> = Arc<<E as Engine>::Endpoint>;
 
 /// Opens an endpoint of job [`UUID`] and adds it to `reactor`.
-pub fn open<E: Engine>(engine: &E, reactor: &Reactor) -> Ep<E> {
+pub(crate) fn open<E: Engine>(engine: &E, reactor: &Reactor) -> Ep<E> {
     open_job(engine, reactor, UUID)
 }
 
 /// Opens an endpoint of job `uuid` and adds it to `reactor`.
-pub fn open_job<E: Engine>(engine: &E, reactor: &Reactor, uuid: [u8; 16]) -> Ep<E> {
+pub(crate) fn open_job<E: Engine>(engine: &E, reactor: &Reactor, uuid: [u8; 16]) -> Ep<E> {
     let ep = engine.open(&options(uuid)).expect("open an endpoint");
     let source: Arc<dyn ProgressSource> = ep.clone();
     reactor
@@ -193,7 +193,7 @@ pub fn open_job<E: Engine>(engine: &E, reactor: &Reactor, uuid: [u8; 16]) -> Ep<
 /// Connects `a` and `b` to each other, each from its own thread (each
 /// `connect` drives only its own endpoint). Returns (a's handle of b, b's
 /// handle of a).
-pub fn connect_pair<P: EngineEndpoint>(a: &Arc<P>, b: &Arc<P>) -> (PeerAddr, PeerAddr) {
+pub(crate) fn connect_pair<P: EngineEndpoint>(a: &Arc<P>, b: &Arc<P>) -> (PeerAddr, PeerAddr) {
     std::thread::scope(|s| {
         let other = s.spawn(|| b.connect(&[a.epid()], STEP).remove(0));
         let mine = a.connect(&[b.epid()], STEP).remove(0);
@@ -206,7 +206,7 @@ pub fn connect_pair<P: EngineEndpoint>(a: &Arc<P>, b: &Arc<P>) -> (PeerAddr, Pee
 }
 
 /// Two connected endpoints on a manual reactor.
-pub struct Pair<E: Engine> {
+pub(crate) struct Pair<E: Engine> {
     /// The engine.
     pub engine: E,
     /// The reactor both are on.
@@ -223,7 +223,7 @@ pub struct Pair<E: Engine> {
 
 impl<E: Engine> Pair<E> {
     /// Opens and connects two endpoints on `reactor`.
-    pub fn new(make: fn() -> E, reactor: Reactor) -> Pair<E> {
+    pub(crate) fn new(make: fn() -> E, reactor: Reactor) -> Pair<E> {
         let engine = make();
         let a = open(&engine, &reactor);
         let b = open(&engine, &reactor);
@@ -239,14 +239,14 @@ impl<E: Engine> Pair<E> {
     }
 
     /// Closes both.
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         self.a.close(Duration::from_secs(2)).expect("close a");
         self.b.close(Duration::from_secs(2)).expect("close b");
     }
 }
 
 /// Deterministic bytes: `len` of them from `seed`, no short period.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 8);
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     while out.len() < len {
@@ -260,7 +260,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Asserts two byte strings are equal, naming the first difference.
-pub fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
+pub(crate) fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     if got != want {
         let at = got.iter().zip(want).position(|(g, w)| g != w).unwrap_or(0);
@@ -272,7 +272,7 @@ pub fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
 }
 
 /// Posts a standard send of `data`.
-pub fn send<P: EngineEndpoint>(
+pub(crate) fn send<P: EngineEndpoint>(
     reactor: &Reactor,
     ep: &P,
     peer: PeerAddr,
@@ -290,7 +290,7 @@ pub fn send<P: EngineEndpoint>(
 }
 
 /// Posts a send of `buffer` in `mode`.
-pub fn send_buf<P: EngineEndpoint>(
+pub(crate) fn send_buf<P: EngineEndpoint>(
     reactor: &Reactor,
     ep: &P,
     peer: PeerAddr,
@@ -307,12 +307,17 @@ pub fn send_buf<P: EngineEndpoint>(
 }
 
 /// Posts a receive of up to `cap` bytes.
-pub fn recv<P: EngineEndpoint>(reactor: &Reactor, ep: &P, tags: TagMatch, cap: usize) -> OpKey {
+pub(crate) fn recv<P: EngineEndpoint>(
+    reactor: &Reactor,
+    ep: &P,
+    tags: TagMatch,
+    cap: usize,
+) -> OpKey {
     recv_buf(reactor, ep, tags, OpBuffer::from(vec![0u8; cap]))
 }
 
 /// Posts a receive into `buffer`.
-pub fn recv_buf<P: EngineEndpoint>(
+pub(crate) fn recv_buf<P: EngineEndpoint>(
     reactor: &Reactor,
     ep: &P,
     tags: TagMatch,
@@ -328,7 +333,7 @@ pub fn recv_buf<P: EngineEndpoint>(
 
 /// Sends an AM request, progressing while the engine answers `Again` (no
 /// credit yet, as right after connecting, or too many in flight).
-pub fn am_request<P: EngineEndpoint>(
+pub(crate) fn am_request<P: EngineEndpoint>(
     reactor: &Reactor,
     ep: &P,
     peer: PeerAddr,
@@ -353,13 +358,13 @@ pub fn am_request<P: EngineEndpoint>(
 
 /// Waits for `key` with `block_on` (spinning in manual mode, parked in
 /// auto mode).
-pub fn wait<P: EngineEndpoint>(reactor: &Reactor, ep: &P, key: OpKey) -> MqCompletion {
+pub(crate) fn wait<P: EngineEndpoint>(reactor: &Reactor, ep: &P, key: OpKey) -> MqCompletion {
     let table = ep.completions().clone();
     reactor.block_on(poll_fn(|cx| reactor.poll_completion(&table, key, cx)))
 }
 
 /// Waits for a successful completion.
-pub fn wait_ok<P: EngineEndpoint>(
+pub(crate) fn wait_ok<P: EngineEndpoint>(
     reactor: &Reactor,
     ep: &P,
     key: OpKey,
@@ -371,7 +376,7 @@ pub fn wait_ok<P: EngineEndpoint>(
 }
 
 /// Checks a receive's completion: tag, lengths, source, bytes.
-pub fn check_recv(c: &MqCompletion, tag: u64, want: &[u8], source: PeerAddr, what: &str) {
+pub(crate) fn check_recv(c: &MqCompletion, tag: u64, want: &[u8], source: PeerAddr, what: &str) {
     assert_eq!(c.status.error, None, "{what}: {:?}", c.status);
     assert_eq!(c.status.tag, tag, "{what}: tag");
     assert_eq!(c.status.msg_len, want.len() as u64, "{what}: msg_len");
@@ -381,7 +386,11 @@ pub fn check_recv(c: &MqCompletion, tag: u64, want: &[u8], source: PeerAddr, wha
 }
 
 /// Runs `reactor` until `done()` or `limit`; whether it happened.
-pub fn progress_until(reactor: &Reactor, limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(crate) fn progress_until(
+    reactor: &Reactor,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if done() {
@@ -402,7 +411,7 @@ const ECHO_TAG: u64 = 0x5200;
 /// Tagged messages of 0 B, 1 B, 8 KiB, 1 MiB and 16 MiB to a child
 /// process and back (new bytes), every byte checked on both sides; tag,
 /// lengths and source checked; the child closes gracefully and exits 0.
-pub fn tagged_sizes_two_processes<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn tagged_sizes_two_processes<E: Engine>(make: fn() -> E, test: &str) {
     if peer::role().as_deref() == Some("child") {
         return tagged_sizes_child(make);
     }
@@ -511,7 +520,7 @@ fn tagged_sizes_child<E: Engine>(make: fn() -> E) {
 
 /// Tag and select matching with wildcards, posting order of receives, and
 /// per-peer message order (eager and rendezvous mixed).
-pub fn tag_matching_and_order<E: Engine>(make: fn() -> E) {
+pub(crate) fn tag_matching_and_order<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "tag_matching_and_order");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -616,7 +625,7 @@ pub fn tag_matching_and_order<E: Engine>(make: fn() -> E) {
 
 /// Receives posted before and after their send, at eager and rendezvous
 /// sizes.
-pub fn out_of_order_posting<E: Engine>(make: fn() -> E) {
+pub(crate) fn out_of_order_posting<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "out_of_order_posting");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -662,12 +671,12 @@ pub fn out_of_order_posting<E: Engine>(make: fn() -> E) {
 // ----- active messages -----------------------------------------------------------
 
 /// An AM as a handler saw it: source, arguments, payload.
-pub type SeenAm = (PeerAddr, Vec<u64>, Vec<u8>);
+pub(crate) type SeenAm = (PeerAddr, Vec<u64>, Vec<u8>);
 
 /// Replies with the sum of the arguments and the payload reversed; records
 /// the replies it gets.
 #[derive(Default)]
-pub struct Adder {
+pub(crate) struct Adder {
     /// Replies received, in order.
     pub replies: Mutex<Vec<SeenAm>>,
     /// Requests handled.
@@ -698,7 +707,7 @@ impl AmHandler for Adder {
 }
 
 /// An AM request whose reply carries a value computed by the handler.
-pub fn am_request_reply<E: Engine>(make: fn() -> E) {
+pub(crate) fn am_request_reply<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "am_request_reply");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -746,7 +755,7 @@ pub fn am_request_reply<E: Engine>(make: fn() -> E) {
 /// Cancels `k`, an unmatched receive posted with a 333-byte buffer of
 /// `0xee`: it completes `Canceled` with nothing written, and a second
 /// cancel answers `false`.
-pub fn assert_cancels_unmatched<P: EngineEndpoint>(r: &Reactor, b: &P, k: OpKey) {
+pub(crate) fn assert_cancels_unmatched<P: EngineEndpoint>(r: &Reactor, b: &P, k: OpKey) {
     assert!(
         b.cancel(k).unwrap(),
         "an unmatched receive can be cancelled"
@@ -767,7 +776,7 @@ pub fn assert_cancels_unmatched<P: EngineEndpoint>(r: &Reactor, b: &P, k: OpKey)
 
 /// Cancel of an unmatched receive completes it `Canceled` with its buffer;
 /// cancel after a match (or of a send, or twice) answers `false`.
-pub fn cancel<E: Engine>(make: fn() -> E) {
+pub(crate) fn cancel<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "cancel");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -797,7 +806,7 @@ pub fn cancel<E: Engine>(make: fn() -> E) {
 
 /// A message longer than the receive buffer: `Trunc`, both lengths, the
 /// first bytes delivered (eager and rendezvous).
-pub fn truncation<E: Engine>(make: fn() -> E) {
+pub(crate) fn truncation<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "truncation");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -824,7 +833,7 @@ pub fn truncation<E: Engine>(make: fn() -> E) {
 }
 
 /// iprobe sees an unexpected message without consuming it.
-pub fn iprobe<E: Engine>(make: fn() -> E) {
+pub(crate) fn iprobe<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "iprobe");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -862,7 +871,7 @@ pub fn iprobe<E: Engine>(make: fn() -> E) {
 
 /// Connecting to the epid of a closed endpoint fails within the timeout,
 /// `TimedOut` or `ConnRefused`, naming the epid.
-pub fn connect_dead_epid<E: Engine>(make: fn() -> E) {
+pub(crate) fn connect_dead_epid<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "connect_dead_epid");
     let engine = make();
     let reactor = Reactor::manual();
@@ -897,7 +906,7 @@ pub fn connect_dead_epid<E: Engine>(make: fn() -> E) {
 
 /// Endpoints of different jobs cannot connect: `ConnRefused` on both
 /// sides, naming the UUIDs.
-pub fn wrong_uuid<E: Engine>(make: fn() -> E) {
+pub(crate) fn wrong_uuid<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "wrong_uuid");
     let engine = make();
     let reactor = Reactor::manual();
@@ -937,14 +946,14 @@ pub fn wrong_uuid<E: Engine>(make: fn() -> E) {
 // ----- cancellation safety -----------------------------------------------------------
 
 /// A region that counts its drops.
-pub struct CountedRegion {
+pub(crate) struct CountedRegion {
     mem: Box<[UnsafeCell<u8>]>,
     drops: Arc<AtomicUsize>,
 }
 
 impl CountedRegion {
     /// `len` bytes of `fill`, as a region; its drop counter.
-    pub fn counted(len: usize, fill: u8) -> (Arc<dyn StableRegion>, Arc<AtomicUsize>) {
+    pub(crate) fn counted(len: usize, fill: u8) -> (Arc<dyn StableRegion>, Arc<AtomicUsize>) {
         let drops = Arc::new(AtomicUsize::new(0));
         let region = CountedRegion {
             mem: (0..len).map(|_| UnsafeCell::new(fill)).collect(),
@@ -980,7 +989,7 @@ impl Drop for CountedRegion {
 /// buffer until the engine is done, then frees it exactly once: a receive
 /// later matched, one later cancelled, one ended by close, and a
 /// rendezvous send whose receive is posted afterwards.
-pub fn abandon_frees_once<E: Engine>(make: fn() -> E) {
+pub(crate) fn abandon_frees_once<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "abandon_frees_once");
     let p = Pair::new(make, Reactor::manual());
     let (r, a, b) = (&p.reactor, &*p.a, &*p.b);
@@ -1060,7 +1069,7 @@ pub fn abandon_frees_once<E: Engine>(make: fn() -> E) {
 
 /// The basic exchange with the reactor's auto thread doing all progress:
 /// `block_on` parks, completions wake it.
-pub fn auto_progress<E: Engine>(make: fn() -> E, interval: Duration) -> Duration {
+pub(crate) fn auto_progress<E: Engine>(make: fn() -> E, interval: Duration) -> Duration {
     let _dog = Watchdog::new(Duration::from_secs(40), "auto_progress");
     let reactor = Reactor::auto(AutoProgress::new().interval(interval)).expect("auto reactor");
     let p = Pair::new(make, reactor);
@@ -1090,7 +1099,7 @@ pub fn auto_progress<E: Engine>(make: fn() -> E, interval: Duration) -> Duration
 /// Hundreds of messages of mixed sizes posted at once in both directions
 /// (half of the receives before, half after the sends): every one arrives
 /// intact and in order.
-pub fn message_burst<E: Engine>(make: fn() -> E) {
+pub(crate) fn message_burst<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "message_burst");
     let p = Pair::new(make, Reactor::manual());
     let r = &p.reactor;
@@ -1145,7 +1154,10 @@ pub fn message_burst<E: Engine>(make: fn() -> E) {
 // ----- topologies --------------------------------------------------------------------
 
 /// An endpoint on `reactor`, connected to its own epid; that peer address.
-pub fn open_connected_to_self<E: Engine>(engine: &E, reactor: &Reactor) -> (Ep<E>, PeerAddr) {
+pub(crate) fn open_connected_to_self<E: Engine>(
+    engine: &E,
+    reactor: &Reactor,
+) -> (Ep<E>, PeerAddr) {
     let a = open(engine, reactor);
     let me = a
         .connect(&[a.epid()], STEP)
@@ -1156,7 +1168,7 @@ pub fn open_connected_to_self<E: Engine>(engine: &E, reactor: &Reactor) -> (Ep<E
 
 /// An endpoint connects to its own epid and exchanges messages (eager and
 /// rendezvous) and an AM with itself.
-pub fn self_loopback<E: Engine>(make: fn() -> E) {
+pub(crate) fn self_loopback<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "self_loopback");
     let engine = make();
     let r = &Reactor::manual();
@@ -1197,7 +1209,7 @@ pub fn self_loopback<E: Engine>(make: fn() -> E) {
 
 /// `isend_keyed` / `irecv_keyed` post under keys of their own, which
 /// complete like any other; a post they refuse leaves no key behind.
-pub fn keyed_posts<E: Engine>(make: fn() -> E) {
+pub(crate) fn keyed_posts<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(30), "keyed_posts");
     let engine = make();
     let r = &Reactor::manual();
@@ -1264,7 +1276,7 @@ pub fn keyed_posts<E: Engine>(make: fn() -> E) {
 /// `n` endpoints of one process connect all-to-all and each sends one
 /// message (eager or rendezvous) to every other; every message arrives
 /// with the right source, tag and bytes.
-pub fn all_to_all<E: Engine>(make: fn() -> E, n: usize) {
+pub(crate) fn all_to_all<E: Engine>(make: fn() -> E, n: usize) {
     let _dog = Watchdog::new(Duration::from_secs(60), "all_to_all");
     let engine = make();
     let r = &Reactor::manual();

@@ -71,13 +71,13 @@ macro_rules! remote_conformance_tests {
 }
 
 /// The default runner: the scenario runs in the test's own process.
-pub fn in_this_process(test: &str, body: impl FnOnce(&str)) {
+pub(crate) fn in_this_process(test: &str, body: impl FnOnce(&str)) {
     body(test);
 }
 
 /// In the remote peer's process, plays its part ([`remote_child`]) and says
 /// so: the scenario then returns at once.
-pub fn remote_role<E: Engine>(make: fn() -> E) -> bool {
+pub(crate) fn remote_role<E: Engine>(make: fn() -> E) -> bool {
     if peer::role().as_deref() == Some("remote") {
         remote_child(make);
         true
@@ -89,15 +89,15 @@ pub fn remote_role<E: Engine>(make: fn() -> E) -> bool {
 // ----- the remote peer ----------------------------------------------------------------
 
 /// Variable giving the remote peer's job key (hex), default [`UUID`].
-pub const UUID_VAR: &str = "PSMRAIL_TEST_UUID";
+pub(crate) const UUID_VAR: &str = "PSMRAIL_TEST_UUID";
 
 /// `bytes` in lowercase hex (a job key for [`UUID_VAR`]).
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The job key of a [`UUID_VAR`] value.
-pub fn unhex(s: &str) -> [u8; 16] {
+pub(crate) fn unhex(s: &str) -> [u8; 16] {
     let mut out = [0u8; 16];
     for (i, o) in out.iter_mut().enumerate() {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex uuid");
@@ -106,7 +106,7 @@ pub fn unhex(s: &str) -> [u8; 16] {
 }
 
 /// FNV-1a: the remote reports what it received as a hash.
-pub fn fnv(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -114,7 +114,7 @@ pub fn fnv(bytes: &[u8]) -> u64 {
 
 /// A payload from its spec: `pat:<len>:<seed>`, `fill:<len>:<byte>`,
 /// `str:<text>`.
-pub fn payload(spec: &str) -> Vec<u8> {
+pub(crate) fn payload(spec: &str) -> Vec<u8> {
     let mut it = spec.splitn(3, ':');
     match (it.next(), it.next(), it.next()) {
         (Some("pat"), Some(n), Some(seed)) => pattern(n.parse().unwrap(), seed.parse().unwrap()),
@@ -125,7 +125,7 @@ pub fn payload(spec: &str) -> Vec<u8> {
 }
 
 /// Sends one line to the parent (the child's side of `support::peer`).
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     writeln!(out, "@@ {line}").expect("stdout");
     out.flush().expect("flush");
@@ -134,7 +134,7 @@ pub fn say(line: &str) {
 /// The remote peer: opens an endpoint (job from [`UUID_VAR`]), connects to
 /// the parent, says its epid, then runs commands until `close` or the end
 /// of its input, progressing between them.
-pub fn remote_child<E: Engine>(make: fn() -> E) {
+pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(120), "remote peer");
     let lines = peer::stdin_lines();
     let uuid = std::env::var(UUID_VAR).map_or(UUID, |v| unhex(&v));
@@ -273,7 +273,7 @@ pub fn remote_child<E: Engine>(make: fn() -> E) {
 }
 
 /// The id in a `posted <id>` answer.
-pub fn posted(answer: &str) -> u32 {
+pub(crate) fn posted(answer: &str) -> u32 {
     answer
         .strip_prefix("posted ")
         .and_then(|id| id.parse().ok())
@@ -281,7 +281,7 @@ pub fn posted(answer: &str) -> u32 {
 }
 
 /// The remote peer as the scenario sees it.
-pub struct Remote {
+pub(crate) struct Remote {
     /// The child process.
     pub child: Peer,
     /// Its epid.
@@ -293,7 +293,7 @@ pub struct Remote {
 
 impl Remote {
     /// Spawns the remote peer for `test` (job `uuid`) and connects `ep` to it.
-    pub fn start<P: EngineEndpoint>(test: &str, reactor: &Reactor, ep: &P) -> Remote {
+    pub(crate) fn start<P: EngineEndpoint>(test: &str, reactor: &Reactor, ep: &P) -> Remote {
         let mut child = Peer::spawn(test, "remote", &[]);
         child.send_line(&ep.epid().to_string());
         let line = child.recv_line_with(STEP, || {
@@ -314,12 +314,12 @@ impl Remote {
     }
 
     /// Sends a command without waiting for its answer.
-    pub fn post(&mut self, line: &str) {
+    pub(crate) fn post(&mut self, line: &str) {
         self.child.send_line(line);
     }
 
     /// The next answer, progressing the local reactor meanwhile.
-    pub fn answer(&mut self) -> String {
+    pub(crate) fn answer(&mut self) -> String {
         let r = self.reactor.clone();
         self.child.recv_line_with(STEP, || {
             if !r.progress().made() {
@@ -329,26 +329,26 @@ impl Remote {
     }
 
     /// A command and its answer.
-    pub fn cmd(&mut self, line: &str) -> String {
+    pub(crate) fn cmd(&mut self, line: &str) -> String {
         self.post(line);
         self.answer()
     }
 
     /// Posts a send of `spec` with `tag`; its id.
-    pub fn send(&mut self, tag: u64, spec: &str) -> u32 {
+    pub(crate) fn send(&mut self, tag: u64, spec: &str) -> u32 {
         let a = self.cmd(&format!("send {tag:#x} {spec}"));
         posted(&a)
     }
 
     /// Posts a receive; its id.
-    pub fn recv(&mut self, tags: TagMatch, cap: usize) -> u32 {
+    pub(crate) fn recv(&mut self, tags: TagMatch, cap: usize) -> u32 {
         let a = self.cmd(&format!("recv {:#x} {:#x} {cap}", tags.tag, tags.select));
         posted(&a)
     }
 
     /// Waits for op `id`; asserts it succeeded with `tag` and `want`
     /// (receives; sends report their own tag and length).
-    pub fn wait_ok(&mut self, id: u32, tag: u64, want: &[u8]) {
+    pub(crate) fn wait_ok(&mut self, id: u32, tag: u64, want: &[u8]) {
         let a = self.cmd(&format!("wait {id}"));
         let expect = format!(
             "done None {tag:#x} {} {} true {:#x}",
@@ -360,13 +360,13 @@ impl Remote {
     }
 
     /// Waits for send `id` to succeed.
-    pub fn sent(&mut self, id: u32) {
+    pub(crate) fn sent(&mut self, id: u32) {
         let a = self.cmd(&format!("wait {id}"));
         assert!(a.starts_with("done None "), "remote send {id}: {a}");
     }
 
     /// Closes the remote and waits for it to exit.
-    pub fn close(mut self) {
+    pub(crate) fn close(mut self) {
         assert_eq!(self.cmd("close"), "closed");
         let status = self.child.wait(STEP);
         assert!(status.success(), "the remote failed: {status}");
@@ -375,7 +375,7 @@ impl Remote {
 
 /// The local endpoint on a manual reactor, and the remote peer connected
 /// to it (the caller holds the spin lock).
-pub fn setup<E: Engine>(make: fn() -> E, test: &str) -> (Reactor, Ep<E>, Remote) {
+pub(crate) fn setup<E: Engine>(make: fn() -> E, test: &str) -> (Reactor, Ep<E>, Remote) {
     let reactor = Reactor::manual();
     let ep = open(&make(), &reactor);
     let remote = Remote::start(test, &reactor, &*ep);
@@ -383,7 +383,7 @@ pub fn setup<E: Engine>(make: fn() -> E, test: &str) -> (Reactor, Ep<E>, Remote)
 }
 
 /// As `conformance::tag_matching_and_order`, the sender in another process.
-pub fn tag_matching_and_order<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn tag_matching_and_order<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -482,7 +482,7 @@ pub fn tag_matching_and_order<E: Engine>(make: fn() -> E, test: &str) {
 }
 
 /// As `conformance::out_of_order_posting`, the sender in another process.
-pub fn out_of_order_posting<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn out_of_order_posting<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -538,7 +538,7 @@ pub fn out_of_order_posting<E: Engine>(make: fn() -> E, test: &str) {
 }
 
 /// As `conformance::am_request_reply`, between two processes, both ways.
-pub fn am_request_reply<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn am_request_reply<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -615,7 +615,7 @@ pub fn am_request_reply<E: Engine>(make: fn() -> E, test: &str) {
 }
 
 /// As `conformance::cancel`, the sender in another process.
-pub fn cancel<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn cancel<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -663,7 +663,7 @@ pub fn cancel<E: Engine>(make: fn() -> E, test: &str) {
 }
 
 /// As `conformance::truncation`, the sender in another process.
-pub fn truncation<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn truncation<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -724,7 +724,7 @@ pub fn truncation<E: Engine>(make: fn() -> E, test: &str) {
 }
 
 /// As `conformance::iprobe`, the sender in another process.
-pub fn iprobe<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn iprobe<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -761,7 +761,7 @@ pub fn iprobe<E: Engine>(make: fn() -> E, test: &str) {
 /// As `conformance::abandon_frees_once`, the peer in another process: a
 /// dropped (abandoned) operation's buffer is freed exactly once, after the
 /// engine is done with it.
-pub fn abandon_frees_once<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn abandon_frees_once<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }
@@ -844,7 +844,7 @@ pub fn abandon_frees_once<E: Engine>(make: fn() -> E, test: &str) {
 /// built after it opened (as the native `open_with_reactor` does, which
 /// `engine_native` checks on its own); `block_on` parks and the progress
 /// thread's completions wake it; the remote echoes.
-pub fn auto_progress<E: Engine>(make: fn() -> E, test: &str) {
+pub(crate) fn auto_progress<E: Engine>(make: fn() -> E, test: &str) {
     if remote_role(make) {
         return;
     }

@@ -10,7 +10,7 @@ use psmrail::ops::RmaOp;
 
 /// Two elements of `dt` holding `vals` (integers, or floats with those
 /// values; complex values get imaginary part 1).
-pub fn encode(dt: Dt, vals: [u8; 2]) -> Vec<u8> {
+pub(crate) fn encode(dt: Dt, vals: [u8; 2]) -> Vec<u8> {
     let mut out = Vec::new();
     for v in vals {
         match dt {
@@ -35,7 +35,7 @@ pub fn encode(dt: Dt, vals: [u8; 2]) -> Vec<u8> {
 }
 
 /// One atomic kind x op x datatype, on two elements.
-pub struct Case {
+pub(crate) struct Case {
     pub kind: AtomicKind,
     pub op: Op,
     pub dt: Dt,
@@ -49,7 +49,7 @@ pub struct Case {
 
 impl Case {
     /// Every case: 30 kind x op combinations x 12 datatypes.
-    pub fn all() -> Vec<Case> {
+    pub(crate) fn all() -> Vec<Case> {
         let mut out = Vec::new();
         for kind in AtomicKind::ALL {
             for op in Op::ALL.into_iter().filter(|&op| kind.accepts(op)) {
@@ -78,12 +78,12 @@ impl Case {
         out
     }
 
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         format!("{} {} {}", self.kind, self.op, self.dt)
     }
 
     /// Whether the op x datatype table supports it (else it must be refused).
-    pub fn supported(&self) -> bool {
+    pub(crate) fn supported(&self) -> bool {
         op_supports_datatype(self.op, self.dt)
     }
 
@@ -92,7 +92,7 @@ impl Case {
     }
 
     /// Posts it from `ep` to `dest`'s region `key` at `at`.
-    pub fn post(&self, ep: &Endpoint, dest: FiAddr, at: u64, key: u64) -> RmaOp {
+    pub(crate) fn post(&self, ep: &Endpoint, dest: FiAddr, at: u64, key: u64) -> RmaOp {
         let (op, dt) = (self.op, self.dt);
         match self.kind {
             AtomicKind::Write => ep.atomic(dest, op, dt, self.operand.clone(), at, key),
@@ -115,7 +115,7 @@ impl Case {
     /// What the reference expects from `before` (the whole region, the
     /// case at `at`): the region after, and the fetched old values (empty
     /// for a non-fetching kind).
-    pub fn expected(&self, before: &[u8], at: usize) -> (Vec<u8>, Vec<u8>) {
+    pub(crate) fn expected(&self, before: &[u8], at: usize) -> (Vec<u8>, Vec<u8>) {
         let mut want = before.to_vec();
         let mut old = vec![0u8; if self.kind.fetches() { self.len() } else { 0 }];
         apply(

@@ -30,11 +30,11 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// How long [`drive`] waits before calling the test hung.
-pub const HANG_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const HANG_LIMIT: Duration = Duration::from_secs(60);
 
 /// A test configuration: progress mode and the untagged-message path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cfg {
+pub(crate) struct Cfg {
     /// `FI_PROGRESS_MANUAL` or `FI_PROGRESS_AUTO` (progress thread).
     pub progress: ProgressKind,
     /// `FI_PSM_AM_MSG`: untagged messages over active messages.
@@ -45,51 +45,51 @@ pub struct Cfg {
 
 impl Cfg {
     /// Manual progress, untagged messages on the MQ.
-    pub const MANUAL_MQ: Cfg = Cfg {
+    pub(crate) const MANUAL_MQ: Cfg = Cfg {
         progress: ProgressKind::Manual,
         am_msg: false,
         spin: None,
     };
     /// Manual progress, untagged messages over AM.
-    pub const MANUAL_AM: Cfg = Cfg {
+    pub(crate) const MANUAL_AM: Cfg = Cfg {
         progress: ProgressKind::Manual,
         am_msg: true,
         spin: None,
     };
     /// Auto progress, untagged messages on the MQ.
-    pub const AUTO_MQ: Cfg = Cfg {
+    pub(crate) const AUTO_MQ: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: false,
         spin: None,
     };
     /// Auto progress, untagged messages over AM.
-    pub const AUTO_AM: Cfg = Cfg {
+    pub(crate) const AUTO_AM: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: true,
         spin: None,
     };
     /// Adaptive progress (auto progress with a 500 µs spin window, the
     /// default under tokio), untagged messages on the MQ.
-    pub const ADAPTIVE_MQ: Cfg = Cfg {
+    pub(crate) const ADAPTIVE_MQ: Cfg = Cfg {
         progress: ProgressKind::Auto,
         am_msg: false,
         spin: Some(Duration::from_micros(500)),
     };
     /// Every configuration.
-    pub const ALL: [Cfg; 4] = [Cfg::MANUAL_MQ, Cfg::MANUAL_AM, Cfg::AUTO_MQ, Cfg::AUTO_AM];
+    pub(crate) const ALL: [Cfg; 4] = [Cfg::MANUAL_MQ, Cfg::MANUAL_AM, Cfg::AUTO_MQ, Cfg::AUTO_AM];
     /// One configuration per progress mode (for tests where the untagged
     /// path does not matter).
-    pub const PROGRESS: [Cfg; 2] = [Cfg::MANUAL_MQ, Cfg::AUTO_MQ];
+    pub(crate) const PROGRESS: [Cfg; 2] = [Cfg::MANUAL_MQ, Cfg::AUTO_MQ];
 
     /// Whether progress is manual.
-    pub fn is_manual(self) -> bool {
+    pub(crate) fn is_manual(self) -> bool {
         self.progress == ProgressKind::Manual
     }
 }
 
 /// Hints for `cfg` with `caps` on the soft engine: no name server, no
 /// close delay, no graceful-close wait (so dropping a domain is quick).
-pub fn hints(cfg: Cfg, caps: Caps) -> Hints {
+pub(crate) fn hints(cfg: Cfg, caps: Caps) -> Hints {
     let config = PsmConfig::builder()
         .name_server(false)
         .am_msg(cfg.am_msg)
@@ -109,13 +109,13 @@ pub fn hints(cfg: Cfg, caps: Caps) -> Hints {
 }
 
 /// The first info for [`hints`].
-pub fn info(cfg: Cfg, caps: Caps) -> Info {
+pub(crate) fn info(cfg: Cfg, caps: Caps) -> Info {
     getinfo(Some(&hints(cfg, caps))).expect("getinfo").remove(0)
 }
 
 /// One endpoint with its own domain and AV.
 #[derive(Debug)]
-pub struct Node {
+pub(crate) struct Node {
     /// The endpoint.
     pub ep: Endpoint,
     /// Its address vector (holding every other node).
@@ -126,7 +126,7 @@ pub struct Node {
 
 /// Connected nodes; index them (`nodes[i]`) for their endpoint.
 #[derive(Debug)]
-pub struct Nodes {
+pub(crate) struct Nodes {
     /// The info they were opened with.
     pub info: Info,
     /// The configuration.
@@ -147,23 +147,23 @@ impl std::ops::Index<usize> for Nodes {
 
 impl Nodes {
     /// The address of node `to` in node `from`'s AV (`from != to`).
-    pub fn addr(&self, from: usize, to: usize) -> FiAddr {
+    pub(crate) fn addr(&self, from: usize, to: usize) -> FiAddr {
         assert_ne!(from, to, "a node has no entry for itself");
         self.addrs[from][to]
     }
 
     /// Every node's domain.
-    pub fn domains(&self) -> Vec<Domain> {
+    pub(crate) fn domains(&self) -> Vec<Domain> {
         self.nodes.iter().map(|n| n.domain.clone()).collect()
     }
 
     /// [`drive`] with every node's domain.
-    pub fn drive<F: Future>(&self, fut: F) -> F::Output {
+    pub(crate) fn drive<F: Future>(&self, fut: F) -> F::Output {
         drive(&self.domains(), fut)
     }
 
     /// Runs one progress round on every manual domain.
-    pub fn progress(&self) {
+    pub(crate) fn progress(&self) {
         for n in &self.nodes {
             if n.domain.reactor().is_manual() {
                 n.domain.reactor().progress();
@@ -173,14 +173,14 @@ impl Nodes {
 }
 
 /// `n` connected nodes with the info's endpoints (caps `caps`).
-pub fn open(cfg: Cfg, caps: Caps, n: usize) -> Nodes {
+pub(crate) fn open(cfg: Cfg, caps: Caps, n: usize) -> Nodes {
     open_with(cfg, caps, n, |_, _, b| b)
 }
 
 /// `n` connected nodes; `build(i, domain, builder)` adjusts node `i`'s
 /// endpoint before it is enabled (its AV is bound already), e.g. to bind a
 /// CQ made from `domain` or to narrow the caps.
-pub fn open_with(
+pub(crate) fn open_with(
     cfg: Cfg,
     caps: Caps,
     n: usize,
@@ -191,7 +191,7 @@ pub fn open_with(
 
 /// [`open_with`] from an info of the caller's (e.g. from [`hints`] with
 /// another `PsmConfig`); `cfg` should describe it.
-pub fn open_info(
+pub(crate) fn open_info(
     cfg: Cfg,
     info: Info,
     n: usize,
@@ -259,7 +259,7 @@ impl Wake for ThreadWaker {
 /// Runs `fut` to completion on this thread, running a progress round on
 /// every manual domain of `domains` between polls (auto domains progress
 /// on their own). Panics after [`HANG_LIMIT`].
-pub fn drive<F: Future>(domains: &[Domain], fut: F) -> F::Output {
+pub(crate) fn drive<F: Future>(domains: &[Domain], fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
@@ -288,14 +288,14 @@ pub fn drive<F: Future>(domains: &[Domain], fut: F) -> F::Output {
 }
 
 /// Polls `fut` once with a waker that does nothing.
-pub fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+pub(crate) fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
     let mut cx = Context::from_waker(Waker::noop());
     std::pin::Pin::new(fut).poll(&mut cx)
 }
 
 /// `len` bytes of a pattern that differs with `seed` (so misplaced or
 /// stale bytes show).
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
         .collect()

@@ -48,7 +48,7 @@ static NETNS_ADD: Mutex<()> = Mutex::new(());
 
 /// N host namespaces and a switch namespace with one bridge per rail;
 /// removed on drop.
-pub struct HostRig {
+pub(crate) struct HostRig {
     hosts: Vec<String>,
     switch: String,
     rails: usize,
@@ -57,13 +57,13 @@ pub struct HostRig {
 impl HostRig {
     /// Why no rig can be built here, if that can be told cheaply (the
     /// two-host rig's reasons: not root, no `ip`).
-    pub fn skip_reason() -> Option<String> {
+    pub(crate) fn skip_reason() -> Option<String> {
         RailRig::skip_reason()
     }
 
     /// `hosts` hosts (at most 253) with `rails` rails each, every veth
     /// end limited to `mbit` Mbit/s.
-    pub fn new(hosts: usize, rails: usize, mbit: u32) -> Result<HostRig, String> {
+    pub(crate) fn new(hosts: usize, rails: usize, mbit: u32) -> Result<HostRig, String> {
         if let Some(reason) = HostRig::skip_reason() {
             return Err(reason);
         }
@@ -128,33 +128,33 @@ impl HostRig {
     }
 
     /// The number of hosts.
-    pub fn hosts(&self) -> usize {
+    pub(crate) fn hosts(&self) -> usize {
         self.hosts.len()
     }
 
     /// The number of rails.
-    pub fn rails(&self) -> usize {
+    pub(crate) fn rails(&self) -> usize {
         self.rails
     }
 
     /// Host `h`'s namespace.
-    pub fn host_ns(&self, h: usize) -> &str {
+    pub(crate) fn host_ns(&self, h: usize) -> &str {
         &self.hosts[h]
     }
 
     /// The switch's namespace (the bridges and the hosts' ports).
-    pub fn switch_ns(&self) -> &str {
+    pub(crate) fn switch_ns(&self) -> &str {
         &self.switch
     }
 
     /// Every host's interface on rail `r` (in its own namespace).
-    pub fn host_if(&self, r: usize) -> String {
+    pub(crate) fn host_if(&self, r: usize) -> String {
         assert!(r < self.rails, "rail {r} of {}", self.rails);
         format!("r{r}")
     }
 
     /// Host `h`'s address on rail `r`: 198.19.r.(h+1).
-    pub fn ip(&self, h: usize, r: usize) -> Ipv4Addr {
+    pub(crate) fn ip(&self, h: usize, r: usize) -> Ipv4Addr {
         assert!(h < self.hosts(), "host {h} of {}", self.hosts());
         assert!(r < self.rails, "rail {r} of {}", self.rails);
         Ipv4Addr::new(198, 19, r as u8, h as u8 + 1)
@@ -162,13 +162,13 @@ impl HostRig {
 
     /// `FI_OFI_MRAIL_ADDR` for host `h`: its rail addresses, in rail
     /// order.
-    pub fn mrail_addr(&self, h: usize) -> String {
+    pub(crate) fn mrail_addr(&self, h: usize) -> String {
         let ips: Vec<String> = (0..self.rails).map(|r| self.ip(h, r).to_string()).collect();
         ips.join(",")
     }
 
     /// `program` run inside namespace `ns` (`ip netns exec <ns> program`).
-    pub fn command_in(&self, ns: &str, program: impl AsRef<OsStr>) -> Command {
+    pub(crate) fn command_in(&self, ns: &str, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]).arg(program);
         cmd
@@ -176,7 +176,11 @@ impl HostRig {
 
     /// Runs `f` on a thread inside namespace `ns` (sockets it opens stay
     /// in that namespace).
-    pub fn run_in<T: Send>(&self, ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    pub(crate) fn run_in<T: Send>(
+        &self,
+        ns: &str,
+        f: impl FnOnce() -> T + Send,
+    ) -> Result<T, String> {
         in_ns(ns, f)
     }
 

@@ -9,14 +9,14 @@
 //! records what it sees (`trace_capture`).
 #![allow(dead_code)]
 
-pub mod atomic_values;
-pub mod fabric;
-pub mod hosts;
-pub mod mrail_nodes;
-pub mod payload;
-pub mod peer;
-pub mod rig;
-pub mod scenario;
-pub mod soft_raw;
-pub mod spin_lock;
-pub mod trace_capture;
+pub(crate) mod atomic_values;
+pub(crate) mod fabric;
+pub(crate) mod hosts;
+pub(crate) mod mrail_nodes;
+pub(crate) mod payload;
+pub(crate) mod peer;
+pub(crate) mod rig;
+pub(crate) mod scenario;
+pub(crate) mod soft_raw;
+pub(crate) mod spin_lock;
+pub(crate) mod trace_capture;

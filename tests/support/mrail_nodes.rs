@@ -18,10 +18,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// How long [`MrailNodes::drive`] waits before calling the test hung.
-pub const HANG_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const HANG_LIMIT: Duration = Duration::from_secs(60);
 
 /// One node: its domain, address vector and endpoint.
-pub struct Node {
+pub(crate) struct Node {
     pub domain: MrailDomain,
     pub av: MrailAv,
     pub ep: MrailEndpoint,
@@ -30,14 +30,14 @@ pub struct Node {
 }
 
 /// Connected nodes.
-pub struct MrailNodes {
+pub(crate) struct MrailNodes {
     pub nodes: Vec<Node>,
     pub info: Info,
 }
 
 /// The info for `rails` loopback rails with `policy` (an
 /// `FI_OFI_MRAIL_CONFIG` value), `caps` and `progress`.
-pub fn info(rails: usize, policy: &str, caps: Caps, progress: ProgressKind) -> Info {
+pub(crate) fn info(rails: usize, policy: &str, caps: Caps, progress: ProgressKind) -> Info {
     let psm = PsmConfig::builder()
         .name_server(false)
         .delay(Duration::ZERO)
@@ -61,7 +61,7 @@ pub fn info(rails: usize, policy: &str, caps: Caps, progress: ProgressKind) -> I
 }
 
 /// `n` connected nodes over `rails` loopback rails with `policy`.
-pub fn open(
+pub(crate) fn open(
     n: usize,
     rails: usize,
     policy: &str,
@@ -73,7 +73,7 @@ pub fn open(
 
 /// `n` connected nodes from `info`; `build(i, domain, builder)` adjusts
 /// node `i`'s endpoint before it is enabled (its AV is bound already).
-pub fn open_with(
+pub(crate) fn open_with(
     info: Info,
     n: usize,
     mut build: impl FnMut(usize, &MrailDomain, MrailEndpointBuilder) -> MrailEndpointBuilder,
@@ -117,17 +117,17 @@ pub fn open_with(
 
 impl MrailNodes {
     /// Node `from`'s address for node `to`.
-    pub fn addr(&self, from: usize, to: usize) -> FiAddr {
+    pub(crate) fn addr(&self, from: usize, to: usize) -> FiAddr {
         self.nodes[from].addrs[to]
     }
 
     /// The domains.
-    pub fn domains(&self) -> Vec<MrailDomain> {
+    pub(crate) fn domains(&self) -> Vec<MrailDomain> {
         self.nodes.iter().map(|n| n.domain.clone()).collect()
     }
 
     /// Runs `fut` while progressing every manual domain.
-    pub fn drive<F: Future>(&self, fut: F) -> F::Output {
+    pub(crate) fn drive<F: Future>(&self, fut: F) -> F::Output {
         drive(&self.domains(), fut)
     }
 }
@@ -142,7 +142,7 @@ impl Wake for ThreadWaker {
 
 /// Runs `fut` on this thread, progressing the manual `domains` between
 /// polls.
-pub fn drive<F: Future>(domains: &[MrailDomain], fut: F) -> F::Output {
+pub(crate) fn drive<F: Future>(domains: &[MrailDomain], fut: F) -> F::Output {
     let mut fut = std::pin::pin!(fut);
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
@@ -171,7 +171,7 @@ pub fn drive<F: Future>(domains: &[MrailDomain], fut: F) -> F::Output {
 }
 
 /// `len` bytes of a pattern that differs with `seed`.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
         .collect()

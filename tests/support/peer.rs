@@ -20,7 +20,7 @@ const ROLE_VAR: &str = "PSMRAIL_TEST_ROLE";
 /// A child dies with the thread that spawned it, so a failed test leaves no
 /// spinning process behind (a remote blocked on a receive from any source,
 /// which a dead peer does not end, would otherwise spin forever).
-pub fn role() -> Option<String> {
+pub(crate) fn role() -> Option<String> {
     let role = std::env::var(ROLE_VAR).ok()?;
     die_with_parent();
     Some(role)
@@ -43,7 +43,7 @@ fn die_with_parent() {
 /// The parent's lines, read on a thread of their own: for a child that
 /// must keep progressing while it waits for the next command
 /// (`try_recv`); disconnected once the parent is gone.
-pub fn stdin_lines() -> mpsc::Receiver<String> {
+pub(crate) fn stdin_lines() -> mpsc::Receiver<String> {
     let (tx, lines) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
@@ -57,7 +57,7 @@ pub fn stdin_lines() -> mpsc::Receiver<String> {
 }
 
 /// A child process running `test` in `role`.
-pub struct Peer {
+pub(crate) struct Peer {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
@@ -67,7 +67,7 @@ impl Peer {
     /// Starts the current test binary filtered to exactly `test` (ignored
     /// tests included, so `#[ignore]`d benchmarks work too), with the role
     /// and extra environment set.
-    pub fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
+    pub(crate) fn spawn(test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         let exe = std::env::current_exe().expect("current_exe");
         Peer::start(Command::new(exe), test, role, env)
     }
@@ -77,7 +77,7 @@ impl Peer {
     /// `ip netns exec` replaces itself with the test binary, so the child
     /// is still this process's child: it dies with the spawning thread and
     /// its id is the test binary's.
-    pub fn spawn_in(netns: &str, test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
+    pub(crate) fn spawn_in(netns: &str, test: &str, role: &str, env: &[(&str, &str)]) -> Peer {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", netns]).arg(exe);
@@ -126,14 +126,14 @@ impl Peer {
     }
 
     /// Sends one line to the child.
-    pub fn send_line(&mut self, line: &str) {
+    pub(crate) fn send_line(&mut self, line: &str) {
         writeln!(self.stdin, "{line}").expect("write to peer");
         self.stdin.flush().expect("flush to peer");
     }
 
     /// The child's next line, or a panic naming what was awaited after
     /// `timeout`.
-    pub fn recv_line(&mut self, timeout: Duration) -> String {
+    pub(crate) fn recv_line(&mut self, timeout: Duration) -> String {
         match self.lines.recv_timeout(timeout) {
             Ok(l) => l,
             Err(_) => {
@@ -146,7 +146,7 @@ impl Peer {
     /// The child's next line, calling `idle` between looks (to keep an
     /// endpoint progressing while the child connects to it); a panic naming
     /// what was awaited after `timeout`.
-    pub fn recv_line_with(&mut self, timeout: Duration, mut idle: impl FnMut()) -> String {
+    pub(crate) fn recv_line_with(&mut self, timeout: Duration, mut idle: impl FnMut()) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             match self.lines.try_recv() {
@@ -166,12 +166,12 @@ impl Peer {
     }
 
     /// The child's process id.
-    pub fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for the child to exit, killing it after `timeout`.
-    pub fn wait(mut self, timeout: Duration) -> ExitStatus {
+    pub(crate) fn wait(mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -187,34 +187,34 @@ impl Peer {
     }
 
     /// Kills the child now (to test a dead peer).
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
 /// The child's side of the line channel.
-pub struct ChildIo {
+pub(crate) struct ChildIo {
     stdin: std::io::StdinLock<'static>,
 }
 
 impl ChildIo {
     /// The channel to the parent.
-    pub fn new() -> ChildIo {
+    pub(crate) fn new() -> ChildIo {
         ChildIo {
             stdin: std::io::stdin().lock(),
         }
     }
 
     /// Sends one line to the parent.
-    pub fn send_line(&mut self, line: &str) {
+    pub(crate) fn send_line(&mut self, line: &str) {
         let mut out = std::io::stdout().lock();
         writeln!(out, "@@ {line}").expect("stdout");
         out.flush().expect("flush");
     }
 
     /// The parent's next line (blocks; the parent's timeouts bound it).
-    pub fn recv_line(&mut self) -> String {
+    pub(crate) fn recv_line(&mut self) -> String {
         let mut line = String::new();
         self.stdin.read_line(&mut line).expect("stdin");
         line.trim_end().to_owned()

@@ -64,7 +64,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::{setns, CloneFlags};
 
 /// The most rails a rig has (rail `i` uses 198.18.i.0/24).
-pub const MAX_RAILS: usize = 16;
+pub(crate) const MAX_RAILS: usize = 16;
 
 /// Prefix of every rig namespace's name.
 const PREFIX: &str = "psmrail-";
@@ -85,7 +85,7 @@ static NETNS_ADD: Mutex<()> = Mutex::new(());
 
 /// How one rail's link behaves; the default is an unshaped veth pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RailShape {
+pub(crate) struct RailShape {
     /// Rate limit in Mbit/s, each direction.
     pub rate_mbit: Option<u32>,
     /// One-way delay, each direction.
@@ -97,7 +97,7 @@ pub struct RailShape {
 
 impl RailShape {
     /// A rail limited to `mbit` Mbit/s each way.
-    pub fn rate(mbit: u32) -> RailShape {
+    pub(crate) fn rate(mbit: u32) -> RailShape {
         RailShape {
             rate_mbit: Some(mbit),
             ..RailShape::default()
@@ -105,7 +105,7 @@ impl RailShape {
     }
 
     /// A rail delaying each direction by `delay`.
-    pub fn delay(delay: Duration) -> RailShape {
+    pub(crate) fn delay(delay: Duration) -> RailShape {
         RailShape {
             delay: Some(delay),
             ..RailShape::default()
@@ -115,7 +115,7 @@ impl RailShape {
 
 /// Byte counters of one interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkBytes {
+pub(crate) struct LinkBytes {
     /// Bytes received.
     pub rx: u64,
     /// Bytes sent.
@@ -124,7 +124,7 @@ pub struct LinkBytes {
 
 /// Two namespaces ("hosts" A and B) joined by one veth pair per rail;
 /// removed on drop.
-pub struct RailRig {
+pub(crate) struct RailRig {
     a: String,
     b: String,
     a_ifs: Vec<String>,
@@ -151,7 +151,7 @@ struct LineShape {
 impl RailRig {
     /// Why no rig can be built here, if that can be told cheaply: not
     /// root, or no `ip` command.
-    pub fn skip_reason() -> Option<String> {
+    pub(crate) fn skip_reason() -> Option<String> {
         match effective_uid() {
             Some(0) => {}
             Some(uid) => {
@@ -169,12 +169,12 @@ impl RailRig {
     }
 
     /// A rig of `rails` unshaped rails.
-    pub fn new(rails: usize) -> Result<RailRig, String> {
+    pub(crate) fn new(rails: usize) -> Result<RailRig, String> {
         RailRig::with_shapes(&vec![RailShape::default(); rails])
     }
 
     /// A rig with one rail per shape.
-    pub fn with_shapes(shapes: &[RailShape]) -> Result<RailRig, String> {
+    pub(crate) fn with_shapes(shapes: &[RailShape]) -> Result<RailRig, String> {
         if let Some(reason) = RailRig::skip_reason() {
             return Err(reason);
         }
@@ -258,59 +258,59 @@ impl RailRig {
     }
 
     /// The number of rails.
-    pub fn rails(&self) -> usize {
+    pub(crate) fn rails(&self) -> usize {
         self.a_ifs.len()
     }
 
     /// Host A's namespace.
-    pub fn a(&self) -> &str {
+    pub(crate) fn a(&self) -> &str {
         &self.a
     }
 
     /// Host B's namespace.
-    pub fn b(&self) -> &str {
+    pub(crate) fn b(&self) -> &str {
         &self.b
     }
 
     /// Rail `rail`'s address in A: 198.18.rail.1.
-    pub fn a_ip(&self, rail: usize) -> Ipv4Addr {
+    pub(crate) fn a_ip(&self, rail: usize) -> Ipv4Addr {
         Ipv4Addr::new(198, 18, self.rail_octet(rail), 1)
     }
 
     /// Rail `rail`'s address in B: 198.18.rail.2.
-    pub fn b_ip(&self, rail: usize) -> Ipv4Addr {
+    pub(crate) fn b_ip(&self, rail: usize) -> Ipv4Addr {
         Ipv4Addr::new(198, 18, self.rail_octet(rail), 2)
     }
 
     /// Rail `rail`'s interface in A.
-    pub fn a_if(&self, rail: usize) -> &str {
+    pub(crate) fn a_if(&self, rail: usize) -> &str {
         &self.a_ifs[rail]
     }
 
     /// Rail `rail`'s interface in B.
-    pub fn b_if(&self, rail: usize) -> &str {
+    pub(crate) fn b_if(&self, rail: usize) -> &str {
         &self.b_ifs[rail]
     }
 
     /// `FI_OFI_MRAIL_ADDR` for host A: its rail addresses, in rail order.
-    pub fn mrail_addr_a(&self) -> String {
+    pub(crate) fn mrail_addr_a(&self) -> String {
         self.join_ips(|r| self.a_ip(r))
     }
 
     /// `FI_OFI_MRAIL_ADDR` for host B: its rail addresses, in rail order.
-    pub fn mrail_addr_b(&self) -> String {
+    pub(crate) fn mrail_addr_b(&self) -> String {
         self.join_ips(|r| self.b_ip(r))
     }
 
     /// `program` run inside namespace `ns` (`ip netns exec <ns> program`).
-    pub fn command_in(&self, ns: &str, program: impl AsRef<OsStr>) -> Command {
+    pub(crate) fn command_in(&self, ns: &str, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]).arg(program);
         cmd
     }
 
     /// The byte counters of interface `ifname` in namespace `ns`.
-    pub fn link_bytes(&self, ns: &str, ifname: &str) -> LinkBytes {
+    pub(crate) fn link_bytes(&self, ns: &str, ifname: &str) -> LinkBytes {
         let stat = |name: &str| format!("/sys/class/net/{ifname}/statistics/{name}");
         let out = self
             .command_in(ns, "cat")
@@ -334,7 +334,7 @@ impl RailRig {
 
     /// Sets (or, with `None`, removes) rail `rail`'s one-way delay, each
     /// direction, keeping its jitter; packets already held keep theirs.
-    pub fn set_delay(&self, rail: usize, delay: Option<Duration>) {
+    pub(crate) fn set_delay(&self, rail: usize, delay: Option<Duration>) {
         let jitter = self.lock_delays().shapes.lock().unwrap()[rail].jitter;
         if let Err(e) = self.try_set_delay(rail, delay, jitter) {
             panic!("setting rail {rail}'s delay: {e}");
@@ -342,12 +342,12 @@ impl RailRig {
     }
 
     /// Takes rail `rail` down (A's end, so B's loses its carrier too).
-    pub fn link_down(&self, rail: usize) {
+    pub(crate) fn link_down(&self, rail: usize) {
         self.set_link(rail, "down");
     }
 
     /// Brings rail `rail` back up.
-    pub fn link_up(&self, rail: usize) {
+    pub(crate) fn link_up(&self, rail: usize) {
         self.set_link(rail, "up");
     }
 

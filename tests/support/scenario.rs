@@ -15,7 +15,7 @@ fn require_native() -> bool {
 
 /// Whether the native engine can run here; otherwise prints why (a failure
 /// with `PSMRAIL_REQUIRE_NATIVE=1`).
-pub fn native_available() -> bool {
+pub(crate) fn native_available() -> bool {
     let reason = match psm_sys::PsmLibrary::load() {
         Ok(l) if l.build() == psm_sys::PsmBuild::Psm2Compat => return true,
         Ok(_) => "the default PSM library is not the compat build (libpsm2-2-compat), \
@@ -33,7 +33,7 @@ pub fn native_available() -> bool {
 /// fails, when required) a native scenario where the library cannot run.
 /// `extra` variables go into the scenario's environment (its remote
 /// inherits them).
-pub fn launch_solo(test: &str, native: bool, limit: Duration, extra: &[(&str, &str)]) {
+pub(crate) fn launch_solo(test: &str, native: bool, limit: Duration, extra: &[(&str, &str)]) {
     if native && !native_available() {
         return;
     }
@@ -48,7 +48,7 @@ pub fn launch_solo(test: &str, native: bool, limit: Duration, extra: &[(&str, &s
 
 /// Polls `f` until it resolves or `within` passes, calling `idle` (a
 /// progress call) between polls.
-pub fn poll_for<F: std::future::Future + Unpin>(
+pub(crate) fn poll_for<F: std::future::Future + Unpin>(
     f: &mut F,
     within: Duration,
     idle: impl Fn(),
@@ -70,7 +70,7 @@ pub fn poll_for<F: std::future::Future + Unpin>(
 /// The next error entry of `cq` within `within`, calling `idle` between
 /// reads; panics naming `what` if a success entry comes instead or
 /// nothing comes in time.
-pub fn error_entry_within(
+pub(crate) fn error_entry_within(
     cq: &psmrail::fabric::CompletionQueue,
     within: Duration,
     idle: impl Fn(),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// A dialer's first bytes: Hello of job `uuid` claiming `epid`, and the
 /// Session naming a new link `link`.
-pub fn hello_session(uuid: [u8; 16], epid: Epid, link: u64) -> Vec<u8> {
+pub(crate) fn hello_session(uuid: [u8; 16], epid: Epid, link: u64) -> Vec<u8> {
     let mut b = BytesMut::new();
     encode(
         &Frame::Hello(Hello::ours(JobUuid(uuid), epid, FrameLimits::DEFAULT)),
@@ -30,7 +30,7 @@ pub fn hello_session(uuid: [u8; 16], epid: Epid, link: u64) -> Vec<u8> {
 }
 
 /// Every whole frame of `bytes`.
-pub fn frames(bytes: &[u8]) -> Vec<Frame> {
+pub(crate) fn frames(bytes: &[u8]) -> Vec<Frame> {
     let dec = FrameDecoder::new(FrameLimits::DEFAULT);
     let mut b = BytesMut::from(bytes);
     let mut out = Vec::new();
@@ -43,7 +43,10 @@ pub fn frames(bytes: &[u8]) -> Vec<Frame> {
 /// Runs `body` while a thread progresses `sources` (stopped however the
 /// body ends, a failed assertion included, so a failure is reported
 /// instead of hanging).
-pub fn while_progressed<T>(sources: &[Arc<dyn ProgressSource>], body: impl FnOnce() -> T) -> T {
+pub(crate) fn while_progressed<T>(
+    sources: &[Arc<dyn ProgressSource>],
+    body: impl FnOnce() -> T,
+) -> T {
     let reactor = Reactor::manual();
     for s in sources {
         reactor.add_source(s.clone()).unwrap();

@@ -10,12 +10,12 @@ use std::os::fd::AsRawFd;
 
 /// Held while a spinning test runs; released on drop (and by the kernel if
 /// the process dies).
-pub struct SpinLock {
+pub(crate) struct SpinLock {
     file: File,
 }
 
 /// Takes the machine-wide spin lock, waiting for it.
-pub fn spin_lock() -> SpinLock {
+pub(crate) fn spin_lock() -> SpinLock {
     let path = std::env::temp_dir().join("psmrail-spinning-tests.lock");
     let file = File::options()
         .create(true)

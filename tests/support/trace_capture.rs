@@ -34,7 +34,7 @@ use tracing::{Event, Level, Metadata, Subscriber};
 
 /// One span as recorded.
 #[derive(Clone, Debug)]
-pub struct SpanRec {
+pub(crate) struct SpanRec {
     pub id: u64,
     pub name: &'static str,
     pub parent: Option<u64>,
@@ -45,19 +45,19 @@ pub struct SpanRec {
 
 impl SpanRec {
     /// Whether the last handle was dropped.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.refs == 0
     }
 
     /// A field's value as text.
-    pub fn field(&self, name: &str) -> Option<&str> {
+    pub(crate) fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 }
 
 /// One event as recorded.
 #[derive(Clone, Debug)]
-pub struct EventRec {
+pub(crate) struct EventRec {
     pub level: Level,
     pub target: String,
     /// The span it happened in (explicit parent, else the thread's current).
@@ -68,12 +68,12 @@ pub struct EventRec {
 
 impl EventRec {
     /// A field's value as text.
-    pub fn field(&self, name: &str) -> Option<&str> {
+    pub(crate) fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 
     /// The message.
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         self.field("message").unwrap_or("")
     }
 }
@@ -88,7 +88,7 @@ struct State {
 /// The shared record; [`subscriber`](Self::subscriber) gives a subscriber
 /// writing into it.
 #[derive(Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     state: Arc<Mutex<State>>,
     /// The most verbose level it records.
     max: LevelFilter,
@@ -141,12 +141,12 @@ impl Visit for Fields<'_> {
 }
 
 impl Recorder {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Recorder::default()
     }
 
     /// Runs `f` with this recorder capturing what this thread traces.
-    pub fn capture<T>(&self, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn capture<T>(&self, f: impl FnOnce() -> T) -> T {
         INSTALL.call_once(|| {
             tracing::subscriber::set_global_default(Router)
                 .expect("no other global subscriber in a test using trace_capture");
@@ -165,7 +165,7 @@ impl Recorder {
 
     /// [`capture`](Self::capture), wanting nothing more verbose than
     /// `level` (as a filtering subscriber would).
-    pub fn capture_up_to<T>(&self, level: Level, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn capture_up_to<T>(&self, level: Level, f: impl FnOnce() -> T) -> T {
         Recorder {
             max: LevelFilter::from_level(level),
             ..self.clone()
@@ -174,12 +174,12 @@ impl Recorder {
     }
 
     /// Every span so far.
-    pub fn spans(&self) -> Vec<SpanRec> {
+    pub(crate) fn spans(&self) -> Vec<SpanRec> {
         self.state.lock().unwrap().spans.clone()
     }
 
     /// The spans called `name`.
-    pub fn spans_named(&self, name: &str) -> Vec<SpanRec> {
+    pub(crate) fn spans_named(&self, name: &str) -> Vec<SpanRec> {
         self.spans()
             .into_iter()
             .filter(|s| s.name == name)
@@ -187,17 +187,17 @@ impl Recorder {
     }
 
     /// The span with `id`.
-    pub fn span(&self, id: u64) -> Option<SpanRec> {
+    pub(crate) fn span(&self, id: u64) -> Option<SpanRec> {
         self.spans().into_iter().find(|s| s.id == id)
     }
 
     /// Every event so far.
-    pub fn events(&self) -> Vec<EventRec> {
+    pub(crate) fn events(&self) -> Vec<EventRec> {
         self.state.lock().unwrap().events.clone()
     }
 
     /// The events that happened in span `id`.
-    pub fn events_in(&self, id: u64) -> Vec<EventRec> {
+    pub(crate) fn events_in(&self, id: u64) -> Vec<EventRec> {
         self.events()
             .into_iter()
             .filter(|e| e.span == Some(id))
@@ -205,7 +205,7 @@ impl Recorder {
     }
 
     /// The events whose message contains `text`.
-    pub fn events_saying(&self, text: &str) -> Vec<EventRec> {
+    pub(crate) fn events_saying(&self, text: &str) -> Vec<EventRec> {
         self.events()
             .into_iter()
             .filter(|e| e.message().contains(text))
@@ -213,12 +213,12 @@ impl Recorder {
     }
 
     /// The name of span `id`.
-    pub fn name_of(&self, id: u64) -> Option<&'static str> {
+    pub(crate) fn name_of(&self, id: u64) -> Option<&'static str> {
         self.span(id).map(|s| s.name)
     }
 
     /// How many spans called `name` have a parent called `parent`.
-    pub fn count(&self, name: &str, parent: &str) -> usize {
+    pub(crate) fn count(&self, name: &str, parent: &str) -> usize {
         let spans = self.spans();
         spans
             .iter()

@@ -18,6 +18,7 @@ macro_rules! opaque {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[repr(C)]
+        #[derive(Debug)]
         pub struct $name {
             _data: [u8; 0],
             _marker: PhantomData<(*mut u8, PhantomPinned)>,

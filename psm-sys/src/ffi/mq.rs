@@ -12,6 +12,7 @@ use super::core::{psm_ep_t, psm_epaddr_t, psm_error_t, psm_mq_t, psm_optkey};
 
 /// Opaque MQ request (`struct psm_mq_req`).
 #[repr(C)]
+#[derive(Debug)]
 pub struct psm_mq_req {
     _data: [u8; 0],
     _marker: PhantomData<(*mut u8, PhantomPinned)>,

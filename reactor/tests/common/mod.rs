@@ -17,7 +17,7 @@ use psmrail_reactor::{CompletionTable, OpKey, Progress, ProgressSource, Reactor}
 
 /// A completion value that counts its drops.
 #[derive(Debug)]
-pub struct Counted {
+pub(crate) struct Counted {
     pub key: u64,
     drops: Arc<AtomicUsize>,
 }
@@ -32,7 +32,7 @@ impl Drop for Counted {
 /// them on a done queue, then notifies the reactor (like an interrupt or
 /// socket readiness). The [`DeviceSource`] reaps the done queue when the
 /// reactor progresses it, completing slots (like polling a PSM MQ).
-pub struct Device {
+pub(crate) struct Device {
     pub table: Arc<CompletionTable<Counted>>,
     post: Mutex<Option<mpsc::Sender<OpKey>>>,
     done: Arc<Mutex<VecDeque<OpKey>>>,
@@ -42,7 +42,7 @@ pub struct Device {
 }
 
 /// The progress source of a [`Device`].
-pub struct DeviceSource {
+pub(crate) struct DeviceSource {
     table: Arc<CompletionTable<Counted>>,
     done: Arc<Mutex<VecDeque<OpKey>>>,
     drops: Arc<AtomicUsize>,
@@ -82,7 +82,7 @@ impl ProgressSource for DeviceSource {
 
 impl Device {
     /// Starts the device thread; returns the device and its source.
-    pub fn start(reactor: &Reactor) -> (Arc<Device>, Arc<DeviceSource>) {
+    pub(crate) fn start(reactor: &Reactor) -> (Arc<Device>, Arc<DeviceSource>) {
         let table = Arc::new(CompletionTable::new());
         let done = Arc::new(Mutex::new(VecDeque::new()));
         let drops = Arc::new(AtomicUsize::new(0));
@@ -115,7 +115,7 @@ impl Device {
     }
 
     /// Posts an operation; the future waits for its completion.
-    pub fn post(&self, reactor: &Reactor) -> OpFuture {
+    pub(crate) fn post(&self, reactor: &Reactor) -> OpFuture {
         let key = self.table.insert();
         self.post
             .lock()
@@ -132,7 +132,7 @@ impl Device {
     }
 
     /// Stops the device thread (after it has handed over everything posted).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         drop(self.post.lock().unwrap().take());
         if let Some(worker) = self.worker.lock().unwrap().take() {
             worker.join().unwrap();
@@ -140,21 +140,21 @@ impl Device {
     }
 
     /// Whether nothing is queued on the device.
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.done.lock().unwrap().is_empty()
     }
 }
 
 /// An operation future built the way psmrail's ops are: poll through
 /// `Reactor::poll_completion`, abandon on drop.
-pub struct OpFuture {
+pub(crate) struct OpFuture {
     reactor: Reactor,
     table: Arc<CompletionTable<Counted>>,
     key: Option<OpKey>,
 }
 
 impl OpFuture {
-    pub fn key(&self) -> OpKey {
+    pub(crate) fn key(&self) -> OpKey {
         self.key.expect("not finished")
     }
 }
@@ -181,7 +181,7 @@ impl Drop for OpFuture {
 
 /// Runs `f` on a thread; panics (with `what`) if it does not finish within
 /// `limit` (a hang, e.g. a lost wake-up), or re-raises its panic.
-pub fn within<T: Send + 'static>(
+pub(crate) fn within<T: Send + 'static>(
     limit: Duration,
     what: &str,
     f: impl FnOnce() -> T + Send + 'static,
@@ -203,7 +203,7 @@ pub fn within<T: Send + 'static>(
 }
 
 /// Polls `cond` every millisecond until it holds or `limit` passes.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if cond() {
@@ -215,19 +215,19 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Whether kernel thread `tid` of this process still exists.
-pub fn thread_exists(tid: i32) -> bool {
+pub(crate) fn thread_exists(tid: i32) -> bool {
     std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
 }
 
 /// The `comm` (name) of thread `tid`, if it exists.
-pub fn thread_name(tid: i32) -> Option<String> {
+pub(crate) fn thread_name(tid: i32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
         .ok()
         .map(|s| s.trim_end().to_owned())
 }
 
 /// Threads of this process whose name is `name`.
-pub fn threads_named(name: &str) -> usize {
+pub(crate) fn threads_named(name: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|e| e.ok())

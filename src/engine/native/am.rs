@@ -81,17 +81,17 @@ impl HandlerTable {
     }
 
     /// Number of registered handlers.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }
 
     /// The PSM request index of handler `id`.
-    pub fn request_index(&self, id: AmHandlerId) -> Option<HandlerIndex> {
+    pub(super) fn request_index(&self, id: AmHandlerId) -> Option<HandlerIndex> {
         self.index(&self.request, id)
     }
 
     /// The PSM reply index of handler `id`.
-    pub fn reply_index(&self, id: AmHandlerId) -> Option<HandlerIndex> {
+    pub(super) fn reply_index(&self, id: AmHandlerId) -> Option<HandlerIndex> {
         self.index(&self.reply, id)
     }
 
@@ -149,7 +149,7 @@ pub(crate) struct AmShared {
 
 impl AmShared {
     /// Shared state for an endpoint of job `uuid`.
-    pub fn new(uuid: [u8; 16], limits: EngineLimits) -> Arc<AmShared> {
+    pub(super) fn new(uuid: [u8; 16], limits: EngineLimits) -> Arc<AmShared> {
         Arc::new(AmShared {
             uuid,
             limits,
@@ -163,23 +163,23 @@ impl AmShared {
     }
 
     /// A fresh handshake cookie.
-    pub fn cookie(&self) -> u64 {
+    pub(super) fn cookie(&self) -> u64 {
         self.next_cookie.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Registers `cookie` as awaited (its answer is kept when it comes).
-    pub fn await_answer(&self, cookie: u64) {
+    pub(super) fn await_answer(&self, cookie: u64) {
         lock(&self.hello).insert(cookie, None);
     }
 
     /// The answer to `cookie` (the peer's proof of its job key, and its
     /// magic), once it came.
-    pub fn answer(&self, cookie: u64) -> Option<([u8; HELLO_PROOF_LEN], u64)> {
+    pub(super) fn answer(&self, cookie: u64) -> Option<([u8; HELLO_PROOF_LEN], u64)> {
         lock(&self.hello).get(&cookie).copied().flatten()
     }
 
     /// Forgets `cookie` (answered, or its connect gave up).
-    pub fn forget(&self, cookie: u64) {
+    pub(super) fn forget(&self, cookie: u64) {
         lock(&self.hello).remove(&cookie);
     }
 
@@ -199,7 +199,7 @@ impl AmShared {
     }
 
     /// The address an AM came from whose value is `value`, if any did.
-    pub fn source(&self, value: u64) -> Option<EpAddr> {
+    pub(super) fn source(&self, value: u64) -> Option<EpAddr> {
         lock(&self.sources)
             .iter()
             .copied()

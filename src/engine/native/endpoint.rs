@@ -824,10 +824,10 @@ impl NativeEndpoint {
         };
         *not_here = false;
         debug_assert!(entry.req.is_posted(), "{op:?} was not handed to PSM");
-        // SAFETY (every test): the endpoint is open (lock held, `ep` is
-        // `Some`) and the request is live (in the in-flight table); once a
-        // test reports it finished it is spent, and its entry is removed
-        // right below.
+        // SAFETY: (this and every test below) the endpoint is open (lock
+        // held, `ep` is `Some`) and the request is live (in the in-flight
+        // table); once a test reports it finished it is spent, and its
+        // entry is removed right below.
         let mut peeked = unsafe { self.raw.test_one(&entry.req) };
         let mut polls = FAST_POLLS;
         while peeked.is_none() && polls > 0 {
@@ -1092,12 +1092,11 @@ impl NativeEndpoint {
             g.closing = true;
             self.post_unposted(&mut g);
             // Receives that matched nothing end now.
-            for entry in g.ops.iter_mut() {
+            for entry in g.ops.iter_mut().filter(|e| e.kind == OpKind::Recv) {
                 // SAFETY: the endpoint is open (checked above, lock held)
                 // and the request is live (in the table).
-                if entry.kind == OpKind::Recv
-                    && matches!(unsafe { self.raw.cancel(&entry.req) }, Ok(true))
-                {
+                let cancelled = unsafe { self.raw.cancel(&entry.req) };
+                if matches!(cancelled, Ok(true)) {
                     entry.kind = OpKind::CancelledRecv;
                 }
             }

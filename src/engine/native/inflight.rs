@@ -58,7 +58,7 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// PSM's context for `key`.
     #[inline]
-    pub fn context(key: OpKey) -> usize {
+    pub(super) fn context(key: OpKey) -> usize {
         key.to_u64() as usize
     }
 
@@ -70,19 +70,19 @@ impl InFlight {
 
     /// Number of live requests.
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.live
     }
 
     /// Whether nothing is in flight.
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.live == 0
     }
 
     /// Whether `key`'s slot holds an entry (of this or another generation).
     #[inline]
-    pub fn slot_taken(&self, key: OpKey) -> bool {
+    pub(super) fn slot_taken(&self, key: OpKey) -> bool {
         self.slots
             .get(Self::index_of(Self::context(key)))
             .is_some_and(Option::is_some)
@@ -91,7 +91,7 @@ impl InFlight {
     /// Adds an entry. The caller checked that its key is pending in the
     /// completion table and that its slot is free.
     #[cfg(test)]
-    pub fn insert(&mut self, entry: Entry) {
+    pub(super) fn insert(&mut self, entry: Entry) {
         let slot = self.free_slot(entry.key);
         // The caller checked the slot was free: nothing to drop (and no
         // drop glue on the post path).
@@ -102,7 +102,14 @@ impl InFlight {
     /// slot (the post path builds no entry on the stack to copy). The
     /// caller checked as for [`insert`](Self::insert).
     #[inline(always)]
-    pub fn insert_parts(&mut self, key: OpKey, req: Req, tag: u64, kind: OpKind, buffer: OpBuffer) {
+    pub(super) fn insert_parts(
+        &mut self,
+        key: OpKey,
+        req: Req,
+        tag: u64,
+        kind: OpKind,
+        buffer: OpBuffer,
+    ) {
         let slot = self.free_slot(key);
         std::mem::forget(slot.replace(Entry {
             key,
@@ -135,7 +142,7 @@ impl InFlight {
 
     /// The entry of `key`, if live.
     #[inline]
-    pub fn get_mut(&mut self, key: OpKey) -> Option<&mut Entry> {
+    pub(super) fn get_mut(&mut self, key: OpKey) -> Option<&mut Entry> {
         self.slots
             .get_mut(Self::index_of(Self::context(key)))?
             .as_mut()
@@ -145,7 +152,7 @@ impl InFlight {
     /// Removes the entry of `key`, if live (its request finished: the fast
     /// path tested it itself).
     #[inline]
-    pub fn take(&mut self, key: OpKey) -> Option<Entry> {
+    pub(super) fn take(&mut self, key: OpKey) -> Option<Entry> {
         let slot = self.slots.get_mut(Self::index_of(Self::context(key)))?;
         if slot.as_ref().is_some_and(|e| e.key == key) {
             self.live -= 1;
@@ -158,7 +165,7 @@ impl InFlight {
     /// Removes the entry PSM reports finished: the one whose slot the
     /// context names and whose request handle is `req`.
     #[inline]
-    pub fn take_finished(
+    pub(super) fn take_finished(
         &mut self,
         context: usize,
         req: psm_sys::ffi::psm_mq_req_t,
@@ -176,13 +183,13 @@ impl InFlight {
     }
 
     /// Removes every entry (the endpoint is closed: PSM is done with them).
-    pub fn drain(&mut self) -> impl Iterator<Item = Entry> + '_ {
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = Entry> + '_ {
         self.live = 0;
         self.slots.iter_mut().filter_map(Option::take)
     }
 
     /// The entries still posted, mutably (to cancel receives at close).
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> + '_ {
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Entry> + '_ {
         self.slots.iter_mut().flatten()
     }
 }

@@ -57,7 +57,7 @@ impl KeyRecycler {
     /// endpoint's books, so no harvest can complete it any more). Recycles
     /// the batch first if it is full.
     #[inline(always)]
-    pub fn spend<T: Send>(&mut self, table: &CompletionTable<T>, op: OpKey) {
+    pub(super) fn spend<T: Send>(&mut self, table: &CompletionTable<T>, op: OpKey) {
         if self.spent.len() == SPENT_MAX {
             self.recycle_now(table);
         }
@@ -74,7 +74,7 @@ impl KeyRecycler {
     /// retires the others. The endpoint calls this when it is idle; with
     /// nothing spent it is one length test (the work is out of line).
     #[inline(always)]
-    pub fn recycle<T: Send>(&mut self, table: &CompletionTable<T>) {
+    pub(super) fn recycle<T: Send>(&mut self, table: &CompletionTable<T>) {
         if self.has_spent() {
             self.recycle_now(table);
         }
@@ -96,7 +96,7 @@ impl KeyRecycler {
     /// A key for a new post: a ready one, else a fresh one from `table`.
     /// Pending, and no operation of this endpoint is under it.
     #[inline(always)]
-    pub fn take<T: Send>(&mut self, table: &CompletionTable<T>) -> OpKey {
+    pub(super) fn take<T: Send>(&mut self, table: &CompletionTable<T>) -> OpKey {
         match self.ready.pop() {
             Some(op) => op,
             None => table.insert(),
@@ -106,13 +106,13 @@ impl KeyRecycler {
     /// Takes back a key from [`take`](Self::take) whose post failed (the
     /// engine never saw it): ready again.
     #[inline]
-    pub fn give_back(&mut self, op: OpKey) {
+    pub(super) fn give_back(&mut self, op: OpKey) {
         self.ready.push(op);
     }
 
     /// Gives every spent and ready key's slot back to `table`, so that an
     /// endpoint with nothing in flight leaves its table empty.
-    pub fn release_all<T: Send>(&mut self, table: &CompletionTable<T>) {
+    pub(super) fn release_all<T: Send>(&mut self, table: &CompletionTable<T>) {
         for op in self.spent.drain(..).chain(self.ready.drain(..)) {
             retire(table, op);
         }

@@ -66,7 +66,7 @@ pub(crate) enum LockError {
 
 impl<T> SpinLock<T> {
     /// An unlocked lock around `value`.
-    pub fn new(value: T) -> Self {
+    pub(super) fn new(value: T) -> Self {
         SpinLock {
             holder: AtomicUsize::new(0),
             poisoned: AtomicBool::new(false),
@@ -89,7 +89,7 @@ impl<T> SpinLock<T> {
 
     /// Takes the lock if no other thread holds it.
     #[inline(always)]
-    pub fn try_lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
+    pub(super) fn try_lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
         self.acquire(token())?;
         self.guard()
     }
@@ -97,7 +97,7 @@ impl<T> SpinLock<T> {
     /// Takes the lock, spinning (and yielding) while another thread holds
     /// it; `Reentry` if this thread does.
     #[inline(always)]
-    pub fn lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
+    pub(super) fn lock(&self) -> Result<SpinGuard<'_, T>, LockError> {
         let me = token();
         loop {
             match self.acquire(me) {
@@ -110,7 +110,7 @@ impl<T> SpinLock<T> {
 
     /// Takes the lock even if it is poisoned (closing must still release
     /// PSM's resources); `None` if this thread holds it already.
-    pub fn lock_ignoring_poison(&self) -> Option<SpinGuard<'_, T>> {
+    pub(super) fn lock_ignoring_poison(&self) -> Option<SpinGuard<'_, T>> {
         let me = token();
         loop {
             match self.acquire(me) {
@@ -153,13 +153,13 @@ impl<T> SpinLock<T> {
     }
 
     /// The value, without locking: `&mut self` proves no guard exists.
-    pub fn get_mut(&mut self) -> &mut T {
+    pub(super) fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
     }
 
     /// Whether a holder panicked.
     #[cfg(test)]
-    pub fn is_poisoned(&self) -> bool {
+    pub(super) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Relaxed)
     }
 }

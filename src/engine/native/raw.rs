@@ -27,26 +27,26 @@ unsafe impl Send for Req {}
 
 impl Req {
     /// The raw handle.
-    pub fn as_raw(&self) -> ffi::psm_mq_req_t {
+    pub(super) fn as_raw(&self) -> ffi::psm_mq_req_t {
         self.0
     }
 
     /// The handle of a receive not yet handed to PSM (see `unposted` in
     /// the endpoint): PSM's null request, which it never returns for a
     /// posted one.
-    pub fn unposted() -> Req {
+    pub(super) fn unposted() -> Req {
         Req(ptr::null_mut())
     }
 
     /// Whether PSM has the request (it is not [`Req::unposted`]).
     #[inline]
-    pub fn is_posted(&self) -> bool {
+    pub(super) fn is_posted(&self) -> bool {
         !self.0.is_null()
     }
 
     /// A handle with the value `n`, never handed to PSM (unit tests).
     #[cfg(test)]
-    pub fn fake(n: usize) -> Req {
+    pub(super) fn fake(n: usize) -> Req {
         Req(ptr::without_provenance_mut(n))
     }
 }
@@ -101,7 +101,7 @@ pub(crate) struct Peeked {
 
 impl RawMq {
     /// The calls for endpoint `ep` and its `mq` on `lib`.
-    pub fn new(lib: &PsmLibrary, ep: ffi::psm_ep_t, mq: ffi::psm_mq_t) -> RawMq {
+    pub(super) fn new(lib: &PsmLibrary, ep: ffi::psm_ep_t, mq: ffi::psm_mq_t) -> RawMq {
         let api = lib.api();
         let calls = match (lib.build(), api.psm2_mq_ipeek2, api.psm2_mq_test2) {
             (PsmBuild::Psm2Compat, Some(ipeek), Some(test)) => Calls::Psm2 { ipeek, test },
@@ -129,7 +129,7 @@ impl RawMq {
     /// otherwise accessed, until the request is harvested or the endpoint
     /// closed.
     #[inline]
-    pub unsafe fn irecv(
+    pub(super) unsafe fn irecv(
         &self,
         tag: u64,
         select: u64,
@@ -164,7 +164,7 @@ impl RawMq {
     /// readable for `len` bytes, and not written, until the request is
     /// harvested or the endpoint closed.
     #[inline]
-    pub unsafe fn isend(
+    pub(super) unsafe fn isend(
         &self,
         dest: ffi::psm_epaddr_t,
         flags: u32,
@@ -200,7 +200,7 @@ impl RawMq {
     /// As [`RawMq::ipeek`]; `dest` was connected on this endpoint; `buf` is
     /// readable for `len` bytes during the call.
     #[inline]
-    pub unsafe fn send(
+    pub(super) unsafe fn send(
         &self,
         dest: ffi::psm_epaddr_t,
         tag: u64,
@@ -222,7 +222,7 @@ impl RawMq {
     /// # Safety
     /// As [`RawMq::ipeek`].
     #[inline]
-    pub unsafe fn poll(&self) -> bool {
+    pub(super) unsafe fn poll(&self) -> bool {
         // SAFETY: the endpoint is open and calls on it are serialized
         // (caller).
         let rc = unsafe { (self.poll)(self.ep as ffi::psm_ep_t) };
@@ -238,7 +238,7 @@ impl RawMq {
     /// As [`RawMq::ipeek`]; `req` is a live request of this MQ; once this
     /// returns `Some` the handle is spent.
     #[inline]
-    pub unsafe fn test_one(&self, req: &Req) -> Option<Peeked> {
+    pub(super) unsafe fn test_one(&self, req: &Req) -> Option<Peeked> {
         let mut raw = req.0;
         debug_assert!(!raw.is_null(), "a Req is never PSM's invalid request");
         match self.calls {
@@ -297,7 +297,7 @@ impl RawMq {
     ///
     /// # Safety
     /// As [`RawMq::ipeek`]; `req` is a live receive request of this MQ.
-    pub unsafe fn cancel(&self, req: &Req) -> Result<bool, ffi::psm_error_t> {
+    pub(super) unsafe fn cancel(&self, req: &Req) -> Result<bool, ffi::psm_error_t> {
         let mut raw = req.0;
         // SAFETY: a live request of the open MQ (caller).
         match unsafe { (self.cancel)(&mut raw) } {
@@ -314,7 +314,7 @@ impl RawMq {
     /// The endpoint the MQ belongs to is open, and the caller serializes
     /// PSM calls on it.
     #[inline]
-    pub unsafe fn ipeek(&self) -> Option<Peeked> {
+    pub(super) unsafe fn ipeek(&self) -> Option<Peeked> {
         let mq = self.mq as ffi::psm_mq_t;
         let mut req: ffi::psm_mq_req_t = ptr::null_mut();
         match self.calls {
@@ -354,7 +354,7 @@ impl RawMq {
     /// # Safety
     /// As [`RawMq::ipeek`]; `req` came from it and was not tested since.
     #[inline]
-    pub unsafe fn test(&self, req: ffi::psm_mq_req_t) {
+    pub(super) unsafe fn test(&self, req: ffi::psm_mq_req_t) {
         let mut req = req;
         match self.calls {
             Calls::Psm2 { test, .. } => {

@@ -36,13 +36,13 @@ pub(crate) struct SendOp {
 
 impl SendOp {
     /// A send's success status turned into a failure of kind `error`.
-    pub fn failed_status(mut s: MqStatus, error: crate::ErrorKind) -> MqStatus {
+    pub(super) fn failed_status(mut s: MqStatus, error: crate::ErrorKind) -> MqStatus {
         s.error = Some(error);
         s.nbytes = 0;
         s
     }
 
-    pub fn status(&self, error: Option<crate::ErrorKind>) -> MqStatus {
+    pub(super) fn status(&self, error: Option<crate::ErrorKind>) -> MqStatus {
         let len = if error.is_some() { 0 } else { self.len };
         MqStatus {
             tag: self.tag,
@@ -78,7 +78,7 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
-    pub fn status(&self, error: Option<crate::ErrorKind>) -> MqStatus {
+    pub(super) fn status(&self, error: Option<crate::ErrorKind>) -> MqStatus {
         MqStatus {
             tag: self.tag,
             msg_len: self.msg_len,
@@ -237,7 +237,7 @@ pub(crate) struct Sink<'a> {
 
 impl Sink<'_> {
     /// Bytes of the batch: encoded plus referred to.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.out.len() + self.referenced
     }
 
@@ -278,7 +278,7 @@ impl Sink<'_> {
 }
 
 impl Conn {
-    pub fn new(role: Role, send_limits: FrameLimits, session: Session) -> Conn {
+    pub(super) fn new(role: Role, send_limits: FrameLimits, session: Session) -> Conn {
         Conn {
             role,
             phase: ConnPhase::Handshaking,
@@ -310,7 +310,7 @@ impl Conn {
 
     /// Past the handshake and not closed: the link stands (with or
     /// without a transport right now).
-    pub fn is_open(&self) -> bool {
+    pub(super) fn is_open(&self) -> bool {
         matches!(
             self.phase,
             ConnPhase::Established | ConnPhase::Closing | ConnPhase::Detached | ConnPhase::Resuming
@@ -318,12 +318,12 @@ impl Conn {
     }
 
     /// The link stands and has a transport: frames flow.
-    pub fn has_transport(&self) -> bool {
+    pub(super) fn has_transport(&self) -> bool {
         matches!(self.phase, ConnPhase::Established | ConnPhase::Closing)
     }
 
     /// Whether the connection is closing (or will be, once resumed).
-    pub fn closing(&self) -> bool {
+    pub(super) fn closing(&self) -> bool {
         self.phase == ConnPhase::Closing
             || (matches!(self.phase, ConnPhase::Detached | ConnPhase::Resuming)
                 && self.resume_to == ConnPhase::Closing)
@@ -331,7 +331,7 @@ impl Conn {
 
     /// The transport broke mid-frame: a Data payload being placed is
     /// rolled back to its frame's start (it comes again whole).
-    pub fn roll_back_direct(&mut self) {
+    pub(super) fn roll_back_direct(&mut self) {
         if let Some(d) = self.direct.take() {
             if let Some(inc) = self.incoming.get_mut(&d.token) {
                 inc.received = d.offset;
@@ -343,7 +343,7 @@ impl Conn {
     /// here: no rendezvous request unmatched or in transfer, no AM request
     /// unanswered (the peer holds all the credit of both `windows`).
     /// Closing such a connection loses nothing.
-    pub fn idle(&self, rts_window: u64, am_window: u64) -> bool {
+    pub(super) fn idle(&self, rts_window: u64, am_window: u64) -> bool {
         self.is_open()
             && self.drained()
             && self.direct.is_none()
@@ -353,7 +353,7 @@ impl Conn {
 
     /// Gives back the memory of queues that are empty (an idle
     /// connection keeps none).
-    pub fn release_memory(&mut self) {
+    pub(super) fn release_memory(&mut self) {
         if self.control.is_empty() {
             self.control = VecDeque::new();
         }
@@ -367,7 +367,7 @@ impl Conn {
     }
 
     /// Nothing in flight either way: a closing connection may say Bye.
-    pub fn drained(&self) -> bool {
+    pub(super) fn drained(&self) -> bool {
         self.control.is_empty()
             && self.queued.is_empty()
             && self.awaiting_cts.is_empty()
@@ -390,7 +390,7 @@ impl Conn {
                 .is_some_and(|s| self.tx.rts > 0 || self.eager_charge(s).is_some())
     }
 
-    pub fn wants_transmit(&self) -> bool {
+    pub(super) fn wants_transmit(&self) -> bool {
         match self.phase {
             ConnPhase::Handshaking
             | ConnPhase::Verifying
@@ -411,7 +411,7 @@ impl Conn {
     }
 
     /// Returns credit to the peer (counted as held by it from now on).
-    pub fn grant(&mut self, c: Credit) {
+    pub(super) fn grant(&mut self, c: Credit) {
         self.rx.eager += c.eager;
         self.rx.rts += c.rts;
         self.rx.am += c.am;
@@ -426,7 +426,7 @@ impl Conn {
     /// messages and Data chunks in turn, and an acknowledgement of what
     /// was consumed. What enters the link's stream is recorded in its
     /// log. Finished sends are pushed to `done`.
-    pub fn transmit(
+    pub(super) fn transmit(
         &mut self,
         out: &mut Sink<'_>,
         limit: usize,
@@ -617,7 +617,7 @@ impl Conn {
 
     /// Every operation of the connection, for failing them; leaves the
     /// pipeline empty.
-    pub fn take_ops(&mut self, error: crate::ErrorKind) -> Vec<(OpId, MqStatus)> {
+    pub(super) fn take_ops(&mut self, error: crate::ErrorKind) -> Vec<(OpId, MqStatus)> {
         let mut v: Vec<(OpId, MqStatus)> = Vec::new();
         v.extend(self.queued.drain(..).map(|s| (s.op, s.status(Some(error)))));
         let awaiting = std::mem::take(&mut self.awaiting_cts);

@@ -33,10 +33,10 @@ pub const JOB_SECRET_VAR: &str = "PSMRAIL_JOB_SECRET";
 pub const MIN_SECRET_LEN: usize = 16;
 
 /// Bytes of a handshake challenge.
-pub const NONCE_LEN: usize = 16;
+pub(super) const NONCE_LEN: usize = 16;
 
 /// Bytes of a proof (HMAC-SHA256).
-pub const MAC_LEN: usize = 32;
+pub(super) const MAC_LEN: usize = 32;
 
 /// A job's shared secret (its bytes are never printed).
 ///

@@ -57,7 +57,7 @@ pub(crate) struct OpTable {
 
 impl OpTable {
     /// The core's id for an operation key.
-    pub fn id(key: OpKey) -> OpId {
+    pub(super) fn id(key: OpKey) -> OpId {
         OpId(key.to_u64())
     }
 
@@ -66,18 +66,18 @@ impl OpTable {
     }
 
     /// Number of live entries.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.live
     }
 
     /// Whether `key` has a live entry.
-    pub fn contains(&self, key: OpKey) -> bool {
+    pub(super) fn contains(&self, key: OpKey) -> bool {
         self.get(Self::id(key)).is_some()
     }
 
     /// Adds an entry. The caller has checked that `key` is live in the
     /// completion table (so its index is within that table) and not here.
-    pub fn insert(&mut self, key: OpKey, buffer: OpBuffer, kind: OpKind) {
+    pub(super) fn insert(&mut self, key: OpKey, buffer: OpBuffer, kind: OpKind) {
         let i = Self::index(Self::id(key));
         if i >= self.slots.len() {
             self.slots.resize_with(i + 1, || None);
@@ -94,7 +94,7 @@ impl OpTable {
     }
 
     /// The entry of `id`, if live.
-    pub fn get(&self, id: OpId) -> Option<&OpEntry> {
+    pub(super) fn get(&self, id: OpId) -> Option<&OpEntry> {
         self.slots
             .get(Self::index(id))?
             .as_ref()
@@ -102,7 +102,7 @@ impl OpTable {
     }
 
     /// The entry of `id`, mutably, if live.
-    pub fn get_mut(&mut self, id: OpId) -> Option<&mut OpEntry> {
+    pub(super) fn get_mut(&mut self, id: OpId) -> Option<&mut OpEntry> {
         self.slots
             .get_mut(Self::index(id))?
             .as_mut()
@@ -110,7 +110,7 @@ impl OpTable {
     }
 
     /// Removes and returns the entry of `id`.
-    pub fn remove(&mut self, id: OpId) -> Option<OpEntry> {
+    pub(super) fn remove(&mut self, id: OpId) -> Option<OpEntry> {
         let slot = self.slots.get_mut(Self::index(id))?;
         if slot.as_ref().is_some_and(|e| e.key.to_u64() == id.0) {
             self.live -= 1;
@@ -121,7 +121,7 @@ impl OpTable {
     }
 
     /// Ids of every live entry (for closing).
-    pub fn ids(&self) -> Vec<OpId> {
+    pub(super) fn ids(&self) -> Vec<OpId> {
         self.slots
             .iter()
             .flatten()

@@ -89,7 +89,7 @@ pub(crate) struct Session {
 
 impl Session {
     /// A new link `link`; `logging` keeps what is sent for resending.
-    pub fn new(link: u64, logging: bool) -> Session {
+    pub(super) fn new(link: u64, logging: bool) -> Session {
         Session {
             link,
             logging,
@@ -107,18 +107,18 @@ impl Session {
     }
 
     /// Whether what is sent is kept (the link can be resumed).
-    pub fn logging(&self) -> bool {
+    pub(super) fn logging(&self) -> bool {
         self.logging
     }
 
     /// Bytes of the peer's stream consumed.
-    pub fn received(&self) -> u64 {
+    pub(super) fn received(&self) -> u64 {
         self.rx.next()
     }
 
     /// A whole frame of `n` bytes was consumed; `urgent` when its sender
     /// waits for the acknowledgement (a referenced payload).
-    pub fn consumed(&mut self, n: u64, urgent: bool) {
+    pub(super) fn consumed(&mut self, n: u64, urgent: bool) {
         self.rx.advance(n);
         self.urgent |= urgent;
         self.owed_data = true;
@@ -126,7 +126,7 @@ impl Session {
 
     /// An acknowledgement frame of `n` bytes was consumed: counted, but
     /// it calls for no acknowledgement of its own.
-    pub fn consumed_ack(&mut self, n: u64) {
+    pub(super) fn consumed_ack(&mut self, n: u64) {
         self.rx.advance(n);
     }
 
@@ -134,21 +134,21 @@ impl Session {
     /// [`IDLE_ACK_MIN`] or more (an idle link lets its peer's log go; a
     /// smaller tail stays kept, costing the peer less than the
     /// acknowledgement would).
-    pub fn ack_soon(&mut self) -> bool {
+    pub(super) fn ack_soon(&mut self) -> bool {
         let owed = self.rx.next() - self.acked_to_peer;
         self.urgent |= self.owed_data && owed >= IDLE_ACK_MIN;
         self.urgent
     }
 
     /// Whether an acknowledgement must go out now.
-    pub fn wants_ack(&self) -> bool {
+    pub(super) fn wants_ack(&self) -> bool {
         let owed = self.rx.next() - self.acked_to_peer;
         owed > 0 && (self.urgent || owed >= ACK_EVERY)
     }
 
     /// The acknowledgement to send, if anything was consumed since the
     /// last one.
-    pub fn take_ack(&mut self) -> Option<Frame> {
+    pub(super) fn take_ack(&mut self) -> Option<Frame> {
         let received = self.rx.next();
         self.urgent = false;
         self.owed_data = false;
@@ -160,28 +160,28 @@ impl Session {
     }
 
     /// Bytes sent and not acknowledged (0 when nothing is kept).
-    pub fn unacked(&self) -> u64 {
+    pub(super) fn unacked(&self) -> u64 {
         self.log.unacked()
     }
 
     /// Whether new messages must wait for acknowledgements.
-    pub fn log_full(&self) -> bool {
+    pub(super) fn log_full(&self) -> bool {
         self.copies.len() as u64 >= LOG_COPY_LIMIT
     }
 
     /// Whether a resumption's replay is due.
-    pub fn replay_due(&self) -> bool {
+    pub(super) fn replay_due(&self) -> bool {
         self.replay_from.is_some()
     }
 
     /// Whether sends still wait for the peer's acknowledgement.
-    pub fn has_deferred(&self) -> bool {
+    pub(super) fn has_deferred(&self) -> bool {
         !self.deferred.is_empty() || !self.unplaced.is_empty()
     }
 
     /// A batch starts, after `out_len` output bytes and `referenced`
     /// referenced bytes of earlier ones.
-    pub fn begin_batch(&mut self, out_len: usize, referenced: usize) {
+    pub(super) fn begin_batch(&mut self, out_len: usize, referenced: usize) {
         self.batch_mark = (out_len, referenced);
     }
 
@@ -189,7 +189,7 @@ impl Session {
     /// reference and end where the batch now holds `out_len` output and
     /// `referenced` referenced bytes, completes once the peer
     /// acknowledges its last byte.
-    pub fn defer(&mut self, op: OpId, status: MqStatus, out_len: usize, referenced: usize) {
+    pub(super) fn defer(&mut self, op: OpId, status: MqStatus, out_len: usize, referenced: usize) {
         let at = (out_len - self.batch_mark.0) + (referenced - self.batch_mark.1);
         self.unplaced.push((at as u64, op, status));
     }
@@ -199,7 +199,7 @@ impl Session {
     /// the payloads referenced in it (their `at` counts from the output
     /// buffer's start). Deferred sends of the batch wait for its end.
     /// Sends that can complete now are pushed to `done`.
-    pub fn record(
+    pub(super) fn record(
         &mut self,
         out: &[u8],
         base: usize,
@@ -244,7 +244,7 @@ impl Session {
     /// The peer consumed `received` bytes of our stream: what the log no
     /// longer needs goes, and the sends waiting for it complete (pushed
     /// to `done`).
-    pub fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         received: u64,
         done: &mut Vec<(OpId, MqStatus)>,
@@ -273,7 +273,7 @@ impl Session {
 
     /// A resumption: the peer consumed `received` bytes of our stream;
     /// what it lacks is replayed before anything new.
-    pub fn resume_at(
+    pub(super) fn resume_at(
         &mut self,
         received: u64,
         done: &mut Vec<(OpId, MqStatus)>,
@@ -290,7 +290,7 @@ impl Session {
     /// Appends the replay to `out` (referencing payloads through `refer`
     /// when it gives them a place, copying them from `payloads`
     /// otherwise). `Err(op)` when the edge no longer has op's buffer.
-    pub fn replay(
+    pub(super) fn replay(
         &mut self,
         out: &mut BytesMut,
         mut refer: impl FnMut(&mut BytesMut, OpId, Range<usize>) -> bool,
@@ -331,7 +331,7 @@ impl Session {
     /// Gives back the memory of an idle link that grew for a burst: what
     /// the copy ring and the queues hold beyond what waits in them (a few
     /// KiB stay, so an idle link's next messages allocate nothing).
-    pub fn release_memory(&mut self) {
+    pub(super) fn release_memory(&mut self) {
         if self.copies.capacity() > 4 * self.copies.len() + (64 << 10) {
             self.copies.shrink_to_fit();
         }
@@ -343,7 +343,7 @@ impl Session {
 
     /// The sends still waiting for acknowledgements (the link is gone:
     /// the caller fails them).
-    pub fn take_deferred(&mut self) -> Vec<(OpId, MqStatus)> {
+    pub(super) fn take_deferred(&mut self) -> Vec<(OpId, MqStatus)> {
         let mut v: Vec<(OpId, MqStatus)> =
             self.unplaced.drain(..).map(|(_, op, s)| (op, s)).collect();
         v.extend(self.deferred.drain(..).map(|(_, op, s)| (op, s)));

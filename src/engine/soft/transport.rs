@@ -77,7 +77,7 @@ pub(crate) enum ConnectState {
 
 impl Stream {
     /// The socket's descriptor (for `poll(2)`).
-    pub fn fd(&self) -> RawFd {
+    pub(super) fn fd(&self) -> RawFd {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
@@ -90,7 +90,7 @@ impl Stream {
     /// A buffer without memory (an idle link's, trimmed) gets some only
     /// once bytes come: the first look goes through a small buffer on the
     /// stack, so looking at an idle socket allocates nothing.
-    pub fn read_buf(&self, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
+    pub(super) fn read_buf(&self, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
         if buf.capacity() > 0 || want == 0 {
             return read_spare(self.fd(), buf, want);
         }
@@ -114,7 +114,7 @@ impl Stream {
     }
 
     /// Reads into `dst` (a receive buffer: direct placement).
-    pub fn read_slice(&self, dst: &mut [u8]) -> io::Result<usize> {
+    pub(super) fn read_slice(&self, dst: &mut [u8]) -> io::Result<usize> {
         loop {
             let r = match self {
                 Stream::Tcp(s) => (&*s).read(dst),
@@ -128,7 +128,7 @@ impl Stream {
     }
 
     /// One `writev`.
-    pub fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(super) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         loop {
             let r = match self {
                 Stream::Tcp(s) => (&*s).write_vectored(bufs),
@@ -142,7 +142,7 @@ impl Stream {
     }
 
     /// Ends the write half (the peer reads EOF after our last bytes).
-    pub fn shutdown_write(&self) {
+    pub(super) fn shutdown_write(&self) {
         // A socket that is already reset cannot be shut down; nothing to do.
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Write),
@@ -152,7 +152,7 @@ impl Stream {
 
     /// Reads and drops what the socket holds, at most about `limit`
     /// bytes (`scratch` is the buffer, cleared after every read).
-    pub fn discard_input(&self, scratch: &mut BytesMut, limit: usize) -> Drained {
+    pub(super) fn discard_input(&self, scratch: &mut BytesMut, limit: usize) -> Drained {
         let mut total = 0;
         while total < limit {
             scratch.clear();
@@ -175,7 +175,7 @@ impl Stream {
     /// it had not sent. Always 0 for Unix sockets, where a write puts the
     /// bytes straight into the peer's receive queue (they stay readable
     /// after we close), and when the kernel cannot say.
-    pub fn unacked(&self) -> usize {
+    pub(super) fn unacked(&self) -> usize {
         let Stream::Tcp(s) = self else {
             return 0;
         };
@@ -192,7 +192,7 @@ impl Stream {
     }
 
     /// How a non-blocking connect is doing (Unix sockets connect at once).
-    pub fn connect_state(&self) -> ConnectState {
+    pub(super) fn connect_state(&self) -> ConnectState {
         let Stream::Tcp(s) = self else {
             return ConnectState::Ready;
         };
@@ -209,7 +209,7 @@ impl Stream {
     }
 
     /// Applies the configured socket options.
-    pub fn tune(&self, cfg: &SoftConfig) -> io::Result<()> {
+    pub(super) fn tune(&self, cfg: &SoftConfig) -> io::Result<()> {
         let sock = match self {
             Stream::Tcp(s) => socket2::SockRef::from(s),
             Stream::Unix(s) => socket2::SockRef::from(s),
@@ -228,7 +228,7 @@ impl Stream {
     }
 
     /// Registers with the auto thread's poll (readable and writable).
-    pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+    pub(super) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         let interest = Interest::READABLE | Interest::WRITABLE;
         match self {
             Stream::Tcp(s) => registry.register(s, token, interest),
@@ -237,7 +237,7 @@ impl Stream {
     }
 
     /// Undoes [`register`](Self::register).
-    pub fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+    pub(super) fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => registry.deregister(s),
             Stream::Unix(s) => registry.deregister(s),
@@ -348,7 +348,7 @@ impl fmt::Debug for Poller {
 
 impl Poller {
     /// An empty set reporting at most `batch` ready descriptors per look.
-    pub fn new(batch: usize) -> io::Result<Poller> {
+    pub(super) fn new(batch: usize) -> io::Result<Poller> {
         // SAFETY: epoll_create1 takes no pointer; a non-negative result is
         // a new descriptor that nothing else owns.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -363,12 +363,12 @@ impl Poller {
     }
 
     /// Watches `fd` for input, reported with `token`.
-    pub fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
+    pub(super) fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, token)
     }
 
     /// Stops watching `fd` (nothing happens if it was not watched).
-    pub fn delete(&self, fd: RawFd) {
+    pub(super) fn delete(&self, fd: RawFd) {
         // An error only means it was not in the set.
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
     }
@@ -391,7 +391,7 @@ impl Poller {
     /// Calls `f` with the token of every ready descriptor, without
     /// waiting: at most the batch per call (epoll hands the others out
     /// next time, round-robin). How many there were.
-    pub fn ready(&mut self, mut f: impl FnMut(u64)) -> io::Result<usize> {
+    pub(super) fn ready(&mut self, mut f: impl FnMut(u64)) -> io::Result<usize> {
         let max = libc::c_int::try_from(self.events.len()).unwrap_or(libc::c_int::MAX);
         // SAFETY: `events` is a live buffer of `max` epoll_event structs
         // that epoll_wait only writes; the epoll descriptor is open.
@@ -492,7 +492,7 @@ pub(crate) struct Listeners {
 
 impl Listeners {
     /// Binds the TCP listener; the address it got (port 0 resolved).
-    pub fn bind(addr: SocketAddrV4) -> io::Result<(Listeners, SocketAddrV4)> {
+    pub(super) fn bind(addr: SocketAddrV4) -> io::Result<(Listeners, SocketAddrV4)> {
         let tcp = TcpListener::bind(SocketAddr::V4(addr))?;
         let local = match tcp.local_addr()? {
             SocketAddr::V4(a) => a,
@@ -507,7 +507,7 @@ impl Listeners {
     }
 
     /// Adds the Unix-socket listener for `epid`.
-    pub fn bind_unix(&mut self, epid: Epid) -> io::Result<()> {
+    pub(super) fn bind_unix(&mut self, epid: Epid) -> io::Result<()> {
         let std = std::os::unix::net::UnixListener::bind_addr(&unix_name(epid)?)?;
         std.set_nonblocking(true)?;
         self.unix = Some(UnixListener::from_std(std));
@@ -515,7 +515,7 @@ impl Listeners {
     }
 
     /// Whether the Unix-socket listener is up.
-    pub fn has_unix(&self) -> bool {
+    pub(super) fn has_unix(&self) -> bool {
         self.unix.is_some()
     }
 
@@ -523,7 +523,7 @@ impl Listeners {
     /// no timeout. An idle `accept(2)` is far dearer (the kernel builds and
     /// tears down a socket file to find the queue empty), so `accept` runs
     /// only after this (or a merged poll, [`poll_now`]) says yes.
-    pub fn pending(&self) -> bool {
+    pub(super) fn pending(&self) -> bool {
         let mut fds = [pollfd(-1), pollfd(-1)];
         let n = self.fds(|k, fd| fds[k] = pollfd(fd));
         // On error, say yes: accept reports (or clears) the condition.
@@ -531,7 +531,7 @@ impl Listeners {
     }
 
     /// Calls `f` with each listening descriptor and its index; how many.
-    pub fn fds(&self, mut f: impl FnMut(usize, RawFd)) -> usize {
+    pub(super) fn fds(&self, mut f: impl FnMut(usize, RawFd)) -> usize {
         f(0, self.tcp.as_raw_fd());
         match &self.unix {
             Some(u) => {
@@ -544,7 +544,7 @@ impl Listeners {
 
     /// The next pending connection of either listener; `Ok(None)` when
     /// none is waiting.
-    pub fn accept(&self) -> io::Result<Option<(Stream, Remote)>> {
+    pub(super) fn accept(&self) -> io::Result<Option<(Stream, Remote)>> {
         match self.tcp.accept() {
             Ok((s, a)) => return Ok(Some((Stream::Tcp(s), Remote::Tcp(a)))),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -561,7 +561,7 @@ impl Listeners {
     }
 
     /// Registers both listeners (readable).
-    pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
+    pub(super) fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         registry.register(&mut self.tcp, token, Interest::READABLE)?;
         if let Some(u) = &mut self.unix {
             registry.register(u, token, Interest::READABLE)?;
@@ -570,7 +570,7 @@ impl Listeners {
     }
 
     /// Undoes [`register`](Self::register).
-    pub fn deregister(&mut self, registry: &Registry) {
+    pub(super) fn deregister(&mut self, registry: &Registry) {
         // Errors only mean "not registered"; the sockets close soon anyway.
         let _ = registry.deregister(&mut self.tcp);
         if let Some(u) = &mut self.unix {
@@ -725,7 +725,7 @@ pub(crate) const FIRST_READ: usize = 64 << 10;
 
 impl Link {
     /// A link over `pipe` in `phase`.
-    pub fn new(id: LinkId, pipe: Pipe, remote: Remote, phase: LinkPhase) -> Link {
+    pub(super) fn new(id: LinkId, pipe: Pipe, remote: Remote, phase: LinkPhase) -> Link {
         Link {
             id,
             pipe,
@@ -763,7 +763,7 @@ impl Link {
     }
 
     /// The socket, unless this is a loopback half.
-    pub fn stream(&self) -> Option<&Stream> {
+    pub(super) fn stream(&self) -> Option<&Stream> {
         match &self.pipe {
             Pipe::Stream(s) => Some(s),
             Pipe::Loopback { .. } => None,
@@ -771,13 +771,13 @@ impl Link {
     }
 
     /// Whether bytes wait to be written.
-    pub fn has_output(&self) -> bool {
+    pub(super) fn has_output(&self) -> bool {
         !self.output.is_empty() || !self.refs.is_empty()
     }
 
     /// Whether the link still carries (or is about to carry) a core
     /// connection.
-    pub fn is_live(&self) -> bool {
+    pub(super) fn is_live(&self) -> bool {
         matches!(
             self.phase,
             LinkPhase::Connecting | LinkPhase::Handshaking | LinkPhase::Open
@@ -787,7 +787,7 @@ impl Link {
     /// Accounts for `n` bytes written: advances the output and the
     /// references; pushes the op of every reference written in full to
     /// `released`.
-    pub fn consume(&mut self, mut n: usize, released: &mut Vec<super::protocol::OpId>) {
+    pub(super) fn consume(&mut self, mut n: usize, released: &mut Vec<super::protocol::OpId>) {
         use bytes::Buf;
         while n > 0 {
             let next_ref = self.refs.first().map_or(self.output.len(), |r| r.at);
@@ -817,13 +817,13 @@ impl Link {
     }
 
     /// Bytes of memory its buffers hold.
-    pub fn buffer_capacity(&self) -> (usize, usize) {
+    pub(super) fn buffer_capacity(&self) -> (usize, usize) {
         (self.input.capacity(), self.output.capacity())
     }
 
     /// Whether its input holds part of a frame: bytes the core has not
     /// consumed, or the rest of a Data payload being placed.
-    pub fn mid_frame(&self) -> bool {
+    pub(super) fn mid_frame(&self) -> bool {
         !self.input.is_empty() || self.direct.is_some()
     }
 
@@ -832,7 +832,7 @@ impl Link {
     /// reserves the whole frame as soon as its header is in; it reserves
     /// again when more bytes come). Not while a Data payload is being
     /// placed, whose bytes bypass the input buffer.
-    pub fn trim_buffers(&mut self) {
+    pub(super) fn trim_buffers(&mut self) {
         if self.direct.is_none() {
             if self.input.is_empty() {
                 if self.input.capacity() > 0 {

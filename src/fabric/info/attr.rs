@@ -21,7 +21,7 @@ pub const MAX_ORDER_SIZE: usize = 2032;
 /// `FI_SHARED_CONTEXT`: a `tx_ctx_cnt` hint asking for a shared context.
 pub const SHARED_CONTEXT: usize = usize::MAX;
 /// The object counts psm advertises (`cq_cnt`, `ep_cnt`, `cntr_cnt`, ...).
-pub const OBJECT_COUNT: usize = 65535;
+pub(super) const OBJECT_COUNT: usize = 65535;
 
 bitflags! {
     /// Ordering bits (`msg_order`, `comp_order`), with libfabric's values.

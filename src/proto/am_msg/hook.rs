@@ -26,6 +26,12 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AmMsgHook(Arc<AmMsgQueue>);
 
+impl std::fmt::Debug for AmMsgHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmMsgHook").finish_non_exhaustive()
+    }
+}
+
 /// What the queue holds right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AmMsgCounts {
