@@ -34,7 +34,7 @@ const NOTIFIED: u8 = 2;
 
 /// Sleep/notify hand-off state (see the module docs).
 #[derive(Debug)]
-pub(crate) struct SleepGate {
+pub struct SleepGate {
     state: AtomicU8,
 }
 
@@ -46,7 +46,7 @@ impl Default for SleepGate {
 
 impl SleepGate {
     /// A gate in the awake state.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         SleepGate {
             state: AtomicU8::new(AWAKE),
         }
@@ -55,7 +55,7 @@ impl SleepGate {
     /// Notifier side: records that work was posted. Returns `true` when the
     /// thread is asleep and the caller must wake it through the OS.
     #[inline]
-    pub(crate) fn notify(&self) -> bool {
+    pub fn notify(&self) -> bool {
         self.state.swap(NOTIFIED, AcqRel) == SLEEPING
     }
 
@@ -63,7 +63,7 @@ impl SleepGate {
     /// from now on wakes it). `false`: a notify arrived since the last look;
     /// it is consumed and the thread must run a round instead.
     #[inline]
-    pub(crate) fn prepare_sleep(&self) -> bool {
+    pub fn prepare_sleep(&self) -> bool {
         match self
             .state
             .compare_exchange(AWAKE, SLEEPING, AcqRel, Acquire)
@@ -82,12 +82,12 @@ impl SleepGate {
     /// Thread side, after the sleep ended. Returns `true` if a notify
     /// arrived while it slept.
     #[inline]
-    pub(crate) fn wake_up(&self) -> bool {
+    pub fn wake_up(&self) -> bool {
         self.state.swap(AWAKE, AcqRel) == NOTIFIED
     }
 
     /// Whether the thread is committed to sleep right now (observability).
-    pub(crate) fn is_sleeping(&self) -> bool {
+    pub fn is_sleeping(&self) -> bool {
         self.state.load(Acquire) == SLEEPING
     }
 }

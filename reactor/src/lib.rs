@@ -75,6 +75,7 @@ mod cpu_set;
 #[doc(hidden)]
 pub mod gate;
 #[cfg(not(loom))]
+#[allow(unreachable_pub)] // public to the loom tests, built with `--cfg loom`
 mod gate;
 mod slab;
 mod source;
