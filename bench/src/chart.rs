@@ -4,6 +4,7 @@
 
 use crate::jobs::size_label;
 use crate::report::Row;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -133,25 +134,7 @@ fn draw<'a>(
             .x_label_formatter(&label_x)
             .y_label_formatter(&|y| crate::report::fmt_num(*y))
             .draw()?;
-        for s in series {
-            let style = colour(&s.name);
-            chart.draw_series(PointSeries::of_element(
-                s.points.clone(),
-                3,
-                style.filled(),
-                &|xy, size, st| Circle::new(xy, size, st),
-            ))?;
-            chart
-                .draw_series(LineSeries::new(s.points.clone(), style))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
+        plot(&mut chart, series, &colour)
     } else {
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 18))
@@ -167,24 +150,37 @@ fn draw<'a>(
             .x_label_formatter(&label_x)
             .y_label_formatter(&|y| format!("{y:.0}"))
             .draw()?;
-        for s in series {
-            let style = colour(&s.name);
-            chart.draw_series(PointSeries::of_element(
-                s.points.clone(),
-                3,
-                style.filled(),
-                &|xy, size, st| Circle::new(xy, size, st),
-            ))?;
-            chart
-                .draw_series(LineSeries::new(s.points.clone(), style))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
+        plot(&mut chart, series, &colour)
     }
+}
+
+/// Draws each series (points and a line, labelled in the legend) and the
+/// legend, whatever the y axis's scale.
+fn plot<'a, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, Y>>,
+    series: &[Series],
+    colour: &dyn Fn(&str) -> ShapeStyle,
+) -> DrawResult<'a>
+where
+    Y: Ranged<ValueType = f64>,
+{
+    for s in series {
+        let style = colour(&s.name);
+        chart.draw_series(PointSeries::of_element(
+            s.points.clone(),
+            3,
+            style.filled(),
+            &|xy, size, st| Circle::new(xy, size, st),
+        ))?;
+        chart
+            .draw_series(LineSeries::new(s.points.clone(), style))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
 }
