@@ -121,7 +121,7 @@ fn pairs_match_the_local_reference() {
         .unwrap();
         let ep = &n[0].ep;
         let fut = match kind {
-            AtomicKind::Write => ep.atomic(dest, op, dt, operand.clone(), 8, 5),
+            AtomicKind::Write => ep.atomic(dest, op, dt, &operand, 8, 5),
             AtomicKind::Fetch => ep.fetch_atomic(dest, op, dt, &operand, vec![0u8; len], 8, 5),
             AtomicKind::Compare => {
                 ep.compare_atomic(dest, op, dt, &operand, &compare, vec![0u8; len], 8, 5)
@@ -203,7 +203,7 @@ fn refusals() {
         ep.atomic_valid(Op::Band, Dt::Double).unwrap_err().kind(),
         ErrorKind::OpNotSupp
     );
-    let op = ep.atomic(dest, Op::Band, Dt::Double, vec![0u8; 8], 0, 3);
+    let op = ep.atomic(dest, Op::Band, Dt::Double, &[0u8; 8], 0, 3);
     assert!(op.is_failed());
     assert_eq!(n.drive(op).0.unwrap_err().kind(), ErrorKind::OpNotSupp);
     // Too many elements.
@@ -225,14 +225,14 @@ fn refusals() {
     ));
     assert_eq!(r.unwrap_err().kind(), ErrorKind::MsgSize);
     // Not a whole number of elements.
-    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint32, vec![0u8; 6], 0, 3));
+    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint32, &[0u8; 6], 0, 3));
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Inval);
     // Target-side: bad key, out of range, fetch without FI_REMOTE_WRITE.
     let before = (snapshot(&mr), snapshot(&ro));
     let one = 1u64.to_ne_bytes();
-    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint64, one.to_vec(), 0, 99));
+    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint64, &one, 0, 99));
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Access);
-    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint64, one.to_vec(), 60, 3));
+    let (r, _) = n.drive(ep.atomic(dest, Op::Sum, Dt::Uint64, &one, 60, 3));
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Access);
     let (r, _) =
         n.drive(ep.fetch_atomic(dest, Op::AtomicRead, Dt::Uint64, &[], vec![0u8; 8], 0, 4));
@@ -245,11 +245,10 @@ fn without_an_atomic_target_the_peer_says_opnotsupp() {
     let n = nodes(Caps::ATOMIC | Caps::READ | Caps::WRITE, 2);
     let dest = n.addr(0, 1);
     let mr = n[1].domain.register(vec![0u8; 8], RW, Some(1)).unwrap();
-    let (r, _) =
-        n.drive(
-            n[0].ep
-                .atomic(dest, Op::Sum, Dt::Uint64, 1u64.to_ne_bytes().to_vec(), 0, 1),
-        );
+    let (r, _) = n.drive(
+        n[0].ep
+            .atomic(dest, Op::Sum, Dt::Uint64, &1u64.to_ne_bytes(), 0, 1),
+    );
     assert_eq!(r.unwrap_err().kind(), ErrorKind::OpNotSupp);
     assert_eq!(snapshot(&mr), vec![0u8; 8]);
 }

@@ -95,7 +95,7 @@ impl Case {
     pub(crate) fn post(&self, ep: &Endpoint, dest: FiAddr, at: u64, key: u64) -> RmaOp {
         let (op, dt) = (self.op, self.dt);
         match self.kind {
-            AtomicKind::Write => ep.atomic(dest, op, dt, self.operand.clone(), at, key),
+            AtomicKind::Write => ep.atomic(dest, op, dt, &self.operand, at, key),
             AtomicKind::Fetch => {
                 ep.fetch_atomic(dest, op, dt, &self.operand, vec![0u8; self.len()], at, key)
             }

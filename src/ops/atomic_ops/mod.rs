@@ -11,10 +11,24 @@
 //! the region). Unsupported op x datatype pairs are refused with
 //! `FI_EOPNOTSUPP` before anything is sent.
 //!
-//! Buffers: `operand` and `compare` are copied into the request at call
-//! time; the `result` buffer (fetch and compare calls) receives the old
-//! values and comes back with the result. A plain atomic hands back its
-//! operand buffer.
+//! Buffers: the three calls take `operand` (and `compare`) the same way,
+//! as `&[u8]` copied into the request at call time, so the caller's bytes
+//! are free again as soon as the call returns (no buffer is lent for the
+//! life of the operation; one atomic is one short message, never
+//! chunked, so the copy is small). The `result` buffer (fetch and compare
+//! calls) receives the old values and comes back with the result; a plain
+//! atomic's future hands back a copy of its operand bytes, so all three
+//! resolve to [`RmaOp`]'s `(Result<()>, OpBuffer)`.
+//!
+//! The typed helpers over these calls ([`AtomicValue`],
+//! [`AtomicTarget`], [`TypedAtomicOp`], `Endpoint::atomic_on`) are in
+//! `value.rs` and `typed.rs`.
+
+mod typed;
+mod value;
+
+pub use typed::{AtomicTarget, TypedAtomicOp};
+pub use value::AtomicValue;
 
 use super::atomic::{atomic_valid, check_request, AtomicDatatype, AtomicKind, AtomicOp};
 use super::op_span::OpDesc;
@@ -39,7 +53,34 @@ struct Call<'a> {
 impl Endpoint {
     /// `fi_atomic`: applies `op` with the `operand` elements of `dt` to
     /// the target bytes at `offset` of the region with `key` at `dest`;
-    /// nothing comes back. The future hands back `operand`.
+    /// nothing comes back. `operand` is copied at call time; the future
+    /// hands back a copy of it (an [`OpBuffer`] of the same bytes).
+    ///
+    /// For a Rust type instead of bytes: [`atomic_on`](Self::atomic_on).
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints, MrAccess};
+    /// use psmrail::ops::atomic::{AtomicDatatype, AtomicOp};
+    /// # let config = PsmConfig::builder_from_env()?.name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build()?;
+    /// # let hints = Hints::new().caps(Caps::ATOMIC).engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints))?.remove(0);
+    /// # let fabric = Fabric::open(&info)?;
+    /// # let domain = fabric.domain(&info)?;
+    /// # let av = domain.av(AvAttr::new())?;
+    /// # let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+    /// # let me = av.insert(&[ep.getname()]).remove(0)?;
+    /// let mr = domain.register(vec![0u8; 8], MrAccess::REMOTE_WRITE, Some(1))?;
+    /// let op = ep.atomic(me, AtomicOp::Sum, AtomicDatatype::Uint64, &5u64.to_ne_bytes(), 0, 1);
+    /// let (done, operand) = domain.reactor().block_on(op);
+    /// done?;
+    /// assert_eq!(operand.as_slice(), 5u64.to_ne_bytes());
+    /// let mut now = [0u8; 8];
+    /// mr.read_at(0, &mut now)?;
+    /// assert_eq!(u64::from_ne_bytes(now), 5);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
     ///
     /// # Errors (in the future)
     /// `OpNotSupp` for an op x datatype pair psmrail does not execute (or
@@ -57,28 +98,27 @@ impl Endpoint {
         dest: FiAddr,
         op: AtomicOp,
         dt: AtomicDatatype,
-        operand: impl Into<OpBuffer>,
+        operand: &[u8],
         offset: u64,
         key: u64,
     ) -> RmaOp {
-        let operand = operand.into();
-        let bytes = operand.as_slice().to_vec();
         let call = Call {
             kind: AtomicKind::Write,
             op,
             dt,
             dest,
-            operand: &bytes,
+            operand,
             compare: &[],
             offset,
             key,
         };
-        self.atomic_call(call, operand)
+        self.atomic_call(call, OpBuffer::from(operand.to_vec()))
     }
 
     /// `fi_fetch_atomic`: as [`atomic`](Self::atomic), and the old target
     /// values come back in `result` (its length gives the element count;
     /// `operand` has the same length, or is empty for `FI_ATOMIC_READ`).
+    /// `operand` is copied at call time; the future hands back `result`.
     ///
     /// # Cancel safety
     /// Dropping the future does not cancel the operation: it runs to
@@ -111,7 +151,8 @@ impl Endpoint {
 
     /// `fi_compare_atomic`: `op` (`FI_CSWAP`, `FI_MSWAP`, ...) with
     /// `operand` and `compare` values on the target; the old values come
-    /// back in `result` (all three have the same length).
+    /// back in `result` (all three have the same length). `operand` and
+    /// `compare` are copied at call time; the future hands back `result`.
     ///
     /// # Cancel safety
     /// Dropping the future does not cancel the operation: it runs to
