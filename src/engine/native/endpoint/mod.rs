@@ -26,6 +26,13 @@
 //! entry, its key noted as spent (recycled when the endpoint is next
 //! idle); `inject` is one lock, the peer
 //! lookup and `psm_mq_send`.
+//!
+//! # Files
+//!
+//! This file holds the endpoint and its hot path (posts, progress, the
+//! fast path); `peers.rs` the table of verified peers, `connect.rs`
+//! connecting and the handshakes, `close.rs` closing, `loopback.rs` the
+//! active messages an endpoint sends itself.
 
 use super::am::{self, AmShared, LoopbackAm, LoopbackReply, HELLO_MAGIC};
 use super::inflight::{Entry, InFlight, OpKind};
@@ -46,6 +53,13 @@ use psm_sys::{ffi, AmFlags, EpAddr, ErrorCode, HandlerIndex, PsmBuild, PsmLibrar
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod close;
+mod connect;
+mod loopback;
+mod peers;
+
+use peers::{addr_value, Peers};
 
 /// Most completions one progress step harvests.
 const HARVEST_BUDGET: usize = 64;
@@ -108,72 +122,6 @@ impl Key {
 /// The endpoint's lock, held (a thread coming back for it is refused:
 /// see `lock.rs`).
 type Locked<'a> = SpinGuard<'a, Inner>;
-
-/// Peers this endpoint connected (and verified), refusals, and sources.
-#[derive(Default)]
-struct Peers {
-    /// Verified peers: (address value, address, epid), sorted by value.
-    by_addr: Vec<(u64, EpAddr, Epid)>,
-    /// Verified peers by epid.
-    by_epid: HashMap<Epid, u64>,
-    /// Epids refused by the handshake, with why.
-    refused: HashMap<Epid, (ErrorKind, String)>,
-    /// Addresses messages came from that were never connected here.
-    seen: Vec<EpAddr>,
-    /// The last source noted (skips the search for a steady sender).
-    last_source: u64,
-}
-
-impl Peers {
-    #[inline]
-    fn addr(&self, peer: PeerAddr) -> Option<EpAddr> {
-        self.by_addr
-            .binary_search_by_key(&peer.0, |e| e.0)
-            .ok()
-            .map(|i| self.by_addr[i].1)
-    }
-
-    fn epid_of(&self, peer: PeerAddr) -> Option<Epid> {
-        self.lookup(peer).map(|(_, epid)| epid)
-    }
-
-    /// The address and epid of a verified peer.
-    #[inline]
-    fn lookup(&self, peer: PeerAddr) -> Option<(EpAddr, Epid)> {
-        self.by_addr
-            .binary_search_by_key(&peer.0, |e| e.0)
-            .ok()
-            .map(|i| (self.by_addr[i].1, self.by_addr[i].2))
-    }
-
-    fn insert(&mut self, epid: Epid, addr: EpAddr) -> PeerAddr {
-        let value = addr_value(addr);
-        if let Err(i) = self.by_addr.binary_search_by_key(&value, |e| e.0) {
-            self.by_addr.insert(i, (value, addr, epid));
-        }
-        self.by_epid.insert(epid, value);
-        self.seen.retain(|a| addr_value(*a) != value);
-        PeerAddr(value)
-    }
-
-    /// Remembers a message source (so `peer_epid` can resolve it).
-    #[inline]
-    fn note_source(&mut self, addr: EpAddr) {
-        let value = addr_value(addr);
-        if value == self.last_source {
-            return;
-        }
-        self.last_source = value;
-        if self.addr(PeerAddr(value)).is_none() && !self.seen.contains(&addr) {
-            self.seen.push(addr);
-        }
-    }
-}
-
-/// The [`PeerAddr`] of a PSM address: the `psm_epaddr_t` pointer value.
-fn addr_value(addr: EpAddr) -> u64 {
-    addr.as_raw() as usize as u64
-}
 
 fn closed_error() -> Error {
     Error::new(ErrorKind::Inval, "native engine: the endpoint is closed")
@@ -646,46 +594,6 @@ impl NativeEndpoint {
         (status, rendezvous)
     }
 
-    /// Delivers queued loopback AMs (TrueScale).
-    fn run_loopback(&self, inner: &mut Inner) -> bool {
-        let source = inner
-            .peers
-            .by_epid
-            .get(&self.epid)
-            .map_or(PeerAddr(0), |v| PeerAddr(*v));
-        let mut made = false;
-        // Replies queued by handlers run in the same step, bounded.
-        for _ in 0..HARVEST_BUDGET {
-            if inner.loopback.is_empty() {
-                break;
-            }
-            let batch = std::mem::take(&mut inner.loopback);
-            for msg in batch {
-                made = true;
-                let Some(handler) = inner.handlers.get(usize::from(msg.handler.0)).cloned() else {
-                    continue;
-                };
-                let am = AmMessage {
-                    source,
-                    args: &msg.args,
-                    payload: &msg.payload,
-                };
-                if msg.is_reply {
-                    handler.on_reply(am);
-                } else {
-                    let mut reply = LoopbackReply {
-                        queue: &mut inner.loopback,
-                        limits: self.limits,
-                        registered: inner.handlers.len(),
-                        replied: false,
-                    };
-                    handler.on_request(am, &mut reply);
-                }
-            }
-        }
-        made
-    }
-
     /// Hands PSM the receives posted since its last call, in posting order.
     ///
     /// `irecv` only records a receive: PSM gets it here, at the start of
@@ -883,270 +791,6 @@ impl NativeEndpoint {
             status,
             buffer: entry.buffer,
         }
-    }
-
-    /// Sends the job handshake to `addr`; the cookie to wait for.
-    fn send_hello(&self, ep: &psm_sys::Endpoint, addr: EpAddr) -> Result<u64> {
-        let cookie = self.am.cookie();
-        self.am.await_answer(cookie);
-        let args = am::am_args(&[HELLO_MAGIC, cookie]);
-        if let Err(e) = ep.am_request(
-            addr,
-            self.hello_request,
-            &args[..2],
-            &[],
-            AmFlags::default(),
-        ) {
-            self.am.forget(cookie);
-            return Err(map_psm_error(e, "sending the job handshake"));
-        }
-        Ok(cookie)
-    }
-
-    /// Runs `psm_ep_connect` for `epids` (none connected yet); returns the
-    /// handshakes to wait for and records failures.
-    fn psm_connect(
-        &self,
-        epids: &[Epid],
-        timeout: Duration,
-        failures: &mut HashMap<Epid, Error>,
-    ) -> Vec<(Epid, EpAddr, u64)> {
-        let mut handshakes = Vec::new();
-        let mut g = match self.lock_open() {
-            Ok(g) => g,
-            Err(e) => {
-                for epid in epids {
-                    failures.insert(*epid, Error::new(e.kind(), e.message().to_owned()));
-                }
-                return handshakes;
-            }
-        };
-        let inner = &mut *g;
-        self.post_unposted(inner);
-        let Some(ep) = inner.ep.as_ref() else {
-            return handshakes;
-        };
-        let raw: Vec<psm_sys::Epid> = epids.iter().map(|e| psm_sys::Epid(e.0)).collect();
-        let outcome = ep.connect(&raw, Some(timeout));
-        let results = match outcome {
-            Ok(r) => r,
-            Err(e) => {
-                let e = map_psm_error(e, "psm_ep_connect");
-                for epid in epids {
-                    failures.insert(*epid, Error::new(e.kind(), e.message().to_owned()));
-                }
-                return handshakes;
-            }
-        };
-        for (epid, result) in epids.iter().zip(results) {
-            match result {
-                Ok(addr) if *epid == self.epid => {
-                    inner.peers.insert(*epid, addr);
-                }
-                Ok(addr) => match self.send_hello(ep, addr) {
-                    Ok(cookie) => handshakes.push((*epid, addr, cookie)),
-                    Err(e) => {
-                        failures.insert(
-                            *epid,
-                            Error::new(
-                                e.kind(),
-                                format!("native engine: connecting to {epid}: {}", e.message()),
-                            ),
-                        );
-                    }
-                },
-                Err(psm) => {
-                    let kind = code_kind(psm.code);
-                    let why = if kind == ErrorKind::TimedOut {
-                        format!("no answer within {timeout:?} (PSM waits at least 2 s): {psm}")
-                    } else if matches!(
-                        psm.code.0,
-                        ffi::PSM_EPID_INVALID_UUID_KEY | ffi::PSM_EP_INVALID_UUID_KEY
-                    ) {
-                        format!("it belongs to another job (UUID): {psm}")
-                    } else {
-                        psm.to_string()
-                    };
-                    failures.insert(
-                        *epid,
-                        Error::with_source(
-                            kind,
-                            format!("native engine: connecting to {epid}: {why}"),
-                            psm,
-                        ),
-                    );
-                }
-            }
-        }
-        handshakes
-    }
-
-    /// Waits for the handshake answers until `deadline`, progressing.
-    fn await_handshakes(
-        &self,
-        mut pending: Vec<(Epid, EpAddr, u64)>,
-        deadline: Option<Instant>,
-        timeout: Duration,
-        failures: &mut HashMap<Epid, Error>,
-    ) {
-        while !pending.is_empty() {
-            let made = {
-                let mut g = match self.lock() {
-                    Ok(g) => g,
-                    Err(e) => {
-                        for (epid, _, cookie) in pending.drain(..) {
-                            self.am.forget(cookie);
-                            failures.insert(epid, Error::new(e.kind(), e.message().to_owned()));
-                        }
-                        return;
-                    }
-                };
-                if g.ep.is_none() {
-                    for (epid, _, cookie) in pending.drain(..) {
-                        self.am.forget(cookie);
-                        failures.insert(epid, closed_error());
-                    }
-                    return;
-                }
-                let made = self.step(&mut g);
-                pending.retain(|(epid, addr, cookie)| {
-                    let Some((proof, magic)) = self.am.answer(*cookie) else {
-                        return true;
-                    };
-                    self.am.forget(*cookie);
-                    if magic != HELLO_MAGIC {
-                        let why = format!(
-                            "native engine: connecting to {epid}: the peer speaks another \
-                             psmrail handshake ({magic:#018x}, ours {HELLO_MAGIC:#018x}): refused"
-                        );
-                        g.peers
-                            .refused
-                            .insert(*epid, (ErrorKind::ConnRefused, why.clone()));
-                        failures.insert(*epid, Error::new(ErrorKind::ConnRefused, why));
-                    } else if proof != am::hello_proof(&self.uuid, *cookie) {
-                        let why = format!(
-                            "native engine: connecting to {epid}: it belongs to another job: it \
-                             cannot prove our job UUID {} (and its own is never sent); refused",
-                            hex(&self.uuid)
-                        );
-                        g.peers
-                            .refused
-                            .insert(*epid, (ErrorKind::ConnRefused, why.clone()));
-                        failures.insert(*epid, Error::new(ErrorKind::ConnRefused, why));
-                    } else {
-                        g.peers.insert(*epid, *addr);
-                    }
-                    false
-                });
-                made
-            };
-            if pending.is_empty() {
-                return;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                for (epid, _, cookie) in pending.drain(..) {
-                    self.am.forget(cookie);
-                    failures.insert(
-                        epid,
-                        Error::new(
-                            ErrorKind::TimedOut,
-                            format!(
-                                "native engine: connecting to {epid}: PSM connected, but the peer \
-                                 did not answer the job handshake within {timeout:?} (is it \
-                                 progressing?)"
-                            ),
-                        ),
-                    );
-                }
-                return;
-            }
-            if !made {
-                std::thread::sleep(IDLE_WAIT);
-            }
-        }
-    }
-
-    /// What a non-zero close timeout keeps back for `psm_ep_close` itself:
-    /// libpsm2 waits for connected peers at least [`PSM2_CLOSE_MIN_WAIT`]
-    /// however little time it is given, so the graceful phase ends that
-    /// much early and the whole close fits in the timeout. Nothing for the
-    /// `self` device alone (no peers to wait for) or TrueScale (whose wait
-    /// does not depend on the time it is given).
-    fn psm_close_reserve(&self, timeout: Duration) -> Duration {
-        if self.self_only || self.lib.build() != PsmBuild::Psm2Compat {
-            return Duration::ZERO;
-        }
-        timeout.min(PSM2_CLOSE_MIN_WAIT)
-    }
-
-    /// The closing sequence; see the module docs. Works on a poisoned
-    /// endpoint too: PSM's resources are released either way.
-    fn close_inner(&self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        let graceful_until = timeout.saturating_sub(self.psm_close_reserve(timeout));
-        {
-            let mut g = self.lock_any().ok_or_else(reentry_error)?;
-            if g.ep.is_none() {
-                return Ok(());
-            }
-            g.closing = true;
-            self.post_unposted(&mut g);
-            // Receives that matched nothing end now.
-            for entry in g.ops.iter_mut().filter(|e| e.kind == OpKind::Recv) {
-                // SAFETY: the endpoint is open (checked above, lock held)
-                // and the request is live (in the table).
-                let cancelled = unsafe { self.raw.cancel(&entry.req) };
-                if matches!(cancelled, Ok(true)) {
-                    entry.kind = OpKind::CancelledRecv;
-                }
-            }
-        }
-        // Let the rest finish, within the timeout (less what psm_ep_close
-        // will take).
-        loop {
-            let mut g = self.lock_any().ok_or_else(reentry_error)?;
-            let made = self.step(&mut g);
-            if g.ops.is_empty() || start.elapsed() >= graceful_until {
-                break;
-            }
-            drop(g);
-            if !made {
-                std::thread::sleep(IDLE_WAIT);
-            }
-        }
-        let mut g = self.lock_any().ok_or_else(reentry_error)?;
-        let Some(ep) = g.ep.take() else {
-            return Ok(());
-        };
-        // One psm_ep_close: forced for a zero timeout (FI_PSM_TIMEOUT=0),
-        // else graceful with what is left (the reserve, when requests kept
-        // the graceful phase busy). Either way libpsm2 waits for connected
-        // peers to disconnect: a graceful close for what it is given, but
-        // between 1 s and 2 s; a forced one up to 2 s.
-        let left = timeout.saturating_sub(start.elapsed());
-        let graceful = (!timeout.is_zero()).then(|| left.max(Duration::from_nanos(1)));
-        let closed = ep
-            .close(graceful)
-            .map_err(|e| map_psm_error(e, "psm_ep_close"));
-        // PSM is done with every buffer now.
-        let inner = &mut *g;
-        inner.keys.release_all(&self.completions);
-        for entry in inner.ops.drain() {
-            let error = match entry.kind {
-                OpKind::Send => ErrorKind::Io,
-                OpKind::Recv | OpKind::CancelledRecv => ErrorKind::Canceled,
-            };
-            let _ = self.completions.complete(
-                entry.key,
-                MqCompletion {
-                    status: MqStatus::failed(entry.tag, error),
-                    buffer: entry.buffer,
-                },
-            );
-        }
-        inner.peers = Peers::default();
-        inner.loopback.clear();
-        closed
     }
 }
 
