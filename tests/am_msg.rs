@@ -20,8 +20,7 @@
 mod conformance;
 mod support;
 
-use conformance::remote::say;
-use conformance::{connect_pair, open, pattern, progress_until, Watchdog, STEP};
+use conformance::{connect_pair, open, progress_until, Watchdog, STEP};
 use psmrail::engine::native::NativeEngine;
 use psmrail::engine::soft::SoftEngine;
 use psmrail::engine::{Engine, EngineEndpoint, Epid, MqCompletion, MqStatus, OpBuffer, PeerAddr};
@@ -31,7 +30,8 @@ use psmrail::ErrorKind;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
-use support::peer::{self, Peer};
+use support::payload::pattern;
+use support::peer::{self, say, Peer};
 use support::spin_lock::spin_lock;
 
 /// The protocol's header word for opcode `op` (`src/proto/am_msg/wire.rs`).

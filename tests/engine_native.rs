@@ -31,8 +31,8 @@ mod support;
 
 use conformance::remote;
 use conformance::{
-    check_recv, open, options, pattern, progress_until, recv, send, send_buf, wait, wait_ok,
-    Watchdog, OTHER_UUID, STEP, UUID,
+    check_recv, open, options, progress_until, recv, send, send_buf, wait, wait_ok, Watchdog,
+    OTHER_UUID, STEP, UUID,
 };
 use psmrail::engine::native::{NativeEndpoint, NativeEngine, AM_ARGS_CAP, AM_PAYLOAD_CAP};
 use psmrail::engine::{
@@ -45,7 +45,8 @@ use psmrail::reactor::{
 use psmrail::ErrorKind;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use support::peer::{self, Peer};
+use support::payload::{hex, pattern};
+use support::peer::{self, say, Peer};
 use support::spin_lock::spin_lock;
 
 /// The TrueScale build (in-process loopback only on these machines).
@@ -198,7 +199,7 @@ fn connect_dead_epid() {
     let test = "connect_dead_epid";
     if peer::role().as_deref() == Some("dead") {
         let ep = make_native().open(&options(UUID)).unwrap();
-        remote::say(&ep.epid().to_string());
+        say(&ep.epid().to_string());
         ep.close(Duration::ZERO).unwrap();
         return;
     }
@@ -243,7 +244,7 @@ fn wrong_uuid_is_refused_both_ways() {
         let _dog = Watchdog::new(Duration::from_secs(60), test);
         let reactor = Reactor::manual();
         let a = open(&make_native(), &reactor);
-        let other = remote::hex(&OTHER_UUID);
+        let other = hex(&OTHER_UUID);
         let mut child = Peer::spawn(test, "remote", &[(remote::UUID_VAR, &other)]);
         child.send_line(&a.epid().to_string());
         let r = reactor.clone();
@@ -260,7 +261,7 @@ fn wrong_uuid_is_refused_both_ways() {
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnRefused, "{e}");
         assert!(e.to_string().to_lowercase().contains("uuid"), "{e}");
-        assert!(!e.to_string().contains(&remote::hex(&OTHER_UUID)), "{e}");
+        assert!(!e.to_string().contains(&hex(&OTHER_UUID)), "{e}");
         assert!(start.elapsed() < Duration::from_secs(4), "refused promptly");
         let theirs = child.recv_line_with(STEP, || {
             r.progress();

@@ -9,8 +9,8 @@ mod conformance;
 mod support;
 
 use conformance::{
-    check_recv, connect_pair, open, open_job, options, pattern, progress_until, recv, send, wait,
-    wait_ok, Watchdog, STEP, UUID,
+    check_recv, connect_pair, open, open_job, options, progress_until, recv, send, wait, wait_ok,
+    Watchdog, STEP, UUID,
 };
 use psmrail::engine::soft::wire::{
     encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
@@ -27,6 +27,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use support::payload::pattern;
 use support::peer::{self, ChildIo, Peer};
 use support::spin_lock::spin_lock;
 

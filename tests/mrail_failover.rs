@@ -11,7 +11,8 @@ use futures::StreamExt;
 use psmrail::fabric::{Caps, ProgressKind};
 use psmrail::mrail::{RailReason, RailState};
 use psmrail::ErrorKind;
-use support::mrail_nodes::{open, pattern, MrailNodes};
+use support::mrail_nodes::{open, MrailNodes};
+use support::payload::pattern;
 
 const MSG_TAGGED: Caps = Caps::MSG.union(Caps::TAGGED);
 const MANUAL: ProgressKind = ProgressKind::Manual;
@@ -39,7 +40,7 @@ fn stream(n: &MrailNodes, count: usize, midway: impl FnOnce(&MrailNodes)) {
     let mut sends = Vec::new();
     let mut midway = Some(midway);
     for i in 0..count {
-        sends.push(tx.tsend(to, 5, pattern(size(i), i as u8)));
+        sends.push(tx.tsend(to, 5, pattern(size(i), i as u64)));
         if i == count / 3 {
             // Let the first striped ones get going on every rail.
             for _ in 0..100_000 {
@@ -64,7 +65,7 @@ fn stream(n: &MrailNodes, count: usize, midway: impl FnOnce(&MrailNodes)) {
         let r = r.unwrap_or_else(|e| panic!("receive {i}: {e}"));
         assert_eq!(r.len, size(i), "message {i}: its own length, in order");
         assert!(
-            buf.as_slice() == pattern(size(i), i as u8),
+            buf.as_slice() == pattern(size(i), i as u64),
             "message {i}: every byte"
         );
     }

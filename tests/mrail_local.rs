@@ -17,7 +17,8 @@ use psmrail::ops::MessageEndpoint;
 use psmrail::ErrorKind;
 use std::future::Future;
 use std::time::Duration;
-use support::mrail_nodes::{self, open, pattern, MrailNodes};
+use support::mrail_nodes::{self, open, MrailNodes};
+use support::payload::pattern;
 
 const MSG_TAGGED: Caps = Caps::MSG.union(Caps::TAGGED);
 const MANUAL: ProgressKind = ProgressKind::Manual;
@@ -188,7 +189,7 @@ fn addresses_round_trip_through_the_av_and_as_text() {
 fn exchange_sizes(n: &MrailNodes, sizes: &[usize]) {
     let (a, b) = (&n.nodes[0].ep, &n.nodes[1].ep);
     for (k, &len) in sizes.iter().enumerate() {
-        let seed = k as u8;
+        let seed = k as u64;
         let tag = 0xdead_0000_0000_0000 | k as u64;
         let r = b.trecv(vec![0u8; len], tag, 0);
         let s = a.tsend(n.addr(0, 1), tag, pattern(len, seed));
@@ -293,7 +294,7 @@ fn messages_match_in_send_order_across_rails() {
             .iter()
             .enumerate()
             .map(|(i, &len)| {
-                let mut p = pattern(len, i as u8);
+                let mut p = pattern(len, i as u64);
                 p[..4].copy_from_slice(&(i as u32).to_le_bytes());
                 a.tsend(n.addr(0, 1), 5, p)
             })
@@ -306,7 +307,7 @@ fn messages_match_in_send_order_across_rails() {
             assert_eq!(got.len, len, "message {i}");
             let idx = u32::from_le_bytes(buf.as_slice()[..4].try_into().unwrap());
             assert_eq!(idx as usize, i, "out of order");
-            let mut want = pattern(len, i as u8);
+            let mut want = pattern(len, i as u64);
             want[..4].copy_from_slice(&(i as u32).to_le_bytes());
             assert!(&buf.as_slice()[..len] == want.as_slice());
         }
@@ -513,7 +514,7 @@ fn dropped_and_forgotten_futures_lose_nothing() {
     for round in 0..3u8 {
         let len = 16 << 20;
         let mut r = Box::pin(b.trecv(vec![0u8; len], 2, 0));
-        let mut s = Box::pin(a.tsend(n.addr(0, 1), 2, pattern(len, round)));
+        let mut s = Box::pin(a.tsend(n.addr(0, 1), 2, pattern(len, u64::from(round))));
         // A few polls and progress rounds: the transfer gets under way.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for _ in 0..(5 * round as usize) {

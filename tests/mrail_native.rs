@@ -14,7 +14,7 @@ use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Hints, Provider};
 use psmrail::mrail::MrailFabric;
 use psmrail::ErrorKind;
 use std::time::Duration;
-use support::mrail_nodes::pattern;
+use support::payload::pattern;
 use support::peer::{role, ChildIo, Peer};
 use support::spin_lock::spin_lock;
 
@@ -87,12 +87,12 @@ fn child(side: &str) {
     let sizes = [8usize, 100_000, 3 << 20];
     for (k, &len) in sizes.iter().enumerate() {
         if side == "a" {
-            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u8)));
+            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u64)));
             sent.unwrap();
             let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
             assert_eq!(got.unwrap().len, len);
             assert!(
-                buf.as_slice() == pattern(len, 100 + k as u8).as_slice(),
+                buf.as_slice() == pattern(len, 100 + k as u64).as_slice(),
                 "{len} B back"
             );
         } else {
@@ -100,10 +100,10 @@ fn child(side: &str) {
             let got = got.unwrap();
             assert_eq!((got.len, got.tag, got.source), (len, k as u64, peer));
             assert!(
-                buf.as_slice() == pattern(len, k as u8).as_slice(),
+                buf.as_slice() == pattern(len, k as u64).as_slice(),
                 "{len} B"
             );
-            let (sent, _) = r.block_on(ep.send(peer, pattern(len, 100 + k as u8)));
+            let (sent, _) = r.block_on(ep.send(peer, pattern(len, 100 + k as u64)));
             sent.unwrap();
         }
     }

@@ -56,13 +56,13 @@ use psmrail::ops::{OpOutput, Received, Sent};
 use psmrail::ErrorKind;
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use support::peer::{role, stdin_lines, Peer};
+use support::payload::{carried_seed, pattern};
+use support::peer::{role, say, stdin_lines, Peer};
 use support::rig::{RailRig, RailShape};
 use support::spin_lock::{spin_lock, SpinLock};
 
@@ -79,29 +79,6 @@ const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
 
 // ----- payloads -------------------------------------------------------------
-
-/// `len` bytes that differ with `seed` and at every 8-byte word; the first
-/// word is the seed itself.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    for (j, chunk) in v.chunks_mut(8).enumerate() {
-        let w = if j == 0 {
-            seed
-        } else {
-            ((j as u64) ^ seed.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        };
-        chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
-    }
-    v
-}
-
-/// The seed a received payload carries, when it is long enough.
-fn carried_seed(bytes: &[u8]) -> String {
-    match bytes.get(..8) {
-        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")).to_string(),
-        None => "?".into(),
-    }
-}
 
 /// Where `got` first differs from `want` (same length).
 fn first_difference(got: &[u8], want: &[u8]) -> Option<usize> {
@@ -256,13 +233,6 @@ impl Side {
         self.peer
             .ok_or_else(|| "the peer is not inserted".to_owned())
     }
-}
-
-/// One line to the parent (the prefix tells it from the harness's output).
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "@@ {line}").expect("stdout");
-    out.flush().expect("flush");
 }
 
 /// Opens the endpoint from the environment, as a user's program does.

@@ -14,7 +14,8 @@ use psmrail::fabric::{
 use psmrail::mrail::{MrailMemoryRegion, MrailRmaOp};
 use psmrail::ops::{RmaEndpoint, RmaIov};
 use psmrail::ErrorKind;
-use support::mrail_nodes::{self, open, open_with, pattern, MrailNodes};
+use support::mrail_nodes::{self, open, open_with, MrailNodes};
+use support::payload::pattern;
 
 const RMA: Caps = Caps::MSG.union(Caps::TAGGED).union(Caps::RMA);
 const MANUAL: ProgressKind = ProgressKind::Manual;
@@ -97,7 +98,7 @@ fn striped_writes_and_reads_of_every_length() {
             .enumerate()
         {
             let offset = 7 + i * 11;
-            let data = pattern(len, i as u8);
+            let data = pattern(len, i as u64);
             let (r, back) = run(&n, ep.write(peer, data.clone(), offset as u64, key));
             r.unwrap_or_else(|e| panic!("{rails} rails, write of {len}: {e}"));
             assert_eq!(back, data, "the buffer comes back whole");

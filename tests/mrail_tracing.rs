@@ -5,7 +5,8 @@
 mod support;
 
 use psmrail::fabric::{Caps, MrAccess, ProgressKind};
-use support::mrail_nodes::{open, pattern};
+use support::mrail_nodes::open;
+use support::payload::pattern;
 use support::trace_capture::Recorder;
 
 #[test]

@@ -3,10 +3,11 @@
 //! untagged messages are involved, the {MQ, AM} paths.
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
-use fabric::{pattern, Cfg, Nodes};
+use fabric::{Cfg, Nodes};
 use futures::StreamExt;
+use payload::pattern;
 use psmrail::fabric::{
     Caps, CompletionFlags, CompletionQueue, CounterAttr, CounterBind, CqAttr, CqBind, CqEntry,
     FiAddr, INJECT_SIZE, MSG_BIT,
@@ -37,7 +38,7 @@ fn send_recv_sizes_both_orders() {
     for cfg in Cfg::ALL {
         let n = fabric::open(cfg, ALL_MSG, 2);
         for (i, &len) in SIZES.iter().enumerate() {
-            let data = pattern(len, i as u8);
+            let data = pattern(len, i as u64);
             // Receive posted before the send.
             let r = n[1].ep.recv(vec![0u8; len]);
             let s = n[0].ep.send(n.addr(0, 1), data.clone());
@@ -49,7 +50,7 @@ fn send_recv_sizes_both_orders() {
             assert_eq!(got.source, n.addr(1, 0), "{cfg:?}: source");
             assert!(rbuf.as_slice() == &data[..], "{cfg:?} {len}: bytes differ");
             // Receive posted after the send.
-            let data = pattern(len, 100 + i as u8);
+            let data = pattern(len, 100 + i as u64);
             let s = n[0].ep.send(n.addr(0, 1), data.clone());
             let r = n[1].ep.recv(vec![0u8; len]);
             let ((sent, _), (got, rbuf)) = n.drive(async { futures::join!(s, r) });
@@ -69,7 +70,7 @@ fn tsend_trecv_sizes_both_orders() {
         let n = fabric::open(cfg, ALL_MSG, 2);
         for (i, &len) in SIZES.iter().enumerate() {
             let tag = 0x1000 + i as u64;
-            let data = pattern(len, i as u8);
+            let data = pattern(len, i as u64);
             let r = n[1].ep.trecv(vec![0u8; len], tag, 0);
             let s = n[0].ep.tsend(n.addr(0, 1), tag, data.clone());
             let ((sent, _), (got, rbuf)) = n.drive(async { futures::join!(s, r) });
@@ -81,7 +82,7 @@ fn tsend_trecv_sizes_both_orders() {
                 "{cfg:?}"
             );
             assert!(rbuf.as_slice() == &data[..], "{cfg:?} {len}");
-            let data = pattern(len, 50 + i as u8);
+            let data = pattern(len, 50 + i as u64);
             let s = n[0].ep.tsend(n.addr(0, 1), tag, data.clone());
             let r = n[1].ep.trecv(vec![0u8; len], tag, 0);
             let ((sent, _), (got, rbuf)) = n.drive(async { futures::join!(s, r) });
@@ -364,7 +365,7 @@ fn multi_recv_fills_and_releases() {
         let msgs: Vec<Vec<u8>> = [1000, 1000, 1000, 100]
             .iter()
             .enumerate()
-            .map(|(i, &l)| pattern(l, i as u8))
+            .map(|(i, &l)| pattern(l, i as u64))
             .collect();
         for m in &msgs {
             let (s, _) = n.drive(n[0].ep.send(n.addr(0, 1), m.clone()));

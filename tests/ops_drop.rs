@@ -3,10 +3,11 @@
 //! contract keeps, no buffer is freed under the engine, nothing hangs.
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
-use fabric::{pattern, poll_once, Cfg, Nodes};
+use fabric::{poll_once, Cfg, Nodes};
 use futures::StreamExt;
+use payload::pattern;
 use psmrail::config::PsmConfig;
 use psmrail::fabric::{getinfo, Caps};
 use psmrail::ops::MultiRecvBuffer;

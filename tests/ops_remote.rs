@@ -5,278 +5,38 @@
 //! runs the same scenarios over Unix sockets (and once over TCP).
 //!
 //! # How a test runs
-//! The test process only spawns a *scenario* process (role `solo`) and
-//! checks that it exits 0 within a deadline, so a hang anywhere is bounded
-//! and PSM's process-global state never meets another test's. The scenario
-//! process opens its endpoint through `getinfo` → `Fabric::open` → domain →
-//! AV → endpoint, spawns the *remote* (role `peer`, the same test
-//! re-executed, so the same mode), and drives it with one-line commands
-//! ([`Remote`]: post sends and receives, wait for them, cancel, peek,
-//! multi-receive, exit). The remote reports what it received as a length
-//! and an FNV hash of every byte; the scenario checks its own receives byte
-//! for byte. Both processes spin in manual mode: each test holds the
-//! machine-wide spin lock.
-//!
-//! Native tests need the PSM library: without it they print why and pass,
-//! unless `PSMRAIL_REQUIRE_NATIVE=1`. Children get `PSM2_DEVICES=self,shm`
-//! unless the variable is set.
+//! On the two-process harness (`support::remote`): a scenario process
+//! opens its endpoint and drives the remote with one-line commands
+//! ([`commands`]: post sends and receives, wait for them, cancel, peek,
+//! multi-receive; and the harness's freeze, close, exit). The remote
+//! reports what it received as a length and an FNV hash of every byte; the
+//! scenario checks its own receives byte for byte. Both processes spin in
+//! manual mode: each test holds the machine-wide spin lock.
 //!
 //! ```text
 //! PSM2_DEVICES=self,shm PSMRAIL_REQUIRE_NATIVE=1 cargo test --test ops_remote
 //! ```
 
 mod support;
-use support::{payload, peer, scenario};
+use support::{fabric, payload, remote};
 
+use fabric::poll_once;
 use payload::{check_bytes, fnv, pattern};
+use remote::{remote_tests, Commands, Mode, Remote, Side, STEP};
 
 use futures::StreamExt;
-use peer::Peer;
-use psmrail::config::PsmConfig;
-use psmrail::engine::soft::SoftConfig;
 use psmrail::engine::{EngineKind, OpBuffer};
-use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, CompletionQueue, Counter, CounterAttr, CounterBind,
-    CqAttr, CqBind, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints, ProgressKind,
-};
+use psmrail::fabric::{Caps, FiAddr};
 use psmrail::ops::{MultiRecv, MultiRecvBuffer, OpOutput, RecvOp, SendOp};
-use psmrail::reactor::Reactor;
 use psmrail::{Error, ErrorKind};
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::Write;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long one command may take (a 16 MiB transfer in a debug build
-/// included).
-const STEP: Duration = Duration::from_secs(30);
 /// How long a whole scenario process may run.
 const SCENARIO: Duration = Duration::from_secs(90);
 
-// ----- modes ------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Eng {
-    Native,
-    /// Unix sockets between processes of one host (the default).
-    Soft,
-    /// TCP only.
-    SoftTcp,
-}
-
-/// What a test runs on: engine, untagged carrier, progress mode, and the
-/// endpoint's caps: `FI_TAGGED | FI_MSG | FI_MULTI_RECV`, or with
-/// `directed`, `FI_MSG | FI_DIRECTED_RECV` (which excludes `FI_TAGGED`).
-///
-/// With `fragments` both processes run with `PSM2_KASSIST_MODE=none`:
-/// libpsm2 then moves large messages over shared memory in fragments, one
-/// per progress step, instead of pulling them whole with one cross-memory
-/// copy when they match, so a receive can be matched and still being
-/// written (see [`drops`]).
-///
-/// With `elsewhere` the remote looks like a process on another host to
-/// the peer watch (`PSMRAIL_WATCH_HOST`): its process cannot be looked
-/// at, only keepalives tell whether it lives.
-#[derive(Clone, Copy, Debug)]
-struct Mode {
-    engine: Eng,
-    am_msg: bool,
-    auto: bool,
-    directed: bool,
-    elsewhere: bool,
-    fragments: bool,
-}
-
-const fn mode(engine: Eng, am_msg: bool, auto: bool) -> Mode {
-    Mode {
-        engine,
-        am_msg,
-        auto,
-        directed: false,
-        elsewhere: false,
-        fragments: false,
-    }
-}
-
-/// Untagged messages only, with directed receives (manual progress).
-const fn directed(engine: Eng, am_msg: bool) -> Mode {
-    Mode {
-        engine,
-        am_msg,
-        auto: false,
-        directed: true,
-        elsewhere: false,
-        fragments: false,
-    }
-}
-
-/// [`directed`], the remote on "another host" (see [`Mode`]).
-const fn elsewhere(engine: Eng) -> Mode {
-    Mode {
-        engine,
-        am_msg: false,
-        auto: false,
-        directed: true,
-        elsewhere: true,
-        fragments: false,
-    }
-}
-
-/// [`mode`] with large messages in fragments (see [`Mode`]).
-const fn fragments(engine: Eng, am_msg: bool, auto: bool) -> Mode {
-    let mut m = mode(engine, am_msg, auto);
-    m.fragments = true;
-    m
-}
-
-/// Runs `scenario` for `test` in `mode`: in the test process, spawns the
-/// scenario process and checks its exit; in the scenario process, runs it;
-/// in the remote's process, plays the remote.
-fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
-    match peer::role().as_deref() {
-        Some("peer") => remote_main(mode),
-        Some("solo") => {
-            let side = open(mode);
-            let env: &[(&str, &str)] = if mode.elsewhere {
-                &[("PSMRAIL_WATCH_HOST", "elsewhere")]
-            } else {
-                &[]
-            };
-            let mut remote = Remote::spawn(test, &side, env);
-            scenario(test, &side, &mut remote);
-            remote.exit(&side);
-            side.close();
-        }
-        Some(other) => panic!("unknown role {other}"),
-        None => {
-            let env: &[(&str, &str)] = if mode.fragments {
-                &[("PSM2_KASSIST_MODE", "none")]
-            } else {
-                &[]
-            };
-            scenario::launch_solo(test, mode.engine == Eng::Native, SCENARIO, env)
-        }
-    }
-}
-
-// ----- one side's objects ---------------------------------------------------------
-
-/// An opened endpoint with what it needs.
-/// An opened endpoint with what it needs: its transmit CQ (completions of
-/// posts with a context) and send counter.
-struct Side {
-    _fabric: Fabric,
-    domain: Domain,
-    av: AddressVector,
-    ep: Endpoint,
-    reactor: Reactor,
-    cq: CompletionQueue,
-    sends: Counter,
-}
-
-fn open(mode: Mode) -> Side {
-    let config = PsmConfig::builder()
-        .delay(Duration::ZERO)
-        .timeout(Duration::from_secs(1))
-        .am_msg(mode.am_msg)
-        .prog_thread(mode.auto)
-        .build()
-        .expect("config");
-    let caps = if mode.directed {
-        Caps::MSG | Caps::DIRECTED_RECV
-    } else {
-        Caps::TAGGED | Caps::MSG | Caps::MULTI_RECV
-    };
-    let mut hints = Hints::new()
-        .caps(caps)
-        .config(config)
-        .engine(match mode.engine {
-            Eng::Native => EngineChoice::Native,
-            Eng::Soft | Eng::SoftTcp => EngineChoice::Soft,
-        });
-    if mode.engine == Eng::SoftTcp {
-        hints = hints.soft_config(SoftConfig {
-            unix_sockets: false,
-            ..SoftConfig::default()
-        });
-    }
-    if mode.auto {
-        hints = hints.progress(ProgressKind::Auto);
-    }
-    let info = getinfo(Some(&hints))
-        .expect("getinfo")
-        .into_iter()
-        .next()
-        .expect("getinfo offered nothing");
-    let fabric = Fabric::open(&info).expect("fabric");
-    let domain = fabric.domain(&info).expect("domain");
-    let av = domain.av(AvAttr::new()).expect("av");
-    let cq = domain.cq(CqAttr::new()).expect("cq");
-    let sends = domain.counter(CounterAttr::new()).expect("counter");
-    let ep = domain
-        .endpoint(&info)
-        .bind_av(&av)
-        .bind_cq(&cq, CqBind::TRANSMIT)
-        .bind_counter(&sends, CounterBind::SEND)
-        .enable()
-        .expect("endpoint");
-    let reactor = domain.reactor().clone();
-    assert_eq!(reactor.is_manual(), !mode.auto, "progress mode");
-    assert_eq!(domain.info().config().am_msg(), mode.am_msg);
-    Side {
-        _fabric: fabric,
-        domain,
-        av,
-        ep,
-        reactor,
-        cq,
-        sends,
-    }
-}
-
-impl Side {
-    /// One idle step: a progress round in manual mode, a short nap in auto
-    /// mode (the progress thread works).
-    fn idle(&self) {
-        if self.reactor.is_manual() {
-            self.reactor.progress();
-        } else {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.reactor.block_on(f)
-    }
-
-    /// Polls `f` (progressing) until it resolves or `within` passes.
-    fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
-        scenario::poll_for(f, within, || self.idle())
-    }
-
-    fn close(self) {
-        let Side {
-            _fabric,
-            domain,
-            ep,
-            ..
-        } = self;
-        ep.close().expect("endpoint close");
-        domain.close().expect("domain close");
-    }
-}
-
-// ----- payloads ---------------------------------------------------------------------
-
 // ----- the remote ---------------------------------------------------------------------
-
-/// Sends one line to the scenario process.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "@@ {line}").expect("stdout");
-    out.flush().expect("flush");
-}
 
 /// A result line: `ok <len> <tag> <source> <fnv>` or
 /// `err <kind> <msg_len> <received>` (0 0 without a truncation).
@@ -303,72 +63,14 @@ enum Op<'a> {
     Recv(RecvOp<'a>),
 }
 
-/// The remote's process: opens an endpoint, says its address, then runs
-/// commands until `exit`, progressing between them.
-fn remote_main(mode: Mode) {
-    let side = open(mode);
-    let lines = peer::stdin_lines();
-    say(&format!("addr {}", side.ep.getname()));
+/// The remote's commands: operations are named by the scenario (`<id>`)
+/// and kept until waited for.
+fn commands(side: &Side) -> Commands<'_> {
     let mut ops: HashMap<String, Op<'_>> = HashMap::new();
     let mut multis: HashMap<String, MultiRecv<'_>> = HashMap::new();
-    loop {
-        let line = match lines.try_recv() {
-            Ok(l) => l,
-            Err(mpsc::TryRecvError::Empty) => {
-                side.idle();
-                continue;
-            }
-            // The scenario process is gone: nothing more to do.
-            Err(mpsc::TryRecvError::Disconnected) => return,
-        };
-        let w: Vec<&str> = line.split_whitespace().collect();
-        if w.first() == Some(&"close") {
-            // Closes the domain (peers get a bye) and lives on until `exit`.
-            drop(ops);
-            drop(multis);
-            side.close();
-            say("closed");
-            while let Ok(line) = lines.recv() {
-                if line.trim() == "exit" {
-                    break;
-                }
-            }
-            say("bye");
-            return;
-        }
-        if w.first() == Some(&"freeze") {
-            // Stops progressing (the process lives) until `thaw` or
-            // `exit`.
-            say("frozen");
-            // The scenario's next line: `thaw`, or `exit` (or gone).
-            let exit = match lines.recv() {
-                Ok(line) if line.trim() == "thaw" => false,
-                Ok(line) if line.trim() == "exit" => true,
-                Ok(other) => panic!("remote: {other:?} while frozen"),
-                Err(_) => true,
-            };
-            if !exit {
-                say("thawed");
-                continue;
-            }
-            drop(ops);
-            drop(multis);
-            side.close();
-            say("bye");
-            return;
-        }
-        let num = |i: usize| -> u64 {
-            let s = w[i];
-            match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).expect("hex"),
-                None => s.parse().expect("number"),
-            }
-        };
-        let reply = match w[0] {
-            "insert" => match side.av.insert_str(w[1]) {
-                Ok(a) => format!("fi {}", a.0),
-                Err(e) => err_line(&e),
-            },
+    Box::new(move |w: &[&str]| {
+        let num = |i: usize| support::peer::num(w[i]);
+        match w[0] {
             // tsend <id> <dest> <tag> <len> <seed>
             "tsend" => {
                 let data = pattern(num(4) as usize, num(5));
@@ -444,59 +146,16 @@ fn remote_main(mode: Mode) {
                     None => "end".into(),
                 }
             }
-            "exit" => {
-                drop(ops);
-                drop(multis);
-                side.close();
-                say("bye");
-                return;
-            }
             other => panic!("remote: unknown command {other:?}"),
-        };
-        say(&reply);
-    }
+        }
+    })
 }
 
-/// The scenario's handle on the remote process.
-struct Remote {
-    peer: Option<Peer>,
-    /// The remote, in the scenario's AV.
-    fi: FiAddr,
-    /// The scenario's endpoint, in the remote's AV.
-    me: FiAddr,
-}
-
+/// The scenario's side of [`commands`].
 impl Remote {
-    /// Spawns the remote (with `env`) and connects both ways.
-    fn spawn(test: &str, side: &Side, env: &[(&str, &str)]) -> Remote {
-        let mut peer = Peer::spawn(test, "peer", env);
-        let line = peer.recv_line_with(STEP, || side.idle());
-        let addr = line.strip_prefix("addr ").expect("the remote's address");
-        let fi = side.av.insert_str(addr).expect("insert the remote");
-        let mut r = Remote {
-            peer: Some(peer),
-            fi,
-            me: FiAddr::UNSPEC,
-        };
-        let reply = r.cmd(side, &format!("insert {}", side.ep.getname()));
-        let me = reply
-            .strip_prefix("fi ")
-            .unwrap_or_else(|| panic!("the remote could not insert us: {reply}"));
-        r.me = FiAddr(me.parse().unwrap());
-        r
-    }
-
-    /// Sends a command and returns the reply, progressing meanwhile.
-    fn cmd(&mut self, side: &Side, line: &str) -> String {
-        let peer = self.peer.as_mut().expect("the remote is gone");
-        peer.send_line(line);
-        peer.recv_line_with(STEP, || side.idle())
-    }
-
     /// A command whose reply must be `posted`.
     fn post(&mut self, side: &Side, line: &str) {
-        let reply = self.cmd(side, line);
-        assert_eq!(reply, "posted", "{line}");
+        self.expect(side, line, "posted");
     }
 
     /// Waits for a remote receive: `(len, tag, source, fnv)` or the error
@@ -522,24 +181,6 @@ impl Remote {
         match reply.strip_prefix("ok ") {
             Some(n) => Ok(n.parse().unwrap()),
             None => Err(reply),
-        }
-    }
-
-    /// Closes the remote's endpoint and waits for it to exit.
-    fn exit(&mut self, side: &Side) {
-        let Some(mut peer) = self.peer.take() else {
-            return;
-        };
-        peer.send_line("exit");
-        assert_eq!(peer.recv_line_with(STEP, || side.idle()), "bye");
-        let status = peer.wait(STEP);
-        assert!(status.success(), "the remote failed: {status}");
-    }
-
-    /// Kills the remote now.
-    fn kill(&mut self) {
-        if let Some(peer) = self.peer.take() {
-            peer.kill();
         }
     }
 }
@@ -628,10 +269,9 @@ fn tagged(side: &Side, remote: &mut Remote, max: usize) {
             remote.post(side, &format!("trecv b {len} {tag:#x} 0"));
             // The remote waits for its receive while this side finishes the send
             // (a rendezvous needs both).
-            let peer = remote.peer.as_mut().unwrap();
-            peer.send_line("wait b");
+            remote.send("wait b");
             sent_ok(side, s, len, &what);
-            let reply = peer.recv_line_with(STEP, || side.idle());
+            let reply = remote.reply(side);
             let w: Vec<&str> = reply.split_whitespace().collect();
             assert_eq!(w.first(), Some(&"ok"), "{what}: {reply}");
             assert_eq!(w[1], len.to_string(), "{what}: length");
@@ -1046,7 +686,7 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
         assert_eq!(buf.len(), 64, "the directed receive's buffer comes back");
     }
     // The posted send: an error entry with its context.
-    let entry = scenario::error_entry_within(&side.cq, DEAD_BOUND, || side.idle(), "a posted send");
+    let entry = side.cq_error_within(DEAD_BOUND, "a posted send");
     assert_eq!(entry.context, 0xc0ffee);
     expect_gone::<()>(Err(entry.error), "a posted send");
     eprintln!(
@@ -1162,12 +802,6 @@ fn closed_peer(_test: &str, side: &Side, remote: &mut Remote) {
     expect_gone(side.block_on(later).0, "a later send");
     // The remote's process is still there and exits normally.
     remote.exit(side);
-}
-
-/// Polls `f` once with a waker that does nothing.
-fn poll_once<F: Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    std::pin::Pin::new(f).poll(&mut cx)
 }
 
 /// Lets what is on the wire arrive: idle steps of this side.
@@ -1403,64 +1037,55 @@ fn drops(_test: &str, side: &Side, remote: &mut Remote) {
 
 // ----- tests ----------------------------------------------------------------------------------
 
-macro_rules! tests {
-    ($($name:ident: $mode:expr => $scenario:ident;)*) => {
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), $mode, $scenario);
-            }
-        )*
-    };
-}
+use remote::Eng::{Native, Soft, SoftTcp};
 
-use Eng::{Native, Soft, SoftTcp};
+remote_tests! {
+    limit: SCENARIO, commands: commands;
 
-tests! {
-    native_tagged_sizes: mode(Native, false, false) => tagged_sizes;
-    native_tagged_sizes_auto: mode(Native, false, true) => tagged_sizes_1mib;
-    native_untagged_mq: mode(Native, false, false) => untagged;
-    native_untagged_am: mode(Native, true, false) => untagged;
-    native_untagged_am_auto: mode(Native, true, true) => untagged;
-    native_truncation_cancel_mq: mode(Native, false, false) => truncation_cancel;
-    native_truncation_cancel_am: mode(Native, true, false) => truncation_cancel;
-    native_multi_recv_mq: mode(Native, false, false) => multi_recv;
-    native_multi_recv_am: mode(Native, true, false) => multi_recv;
-    native_dead_peer_mq: mode(Native, false, false) => dead_peer;
-    native_dead_peer_am: mode(Native, true, false) => dead_peer;
-    native_dead_peer_mq_auto: mode(Native, false, true) => dead_peer;
-    native_dead_peer_directed_mq: directed(Native, false) => dead_peer;
-    native_dead_peer_directed_am: directed(Native, true) => dead_peer;
-    native_closed_peer_mq: directed(Native, false) => closed_peer;
-    native_closed_peer_am: directed(Native, true) => closed_peer;
-    native_silent_peer: elsewhere(Native) => silent_peer;
-    native_frozen_peer_lives: directed(Native, false) => frozen_peer_lives;
-    native_drops_mq: mode(Native, false, false) => drops;
-    native_drops_am: mode(Native, true, false) => drops;
-    native_drops_mq_auto: mode(Native, false, true) => drops;
-    native_drops_am_auto: mode(Native, true, true) => drops;
-    native_drops_fragments: fragments(Native, false, false) => drops;
-    native_drops_fragments_auto: fragments(Native, false, true) => drops;
+    native_tagged_sizes: Mode::msg(Native) => tagged_sizes;
+    native_tagged_sizes_auto: Mode::msg(Native).auto() => tagged_sizes_1mib;
+    native_untagged_mq: Mode::msg(Native) => untagged;
+    native_untagged_am: Mode::msg(Native).am_msg() => untagged;
+    native_untagged_am_auto: Mode::msg(Native).am_msg().auto() => untagged;
+    native_truncation_cancel_mq: Mode::msg(Native) => truncation_cancel;
+    native_truncation_cancel_am: Mode::msg(Native).am_msg() => truncation_cancel;
+    native_multi_recv_mq: Mode::msg(Native) => multi_recv;
+    native_multi_recv_am: Mode::msg(Native).am_msg() => multi_recv;
+    native_dead_peer_mq: Mode::msg(Native) => dead_peer;
+    native_dead_peer_am: Mode::msg(Native).am_msg() => dead_peer;
+    native_dead_peer_mq_auto: Mode::msg(Native).auto() => dead_peer;
+    native_dead_peer_directed_mq: Mode::msg(Native).directed() => dead_peer;
+    native_dead_peer_directed_am: Mode::msg(Native).directed().am_msg() => dead_peer;
+    native_closed_peer_mq: Mode::msg(Native).directed() => closed_peer;
+    native_closed_peer_am: Mode::msg(Native).directed().am_msg() => closed_peer;
+    native_silent_peer: Mode::msg(Native).directed().elsewhere() => silent_peer;
+    native_frozen_peer_lives: Mode::msg(Native).directed() => frozen_peer_lives;
+    native_drops_mq: Mode::msg(Native) => drops;
+    native_drops_am: Mode::msg(Native).am_msg() => drops;
+    native_drops_mq_auto: Mode::msg(Native).auto() => drops;
+    native_drops_am_auto: Mode::msg(Native).am_msg().auto() => drops;
+    native_drops_fragments: Mode::msg(Native).fragments() => drops;
+    native_drops_fragments_auto: Mode::msg(Native).fragments().auto() => drops;
 
-    soft_tagged_sizes: mode(Soft, false, false) => tagged_sizes;
-    soft_tagged_sizes_auto: mode(Soft, false, true) => tagged_sizes_1mib;
-    soft_tcp_tagged_sizes: mode(SoftTcp, false, false) => tagged_sizes_1mib;
-    soft_untagged_mq: mode(Soft, false, false) => untagged;
-    soft_untagged_am: mode(Soft, true, false) => untagged;
-    soft_untagged_am_auto: mode(Soft, true, true) => untagged;
-    soft_truncation_cancel_mq: mode(Soft, false, false) => truncation_cancel;
-    soft_truncation_cancel_am: mode(Soft, true, false) => truncation_cancel;
-    soft_multi_recv_mq: mode(Soft, false, false) => multi_recv;
-    soft_multi_recv_am: mode(Soft, true, false) => multi_recv;
-    soft_dead_peer_mq: mode(Soft, false, false) => dead_peer;
-    soft_dead_peer_am: mode(Soft, true, false) => dead_peer;
-    soft_dead_peer_mq_auto: mode(Soft, false, true) => dead_peer;
-    soft_dead_peer_directed_mq: directed(Soft, false) => dead_peer;
-    soft_dead_peer_directed_am: directed(Soft, true) => dead_peer;
-    soft_closed_peer_mq: directed(Soft, false) => closed_peer;
-    soft_closed_peer_am: directed(Soft, true) => closed_peer;
-    soft_silent_peer: elsewhere(Soft) => silent_peer;
-    soft_frozen_peer_lives: directed(Soft, false) => frozen_peer_lives;
-    soft_drops_mq: mode(Soft, false, false) => drops;
-    soft_drops_am_auto: mode(Soft, true, true) => drops;
+    soft_tagged_sizes: Mode::msg(Soft) => tagged_sizes;
+    soft_tagged_sizes_auto: Mode::msg(Soft).auto() => tagged_sizes_1mib;
+    soft_tcp_tagged_sizes: Mode::msg(SoftTcp) => tagged_sizes_1mib;
+    soft_untagged_mq: Mode::msg(Soft) => untagged;
+    soft_untagged_am: Mode::msg(Soft).am_msg() => untagged;
+    soft_untagged_am_auto: Mode::msg(Soft).am_msg().auto() => untagged;
+    soft_truncation_cancel_mq: Mode::msg(Soft) => truncation_cancel;
+    soft_truncation_cancel_am: Mode::msg(Soft).am_msg() => truncation_cancel;
+    soft_multi_recv_mq: Mode::msg(Soft) => multi_recv;
+    soft_multi_recv_am: Mode::msg(Soft).am_msg() => multi_recv;
+    soft_dead_peer_mq: Mode::msg(Soft) => dead_peer;
+    soft_dead_peer_am: Mode::msg(Soft).am_msg() => dead_peer;
+    soft_dead_peer_mq_auto: Mode::msg(Soft).auto() => dead_peer;
+    soft_dead_peer_directed_mq: Mode::msg(Soft).directed() => dead_peer;
+    soft_dead_peer_directed_am: Mode::msg(Soft).directed().am_msg() => dead_peer;
+    soft_closed_peer_mq: Mode::msg(Soft).directed() => closed_peer;
+    soft_closed_peer_am: Mode::msg(Soft).directed().am_msg() => closed_peer;
+    soft_silent_peer: Mode::msg(Soft).directed().elsewhere() => silent_peer;
+    soft_frozen_peer_lives: Mode::msg(Soft).directed() => frozen_peer_lives;
+    soft_drops_mq: Mode::msg(Soft) => drops;
+    soft_drops_am_auto: Mode::msg(Soft).am_msg().auto() => drops;
 }

@@ -3,9 +3,10 @@
 //! futures depend on no particular runtime.
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
-use fabric::{pattern, Cfg, Nodes};
+use fabric::{Cfg, Nodes};
+use payload::pattern;
 use psmrail::fabric::Caps;
 
 const CAPS: Caps = Caps::MSG.union(Caps::TAGGED);
@@ -13,7 +14,7 @@ const CAPS: Caps = Caps::MSG.union(Caps::TAGGED);
 /// The exchange as one future: both sides' operations are polled by the
 /// same task, which in manual mode makes progress on both domains.
 async fn exchange(n: &Nodes, round: u8) {
-    let big = pattern(256 << 10, round);
+    let big = pattern(256 << 10, u64::from(round));
     let rt = n[1].ep.trecv(vec![0u8; big.len()], 0x10 + round as u64, 0);
     let st = n[0]
         .ep
@@ -72,7 +73,7 @@ fn tokio_multi_thread_spawned_sides() {
             for round in 0..3u8 {
                 // The receiver and the sender run as separate tasks.
                 let tag = 0x40 + round as u64;
-                let data = pattern(64 << 10, round);
+                let data = pattern(64 << 10, u64::from(round));
                 let nr = n.clone();
                 let recv = tokio::spawn(async move {
                     let (g, b) = nr[1].ep.trecv(vec![0u8; 64 << 10], tag, 0).await;

@@ -4,9 +4,10 @@
 //! RMA target, and regions closed or futures dropped mid-flight.
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
-use fabric::{pattern, Cfg, Nodes};
+use fabric::{Cfg, Nodes};
+use payload::pattern;
 use psmrail::config::PsmConfig;
 use psmrail::fabric::{getinfo, Caps, EngineChoice, Hints, MemoryRegion, MrAccess, ProgressKind};
 use psmrail::ops::RmaIov;
@@ -59,7 +60,7 @@ fn snapshot(mr: &MemoryRegion) -> Vec<u8> {
     v
 }
 
-fn write_then_read(n: &Nodes, mr: &MemoryRegion, len: usize, at: u64, seed: u8) {
+fn write_then_read(n: &Nodes, mr: &MemoryRegion, len: usize, at: u64, seed: u64) {
     let dest = n.addr(0, 1);
     let data = pattern(len, seed);
     let (r, buf) = n.drive(n[0].ep.write(dest, data.clone(), at, mr.key()));
@@ -91,7 +92,7 @@ fn every_size_round_trips_on_both_paths() {
             if len == BIG && !tagged {
                 continue;
             }
-            write_then_read(&n, &mr, len, 3, i as u8 + 1);
+            write_then_read(&n, &mr, len, 3, i as u64 + 1);
         }
     }
 }
@@ -302,7 +303,7 @@ fn remote_counters_count_at_the_target() {
         let (writes, reads) = counters.pop().expect("the target's counters");
         let mr = region(&n, 64 << 10, RW, 7);
         for (k, len) in [1usize, CHUNK + 1, 64 << 10].into_iter().enumerate() {
-            write_then_read(&n, &mr, len, 0, k as u8);
+            write_then_read(&n, &mr, len, 0, k as u64);
             // The target counts when it has applied the operation; its
             // domain progresses while we drive.
             n.drive(async {

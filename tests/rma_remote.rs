@@ -8,15 +8,13 @@
 //! bytes go over the tagged MQ).
 //!
 //! # How a test runs
-//! As in `ops_remote.rs`: the test process spawns a *scenario* process
-//! (role `solo`, the initiator) and checks that it exits 0 within a
-//! deadline. The scenario opens its endpoint (caps `FI_RMA | FI_ATOMIC |
-//! FI_RMA_EVENT`), spawns the *remote* (role `peer`, the target), both
-//! insert each other, and the scenario drives the remote with one-line
-//! commands ([`Remote`]): register a region, fill it, report an FNV hash or
-//! the bytes of a range, wait for its remote-access counters, run
-//! fetch-adds on its own region. Both processes spin in manual mode: each
-//! test holds the machine-wide spin lock.
+//! On the two-process harness (`support::remote`), as `ops_remote.rs`:
+//! the scenario process is the initiator, the remote the target, and the
+//! scenario drives it with one-line commands ([`commands`]): register a
+//! region, fill it, report an FNV hash or the bytes of a range, wait for
+//! its remote-access counters, run fetch-adds on its own region (and the
+//! harness's freeze, close, exit). Both processes spin in manual mode:
+//! each test holds the machine-wide spin lock.
 //!
 //! # Sizes
 //! 1 B, around the AM chunk (the engine's short AM payload: 2032 bytes on
@@ -32,187 +30,31 @@
 //! bytes from the other process. Every fetched value must be distinct and
 //! the final value the sum.
 //!
-//! Native tests need the PSM library: without it they print why and pass,
-//! unless `PSMRAIL_REQUIRE_NATIVE=1`. Children get `PSM2_DEVICES=self,shm`
-//! unless the variable is set.
-//!
 //! ```text
 //! PSM2_DEVICES=self,shm PSMRAIL_REQUIRE_NATIVE=1 cargo test --test rma_remote
 //! ```
 
 mod support;
-use support::{atomic_values, payload, peer, scenario};
+use support::{atomic_values, payload, remote};
 
 use payload::{check_bytes, fnv, hex, pattern, unhex};
+use remote::{remote_tests, Commands, Mode, Remote, Side, STEP};
 
 use atomic_values::Case;
 
-use peer::Peer;
-use psmrail::config::PsmConfig;
 use psmrail::engine::EngineKind;
 use psmrail::engine::OpBuffer;
-use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, CompletionFlags, CompletionQueue, Counter, CounterAttr,
-    CounterBind, CqAttr, CqBind, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
-    MemoryRegion, MrAccess,
-};
+use psmrail::fabric::{CompletionFlags, MemoryRegion, MrAccess};
 use psmrail::ops::atomic::{AtomicDatatype as Dt, AtomicOp as Op};
-use psmrail::reactor::Reactor;
 use psmrail::{Error, ErrorKind};
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::io::Write;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long one command may take (a 64 MiB hash in a debug build included).
-const STEP: Duration = Duration::from_secs(30);
 /// How long a whole scenario process may run.
 const SCENARIO: Duration = Duration::from_secs(120);
 const RW: MrAccess = MrAccess::REMOTE_READ.union(MrAccess::REMOTE_WRITE);
 
-// ----- modes ------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Eng {
-    Native,
-    Soft,
-}
-
-/// What a test runs on: engine and RMA path.
-#[derive(Clone, Copy, Debug)]
-struct Mode {
-    engine: Eng,
-    tagged_rma: bool,
-}
-
-const fn mode(engine: Eng, tagged_rma: bool) -> Mode {
-    Mode { engine, tagged_rma }
-}
-
-/// Runs `scenario` for `test` in `mode`: in the test process, spawns the
-/// scenario process and checks its exit; in the scenario process, runs it;
-/// in the remote's process, plays the remote.
-fn run(test: &str, mode: Mode, scenario: fn(&str, &Side, &mut Remote)) {
-    match peer::role().as_deref() {
-        Some("peer") => remote_main(mode),
-        Some("solo") => {
-            let side = open(mode);
-            let mut remote = Remote::spawn(test, &side);
-            scenario(test, &side, &mut remote);
-            remote.exit(&side);
-            side.close();
-        }
-        Some(other) => panic!("unknown role {other}"),
-        None => scenario::launch_solo(test, mode.engine == Eng::Native, SCENARIO, &[]),
-    }
-}
-
-// ----- one side's objects ---------------------------------------------------------
-
-/// An opened endpoint with its remote-access counters, its write counter
-/// and its CQ (remote CQ data lands there; so do completions of posts with
-/// a context).
-struct Side {
-    _fabric: Fabric,
-    domain: Domain,
-    av: AddressVector,
-    ep: Endpoint,
-    reactor: Reactor,
-    remote_writes: Counter,
-    remote_reads: Counter,
-    cq: CompletionQueue,
-    /// Counts this side's writes and plain atomics.
-    writes: Counter,
-}
-
-fn open(mode: Mode) -> Side {
-    let config = PsmConfig::builder()
-        .delay(Duration::ZERO)
-        .timeout(Duration::from_secs(1))
-        .tagged_rma(mode.tagged_rma)
-        .build()
-        .expect("config");
-    let hints = Hints::new()
-        .caps(Caps::RMA | Caps::ATOMIC | Caps::RMA_EVENT)
-        .config(config)
-        .engine(match mode.engine {
-            Eng::Native => EngineChoice::Native,
-            Eng::Soft => EngineChoice::Soft,
-        });
-    let info = getinfo(Some(&hints))
-        .expect("getinfo")
-        .into_iter()
-        .next()
-        .expect("getinfo offered nothing");
-    let fabric = Fabric::open(&info).expect("fabric");
-    let domain = fabric.domain(&info).expect("domain");
-    let av = domain.av(AvAttr::new()).expect("av");
-    let remote_writes = domain.counter(CounterAttr::new()).expect("counter");
-    let remote_reads = domain.counter(CounterAttr::new()).expect("counter");
-    let cq = domain.cq(CqAttr::new()).expect("cq");
-    let writes = domain.counter(CounterAttr::new()).expect("counter");
-    let ep = domain
-        .endpoint(&info)
-        .bind_av(&av)
-        .bind_cq(&cq, CqBind::RECV | CqBind::TRANSMIT)
-        .bind_counter(&writes, CounterBind::WRITE)
-        .bind_counter(&remote_writes, CounterBind::REMOTE_WRITE)
-        .bind_counter(&remote_reads, CounterBind::REMOTE_READ)
-        .enable()
-        .expect("endpoint");
-    let reactor = domain.reactor().clone();
-    assert!(reactor.is_manual(), "progress mode");
-    assert_eq!(domain.info().config().tagged_rma(), mode.tagged_rma);
-    Side {
-        _fabric: fabric,
-        domain,
-        av,
-        ep,
-        reactor,
-        remote_writes,
-        remote_reads,
-        cq,
-        writes,
-    }
-}
-
-impl Side {
-    fn idle(&self) {
-        self.reactor.progress();
-    }
-
-    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.reactor.block_on(f)
-    }
-
-    /// Polls `f` (progressing) until it resolves or `within` passes.
-    fn poll_for<F: Future + Unpin>(&self, f: &mut F, within: Duration) -> Option<F::Output> {
-        scenario::poll_for(f, within, || self.idle())
-    }
-
-    fn close(self) {
-        let Side {
-            _fabric,
-            domain,
-            ep,
-            ..
-        } = self;
-        ep.close().expect("endpoint close");
-        domain.close().expect("domain close");
-    }
-}
-
-// ----- payloads ---------------------------------------------------------------------
-
 // ----- the remote (the target) -----------------------------------------------------------
-
-/// Sends one line to the scenario process.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "@@ {line}").expect("stdout");
-    out.flush().expect("flush");
-}
 
 fn err_line(e: &Error) -> String {
     format!("err {:?}", e.kind())
@@ -243,55 +85,13 @@ fn self_adds(side: &Side, key: u64, offset: u64, n: usize) -> Result<Vec<u64>, E
     Ok(got)
 }
 
-/// The remote's process: opens an endpoint, says its address, then runs
-/// commands until `exit`, progressing between them.
-fn remote_main(mode: Mode) {
-    let side = open(mode);
-    let lines = peer::stdin_lines();
-    say(&format!("addr {}", side.ep.getname()));
+/// The remote's commands: regions are named by their keys.
+fn commands(side: &Side) -> Commands<'_> {
     let mut regions: HashMap<u64, MemoryRegion> = HashMap::new();
-    loop {
-        let line = match lines.try_recv() {
-            Ok(l) => l,
-            Err(mpsc::TryRecvError::Empty) => {
-                side.idle();
-                continue;
-            }
-            // The scenario process is gone: nothing more to do.
-            Err(mpsc::TryRecvError::Disconnected) => return,
-        };
-        let w: Vec<&str> = line.split_whitespace().collect();
-        if w.first() == Some(&"freeze") {
-            // Stops progressing (the process lives); then `close` closes
-            // the domain (peers get a bye) and `exit` ends.
-            say("frozen");
-            let mut side = Some(side);
-            while let Ok(line) = lines.recv() {
-                match line.trim() {
-                    "close" => {
-                        if let Some(s) = side.take() {
-                            s.close();
-                        }
-                        say("closed");
-                    }
-                    "exit" => break,
-                    other => panic!("remote: {other:?} while frozen"),
-                }
-            }
-            drop(regions);
-            if let Some(s) = side {
-                s.close();
-            }
-            say("bye");
-            return;
-        }
-        let num = |i: usize| -> u64 { w[i].parse().expect("number") };
+    Box::new(move |w: &[&str]| {
+        let num = |i: usize| support::peer::num(w[i]);
         let region = |key: u64| regions.get(&key).expect("no such region");
-        let reply = match w[0] {
-            "insert" => match side.av.insert_str(w[1]) {
-                Ok(a) => format!("fi {}", a.0),
-                Err(e) => err_line(&e),
-            },
+        match w[0] {
             // reg <key> <len> <r|w|rw>: a zeroed region.
             "reg" => {
                 let access = match w[3] {
@@ -341,7 +141,7 @@ fn remote_main(mode: Mode) {
                 "ok".into()
             }
             // adds <key> <offset> <n>: `vals v,v,...` or the error.
-            "adds" => match self_adds(&side, num(1), num(2), num(3) as usize) {
+            "adds" => match self_adds(side, num(1), num(2), num(3) as usize) {
                 Ok(v) => {
                     let v: Vec<String> = v.iter().map(u64::to_string).collect();
                     format!("vals {}", v.join(","))
@@ -384,78 +184,16 @@ fn remote_main(mode: Mode) {
                     side.remote_reads.read()
                 )
             }
-            "exit" => {
-                for mr in regions.values() {
-                    mr.close();
-                }
-                side.close();
-                say("bye");
-                return;
-            }
             other => panic!("remote: unknown command {other:?}"),
-        };
-        say(&reply);
-    }
-}
-
-/// The scenario's handle on the remote process.
-struct Remote {
-    peer: Option<Peer>,
-    /// The remote, in the scenario's AV.
-    fi: FiAddr,
-    /// The scenario, in the remote's AV.
-    me: FiAddr,
-}
-
-impl Remote {
-    /// Spawns the remote and connects both ways.
-    fn spawn(test: &str, side: &Side) -> Remote {
-        let mut peer = Peer::spawn(test, "peer", &[]);
-        let line = peer.recv_line_with(STEP, || side.idle());
-        let addr = line.strip_prefix("addr ").expect("the remote's address");
-        let fi = side.av.insert_str(addr).expect("insert the remote");
-        let mut r = Remote {
-            peer: Some(peer),
-            fi,
-            me: FiAddr::UNSPEC,
-        };
-        let reply = r.cmd(side, &format!("insert {}", side.ep.getname()));
-        let me = reply
-            .strip_prefix("fi ")
-            .unwrap_or_else(|| panic!("the remote could not insert us: {reply}"));
-        r.me = FiAddr(me.parse().expect("an fi_addr"));
-        r
-    }
-
-    /// Kills the remote now.
-    fn kill(&mut self) {
-        if let Some(peer) = self.peer.take() {
-            peer.kill();
         }
-    }
+    })
+}
 
-    /// Sends a command and returns the reply, progressing meanwhile.
-    fn cmd(&mut self, side: &Side, line: &str) -> String {
-        self.send(line);
-        self.reply(side)
-    }
-
-    fn send(&mut self, line: &str) {
-        self.peer
-            .as_mut()
-            .expect("the remote is gone")
-            .send_line(line);
-    }
-
-    fn reply(&mut self, side: &Side) -> String {
-        let peer = self.peer.as_mut().expect("the remote is gone");
-        peer.recv_line_with(STEP, || side.idle())
-    }
-
+/// The scenario's side of [`commands`].
+impl Remote {
     /// A command whose reply must be `ok`.
     fn ok(&mut self, side: &Side, line: &str) {
-        let reply = self.cmd(side, line);
-        assert_eq!(reply, "ok", "{line}");
+        self.expect(side, line, "ok");
     }
 
     /// The FNV hash of a range of a remote region.
@@ -484,17 +222,6 @@ impl Remote {
             .map(|s| s.parse().unwrap())
             .collect();
         (w[0], w[1])
-    }
-
-    /// Closes the remote's endpoint and waits for it to exit.
-    fn exit(&mut self, side: &Side) {
-        let Some(mut peer) = self.peer.take() else {
-            return;
-        };
-        peer.send_line("exit");
-        assert_eq!(peer.recv_line_with(STEP, || side.idle()), "bye");
-        let status = peer.wait(STEP);
-        assert!(status.success(), "the remote failed: {status}");
     }
 }
 
@@ -944,8 +671,7 @@ fn dead_target_with(test: &str, side: &Side, remote: &mut Remote, close: bool) {
         expect_gone(r, what);
         assert_eq!(buf.len(), *len, "{what}: the buffer comes back");
     }
-    let entry =
-        scenario::error_entry_within(&side.cq, DEAD_BOUND, || side.idle(), "a posted write");
+    let entry = side.cq_error_within(DEAD_BOUND, "a posted write");
     assert_eq!(entry.context, 0xbeef);
     assert_eq!(
         entry.buffer.map(|b| b.len()),
@@ -987,49 +713,40 @@ fn closed_target(test: &str, side: &Side, remote: &mut Remote) {
 
 // ----- tests ----------------------------------------------------------------------------------
 
-macro_rules! tests {
-    ($($name:ident: $mode:expr => $scenario:ident;)*) => {
-        $(
-            #[test]
-            fn $name() {
-                run(stringify!($name), $mode, $scenario);
-            }
-        )*
-    };
-}
+use remote::Eng::{Native, Soft};
 
-use Eng::{Native, Soft};
+remote_tests! {
+    limit: SCENARIO, commands: commands;
 
-tests! {
-    native_sizes_am: mode(Native, false) => sizes;
-    native_sizes_tagged: mode(Native, true) => sizes;
-    native_read_then_write_am: mode(Native, false) => read_then_write;
-    native_read_then_write_tagged: mode(Native, true) => read_then_write;
-    native_refusals_am: mode(Native, false) => refusals;
-    native_refusals_tagged: mode(Native, true) => refusals;
-    native_fetch_add_race: mode(Native, false) => fetch_add_race;
-    native_cswap_min: mode(Native, false) => cswap_min;
-    native_every_atomic_pair: mode(Native, false) => every_atomic_pair;
-    native_writedata_am: mode(Native, false) => writedata;
-    native_writedata_tagged: mode(Native, true) => writedata;
-    native_dead_target_am: mode(Native, false) => dead_target;
-    native_dead_target_tagged: mode(Native, true) => dead_target;
-    native_closed_target_am: mode(Native, false) => closed_target;
-    native_closed_target_tagged: mode(Native, true) => closed_target;
+    native_sizes_am: Mode::rma(Native) => sizes;
+    native_sizes_tagged: Mode::rma(Native).tagged_rma() => sizes;
+    native_read_then_write_am: Mode::rma(Native) => read_then_write;
+    native_read_then_write_tagged: Mode::rma(Native).tagged_rma() => read_then_write;
+    native_refusals_am: Mode::rma(Native) => refusals;
+    native_refusals_tagged: Mode::rma(Native).tagged_rma() => refusals;
+    native_fetch_add_race: Mode::rma(Native) => fetch_add_race;
+    native_cswap_min: Mode::rma(Native) => cswap_min;
+    native_every_atomic_pair: Mode::rma(Native) => every_atomic_pair;
+    native_writedata_am: Mode::rma(Native) => writedata;
+    native_writedata_tagged: Mode::rma(Native).tagged_rma() => writedata;
+    native_dead_target_am: Mode::rma(Native) => dead_target;
+    native_dead_target_tagged: Mode::rma(Native).tagged_rma() => dead_target;
+    native_closed_target_am: Mode::rma(Native) => closed_target;
+    native_closed_target_tagged: Mode::rma(Native).tagged_rma() => closed_target;
 
-    soft_sizes_am: mode(Soft, false) => sizes;
-    soft_sizes_tagged: mode(Soft, true) => sizes;
-    soft_read_then_write_am: mode(Soft, false) => read_then_write;
-    soft_read_then_write_tagged: mode(Soft, true) => read_then_write;
-    soft_refusals_am: mode(Soft, false) => refusals;
-    soft_refusals_tagged: mode(Soft, true) => refusals;
-    soft_fetch_add_race: mode(Soft, false) => fetch_add_race;
-    soft_cswap_min: mode(Soft, false) => cswap_min;
-    soft_every_atomic_pair: mode(Soft, false) => every_atomic_pair;
-    soft_writedata_am: mode(Soft, false) => writedata;
-    soft_writedata_tagged: mode(Soft, true) => writedata;
-    soft_dead_target_am: mode(Soft, false) => dead_target;
-    soft_dead_target_tagged: mode(Soft, true) => dead_target;
-    soft_closed_target_am: mode(Soft, false) => closed_target;
-    soft_closed_target_tagged: mode(Soft, true) => closed_target;
+    soft_sizes_am: Mode::rma(Soft) => sizes;
+    soft_sizes_tagged: Mode::rma(Soft).tagged_rma() => sizes;
+    soft_read_then_write_am: Mode::rma(Soft) => read_then_write;
+    soft_read_then_write_tagged: Mode::rma(Soft).tagged_rma() => read_then_write;
+    soft_refusals_am: Mode::rma(Soft) => refusals;
+    soft_refusals_tagged: Mode::rma(Soft).tagged_rma() => refusals;
+    soft_fetch_add_race: Mode::rma(Soft) => fetch_add_race;
+    soft_cswap_min: Mode::rma(Soft) => cswap_min;
+    soft_every_atomic_pair: Mode::rma(Soft) => every_atomic_pair;
+    soft_writedata_am: Mode::rma(Soft) => writedata;
+    soft_writedata_tagged: Mode::rma(Soft).tagged_rma() => writedata;
+    soft_dead_target_am: Mode::rma(Soft) => dead_target;
+    soft_dead_target_tagged: Mode::rma(Soft).tagged_rma() => dead_target;
+    soft_closed_target_am: Mode::rma(Soft) => closed_target;
+    soft_closed_target_tagged: Mode::rma(Soft).tagged_rma() => closed_target;
 }

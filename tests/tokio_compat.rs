@@ -15,11 +15,12 @@
 #![cfg(feature = "tokio")]
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
 use bytes::{Bytes, BytesMut};
-use fabric::{pattern, Cfg};
+use fabric::Cfg;
 use futures::{SinkExt, StreamExt};
+use payload::pattern;
 use psmrail::compat::{ByteStream, Channel, ChannelConfig, FramedChannel, DEFAULT_EOF_BIT};
 use psmrail::fabric::{Caps, FiAddr};
 use psmrail::ops::MessageEndpoint;
@@ -181,7 +182,7 @@ async fn channel_echo<E: MessageEndpoint>(p: Pair<'_, E>) {
     };
     let client = async {
         for (i, &len) in SIZES.iter().enumerate() {
-            let data = Bytes::from(pattern(len, i as u8));
+            let data = Bytes::from(pattern(len, i as u64));
             a.send(data.clone()).await.expect("client send");
             let back = a.next().await.expect("an echo").expect("client recv");
             assert_eq!(back.len(), len);
@@ -214,7 +215,7 @@ async fn codec_echo<E: MessageEndpoint>(p: Pair<'_, E>) {
     };
     let client = async {
         for (i, &len) in SIZES.iter().enumerate() {
-            let data = Bytes::from(pattern(len, 40 + i as u8));
+            let data = Bytes::from(pattern(len, 40 + i as u64));
             a.send(data.clone()).await.expect("client send");
             let back = a.next().await.expect("an echo").expect("client decode");
             assert!(back[..] == data[..], "{len} B: bytes differ");
@@ -260,7 +261,7 @@ async fn byte_stream_echo<E: MessageEndpoint>(p: Pair<'_, E>) {
     };
     let client = async {
         for (i, &len) in SIZES.iter().enumerate() {
-            let data = Bytes::from(pattern(len, 80 + i as u8));
+            let data = Bytes::from(pattern(len, 80 + i as u64));
             a.send(data.clone()).await.expect("client send");
             let back = a.next().await.expect("an echo").expect("client decode");
             assert!(back[..] == data[..], "{len} B: bytes differ");
@@ -465,7 +466,7 @@ fn sink_back_pressure_bounds_the_sends_in_flight() {
         // Nobody receives tag 80 yet: rendezvous sends cannot finish.
         let mut posted = 0;
         let mut ready_pending = false;
-        for i in 0..4u8 {
+        for i in 0..4u64 {
             let ready = futures::poll!(futures::future::poll_fn(|cx| {
                 futures::Sink::<Bytes>::poll_ready(std::pin::Pin::new(&mut a), cx)
             }));
@@ -569,7 +570,7 @@ fn dropping_a_channel_mid_send_loses_nothing_posted_and_frees_every_buffer() {
         run(flavor, &reactors(&n), async {
             let mut b = p.chan_b(90, big_cfg());
             let mut a = p.chan_a(90, big_cfg().sends_in_flight(4));
-            for i in 0..3u8 {
+            for i in 0..3u64 {
                 a.send(live.bytes(pattern(1000, i))).await.unwrap(); // acknowledged
             }
             let big = live.bytes(pattern(16 << 20, 9));
@@ -579,7 +580,7 @@ fn dropping_a_channel_mid_send_loses_nothing_posted_and_frees_every_buffer() {
                 let _ = futures::poll!(&mut send);
             }
             drop(a);
-            for i in 0..3u8 {
+            for i in 0..3u64 {
                 let m = b.next().await.unwrap().unwrap();
                 assert!(m[..] == pattern(1000, i)[..], "acknowledged message {i}");
             }
@@ -625,7 +626,7 @@ fn dropping_a_framed_byte_stream_mid_frame_keeps_acknowledged_frames() {
             };
             let mut rx = Framed::new(ByteStream::from(p.chan_b(100, small.clone())), codec());
             let mut tx = Framed::new(ByteStream::from(p.chan_a(100, small)), codec());
-            for i in 0..3u8 {
+            for i in 0..3u64 {
                 tx.send(Bytes::from(pattern(70_000, i))).await.unwrap();
             }
             {
@@ -635,7 +636,7 @@ fn dropping_a_framed_byte_stream_mid_frame_keeps_acknowledged_frames() {
                 assert!(futures::poll!(&mut send).is_pending());
             }
             drop(tx);
-            for i in 0..3u8 {
+            for i in 0..3u64 {
                 let f = rx.next().await.unwrap().unwrap();
                 assert!(f[..] == pattern(70_000, i)[..], "acknowledged frame {i}");
             }

@@ -12,7 +12,7 @@
 //! order the sender posted in.
 
 mod support;
-use support::fabric;
+use support::{fabric, payload};
 
 use fabric::{Cfg, Nodes};
 use psmrail::fabric::{
@@ -401,7 +401,7 @@ fn posted_and_triggered_rma_report_to_the_cq() {
         let r = rma_setup(cfg);
         let (nodes, cq) = (&r.s.nodes, &r.s.cqs[0]);
         let (ep, to1) = (&nodes[0].ep, nodes.addr(0, 1));
-        let data = fabric::pattern(SMALL, 1);
+        let data = payload::pattern(SMALL, 1);
 
         // Posted with a context.
         ep.post_write(to1, data.clone(), 8, KEY, 11).unwrap();
@@ -426,7 +426,7 @@ fn posted_and_triggered_rma_report_to_the_cq() {
 
         // Triggered: the read (threshold 2) sees the write (threshold 1).
         let c = nodes[0].domain.counter(CounterAttr::new()).unwrap();
-        let other = fabric::pattern(SMALL, 2);
+        let other = payload::pattern(SMALL, 2);
         ep.triggered(&c, 2)
             .post_read(to1, vec![0u8; SMALL], 2048, KEY, 14)
             .unwrap();
@@ -475,7 +475,7 @@ fn a_receive_triggers_a_send_that_triggers_a_write() {
         let r = rma_setup(cfg);
         let nodes = &r.s.nodes;
         let (ep0, to1) = (&nodes[0].ep, nodes.addr(0, 1));
-        let data = fabric::pattern(SMALL, 7);
+        let data = payload::pattern(SMALL, 7);
         ep0.post_recv(vec![0u8; 8], 1).unwrap();
         ep0.triggered(&r.s.recv_counters[0], 1)
             .post_tsend(to1, 0xa, payload(0xa), 2)

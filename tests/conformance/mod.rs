@@ -21,6 +21,7 @@
 #[macro_use]
 pub(crate) mod remote;
 
+use crate::support::payload::pattern;
 use crate::support::peer::{self, ChildIo, Peer};
 use crate::support::spin_lock::spin_lock;
 use psmrail::engine::{
@@ -243,20 +244,6 @@ impl<E: Engine> Pair<E> {
         self.a.close(Duration::from_secs(2)).expect("close a");
         self.b.close(Duration::from_secs(2)).expect("close b");
     }
-}
-
-/// Deterministic bytes: `len` of them from `seed`, no short period.
-pub(crate) fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    while out.len() < len {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        out.extend_from_slice(&(x >> 11).to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// Asserts two byte strings are equal, naming the first difference.

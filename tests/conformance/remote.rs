@@ -6,9 +6,12 @@
 //! process of the test binary (role `remote`, the same test re-executed)
 //! that opens an endpoint of the same engine, connects to the parent, says
 //! its epid, then runs commands sent over its stdin ([`Remote`]: post sends
-//! and receives, wait for them, echo, active messages, close). The child
+//! and receives, wait for them, echo, active messages, close), on the line
+//! protocol of `support::peer` ([`peer::serve`] in the child). The child
 //! builds its engine with the `make` the scenario was given: it runs the
-//! same test function, so the same `make`.
+//! same test function, so the same `make`. (The public API's scenarios
+//! have a harness of their own on the same protocol, `support::remote`;
+//! these drive an engine endpoint directly.)
 //!
 //! An engine's test file instantiates every scenario with
 //! `remote_conformance_tests!(make_engine);` (run in the test's process)
@@ -19,10 +22,11 @@
 //! the machine-wide spin lock while both processes spin.
 
 use super::{
-    assert_bytes, check_recv, open, open_job, options, pattern, progress_until, recv, recv_buf,
-    send, send_buf, wait, wait_ok, Adder, CountedRegion, Ep, Watchdog, STEP, UUID,
+    assert_bytes, check_recv, open, open_job, options, progress_until, recv, recv_buf, send,
+    send_buf, wait, wait_ok, Adder, CountedRegion, Ep, Watchdog, STEP, UUID,
 };
-use crate::support::peer::{self, Peer};
+use crate::support::payload::{self, fnv, pattern};
+use crate::support::peer::{self, say, Peer};
 use crate::support::spin_lock::spin_lock;
 use psmrail::engine::{
     AmHandlerId, Engine, EngineEndpoint, EngineKind, Epid, OpBuffer, PeerAddr, SendMode, TagMatch,
@@ -30,7 +34,6 @@ use psmrail::engine::{
 use psmrail::reactor::{AutoProgress, CpuSet, CpuTopology, OpKey, ProgressSource, Reactor};
 use psmrail::ErrorKind;
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -88,48 +91,9 @@ pub(crate) fn remote_role<E: Engine>(make: fn() -> E) -> bool {
 
 // ----- the remote peer ----------------------------------------------------------------
 
-/// Variable giving the remote peer's job key (hex), default [`UUID`].
+/// Variable giving the remote peer's job key (in [`payload::hex`]),
+/// default [`UUID`].
 pub(crate) const UUID_VAR: &str = "PSMRAIL_TEST_UUID";
-
-/// `bytes` in lowercase hex (a job key for [`UUID_VAR`]).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The job key of a [`UUID_VAR`] value.
-pub(crate) fn unhex(s: &str) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex uuid");
-    }
-    out
-}
-
-/// FNV-1a: the remote reports what it received as a hash.
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// A payload from its spec: `pat:<len>:<seed>`, `fill:<len>:<byte>`,
-/// `str:<text>`.
-pub(crate) fn payload(spec: &str) -> Vec<u8> {
-    let mut it = spec.splitn(3, ':');
-    match (it.next(), it.next(), it.next()) {
-        (Some("pat"), Some(n), Some(seed)) => pattern(n.parse().unwrap(), seed.parse().unwrap()),
-        (Some("fill"), Some(n), Some(b)) => vec![b.parse().unwrap(); n.parse().unwrap()],
-        (Some("str"), Some(text), None) => text.as_bytes().to_vec(),
-        _ => panic!("bad payload spec {spec:?}"),
-    }
-}
-
-/// Sends one line to the parent (the child's side of `support::peer`).
-pub(crate) fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "@@ {line}").expect("stdout");
-    out.flush().expect("flush");
-}
 
 /// The remote peer: opens an endpoint (job from [`UUID_VAR`]), connects to
 /// the parent, says its epid, then runs commands until `close` or the end
@@ -137,7 +101,9 @@ pub(crate) fn say(line: &str) {
 pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
     let _dog = Watchdog::new(Duration::from_secs(120), "remote peer");
     let lines = peer::stdin_lines();
-    let uuid = std::env::var(UUID_VAR).map_or(UUID, |v| unhex(&v));
+    let uuid = std::env::var(UUID_VAR).map_or(UUID, |v| {
+        payload::unhex(&v).try_into().expect("a 16-byte job key")
+    });
     let parent: Epid = lines.recv().expect("the parent's epid").parse().unwrap();
     let engine = make();
     let r = Reactor::manual();
@@ -160,50 +126,33 @@ pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
     let adder = Arc::new(Adder::default());
     let mut ops: HashMap<u32, OpKey> = HashMap::new();
     let mut next = 0u32;
-    loop {
-        let line = match lines.try_recv() {
-            Ok(l) => l,
-            Err(mpsc::TryRecvError::Empty) => {
-                if !r.progress().made() {
-                    std::thread::yield_now();
-                }
-                continue;
-            }
-            Err(mpsc::TryRecvError::Disconnected) => break,
-        };
-        let w: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| -> u64 {
-            let s = w[i];
-            s.strip_prefix("0x").map_or_else(
-                || s.parse().unwrap(),
-                |h| u64::from_str_radix(h, 16).unwrap(),
-            )
-        };
-        match w[0] {
+    let answer = |w: &[&str]| {
+        let num = |i: usize| peer::num(w[i]);
+        Some(match w[0] {
             "send" => {
                 let mode = if w.get(3) == Some(&"sync") {
                     SendMode::Synchronous
                 } else {
                     SendMode::Standard
                 };
-                let buf = OpBuffer::from(payload(w[2]));
+                let buf = OpBuffer::from(payload::from_spec(w[2]));
                 let k = send_buf(&r, &*ep, to_parent, num(1), buf, mode);
                 next += 1;
                 ops.insert(next, k);
-                say(&format!("posted {next}"));
+                format!("posted {next}")
             }
             "recv" => {
                 let k = recv(&r, &*ep, TagMatch::new(num(1), num(2)), num(3) as usize);
                 next += 1;
                 ops.insert(next, k);
-                say(&format!("posted {next}"));
+                format!("posted {next}")
             }
             "wait" => {
                 let id: u32 = w[1].parse().unwrap();
                 let c = wait(&r, &*ep, ops.remove(&id).expect("a posted op"));
                 let s = c.status;
                 let data = &c.buffer.as_slice()[..s.nbytes.min(c.buffer.len())];
-                say(&format!(
+                format!(
                     "done {:?} {:#x} {} {} {} {:#x}",
                     s.error,
                     s.tag,
@@ -211,18 +160,18 @@ pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
                     s.nbytes,
                     s.source.is_none() || s.source == Some(to_parent),
                     fnv(data)
-                ));
+                )
             }
             "echo" => {
                 let (tag, cap) = (num(1), num(2) as usize);
                 let c = wait_ok(&r, &*ep, recv(&r, &*ep, TagMatch::exact(tag), cap), "echo");
                 let got = c.buffer.as_slice()[..c.status.nbytes].to_vec();
                 wait_ok(&r, &*ep, send(&r, &*ep, to_parent, tag, got), "echo send");
-                say(&format!("echoed {}", c.status.nbytes));
+                format!("echoed {}", c.status.nbytes)
             }
             "adder" => {
                 let id = ep.am_register(adder.clone()).expect("register");
-                say(&format!("handler {}", id.0));
+                format!("handler {}", id.0)
             }
             "am" => {
                 let args: Vec<u64> = if w[2] == "-" {
@@ -236,9 +185,9 @@ pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
                     to_parent,
                     AmHandlerId(num(1) as u16),
                     &args,
-                    &payload(w[3]),
+                    &payload::from_spec(w[3]),
                 );
-                say("ok");
+                "ok".into()
             }
             "amstats" => {
                 assert!(progress_until(&r, STEP, || adder
@@ -256,19 +205,28 @@ pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
                         String::from_utf8_lossy(p)
                     )
                 });
-                say(&format!(
+                format!(
                     "amstats {} {} {last}",
                     adder.requests.load(Ordering::Acquire),
                     replies.len()
-                ));
+                )
             }
-            "close" => {
-                ep.close(Duration::from_secs(2)).expect("remote close");
-                say("closed");
-                return;
-            }
+            "close" => return None,
             other => panic!("unknown command {other:?}"),
-        }
+        })
+    };
+    let stop = peer::serve(&lines, || idle(&r), answer);
+    if stop.is_some() {
+        ep.close(Duration::from_secs(2)).expect("remote close");
+        say("closed");
+    }
+}
+
+/// One step while waiting for a line: a progress round, and a yield when it
+/// made none.
+fn idle(r: &Reactor) {
+    if !r.progress().made() {
+        std::thread::yield_now();
     }
 }
 
@@ -295,8 +253,7 @@ impl Remote {
     /// Spawns the remote peer for `test` (job `uuid`) and connects `ep` to it.
     pub(crate) fn start<P: EngineEndpoint>(test: &str, reactor: &Reactor, ep: &P) -> Remote {
         let mut child = Peer::spawn(test, "remote", &[]);
-        child.send_line(&ep.epid().to_string());
-        let line = child.recv_line_with(STEP, || {
+        let line = child.cmd(&ep.epid().to_string(), STEP, || {
             reactor.progress();
         });
         let epid: Epid = line.parse().expect("the remote's epid");
@@ -320,18 +277,14 @@ impl Remote {
 
     /// The next answer, progressing the local reactor meanwhile.
     pub(crate) fn answer(&mut self) -> String {
-        let r = self.reactor.clone();
-        self.child.recv_line_with(STEP, || {
-            if !r.progress().made() {
-                std::thread::yield_now();
-            }
-        })
+        let r = &self.reactor;
+        self.child.recv_line_with(STEP, || idle(r))
     }
 
     /// A command and its answer.
     pub(crate) fn cmd(&mut self, line: &str) -> String {
-        self.post(line);
-        self.answer()
+        let r = &self.reactor;
+        self.child.cmd(line, STEP, || idle(r))
     }
 
     /// Posts a send of `spec` with `tag`; its id.
@@ -365,11 +318,10 @@ impl Remote {
         assert!(a.starts_with("done None "), "remote send {id}: {a}");
     }
 
-    /// Closes the remote and waits for it to exit.
-    pub(crate) fn close(mut self) {
-        assert_eq!(self.cmd("close"), "closed");
-        let status = self.child.wait(STEP);
-        assert!(status.success(), "the remote failed: {status}");
+    /// Closes the remote and checks that it exits 0.
+    pub(crate) fn close(self) {
+        let r = &self.reactor;
+        self.child.finish("close", "closed", STEP, || idle(r));
     }
 }
 

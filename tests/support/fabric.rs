@@ -292,11 +292,3 @@ pub(crate) fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
     let mut cx = Context::from_waker(Waker::noop());
     std::pin::Pin::new(fut).poll(&mut cx)
 }
-
-/// `len` bytes of a pattern that differs with `seed` (so misplaced or
-/// stale bytes show).
-pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
-        .collect()
-}

@@ -169,10 +169,3 @@ pub(crate) fn drive<F: Future>(domains: &[MrailDomain], fut: F) -> F::Output {
         );
     }
 }
-
-/// `len` bytes of a pattern that differs with `seed`.
-pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 8) as u8))
-        .collect()
-}

@@ -4,10 +4,13 @@
 //! `PSMRAIL_TEST_ROLE` set; the test function checks [`role`] first and
 //! plays the child's part when it is set. The two sides talk over the
 //! child's stdin/stdout, one line at a time ([`Peer::send_line`],
-//! [`Peer::recv_line`] in the parent; [`ChildIo`] in the child), which is
-//! enough to exchange endpoint ids and verdicts. [`Peer::spawn_in`] starts
-//! the child inside a network namespace, such as a host of the multi-rail
-//! rig ([`super::rig`]).
+//! [`Peer::recv_line`] in the parent; [`say`], [`stdin_lines`] or
+//! [`ChildIo`] in the child), which is enough to exchange endpoint ids and
+//! verdicts. A child that takes commands answers them with [`serve`]; the
+//! parent sends each with [`Peer::cmd`] and ends the exchange with
+//! [`Peer::finish`], which checks the child's exit. [`Peer::spawn_in`]
+//! starts the child inside a network namespace, such as a host of the
+//! multi-rail rig ([`super::rig`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -54,6 +57,49 @@ pub(crate) fn stdin_lines() -> mpsc::Receiver<String> {
         }
     });
     lines
+}
+
+/// Sends one line to the parent (the child's side; the parent reads it
+/// with [`Peer::recv_line`]).
+pub(crate) fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@@ {line}").expect("stdout");
+    out.flush().expect("flush");
+}
+
+/// A number in a command: decimal, or hex after `0x`.
+pub(crate) fn num(word: &str) -> u64 {
+    match word.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).expect("a hex number"),
+        None => word.parse().expect("a number"),
+    }
+}
+
+/// The child's command loop: answers the parent's lines one by one,
+/// calling `idle` (a progress step) while none is waiting. `answer` gets a
+/// command's words and returns the line to [`say`], or `None` for a
+/// command that ends the loop: that line is returned for the caller to
+/// finish. `None` once the parent is gone.
+pub(crate) fn serve(
+    lines: &mpsc::Receiver<String>,
+    mut idle: impl FnMut(),
+    mut answer: impl FnMut(&[&str]) -> Option<String>,
+) -> Option<String> {
+    loop {
+        let line = match lines.try_recv() {
+            Ok(l) => l,
+            Err(mpsc::TryRecvError::Empty) => {
+                idle();
+                continue;
+            }
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match answer(&words) {
+            Some(reply) => say(&reply),
+            None => return Some(line),
+        }
+    }
 }
 
 /// A child process running `test` in `role`.
@@ -165,6 +211,23 @@ impl Peer {
         }
     }
 
+    /// Sends a command and returns the child's answer, calling `idle`
+    /// while waiting; a panic after `timeout`.
+    pub(crate) fn cmd(&mut self, line: &str, timeout: Duration, idle: impl FnMut()) -> String {
+        self.send_line(line);
+        self.recv_line_with(timeout, idle)
+    }
+
+    /// Ends the exchange and takes the child's verdict: sends `line`,
+    /// asserts the answer is `reply` (calling `idle` while waiting), then
+    /// waits for the child to exit and asserts it succeeded. Each wait is
+    /// bounded by `timeout`.
+    pub(crate) fn finish(mut self, line: &str, reply: &str, timeout: Duration, idle: impl FnMut()) {
+        assert_eq!(self.cmd(line, timeout, idle), reply, "{line}");
+        let status = self.wait(timeout);
+        assert!(status.success(), "the remote failed: {status}");
+    }
+
     /// The child's process id.
     pub(crate) fn id(&self) -> u32 {
         self.child.id()
@@ -206,11 +269,9 @@ impl ChildIo {
         }
     }
 
-    /// Sends one line to the parent.
+    /// Sends one line to the parent ([`say`]).
     pub(crate) fn send_line(&mut self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "@@ {line}").expect("stdout");
-        out.flush().expect("flush");
+        say(line);
     }
 
     /// The parent's next line (blocks; the parent's timeouts bound it).
