@@ -20,8 +20,8 @@
 //! median over the rounds of the medians of `--reps` repetitions.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong [-- --reps 9 --rounds 3 --no-pin]
-//! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong -- --help
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin am_msg_pingpong [-- --reps 9 --rounds 3 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin am_msg_pingpong -- --help
 //! ```
 //!
 //! Options (`--help` lists them): `--reps N` (default 9), `--rounds N`
@@ -35,6 +35,7 @@ use psmrail::engine::{
 };
 use psmrail::hooks::AmMsgHook;
 use psmrail::reactor::{CompletionTable, CpuSet, OpKey, ProgressMode, Reactor};
+use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -103,18 +104,13 @@ fn pin_to(cpu: usize) -> bool {
     psmrail::reactor::pin_current_thread(&set).is_ok()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Warms up with `iters / 10 + 1` rounds, then `reps` timed repetitions of
 /// `iters` rounds; the median half round trip in seconds.
 fn measure(reps: usize, iters: usize, mut round: impl FnMut()) -> f64 {
     for _ in 0..iters / 10 + 1 {
         round();
     }
-    median(
+    median_or_zero(
         (0..reps)
             .map(|_| {
                 let start = Instant::now();
@@ -378,7 +374,7 @@ fn main() {
     }
     let per_size = |runs: &[Vec<f64>]| -> Vec<f64> {
         (0..SIZES.len())
-            .map(|i| median(runs.iter().map(|r| r[i]).collect()))
+            .map(|i| median_or_zero(runs.iter().map(|r| r[i]).collect()))
             .collect()
     };
     let (mq, am) = (per_size(&runs[0]), per_size(&runs[1]));
