@@ -145,7 +145,7 @@ fn draw<'a>(area: &Area<'a>, c: &Chart) -> DrawResult<'a> {
         XAxis::Log2Bytes if (x - x.round()).abs() < 1e-6 && (0.0..63.0).contains(x) => {
             size_short(1usize << x.round() as u32)
         }
-        XAxis::Linear => format!("{x}"),
+        XAxis::Linear => plain(*x),
         XAxis::Count if (x - x.round()).abs() < 1e-6 => format!("{x:.0}"),
         XAxis::Log2Bytes | XAxis::Count => String::new(),
     };
@@ -180,6 +180,18 @@ fn draw<'a>(area: &Area<'a>, c: &Chart) -> DrawResult<'a> {
                 .draw()?;
             plot(&mut chart, c, (bottom, top))
         }
+    }
+}
+
+/// `x` with at most 3 decimals, without trailing zeros (axis steps such
+/// as 0.2 add up to 1.4000000000000001).
+fn plain(x: f64) -> String {
+    let text = format!("{x:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
     }
 }
 
@@ -268,6 +280,14 @@ mod tests {
         assert_eq!(y_range(&c), (0.0, 75.0));
         let (lo, hi) = y_range(&chart(YAxis::Log));
         assert!((lo - 1.4).abs() < 1e-9 && hi > 50.0, "{lo} {hi}");
+    }
+
+    #[test]
+    fn plain_numbers() {
+        assert_eq!(plain(1.4000000000000001), "1.4");
+        assert_eq!(plain(2.0), "2");
+        assert_eq!(plain(-0.0001), "0");
+        assert_eq!(plain(0.125), "0.125");
     }
 
     #[test]

@@ -96,9 +96,8 @@ pub fn pin(cpu: usize) -> Result<(), String> {
     psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
 }
 
-/// Makes the kernel kill this process when its parent dies, and checks
-/// that the parent is still `pid`.
-pub fn die_with_parent(pid: u32) -> Result<(), String> {
+/// Makes the kernel kill this process when its parent dies.
+pub fn exit_with_parent() -> Result<(), String> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
     // memory of this process.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
@@ -108,6 +107,13 @@ pub fn die_with_parent(pid: u32) -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
+    Ok(())
+}
+
+/// Makes the kernel kill this process when its parent dies, and checks
+/// that the parent is still `pid`.
+pub fn die_with_parent(pid: u32) -> Result<(), String> {
+    exit_with_parent()?;
     if std::os::unix::process::parent_id() != pid {
         return Err(format!("the process that started this one ({pid}) is gone"));
     }

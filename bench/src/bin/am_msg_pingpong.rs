@@ -34,7 +34,8 @@ use psmrail::engine::{
     EndpointOptions, EngineEndpoint, Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagMatch,
 };
 use psmrail::hooks::AmMsgHook;
-use psmrail::reactor::{CompletionTable, CpuSet, OpKey, ProgressMode, Reactor};
+use psmrail::reactor::{CompletionTable, OpKey, ProgressMode, Reactor};
+use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -100,8 +101,7 @@ struct Args {
 }
 
 fn pin_to(cpu: usize) -> bool {
-    let set: CpuSet = [cpu].into_iter().collect();
-    psmrail::reactor::pin_current_thread(&set).is_ok()
+    harness::pin(cpu).is_ok()
 }
 
 /// Warms up with `iters / 10 + 1` rounds, then `reps` timed repetitions of
@@ -352,8 +352,7 @@ fn main() {
     let args = Args::parse();
     if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
-        // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let _ = harness::exit_with_parent();
         if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }

@@ -46,6 +46,7 @@ use psmrail::fabric::{
 };
 use psmrail::ops::atomic::{AtomicDatatype, AtomicOp};
 use psmrail::ops::RmaOp;
+use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -255,9 +256,8 @@ impl Side {
 }
 
 fn pin(cpu: usize) {
-    let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
-    if let Err(e) = psmrail::reactor::pin_current_thread(&set) {
-        eprintln!("rma_bench: cannot pin to CPU {cpu}: {e} (running unpinned)");
+    if let Err(e) = harness::pin(cpu) {
+        eprintln!("rma_bench: {e} (running unpinned)");
     }
 }
 
@@ -687,8 +687,7 @@ fn main() -> std::process::ExitCode {
     let r = match args.serve {
         Some(p) => {
             // Die with the initiator instead of spinning on if it is killed.
-            // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            let _ = harness::exit_with_parent();
             target(&args, p)
         }
         None => initiator(&args),

@@ -90,7 +90,8 @@ use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint as ApiEndpoint, EngineChoice, Fabric,
     FiAddr, Hints,
 };
-use psmrail::reactor::{CompletionTable, CpuSet, OpKey, Reactor};
+use psmrail::reactor::{CompletionTable, OpKey, Reactor};
+use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -316,8 +317,7 @@ impl Phase {
 }
 
 fn pin_to(cpu: usize) -> bool {
-    let set: CpuSet = [cpu].into_iter().collect();
-    psmrail::reactor::pin_current_thread(&set).is_ok()
+    harness::pin(cpu).is_ok()
 }
 
 /// Medians (half round trip, seconds) per size.
@@ -1016,8 +1016,7 @@ fn main() {
 
     if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
-        // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let _ = harness::exit_with_parent();
         if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }
