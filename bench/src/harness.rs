@@ -1,28 +1,25 @@
-//! The shared harness: where each peer runs (CPU placement and pinning),
-//! starting the two peer processes of a variant and talking to them over
-//! their standard input and output, and the peers' side of that talk.
+//! The peer processes of a measurement: where each runs (CPU placement
+//! and pinning), starting a program again as a peer and talking to it
+//! over its standard input and output, and the peer's side of that talk.
 //!
-//! The sweep process starts the server (`psm_bench serve ...`), reads its
-//! `@@ addr` line, starts the client (`psm_bench client --addr ...`),
-//! hands the client's `@@ addr` line to the server's standard input, then
-//! collects the client's `@@ row` lines (JSON [`Row`]s) until `@@ done`.
-//! Both peers die with the sweep process (`PR_SET_PDEATHSIG`).
+//! A peer prints what the starting process must read as lines beginning
+//! `@@ ` (its address, its results); every other line of its standard
+//! output is passed on to the starting process's standard error. A peer
+//! started with [`PeerProcess::start`] can die with its parent
+//! ([`die_with_parent`]).
 
-use crate::cli::{PeerArgs, Variant};
-use crate::jobs::Job;
-use crate::report::Row;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long a peer may stay silent (between two rows) before the sweep
-/// gives up on it.
+/// How long a peer may stay silent (between two `@@` lines) before the
+/// starting process gives up on it.
 const SILENCE: Duration = Duration::from_secs(300);
 
 /// The CPUs of the two peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Placement {
+pub struct Placement {
     /// The client's CPU.
     pub client: usize,
     /// The server's CPU.
@@ -32,20 +29,20 @@ pub(crate) struct Placement {
 impl Placement {
     /// Client on the first CPU this process may use, server on the second;
     /// both on the one CPU when there is only one.
-    pub(crate) fn of_this_machine() -> Placement {
+    pub fn of_this_machine() -> Placement {
         let cpus = allowed_cpus();
         Placement::from_cpus(&cpus)
     }
 
     /// The placement over these CPUs.
-    pub(crate) fn from_cpus(cpus: &[usize]) -> Placement {
+    pub fn from_cpus(cpus: &[usize]) -> Placement {
         let client = cpus.first().copied().unwrap_or(0);
         let server = cpus.get(1).copied().unwrap_or(client);
         Placement { client, server }
     }
 
     /// How the peers are placed, for the output.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         if self.client == self.server {
             format!(
                 "only one CPU: client and server both pinned to CPU {} (latency includes their sharing it)",
@@ -94,14 +91,13 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 /// Pins the calling thread to `cpu`.
-pub(crate) fn pin(cpu: usize) -> Result<(), String> {
+pub fn pin(cpu: usize) -> Result<(), String> {
     let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
     psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("pinning to CPU {cpu}: {e}"))
 }
 
-/// Makes the kernel kill this process when its parent dies, and checks
-/// that the parent is still `pid`.
-pub(crate) fn die_with_parent(pid: u32) -> Result<(), String> {
+/// Makes the kernel kill this process when its parent dies.
+pub fn exit_with_parent() -> Result<(), String> {
     // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
     // memory of this process.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
@@ -111,61 +107,37 @@ pub(crate) fn die_with_parent(pid: u32) -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
+    Ok(())
+}
+
+/// Makes the kernel kill this process when its parent dies, and checks
+/// that the parent is still `pid`.
+pub fn die_with_parent(pid: u32) -> Result<(), String> {
+    exit_with_parent()?;
     if std::os::unix::process::parent_id() != pid {
         return Err(format!("the process that started this one ({pid}) is gone"));
     }
     Ok(())
 }
 
-/// What a peer does first: die with the sweep process, if told.
-pub(crate) fn peer_setup(args: &PeerArgs) -> Result<(), String> {
-    if let Some(pid) = args.with_parent {
-        die_with_parent(pid)?;
-    }
-    Ok(())
-}
-
-/// Pins a peer as `--cpu` says.
-pub(crate) fn peer_pin(args: &PeerArgs) -> Result<(), String> {
-    match args.cpu {
-        Some(cpu) => pin(cpu),
-        None => Ok(()),
-    }
-}
-
-/// A peer announces its address.
-pub(crate) fn announce_addr(addr: &str) -> Result<(), String> {
-    say(&format!("addr {addr}"))
-}
-
-/// A client reports one measurement.
-pub(crate) fn announce_row(row: &Row) -> Result<(), String> {
-    let json = serde_json::to_string(row).map_err(|e| format!("JSON: {e}"))?;
-    say(&format!("row {json}"))
-}
-
-/// A client reports that every job ran.
-pub(crate) fn announce_done() -> Result<(), String> {
-    say("done")
-}
-
-fn say(line: &str) -> Result<(), String> {
+/// A peer tells the starting process `line` (printed after `@@ `).
+pub fn say(line: &str) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "@@ {line}")
         .and_then(|()| out.flush())
-        .map_err(|e| format!("writing to the sweep process: {e}"))
+        .map_err(|e| format!("writing to the starting process: {e}"))
 }
 
 /// The server reads the client's address from its standard input (a
 /// line). A future, on a thread of its own: a server with manual progress
 /// awaits it on its reactor, so that its endpoint answers the client's
 /// connection meanwhile.
-pub(crate) fn peer_addr() -> impl std::future::Future<Output = Result<String, String>> {
+pub fn peer_addr() -> impl std::future::Future<Output = Result<String, String>> {
     let (tx, rx) = futures::channel::oneshot::channel::<Result<String, String>>();
     std::thread::spawn(move || {
         let mut line = String::new();
         let got = match std::io::stdin().read_line(&mut line) {
-            Ok(0) => Err("the sweep process closed the address channel".to_owned()),
+            Ok(0) => Err("the starting process closed the address channel".to_owned()),
             Ok(_) => Ok(line.trim().to_owned()),
             Err(e) => Err(format!("reading the client's address: {e}")),
         };
@@ -177,10 +149,10 @@ pub(crate) fn peer_addr() -> impl std::future::Future<Output = Result<String, St
     }
 }
 
-/// Resolves once the sweep process closes this peer's standard input:
+/// Resolves once the starting process closes this peer's standard input:
 /// a client keeps its endpoint open (and, awaiting this, moving) until
 /// the server has received everything, then exits.
-pub(crate) fn until_released() -> impl std::future::Future<Output = Result<(), String>> {
+pub fn until_released() -> impl std::future::Future<Output = Result<(), String>> {
     let (tx, rx) = futures::channel::oneshot::channel::<()>();
     std::thread::spawn(move || {
         let mut sink = Vec::new();
@@ -196,15 +168,18 @@ pub(crate) fn until_released() -> impl std::future::Future<Output = Result<(), S
 
 /// A running peer process: its `@@` lines arrive on a channel (other
 /// lines of its standard output go to this process's standard error).
-struct Peer {
+#[derive(Debug)]
+pub struct PeerProcess {
     role: &'static str,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
 }
 
-impl Peer {
-    fn start(role: &'static str, args: &[String]) -> Result<Peer, String> {
+impl PeerProcess {
+    /// Starts this program again with `args`, as the peer named `role`
+    /// in messages.
+    pub fn start(role: &'static str, args: &[String]) -> Result<PeerProcess, String> {
         let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
         let mut child = Command::new(exe)
             .args(args)
@@ -232,7 +207,7 @@ impl Peer {
                 }
             }
         });
-        Ok(Peer {
+        Ok(PeerProcess {
             role,
             child,
             stdin,
@@ -241,7 +216,7 @@ impl Peer {
     }
 
     /// The next `@@` line, without the prefix.
-    fn next(&mut self) -> Result<String, String> {
+    pub fn next_line(&mut self) -> Result<String, String> {
         match self.lines.recv_timeout(SILENCE) {
             Ok(line) => Ok(line),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
@@ -256,14 +231,16 @@ impl Peer {
         }
     }
 
-    fn addr(&mut self) -> Result<String, String> {
-        let line = self.next()?;
+    /// The peer's address: its next `@@` line, `addr ADDRESS`.
+    pub fn addr(&mut self) -> Result<String, String> {
+        let line = self.next_line()?;
         line.strip_prefix("addr ")
             .map(str::to_owned)
             .ok_or_else(|| format!("the {} said {line:?}, expected its address", self.role))
     }
 
-    fn tell(&mut self, line: &str) -> Result<(), String> {
+    /// Writes `line` to the peer's standard input.
+    pub fn tell(&mut self, line: &str) -> Result<(), String> {
         let stdin = self
             .stdin
             .as_mut()
@@ -274,7 +251,7 @@ impl Peer {
     }
 
     /// Waits up to `patience` for the process to exit successfully.
-    fn finish(mut self, patience: Duration) -> Result<(), String> {
+    pub fn finish(mut self, patience: Duration) -> Result<(), String> {
         drop(self.stdin.take());
         let deadline = Instant::now() + patience;
         loop {
@@ -297,7 +274,7 @@ impl Peer {
     }
 }
 
-impl Drop for Peer {
+impl Drop for PeerProcess {
     fn drop(&mut self) {
         // Ends this peer (only this child, by its pid) if it is still
         // running: after an error, or when `finish` gave up.
@@ -306,58 +283,6 @@ impl Drop for Peer {
             let _ = self.child.wait();
         }
     }
-}
-
-/// The arguments of a peer of `variant` running `jobs` on `cpu`.
-fn peer_args(sub: &str, variant: Variant, jobs: &[Job], cpu: usize) -> Vec<String> {
-    let jobs: Vec<String> = jobs.iter().map(Job::to_string).collect();
-    vec![
-        sub.to_owned(),
-        "--variant".to_owned(),
-        variant.name().to_owned(),
-        "--jobs".to_owned(),
-        jobs.join(","),
-        "--cpu".to_owned(),
-        cpu.to_string(),
-        "--with-parent".to_owned(),
-        std::process::id().to_string(),
-    ]
-}
-
-/// Runs `jobs` of `variant` in a new pair of peer processes, handing each
-/// row to `on_row` as it arrives; the rows, in job order.
-pub(crate) fn run_pair(
-    variant: Variant,
-    jobs: &[Job],
-    at: Placement,
-    mut on_row: impl FnMut(&Row),
-) -> Result<Vec<Row>, String> {
-    let mut server = Peer::start("server", &peer_args("serve", variant, jobs, at.server))?;
-    let server_addr = server.addr()?;
-    let mut args = peer_args("client", variant, jobs, at.client);
-    args.extend(["--addr".to_owned(), server_addr]);
-    let mut client = Peer::start("client", &args)?;
-    let client_addr = client.addr()?;
-    server.tell(&client_addr)?;
-    let mut rows = Vec::with_capacity(jobs.len());
-    loop {
-        let line = client.next()?;
-        if line == "done" {
-            break;
-        }
-        let json = line
-            .strip_prefix("row ")
-            .ok_or_else(|| format!("the client said {line:?}, expected a row"))?;
-        let row: Row =
-            serde_json::from_str(json).map_err(|e| format!("the client's row {json:?}: {e}"))?;
-        on_row(&row);
-        rows.push(row);
-    }
-    // The server exits once it has the client's bye; then the client is
-    // released (its input closed) and exits too.
-    server.finish(Duration::from_secs(10))?;
-    client.finish(Duration::from_secs(10))?;
-    Ok(rows)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Statistics of one measurement: every sample (a round trip, or a timed
-//! window of a stream) goes into an HDR histogram, read back as median,
-//! p90 and p99.
+//! Statistics of samples: the samples of one measurement (round trips, or
+//! timed windows of a stream) go into an HDR histogram, read back as
+//! median, p90 and p99; a handful of figures (one per round or run) have
+//! their exact median; and rates of bytes or events over a time.
 
 use hdrhistogram::Histogram;
 use std::time::Duration;
@@ -10,13 +11,14 @@ use std::time::Duration;
 const MAX_NS: u64 = 3_600_000_000_000;
 
 /// Samples of one measurement, in nanoseconds, to 3 significant digits.
-pub(crate) struct Recorder {
+#[derive(Debug)]
+pub struct Recorder {
     hist: Histogram<u64>,
 }
 
 /// What a [`Recorder`] holds, read back.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Summary {
+pub struct Summary {
     /// The 50th percentile, ns.
     pub median_ns: f64,
     /// The 90th percentile, ns.
@@ -29,7 +31,7 @@ pub(crate) struct Summary {
 
 impl Recorder {
     /// An empty recorder.
-    pub(crate) fn new() -> Result<Recorder, String> {
+    pub fn new() -> Result<Recorder, String> {
         let hist =
             Histogram::new_with_bounds(1, MAX_NS, 3).map_err(|e| format!("histogram: {e}"))?;
         Ok(Recorder { hist })
@@ -37,13 +39,13 @@ impl Recorder {
 
     /// Records one sample (below 1 ns counts as 1 ns, above an hour as an
     /// hour).
-    pub(crate) fn record(&mut self, d: Duration) {
+    pub fn record(&mut self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(MAX_NS).max(1);
         self.hist.saturating_record(ns);
     }
 
     /// The percentiles of what was recorded (zeros when nothing was).
-    pub(crate) fn summary(&self) -> Summary {
+    pub fn summary(&self) -> Summary {
         let q = |q: f64| {
             if self.hist.is_empty() {
                 0.0
@@ -61,8 +63,17 @@ impl Recorder {
 }
 
 impl Summary {
+    /// The percentiles of `samples` (see [`Recorder::record`]).
+    pub fn of(samples: &[Duration]) -> Result<Summary, String> {
+        let mut r = Recorder::new()?;
+        for d in samples {
+            r.record(*d);
+        }
+        Ok(r.summary())
+    }
+
     /// Every percentile scaled by `f` (a round trip halved, say).
-    pub(crate) fn scaled(self, f: f64) -> Summary {
+    pub fn scaled(self, f: f64) -> Summary {
         Summary {
             median_ns: self.median_ns * f,
             p90_ns: self.p90_ns * f,
@@ -72,9 +83,29 @@ impl Summary {
     }
 }
 
+/// The median of `v` (the mean of the middle two for an even count), or
+/// `None` for no values. Sorts `v`.
+pub fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    })
+}
+
+/// The median of `v` as [`median`], 0 for no values.
+pub fn median_or_zero(mut v: Vec<f64>) -> f64 {
+    median(&mut v).unwrap_or(0.0)
+}
+
 /// Megabytes (10^6 bytes) per second of `bytes` in `ns` nanoseconds
 /// (0 when no time passed).
-pub(crate) fn mb_per_s(bytes: f64, ns: f64) -> f64 {
+pub fn mb_per_s(bytes: f64, ns: f64) -> f64 {
     if ns > 0.0 {
         bytes / ns * 1e3
     } else {
@@ -84,7 +115,7 @@ pub(crate) fn mb_per_s(bytes: f64, ns: f64) -> f64 {
 
 /// Events per second of `count` events in `ns` nanoseconds (0 when no
 /// time passed).
-pub(crate) fn per_s(count: f64, ns: f64) -> f64 {
+pub fn per_s(count: f64, ns: f64) -> f64 {
     if ns > 0.0 {
         count / ns * 1e9
     } else {
@@ -127,6 +158,17 @@ mod tests {
         assert!(s.median_ns >= 1.0);
         assert!(s.p99_ns <= MAX_NS as f64 * 1.001);
         Ok(())
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median_or_zero(Vec::new()), 0.0);
+        assert_eq!(median_or_zero(vec![5.0]), 5.0);
+        let s = Summary::of(&[Duration::from_micros(2), Duration::from_micros(4)]);
+        assert_eq!(s.map(|s| s.samples), Ok(2));
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! alternates strictly, so the message a side detects is the peer's latest
 //! send before it, and its answer is its own next send). The stamps are
 //! TSC cycles on x86-64 (see [`ticks_per_us`]), nanoseconds elsewhere.
-//! `examples/engine_pingpong.rs --probe` prints the split for each phase.
+//! `engine_pingpong --probe` (a binary of `bench/`) prints the split for each phase.
 //!
 //! Stamping costs a few nanoseconds per message and moves nothing else:
 //! stamping more points than these two perturbed the path it measured

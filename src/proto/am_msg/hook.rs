@@ -2,7 +2,7 @@
 //!
 //! [`AmMsgQueue`] is crate-private: applications reach it through the msg
 //! operations of a domain opened with `FI_PSM_AM_MSG=1`. The integration
-//! tests (`tests/am_msg.rs`) and `examples/am_msg_pingpong.rs` drive it
+//! tests (`tests/am_msg.rs`) and `am_msg_pingpong` (a binary of `bench/`) drive it
 //! directly over an engine endpoint through this thin wrapper, which is
 //! hidden from the docs and not part of the API.
 

@@ -13,22 +13,24 @@
 //! (half round trip, median / p90 / p99 from an HDR histogram), bandwidth
 //! (windows of messages acknowledged by one byte, MB/s of the median
 //! window) and message rate (the same with 8-byte messages). This process
-//! prints the tables and writes the CSV, JSON and SVG files.
+//! prints the tables and writes the CSV, JSON and SVG files. The peer
+//! processes, statistics, CSV writing and chart drawing are this crate's
+//! library (`psmrail_bench`), shared with the other benchmark programs.
 
 mod chart;
 mod cli;
 mod external;
-mod harness;
 mod jobs;
+mod peers;
 mod psm;
 mod report;
-mod stats;
 mod tcp;
 
 use clap::Parser;
 use cli::{Cli, Command, RunArgs, Variant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobs::{Counts, Job, Part};
+use psmrail_bench::{csv, harness};
 use report::Row;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -52,7 +54,7 @@ fn main() -> ExitCode {
 
 /// `psm_bench serve`: one variant's server.
 fn serve(args: &cli::PeerArgs) -> Result<(), String> {
-    harness::peer_setup(args)?;
+    peers::peer_setup(args)?;
     match args.variant {
         Variant::TokioTcp => tcp::serve(args),
         v if v.is_psm() => psm::serve(args),
@@ -62,7 +64,7 @@ fn serve(args: &cli::PeerArgs) -> Result<(), String> {
 
 /// `psm_bench client`: one variant's client.
 fn client(args: &cli::ClientArgs) -> Result<(), String> {
-    harness::peer_setup(&args.peer)?;
+    peers::peer_setup(&args.peer)?;
     match args.peer.variant {
         Variant::TokioTcp => tcp::client(args),
         v if v.is_psm() => psm::client(args),
@@ -158,7 +160,7 @@ fn sweep(args: &RunArgs) -> Result<(), String> {
         };
         let got = match plan {
             Plan::Skipped(_) => continue,
-            Plan::Peers => harness::run_pair(*v, &jobs, at, tick),
+            Plan::Peers => peers::run_pair(*v, &jobs, at, tick),
             Plan::External(path) => external::run(*v, path, &jobs, at, tick),
         };
         match got {
@@ -173,11 +175,11 @@ fn sweep(args: &RunArgs) -> Result<(), String> {
     let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
     print!("{}", report::tables(&rows, &names));
     if let Some(path) = &args.csv {
-        report::write(path, &report::csv(&rows))?;
+        csv::write(path, &report::csv(&rows))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.json {
-        report::write(path, &report::json(&rows)?)?;
+        csv::write(path, &report::json(&rows)?)?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.svg {

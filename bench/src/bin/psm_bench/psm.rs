@@ -9,12 +9,12 @@
 //! process, which is why every variant runs in processes of its own).
 
 use crate::cli::{ClientArgs, PeerArgs, Variant};
-use crate::harness;
 use crate::jobs::{Job, Part};
+use crate::peers;
 use crate::report::Row;
-use crate::stats::{self, Recorder};
 use futures::future::join_all;
 use psmrail::config::PsmConfig;
+use psmrail::engine::soft::SoftConfig;
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
@@ -22,6 +22,8 @@ use psmrail::fabric::{
 };
 use psmrail::ops::MessageEndpoint;
 use psmrail::reactor::Reactor;
+use psmrail_bench::harness;
+use psmrail_bench::stats::{self, Recorder};
 use std::time::{Duration, Instant};
 
 /// The tag of measured messages.
@@ -68,6 +70,12 @@ pub(crate) fn info(variant: Variant) -> Result<Info, String> {
         .config(psm_config()?);
     if variant.is_adaptive() {
         hints = hints.spin(ADAPTIVE_SPIN);
+    }
+    if variant == Variant::SoftTcp {
+        hints = hints.soft_config(SoftConfig {
+            unix_sockets: false,
+            ..SoftConfig::default()
+        });
     }
     getinfo(Some(&hints))
         .map_err(|e| format!("getinfo ({} engine): {e}", engine_name(variant)))?
@@ -299,8 +307,8 @@ pub(crate) fn row(variant: &str, job: Job, rec: &Recorder) -> Row {
 /// `psm_bench serve` for a psm variant.
 pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
     let side = Side::open(args.variant)?;
-    harness::peer_pin(args)?;
-    harness::announce_addr(&side.ep.getname().to_string())?;
+    peers::peer_pin(args)?;
+    peers::announce_addr(&side.ep.getname().to_string())?;
     let addr = side.reactor.block_on(harness::peer_addr())?;
     let peer = side.insert(&addr)?;
     let ep = &side.ep;
@@ -318,9 +326,9 @@ pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
 /// `psm_bench client` for a psm variant.
 pub(crate) fn client(args: &ClientArgs) -> Result<(), String> {
     let side = Side::open(args.peer.variant)?;
-    harness::peer_pin(&args.peer)?;
+    peers::peer_pin(&args.peer)?;
     let peer = side.insert(&args.addr)?;
-    harness::announce_addr(&side.ep.getname().to_string())?;
+    peers::announce_addr(&side.ep.getname().to_string())?;
     let ep = &side.ep;
     side.reactor
         .block_on(send(ep, peer, HELLO_TAG, vec![1u8].into()))?;
@@ -329,12 +337,12 @@ pub(crate) fn client(args: &ClientArgs) -> Result<(), String> {
             .reactor
             .block_on(run_job(ep, peer, true, *job, args.peer.variant))?;
         if let Some(row) = row {
-            harness::announce_row(&row)?;
+            peers::announce_row(&row)?;
         }
     }
     side.reactor
         .block_on(send(ep, peer, BYE_TAG, vec![1u8].into()))?;
-    harness::announce_done()?;
+    peers::announce_done()?;
     // Keep the endpoint open, and moving, until the server has its bye.
     side.reactor.block_on(harness::until_released())
 }

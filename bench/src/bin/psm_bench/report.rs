@@ -1,10 +1,11 @@
 //! Results: one [`Row`] per variant, part and size; the CSV and JSON files
 //! and the tables printed on stdout.
 
-use crate::jobs::{size_label, Part};
+use crate::jobs::Part;
+use psmrail_bench::csv;
+use psmrail_bench::units::{fmt_num, size_label};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// The variant every other is compared with in the tables.
 pub(crate) const BASELINE: &str = "tokio-tcp";
@@ -38,34 +39,18 @@ pub(crate) struct Row {
 pub(crate) const CSV_HEADER: &str =
     "variant,part,size_bytes,median_us,p90_us,p99_us,mb_s,msg_s,samples";
 
-/// A CSV field: quoted when it holds a comma, a quote or a line break.
-fn csv_text(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_owned()
-    }
-}
-
-/// A number with 3 decimals, or an empty field.
-fn csv_num(v: Option<f64>) -> String {
-    v.filter(|x| x.is_finite())
-        .map(|x| format!("{x:.3}"))
-        .unwrap_or_default()
-}
-
 impl Row {
     /// The row as one CSV line (no line break).
     pub(crate) fn csv(&self) -> String {
         [
-            csv_text(&self.variant),
-            csv_text(&self.part),
+            csv::text(&self.variant),
+            csv::text(&self.part),
             self.size_bytes.to_string(),
-            csv_num(self.median_us),
-            csv_num(self.p90_us),
-            csv_num(self.p99_us),
-            csv_num(self.mb_s),
-            csv_num(self.msg_s),
+            csv::num(self.median_us, 3),
+            csv::num(self.p90_us, 3),
+            csv::num(self.p99_us, 3),
+            csv::num(self.mb_s, 3),
+            csv::num(self.msg_s, 3),
             self.samples.to_string(),
         ]
         .join(",")
@@ -85,23 +70,14 @@ impl Row {
 
 /// The rows as a CSV file's text (header first).
 pub(crate) fn csv(rows: &[Row]) -> String {
-    let mut out = String::from(CSV_HEADER);
-    out.push('\n');
-    for r in rows {
-        out.push_str(&r.csv());
-        out.push('\n');
-    }
-    out
+    let header: Vec<&str> = CSV_HEADER.split(',').collect();
+    let lines: Vec<Vec<String>> = rows.iter().map(|r| vec![r.csv()]).collect();
+    csv::table(&header, &lines)
 }
 
 /// The rows as a JSON array.
 pub(crate) fn json(rows: &[Row]) -> Result<String, String> {
     serde_json::to_string_pretty(rows).map_err(|e| format!("JSON: {e}"))
-}
-
-/// Writes `text` to `path`, naming the file in the error.
-pub(crate) fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One table per part: a line per size, a column per variant, each cell
@@ -176,16 +152,6 @@ pub(crate) fn tables(rows: &[Row], variants: &[&str]) -> String {
         }
     }
     out
-}
-
-/// A number with 3 significant digits or so (no exponent).
-pub(crate) fn fmt_num(x: f64) -> String {
-    match x.abs() {
-        a if a >= 1e6 => format!("{:.2}M", x / 1e6),
-        a if a >= 100.0 => format!("{x:.0}"),
-        a if a >= 10.0 => format!("{x:.1}"),
-        _ => format!("{x:.2}"),
-    }
 }
 
 fn cell(value: Option<f64>, base: Option<f64>, is_base: bool) -> String {
@@ -283,7 +249,5 @@ mod tests {
             ..lat("x", 3.0)
         };
         assert_eq!(bw.headline(), Some(7.0));
-        assert_eq!(fmt_num(1_500_000.0), "1.50M");
-        assert_eq!(fmt_num(2.345), "2.35");
     }
 }

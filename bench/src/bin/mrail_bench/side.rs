@@ -9,7 +9,6 @@
 //! opens a plain psm endpoint bound to the first rail's address, the
 //! baseline an mrail endpoint is compared with.
 
-use super::report::{median, parse_size, positive};
 use futures::FutureExt;
 use psmrail::config::{MrailConfig, PsmConfig};
 use psmrail::engine::soft::SoftConfig;
@@ -21,6 +20,9 @@ use psmrail::fabric::{
 use psmrail::mrail::{MrailEndpoint, MrailFabric};
 use psmrail::ops::MessageEndpoint;
 use psmrail::reactor::Reactor;
+use psmrail_bench::harness;
+use psmrail_bench::stats::Summary;
+use psmrail_bench::units::{parse_size, positive};
 use std::fmt;
 use std::io::Write;
 use std::str::FromStr;
@@ -517,8 +519,7 @@ async fn run_job<E: MessageEndpoint>(
             pingpong(ep, peer, client, size, iters / 10 + 1).await?;
             let times = pingpong(ep, peer, client, size, iters).await?;
             if client {
-                let mut ns: Vec<f64> = times.iter().map(|t| t.as_nanos() as f64).collect();
-                let rtt = median(&mut ns).unwrap_or(0.0);
+                let rtt = Summary::of(&times)?.median_ns;
                 println!(
                     "@@ lat size={size} iters={iters} half_rtt_ns={:.0}",
                     rtt / 2.0
@@ -564,11 +565,7 @@ async fn run_job<E: MessageEndpoint>(
 
 /// Pins this process as `--cpu` asks.
 fn pin(args: &SideArgs) -> Result<(), String> {
-    if let Some(cpu) = args.cpu {
-        let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
-        psmrail::reactor::pin_current_thread(&set).map_err(|e| format!("--cpu {cpu}: {e}"))?;
-    }
-    Ok(())
+    args.cpu.map_or(Ok(()), harness::pin)
 }
 
 /// Prints this side's address and returns the peer's. Addresses travel
@@ -603,24 +600,6 @@ fn run<E: MessageEndpoint>(args: &SideArgs, side: Side<E>) -> Result<(), String>
     bye(&side, peer, client)
 }
 
-/// Makes the kernel kill this process when its parent dies, and checks
-/// that the parent is still `pid`.
-fn die_with_parent(pid: u32) -> Result<(), String> {
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
-    // memory of this process.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    if rc != 0 {
-        return Err(format!(
-            "prctl(PR_SET_PDEATHSIG): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if std::os::unix::process::parent_id() != pid {
-        return Err(format!("the process that started this one ({pid}) is gone"));
-    }
-    Ok(())
-}
-
 /// Block pairs of an interleaved latency job (`--provider both`).
 pub(crate) const BLOCK_PAIRS: usize = 10;
 
@@ -638,8 +617,7 @@ fn lat_block<E: MessageEndpoint>(
     let times = side
         .reactor
         .block_on(pingpong(&side.ep, peer, client, size, n))?;
-    let mut ns: Vec<f64> = times.iter().map(|t| t.as_nanos() as f64).collect();
-    Ok(median(&mut ns).unwrap_or(0.0) / 2.0)
+    Ok(Summary::of(&times)?.median_ns / 2.0)
 }
 
 /// `--provider both`: an mrail and a psm endpoint in this process. The
@@ -718,7 +696,7 @@ fn bye<E: MessageEndpoint>(side: &Side<E>, peer: FiAddr, client: bool) -> Result
 /// `mrail_bench side`.
 pub(crate) fn main(args: &SideArgs) -> Result<(), String> {
     if let Some(pid) = args.with_parent {
-        die_with_parent(pid)?;
+        harness::die_with_parent(pid)?;
     }
     match args.provider {
         ProviderKind::Mrail => run(args, open_mrail(args)?),

@@ -6,9 +6,9 @@
 //! trip, ucx_perftest's median one-way latency).
 
 use crate::cli::Variant;
-use crate::harness::Placement;
 use crate::jobs::{Job, Part};
 use crate::report::Row;
+use psmrail_bench::harness::Placement;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;

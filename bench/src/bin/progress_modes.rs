@@ -1,9 +1,9 @@
 //! The progress modes compared under tokio: manual, auto and adaptive.
 //!
 //! ```text
-//! cargo run --release --features tokio --example progress_modes
-//! cargo run --release --features tokio --example progress_modes -- --rounds 11 --engine native
-//! cargo run --release --features tokio --example progress_modes -- --help
+//! cargo run --release -p psmrail-bench --bin progress_modes
+//! cargo run --release -p psmrail-bench --bin progress_modes -- --rounds 11 --engine native
+//! cargo run --release -p psmrail-bench --bin progress_modes -- --help
 //! ```
 //!
 //! Options (`--help` lists them): `--rounds N` (default 5), `--engine`,
@@ -37,6 +37,7 @@ use psmrail::fabric::{
     ProgressKind,
 };
 use psmrail::reactor::AdaptiveProgress;
+use psmrail_bench::stats::median;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -314,12 +315,7 @@ fn wakeup(a: &Node, b: &Node, a_to_b: FiAddr, gap: Duration, k: usize) -> f64 {
         .zip(&seen)
         .map(|(s, r)| r.saturating_duration_since(*s).as_secs_f64() * 1e6)
         .collect();
-    median(&mut d)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    median(&mut d).unwrap_or(0.0)
 }
 
 fn main() -> Result<(), String> {
@@ -366,7 +362,11 @@ fn idle_figures(args: &Args, modes: &[Mode]) -> Result<(), String> {
         args.idle, args.engine, args.rounds
     );
     for (i, m) in modes.iter().enumerate() {
-        println!("  {:9} {:7.2} %", m.name(), median(&mut idle[i]));
+        println!(
+            "  {:9} {:7.2} %",
+            m.name(),
+            median(&mut idle[i]).unwrap_or(0.0)
+        );
     }
     Ok(())
 }
@@ -392,9 +392,12 @@ fn pingpong_figures(args: &Args, adaptive: &Pair) -> Result<(), String> {
         "ping-pong: 8 B tagged, half round trip, soft engine, median of {} rounds of {}",
         args.rounds, args.iterations
     );
-    println!("  manual    {:7.2} us", median(&mut pm));
-    println!("  adaptive  {:7.2} us", median(&mut pa));
-    println!("  adaptive / manual: {:.3}", median(&mut ratio));
+    println!("  manual    {:7.2} us", median(&mut pm).unwrap_or(0.0));
+    println!("  adaptive  {:7.2} us", median(&mut pa).unwrap_or(0.0));
+    println!(
+        "  adaptive / manual: {:.3}",
+        median(&mut ratio).unwrap_or(0.0)
+    );
     Ok(())
 }
 
@@ -417,7 +420,7 @@ fn wakeup_figures(args: &Args, adaptive: &Pair) -> Result<(), String> {
          median of {} rounds (each the median of {})",
         args.gap, args.rounds, args.wakeups
     );
-    println!("  auto      {:7.1} us", median(&mut wa));
-    println!("  adaptive  {:7.1} us", median(&mut wd));
+    println!("  auto      {:7.1} us", median(&mut wa).unwrap_or(0.0));
+    println!("  adaptive  {:7.1} us", median(&mut wd).unwrap_or(0.0));
     Ok(())
 }

@@ -4,14 +4,14 @@
 //! and iperf3 over every rig's rails as the line-rate reference.
 
 use super::pair::{self, Pair, Variant, Who};
-use super::report::{
-    field, median, parse_size, positive, size_label, write_csv, write_svg, Chart, Series,
-    SeriesLabelPosition, XAxis,
-};
 use super::rig::{RailRig, MAX_RAILS};
 use super::side;
 use super::side::{Job, ProviderKind, MAX_WINDOW_BYTES};
 use super::Common;
+use psmrail_bench::chart::{write_svg, Chart, Series, SeriesLabelPosition, XAxis, YAxis};
+use psmrail_bench::csv;
+use psmrail_bench::stats::median;
+use psmrail_bench::units::{parse_size, positive, size_short as size_label};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -661,10 +661,10 @@ impl CsvRow<'_> {
             rates.join("+"),
             self.variant.to_owned(),
             self.size.map_or_else(String::new, |s| s.to_string()),
-            field(self.mbit, 1),
-            field(self.of_iperf, 3),
-            field(self.us, 3),
-            field(self.vs_psm, 3),
+            csv::num(self.mbit, 1),
+            csv::num(self.of_iperf, 3),
+            csv::num(self.us, 3),
+            csv::num(self.vs_psm, 3),
             self.samples.to_string(),
         ]
     }
@@ -738,19 +738,20 @@ fn charts(plan: &Plan, results: &[RigResult]) -> Vec<Chart> {
         let mut series: Vec<Series> = res
             .bw
             .iter()
-            .map(|v| Series {
-                name: v.name.clone(),
-                points: v.points.iter().map(|&(s, m)| (log2(s), m)).collect(),
-                dashed: false,
+            .map(|v| {
+                let points = v.points.iter().map(|&(s, m)| (log2(s), m)).collect();
+                Series::line(v.name.clone(), points)
             })
             .collect();
         if let (Some(sum), Some(first), Some(last)) =
             (res.iperf_sum(), plan.sizes.first(), plan.sizes.last())
         {
             series.push(Series {
-                name: "iperf3 (sum)".into(),
-                points: vec![(log2(*first), sum), (log2(*last), sum)],
                 dashed: true,
+                ..Series::line(
+                    "iperf3 (sum)",
+                    vec![(log2(*first), sum), (log2(*last), sum)],
+                )
             });
         }
         charts.push(Chart {
@@ -761,6 +762,7 @@ fn charts(plan: &Plan, results: &[RigResult]) -> Vec<Chart> {
             ),
             x: XAxis::Log2Bytes,
             x_desc: "message size (bytes)".into(),
+            y: YAxis::Linear,
             y_desc: "Mbit/s".into(),
             series,
             marks: Vec::new(),
@@ -773,19 +775,19 @@ fn charts(plan: &Plan, results: &[RigResult]) -> Vec<Chart> {
             .lat
             .iter()
             .enumerate()
-            .map(|(i, v)| Series {
-                name: v.name.clone(),
-                points: lat
+            .map(|(i, v)| {
+                let points = lat
                     .iter()
                     .filter_map(|r| Some((r.rates.len() as f64, r.lat.get(i)?.us?)))
-                    .collect(),
-                dashed: false,
+                    .collect();
+                Series::line(v.name.clone(), points)
             })
             .collect();
         charts.push(Chart {
             title: format!("{} B half round trip (median)", plan.lat_size),
             x: XAxis::Count,
             x_desc: format!("rails of {}", pair::rate_text(plan.rate)),
+            y: YAxis::Linear,
             y_desc: "µs".into(),
             series,
             marks: Vec::new(),
@@ -843,7 +845,7 @@ pub(crate) fn main(args: &SweepArgs) -> Result<ExitCode, String> {
         }
     }
     if let Some(path) = &args.common.csv {
-        write_csv(path, &CSV_HEADER, &csv_rows(&plan, &results))?;
+        csv::write_table(path, &CSV_HEADER, &csv_rows(&plan, &results))?;
         println!("\nwrote {}", path.display());
     }
     if let Some(path) = &args.common.svg {

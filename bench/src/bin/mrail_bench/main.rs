@@ -7,21 +7,21 @@
 //! # Everything in one run: rigs of 1, 2 and 4 rails at 1 Gbit/s, bandwidth
 //! # from 4 KiB to 64 MiB per policy, 8 B latency against a psm endpoint,
 //! # 1000 + 2500 Mbit/s rails with equal and weighted parts, iperf3 on each.
-//! cargo run --release --example mrail_bench -- sweep --csv mrail.csv --svg mrail.svg
-//! cargo run --release --example mrail_bench -- sweep --quick          # smoke test, < 2 min
-//! cargo run --release --example mrail_bench -- sweep --parts lat --rails 2 --lat-rounds 11
-//! cargo run --release --example mrail_bench -- sweep --parts unequal --sizes 4m,16m
-//! cargo run --release --example mrail_bench -- sweep --parts bw --rails 2 --policies striping --sizes 1m,4m
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- sweep --csv mrail.csv --svg mrail.svg
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- sweep --quick          # smoke test, < 2 min
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- sweep --parts lat --rails 2 --lat-rounds 11
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- sweep --parts unequal --sizes 4m,16m
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- sweep --parts bw --rails 2 --policies striping --sizes 1m,4m
 //!
 //! # A striped stream over 2 rails for 10 s, its throughput per 100 ms,
 //! # rail 1 down from 3 s to 6 s:
-//! cargo run --release --example mrail_bench -- timeline --secs 10 \
+//! cargo run --release -p psmrail-bench --bin mrail_bench -- timeline --secs 10 \
 //!     --down-at 3 --up-at 6 --down-rail 1 --csv timeline.csv --svg timeline.svg
 //!
 //! # One side on each of your own hosts (FI_OFI_MRAIL_ADDR names the
 //! # host's rails); the client prints `@@` lines of what it measured:
-//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release --example mrail_bench -- side             # server
-//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release --example mrail_bench -- side SERVER_ADDR # client
+//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release -p psmrail-bench --bin mrail_bench -- side             # server
+//! FI_OFI_MRAIL_ADDR=eth1,eth2 cargo run --release -p psmrail-bench --bin mrail_bench -- side SERVER_ADDR # client
 //! ```
 //!
 //! Each measurement starts a server in host B and a client in host A
@@ -55,13 +55,15 @@
 //! and `PSMRAIL_MRAIL_RATES` do not reach them. On Ctrl-C (or SIGTERM)
 //! the sides are killed and the namespaces removed; the sides die with
 //! this process whatever kills it.
+//!
+//! Medians, CSV files, charts, sizes, pinning and dying with the parent
+//! come from this crate's library (`psmrail_bench`), as in psm_bench.
 
-#[path = "../../tests/support/rig.rs"]
+#[path = "../../../../tests/support/rig.rs"]
 #[allow(dead_code)]
 mod rig;
 
 mod pair;
-mod report;
 mod side;
 mod sweep;
 mod timeline;

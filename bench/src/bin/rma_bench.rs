@@ -3,8 +3,8 @@
 //! (on) side by side.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example rma_bench -- --spawn --engine native
-//! PSM2_DEVICES=self,shm cargo run --release --example rma_bench -- --spawn --engine soft
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin rma_bench -- --spawn --engine native
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin rma_bench -- --spawn --engine soft
 //! ```
 //!
 //! Each phase (`am`, `tagged`) runs in a fresh pair of processes (the
@@ -46,6 +46,8 @@ use psmrail::fabric::{
 };
 use psmrail::ops::atomic::{AtomicDatatype, AtomicOp};
 use psmrail::ops::RmaOp;
+use psmrail_bench::harness;
+use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -254,9 +256,8 @@ impl Side {
 }
 
 fn pin(cpu: usize) {
-    let set: psmrail::reactor::CpuSet = [cpu].into_iter().collect();
-    if let Err(e) = psmrail::reactor::pin_current_thread(&set) {
-        eprintln!("rma_bench: cannot pin to CPU {cpu}: {e} (running unpinned)");
+    if let Err(e) = harness::pin(cpu) {
+        eprintln!("rma_bench: {e} (running unpinned)");
     }
 }
 
@@ -450,11 +451,6 @@ impl Row {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn scaled(args: &Args, ops: usize) -> usize {
     ((ops as f64 * args.scale) as usize).max(1)
 }
@@ -499,7 +495,7 @@ fn measure(
 ) -> Result<f64, String> {
     run((ops / 10).max(1))?;
     let times = (0..reps).map(|_| run(ops)).collect::<Result<Vec<_>, _>>()?;
-    Ok(median(times))
+    Ok(median_or_zero(times))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -644,7 +640,7 @@ fn initiator(args: &Args) -> Result<(), String> {
         .iter()
         .map(|rounds| {
             (0..rows.len())
-                .map(|i| median(rounds.iter().map(|r| r[i]).collect()))
+                .map(|i| median_or_zero(rounds.iter().map(|r| r[i]).collect()))
                 .collect()
         })
         .collect();
@@ -691,8 +687,7 @@ fn main() -> std::process::ExitCode {
     let r = match args.serve {
         Some(p) => {
             // Die with the initiator instead of spinning on if it is killed.
-            // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            let _ = harness::exit_with_parent();
             target(&args, p)
         }
         None => initiator(&args),

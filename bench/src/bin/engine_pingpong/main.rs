@@ -61,15 +61,23 @@
 //! engine phase (its completions arrive through progress rounds).
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong -- --help
-//! PSM2_DEVICES=self,shm cargo run --release --features latency-probe --example engine_pingpong -- --probe --sizes 8 --phases poll,fast,async,api
-//! PSM2_DEVICES=self,shm cargo run --release --example engine_pingpong [-- --reps 9 --rounds 3 --phases raw,poll,engine,fast --sizes 8,65536,4194304 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin engine_pingpong -- --help
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --features latency-probe --bin engine_pingpong -- --probe --sizes 8 --phases poll,fast,async,api
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin engine_pingpong [-- --reps 9 --rounds 3 --phases raw,poll,engine,fast --sizes 8,65536,4194304 --no-pin]
 //! ```
 //!
 //! Options (`--help` lists them): `--reps N` (default 9), `--rounds N`
 //! (default 3), `--phases` (default all six, in the order above),
 //! `--sizes` (among 8, 65536 and 4194304; default all three), `--no-pin`,
 //! `-v/--verbose`, `--probe`.
+//!
+//! A/B mode (`ab.rs`): `--ab N --ab-builds A,B [--ab-phase api]` runs
+//! engine_pingpong builds in turn and prints each build's median
+//! PHASE/raw per VM state; `--ab N --ab-pingpong target/release/examples/pingpong`
+//! alternates this build's raw floor with the pingpong example's public API
+//! ping-pong and prints the median API/raw.
+
+mod ab;
 
 use clap::{CommandFactory, Parser};
 use psm_sys::{ffi, Affinity, Endpoint, EpAddr, Mq, OpenOptions, DEFAULT_UUID};
@@ -82,7 +90,9 @@ use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint as ApiEndpoint, EngineChoice, Fabric,
     FiAddr, Hints,
 };
-use psmrail::reactor::{CompletionTable, CpuSet, OpKey, Reactor};
+use psmrail::reactor::{CompletionTable, OpKey, Reactor};
+use psmrail_bench::harness;
+use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -186,6 +196,27 @@ struct Args {
     /// a build with --features latency-probe).
     #[arg(long)]
     probe: bool,
+    /// A/B mode: alternate separate runs this many times (of the builds in
+    /// --ab-builds, or of the raw floor and --ab-pingpong) and print their
+    /// 8 B ratios and the medians per VM state.
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    ab: Option<usize>,
+    /// A/B mode: engine_pingpong builds to alternate (comma-separated
+    /// paths), each run with `--sizes 8 --rounds 3 --phases raw,PHASE`.
+    #[arg(long, value_name = "PATHS", value_delimiter = ',', requires = "ab")]
+    ab_builds: Vec<std::path::PathBuf>,
+    /// A/B mode: the phase the builds compare with raw.
+    #[arg(long, value_name = "PHASE", default_value = "fast", value_parser = parse_phase)]
+    ab_phase: Phase,
+    /// A/B mode: alternate this build's raw floor with the public API's
+    /// native tagged 8 B ping-pong of the pingpong example at this path.
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "ab",
+        conflicts_with = "ab_builds"
+    )]
+    ab_pingpong: Option<std::path::PathBuf>,
     /// Peer mode (run by the benchmark itself): serve this phase.
     #[arg(long, value_name = "PHASE", value_parser = parse_phase, hide = true)]
     serve: Option<Phase>,
@@ -208,8 +239,8 @@ fn parse_args() -> Args {
         Args::command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
-                "--probe needs the latency probe: cargo run --release --features latency-probe \
-                 --example engine_pingpong -- --probe",
+                "--probe needs the latency probe: cargo run --release -p psmrail-bench \
+                 --features latency-probe --bin engine_pingpong -- --probe",
             )
             .exit();
     }
@@ -286,17 +317,11 @@ impl Phase {
 }
 
 fn pin_to(cpu: usize) -> bool {
-    let set: CpuSet = [cpu].into_iter().collect();
-    psmrail::reactor::pin_current_thread(&set).is_ok()
+    harness::pin(cpu).is_ok()
 }
 
 /// Medians (half round trip, seconds) per size.
 type Medians = Vec<f64>;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Runs `round` `iters / 10 + 1` times to warm up, then `reps` timed
 /// repetitions of `iters` rounds; the median half round trip.
@@ -312,7 +337,7 @@ fn measure(reps: usize, iters: usize, mut round: impl FnMut()) -> f64 {
 /// async task per batch in the api phase).
 fn measure_batches(reps: usize, iters: usize, mut rounds: impl FnMut(usize)) -> f64 {
     rounds(iters / 10 + 1);
-    median(
+    median_or_zero(
         (0..reps)
             .map(|_| {
                 let start = Instant::now();
@@ -970,10 +995,28 @@ fn api_server(args: &Args, client: u64) {
 fn main() {
     let args = parse_args();
 
+    if let Some(n) = args.ab {
+        let contenders = match &args.ab_pingpong {
+            Some(path) => ab::Contenders::Pingpong(path.clone()),
+            None if args.ab_builds.is_empty() => {
+                eprintln!("engine_pingpong: --ab needs --ab-builds or --ab-pingpong");
+                std::process::exit(2);
+            }
+            None => ab::Contenders::Builds {
+                builds: args.ab_builds.clone(),
+                phase: args.ab_phase.name(),
+            },
+        };
+        if let Err(e) = ab::main(n, &contenders) {
+            eprintln!("engine_pingpong: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+
     if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
-        // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let _ = harness::exit_with_parent();
         if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }
@@ -1035,7 +1078,7 @@ fn main() {
         .iter()
         .map(|rounds| {
             (0..args.sizes.len())
-                .map(|i| median(rounds.iter().map(|r| r[i]).collect()))
+                .map(|i| median_or_zero(rounds.iter().map(|r| r[i]).collect()))
                 .collect()
         })
         .collect();
@@ -1123,7 +1166,7 @@ fn print_by_state(args: &Args, runs: &[Vec<Medians>], raw: usize) {
             }
             let mut line = format!("  {:>6}/raw, {state}:", phase.name());
             for (i, &(size, _)) in args.sizes.iter().enumerate() {
-                let ratio = median(
+                let ratio = median_or_zero(
                     rounds
                         .iter()
                         .map(|&k| runs[p][k][i] / runs[raw][k][i])
@@ -1252,7 +1295,7 @@ fn print_probes(args: &Args, probes: &[Vec<ProbeRound>]) {
             let span = |f: fn(&Split) -> f64| {
                 let med = |side: fn(&ProbeRound) -> Option<Split>| {
                     let v: Vec<f64> = rounds.iter().filter_map(side).map(|s| f(&s) * ns).collect();
-                    (!v.is_empty()).then(|| median(v))
+                    (!v.is_empty()).then(|| median_or_zero(v))
                 };
                 match (med(|r| r.0), med(|r| r.1)) {
                     (Some(c), Some(s)) => format!("{c:.1} / {s:.1}"),

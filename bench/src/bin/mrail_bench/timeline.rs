@@ -3,12 +3,11 @@
 //! and brought back up on the way.
 
 use super::pair::{self, Got, Pair, Variant, Who};
-use super::report::{
-    parse_size, positive, seconds, size_label, write_csv, write_svg, Chart, Series,
-    SeriesLabelPosition, XAxis,
-};
 use super::side::{Job, ProviderKind, MAX_WINDOW_BYTES};
 use super::Common;
+use psmrail_bench::chart::{write_svg, Chart, Series, SeriesLabelPosition, XAxis, YAxis};
+use psmrail_bench::csv;
+use psmrail_bench::units::{parse_size, positive, seconds, size_short as size_label};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -294,31 +293,29 @@ pub(crate) fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
             .iter()
             .map(|(t, m)| vec![format!("{t:.1}"), format!("{m:.1}")])
             .collect();
-        write_csv(path, &["time_s", "mbit_s"], &rows)?;
+        csv::write_table(path, &["time_s", "mbit_s"], &rows)?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &a.common.svg {
-        let mut series = vec![Series {
-            name: "received".into(),
-            points: ticks.clone(),
-            dashed: false,
-        }];
-        series.extend(wire.iter().map(|(name, points)| Series {
-            name: format!("{name} (wire)"),
-            points: points.clone(),
-            dashed: false,
-        }));
+        let mut series = vec![Series::line("received", ticks.clone())];
+        series.extend(
+            wire.iter()
+                .map(|(name, points)| Series::line(format!("{name} (wire)"), points.clone())),
+        );
         if let Some(sum) = iperf {
             series.push(Series {
-                name: "iperf3 (sum)".into(),
-                points: vec![(0.0, sum), (a.secs.max(stopped_at), sum)],
                 dashed: true,
+                ..Series::line(
+                    "iperf3 (sum)",
+                    vec![(0.0, sum), (a.secs.max(stopped_at), sum)],
+                )
             });
         }
         let chart = Chart {
             title: format!("{}: throughput per 100 ms", pair::rig_title(&rates)),
             x: XAxis::Linear,
             x_desc: "time since the stream started (s)".into(),
+            y: YAxis::Linear,
             y_desc: "Mbit/s".into(),
             series,
             marks,

@@ -77,6 +77,9 @@ pub(crate) struct RunArgs {
 pub(crate) enum Variant {
     /// The psm provider, soft engine, manual progress (futures busy-poll).
     SoftManual,
+    /// The psm provider, soft engine over loopback TCP instead of its
+    /// Unix-domain sockets between processes of one host, manual progress.
+    SoftTcp,
     /// The psm provider, soft engine, the auto progress thread.
     SoftAuto,
     /// The psm provider, soft engine, adaptive progress (futures spin for
@@ -102,6 +105,7 @@ impl Variant {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Variant::SoftManual => "soft-manual",
+            Variant::SoftTcp => "soft-tcp",
             Variant::SoftAuto => "soft-auto",
             Variant::SoftAdaptive => "soft-adaptive",
             Variant::NativeManual => "native-manual",
@@ -117,6 +121,7 @@ impl Variant {
         matches!(
             self,
             Variant::SoftManual
+                | Variant::SoftTcp
                 | Variant::SoftAuto
                 | Variant::SoftAdaptive
                 | Variant::NativeManual

@@ -3,6 +3,7 @@
 //! counts. Jobs travel to the peers on their command line as
 //! `PART:SIZE:COUNT:WINDOW`.
 
+use psmrail_bench::units;
 use std::fmt;
 use std::str::FromStr;
 
@@ -97,33 +98,17 @@ impl FromStr for Job {
     }
 }
 
-/// A size with an optional k or m suffix (powers of 1024), 1 byte or more.
+/// A size with an optional k or m suffix (powers of 1024), 1 byte to
+/// [`MAX_SIZE`].
 pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
-    let (num, shift) = match s.chars().last() {
-        Some('k' | 'K') => (&s[..s.len() - 1], 10),
-        Some('m' | 'M') => (&s[..s.len() - 1], 20),
-        _ => (s, 0),
-    };
-    num.parse::<usize>()
+    units::parse_size(s)
         .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
         .filter(|n| (1..=MAX_SIZE).contains(n))
         .ok_or_else(|| format!("size {s:?}: expected 1 to 64m bytes, such as 8, 64k or 4m"))
 }
 
 /// The largest message size taken.
 pub(crate) const MAX_SIZE: usize = 64 << 20;
-
-/// `bytes` for people: 8 B, 4 KiB, 1 MiB (1.5 KiB when not whole).
-pub(crate) fn size_label(bytes: usize) -> String {
-    match bytes {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
 
 /// The default latency sizes: 1 B to 1 MiB in powers of 4, and 8 B.
 pub(crate) fn lat_sizes() -> Vec<usize> {
@@ -285,9 +270,5 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("1g").is_err());
         assert!(parse_size("x").is_err());
-        assert_eq!(size_label(8), "8 B");
-        assert_eq!(size_label(4096), "4 KiB");
-        assert_eq!(size_label(1536), "1.5 KiB");
-        assert_eq!(size_label(4 << 20), "4 MiB");
     }
 }

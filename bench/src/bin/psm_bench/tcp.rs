@@ -4,10 +4,11 @@
 //! peers: ping-pong, and windows of messages acknowledged by one byte.
 
 use crate::cli::{ClientArgs, PeerArgs};
-use crate::harness;
 use crate::jobs::{Job, Part};
+use crate::peers;
 use crate::psm::row;
-use crate::stats::Recorder;
+use psmrail_bench::harness;
+use psmrail_bench::stats::Recorder;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -101,7 +102,7 @@ async fn run_jobs(s: &mut TcpStream, client: bool, args: &PeerArgs) -> Result<()
         let r = client.then_some(&mut rec);
         exchanges(s, client, job, &mut buf, job.count, r).await?;
         if client {
-            harness::announce_row(&row(args.variant.name(), job, &rec))?;
+            peers::announce_row(&row(args.variant.name(), job, &rec))?;
         }
     }
     Ok(())
@@ -109,11 +110,11 @@ async fn run_jobs(s: &mut TcpStream, client: bool, args: &PeerArgs) -> Result<()
 
 /// `psm_bench serve --variant tokio-tcp`.
 pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
-    harness::peer_pin(args)?;
+    peers::peer_pin(args)?;
     runtime()?.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(io("bind"))?;
         let addr = listener.local_addr().map_err(io("local address"))?;
-        harness::announce_addr(&addr.to_string())?;
+        peers::announce_addr(&addr.to_string())?;
         // The client connects before it announces itself.
         harness::peer_addr().await?;
         let (mut s, _) = listener.accept().await.map_err(io("accept"))?;
@@ -128,17 +129,17 @@ pub(crate) fn serve(args: &PeerArgs) -> Result<(), String> {
 
 /// `psm_bench client --variant tokio-tcp`.
 pub(crate) fn client(args: &ClientArgs) -> Result<(), String> {
-    harness::peer_pin(&args.peer)?;
+    peers::peer_pin(&args.peer)?;
     runtime()?.block_on(async {
         let mut s = TcpStream::connect(&args.addr)
             .await
             .map_err(|e| format!("connecting to {}: {e}", args.addr))?;
         s.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
         let me = s.local_addr().map_err(io("local address"))?;
-        harness::announce_addr(&me.to_string())?;
+        peers::announce_addr(&me.to_string())?;
         run_jobs(&mut s, true, &args.peer).await?;
         s.shutdown().await.map_err(io("shutdown"))?;
-        harness::announce_done()?;
+        peers::announce_done()?;
         harness::until_released().await
     })
 }

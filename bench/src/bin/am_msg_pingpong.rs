@@ -20,8 +20,8 @@
 //! median over the rounds of the medians of `--reps` repetitions.
 //!
 //! ```text
-//! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong [-- --reps 9 --rounds 3 --no-pin]
-//! PSM2_DEVICES=self,shm cargo run --release --example am_msg_pingpong -- --help
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin am_msg_pingpong [-- --reps 9 --rounds 3 --no-pin]
+//! PSM2_DEVICES=self,shm cargo run --release -p psmrail-bench --bin am_msg_pingpong -- --help
 //! ```
 //!
 //! Options (`--help` lists them): `--reps N` (default 9), `--rounds N`
@@ -34,7 +34,9 @@ use psmrail::engine::{
     EndpointOptions, EngineEndpoint, Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagMatch,
 };
 use psmrail::hooks::AmMsgHook;
-use psmrail::reactor::{CompletionTable, CpuSet, OpKey, ProgressMode, Reactor};
+use psmrail::reactor::{CompletionTable, OpKey, ProgressMode, Reactor};
+use psmrail_bench::harness;
+use psmrail_bench::stats::median_or_zero;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -99,13 +101,7 @@ struct Args {
 }
 
 fn pin_to(cpu: usize) -> bool {
-    let set: CpuSet = [cpu].into_iter().collect();
-    psmrail::reactor::pin_current_thread(&set).is_ok()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    harness::pin(cpu).is_ok()
 }
 
 /// Warms up with `iters / 10 + 1` rounds, then `reps` timed repetitions of
@@ -114,7 +110,7 @@ fn measure(reps: usize, iters: usize, mut round: impl FnMut()) -> f64 {
     for _ in 0..iters / 10 + 1 {
         round();
     }
-    median(
+    median_or_zero(
         (0..reps)
             .map(|_| {
                 let start = Instant::now();
@@ -356,8 +352,7 @@ fn main() {
     let args = Args::parse();
     if let Some(phase) = args.serve {
         // Die with the client instead of spinning forever if it is killed.
-        // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        let _ = harness::exit_with_parent();
         if let (false, Some(cpu)) = (args.no_pin, args.cpu) {
             pin_to(cpu);
         }
@@ -378,7 +373,7 @@ fn main() {
     }
     let per_size = |runs: &[Vec<f64>]| -> Vec<f64> {
         (0..SIZES.len())
-            .map(|i| median(runs.iter().map(|r| r[i]).collect()))
+            .map(|i| median_or_zero(runs.iter().map(|r| r[i]).collect()))
             .collect()
     };
     let (mq, am) = (per_size(&runs[0]), per_size(&runs[1]));
