@@ -18,7 +18,7 @@
 //! ```
 
 mod support;
-use support::{fabric, peer, scenario};
+use support::{fabric, peer, remote};
 
 use fabric::{Cfg, Nodes};
 use psmrail::config::PsmConfig;
@@ -554,7 +554,7 @@ fn soft_dropped_futures_still_apply() {
 fn native_typed_atomics() {
     let test = "native_typed_atomics";
     if peer::role().is_none() {
-        scenario::launch_solo(test, true, Duration::from_secs(300), &[]);
+        remote::launch_solo(test, true, Duration::from_secs(300), &[]);
         return;
     }
     let config = PsmConfig::builder()
