@@ -27,7 +27,9 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use clap::Parser;
-use psmrail::fabric::{AvType, Caps, EngineChoice, EpType, GetInfo, Hints, Mode, ProgressKind};
+use psmrail::fabric::{
+    AvType, Caps, EngineChoice, EpType, GetInfo, Hints, Mode, ProgressKind, Service,
+};
 
 /// Any of psmrail's `FromStr` names (caps, modes, endpoint and AV types,
 /// engines, progress kinds), its error as clap's message.
@@ -88,7 +90,7 @@ struct Args {
     /// Service: a decimal name-server service number (not a TCP port);
     /// absent or 0 is any.
     #[arg(short, long)]
-    service: Option<String>,
+    service: Option<Service>,
     /// FI_SOURCE: node and service describe the local side.
     #[arg(long)]
     source: bool,
@@ -150,7 +152,7 @@ fn main() -> ExitCode {
         if let Some(node) = &a.node {
             request = request.node(node);
         }
-        if let Some(service) = &a.service {
+        if let Some(service) = a.service {
             request = request.service(service);
         }
         if let Some(port) = a.ns_port {

@@ -29,7 +29,7 @@
 use psmrail::engine::{Epid, OpBuffer};
 use psmrail::fabric::{
     AddressVector, AvAttr, Caps, Endpoint, EngineChoice, EpType, Fabric, FiAddr, GetInfo, Hints,
-    ProgressKind,
+    ProgressKind, Service,
 };
 use psmrail::ops::RecvOp;
 use psmrail::reactor::Reactor;
@@ -101,7 +101,7 @@ struct Args {
     /// The name-server service the server registers under and a client
     /// given a host looks up (fi_pingpong's port).
     #[arg(short = 'p', long, default_value = SERVICE)]
-    port: String,
+    port: Service,
     /// Engine: auto, native or soft (default: `PSMRAIL_ENGINE`, else soft).
     #[arg(long, value_parser = parse_engine)]
     engine: Option<EngineChoice>,
@@ -181,8 +181,8 @@ fn open(args: &Args, lookup: Lookup<'_>) -> Result<(Side, Option<Epid>), String>
     }
     let request = GetInfo::new().hints(&hints);
     let request = match lookup {
-        Lookup::Register => request.service(&args.port).source(true),
-        Lookup::Host(host) => request.node(host).service(&args.port),
+        Lookup::Register => request.service(args.port).source(true),
+        Lookup::Host(host) => request.node(host).service(args.port),
         Lookup::None => request,
     };
     let info = request

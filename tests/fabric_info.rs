@@ -349,17 +349,20 @@ fn fi_source_node_gives_unit_port_service() {
     let run = |node: &str, service: Option<&str>| {
         let mut r = GetInfo::new().node(node).source(true).hints(&h);
         if let Some(s) = service {
-            r = r.service(s);
+            r = r.service_text(s);
         }
         r.run()
     };
     let info = run("anything:2:1", Some("99")).unwrap().remove(0);
     let src = info.source.clone().unwrap();
-    assert_eq!((src.unit, src.port, src.service), (Some(2), Some(1), 99));
+    assert_eq!(
+        (src.unit, src.port, src.service.get()),
+        (Some(2), Some(1), 99)
+    );
     assert_eq!(src.node, "anything:2:1");
     assert_eq!(info.dest_addr, None, "FI_SOURCE never asks the name server");
     let src = run("host:-1:0", None).unwrap().remove(0).source.unwrap();
-    assert_eq!((src.unit, src.port, src.service), (None, None, 0));
+    assert_eq!((src.unit, src.port, src.service.get()), (None, None, 0));
     let src = run("host", None).unwrap().remove(0).source.unwrap();
     assert_eq!((src.unit, src.port), (None, None));
     for (node, service, needle) in [
@@ -376,7 +379,7 @@ fn fi_source_node_gives_unit_port_service() {
     }
     // FI_SOURCE without a node: the service alone.
     let info = GetInfo::new()
-        .service("5")
+        .service_text("5")
         .source(true)
         .hints(&h)
         .run()
@@ -394,7 +397,7 @@ fn node_resolves_through_the_name_server() {
     let ask = |service: &str| {
         GetInfo::new()
             .node("127.0.0.1")
-            .service(service)
+            .service_text(service)
             .hints(&h)
             .name_server_port(port)
             .timeout(Duration::from_secs(10))

@@ -21,7 +21,7 @@ use psmrail::engine::{EngineKind, Epid};
 use psmrail::fabric::name_server::{query, NameServer};
 use psmrail::fabric::{
     getinfo, AvAttr, AvType, Caps, CounterAttr, CounterBind, CqAttr, CqBind, Domain, EngineChoice,
-    EpType, Fabric, FiAddr, Hints, Info, ProgressKind, MSG_BIT, RMA_BIT,
+    EpType, Fabric, FiAddr, Hints, Info, ProgressKind, Service, MSG_BIT, RMA_BIT,
 };
 use psmrail::{Error, ErrorKind};
 use std::net::{Ipv4Addr, TcpListener};
@@ -620,13 +620,16 @@ fn endpoints_register_with_the_name_server() {
         .enable()
         .unwrap();
     assert_eq!(ep.service(), 4242);
-    assert_eq!(query("127.0.0.1", port, 4242, t).unwrap(), (4242, d.epid()));
+    assert_eq!(
+        query("127.0.0.1", port, 4242, t).unwrap(),
+        (Service::new(4242), d.epid())
+    );
 
     // A generated one: the process id in the upper half, as C.
     let gen = d.endpoint(&info).caps(Caps::MSG).enable().unwrap();
     let s = gen.service();
     assert_ne!(s, 0);
-    assert_eq!(s >> 16, std::process::id() & 0x7fff);
+    assert_eq!(s.get() >> 16, std::process::id() & 0x7fff);
     assert_eq!(query("127.0.0.1", port, s, t).unwrap(), (s, d.epid()));
 
     // The same service twice: the second endpoint works, unregistered.

@@ -18,7 +18,7 @@ use std::time::Duration;
 use psmrail::config::JobUuid;
 use psmrail::engine::Epid;
 use psmrail::fabric::name_server::wire::{Reply, Request, STATUS_NOT_LOCAL};
-use psmrail::fabric::name_server::{port_for, query, NameServer, MAX_CONNECTIONS};
+use psmrail::fabric::name_server::{port_for, query, NameServer, Service, MAX_CONNECTIONS};
 use psmrail::ErrorKind;
 
 /// Generous bound for anything that should succeed (never a speed claim).
@@ -72,9 +72,15 @@ fn handles_cross_threads() {
 fn register_then_query() {
     let (ns, port) = server();
     let reg = ns.register(7, Epid(0xabc)).unwrap();
-    assert_eq!((reg.service(), reg.epid()), (7, Epid(0xabc)));
-    assert_eq!(query("127.0.0.1", port, 7, T).unwrap(), (7, Epid(0xabc)));
-    assert_eq!(query("localhost", port, 7, T).unwrap(), (7, Epid(0xabc)));
+    assert_eq!((reg.service(), reg.epid()), (Service::new(7), Epid(0xabc)));
+    assert_eq!(
+        query("127.0.0.1", port, 7, T).unwrap(),
+        (Service::new(7), Epid(0xabc))
+    );
+    assert_eq!(
+        query("localhost", port, 7, T).unwrap(),
+        (Service::new(7), Epid(0xabc))
+    );
     let e = query("127.0.0.1", port, 8, T).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoData);
     assert!(e.message().contains(&format!("127.0.0.1:{port}")), "{e}");
@@ -94,7 +100,7 @@ fn wildcard_returns_a_registered_entry_with_its_service() {
         .map(|&(s, e)| ns.register(s, e).unwrap())
         .collect();
     let got = query("127.0.0.1", port, 0, T).unwrap();
-    assert!(entries.contains(&got), "{got:?}");
+    assert!(entries.contains(&(got.0.get(), got.1)), "{got:?}");
 }
 
 #[test]
@@ -107,7 +113,10 @@ fn dropping_a_registration_removes_it() {
         query("127.0.0.1", port, 5, T).unwrap_err().kind(),
         ErrorKind::NoData
     );
-    assert_eq!(query("127.0.0.1", port, 6, T).unwrap(), (6, Epid(60)));
+    assert_eq!(
+        query("127.0.0.1", port, 6, T).unwrap(),
+        (Service::new(6), Epid(60))
+    );
     keep.unregister().unwrap();
     assert_eq!(
         query("127.0.0.1", port, 6, T).unwrap_err().kind(),
@@ -115,7 +124,10 @@ fn dropping_a_registration_removes_it() {
     );
     // The service is free again.
     let _again = ns.register(5, Epid(51)).unwrap();
-    assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(51)));
+    assert_eq!(
+        query("127.0.0.1", port, 5, T).unwrap(),
+        (Service::new(5), Epid(51))
+    );
 }
 
 #[test]
@@ -125,7 +137,10 @@ fn duplicate_registration_is_busy_and_the_first_stays() {
     let e = ns.register(5, Epid(2)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Busy);
     assert!(e.message().contains("service 5"), "{e}");
-    assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(1)));
+    assert_eq!(
+        query("127.0.0.1", port, 5, T).unwrap(),
+        (Service::new(5), Epid(1))
+    );
 }
 
 #[test]
@@ -145,7 +160,10 @@ fn second_handle_registers_with_the_existing_server() {
     assert_eq!(b.local_addr(), a.local_addr());
 
     let reg = b.register(5, Epid(0x55)).unwrap();
-    assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(0x55)));
+    assert_eq!(
+        query("127.0.0.1", port, 5, T).unwrap(),
+        (Service::new(5), Epid(0x55))
+    );
     // The serving process sees the remote entry.
     assert_eq!(
         a.register(5, Epid(0x56)).unwrap_err().kind(),
@@ -180,8 +198,14 @@ fn unspecified_address_serves_loopback() {
     assert!(ns.is_serving());
     let port = ns.local_addr().port();
     let _r = ns.register(3, Epid(33)).unwrap();
-    assert_eq!(query("127.0.0.1", port, 3, T).unwrap(), (3, Epid(33)));
-    assert_eq!(query("localhost", port, 3, T).unwrap(), (3, Epid(33)));
+    assert_eq!(
+        query("127.0.0.1", port, 3, T).unwrap(),
+        (Service::new(3), Epid(33))
+    );
+    assert_eq!(
+        query("localhost", port, 3, T).unwrap(),
+        (Service::new(3), Epid(33))
+    );
 }
 
 /// Checks that `ns` serves named addresses on one port, loopback first,
@@ -214,7 +238,7 @@ fn unspecified_address_binds_named_addresses_only() {
     let _r = ns.register(3, Epid(33)).unwrap();
     assert_eq!(
         query("127.0.0.1", ns.local_addr().port(), 3, T).unwrap(),
-        (3, Epid(33))
+        (Service::new(3), Epid(33))
     );
 }
 
@@ -257,7 +281,7 @@ fn every_loopback_source_may_register() {
         assert_eq!(from_source(source, port, &add.encode()), b"", "{source:?}");
         assert_eq!(
             query("127.0.0.1", port, service, T).unwrap(),
-            (service, Epid(u64::from(service)))
+            (Service::new(service), Epid(u64::from(service)))
         );
     }
     let del = Request::Del {
@@ -313,8 +337,14 @@ fn ipv6_loopback() {
     };
     let port = ns.local_addr().port();
     let _r = ns.register(4, Epid(44)).unwrap();
-    assert_eq!(query("::1", port, 4, T).unwrap(), (4, Epid(44)));
-    assert_eq!(query("[::1]", port, 4, T).unwrap(), (4, Epid(44)));
+    assert_eq!(
+        query("::1", port, 4, T).unwrap(),
+        (Service::new(4), Epid(44))
+    );
+    assert_eq!(
+        query("[::1]", port, 4, T).unwrap(),
+        (Service::new(4), Epid(44))
+    );
     let e = query("::1", port, 5, T).unwrap_err();
     assert!(e.message().contains(&format!("[::1]:{port}")), "{e}");
 }
@@ -357,7 +387,7 @@ fn c_client_bytes() {
     assert_eq!(read_to_close(&mut s), b"");
     assert_eq!(
         query("127.0.0.1", port, 0x0102_0304, T).unwrap(),
-        (0x0102_0304, Epid(0x1122_3344_5566_7788))
+        (Service::new(0x0102_0304), Epid(0x1122_3344_5566_7788))
     );
     let mut s = raw(port);
     s.write_all(&[
@@ -386,7 +416,10 @@ fn garbage_is_dropped_and_the_server_goes_on() {
         let mut s = raw(port);
         s.write_all(bytes).unwrap();
         assert_eq!(read_to_close(&mut s), b"", "{bytes:?}");
-        assert_eq!(query("127.0.0.1", port, 1, T).unwrap(), (1, Epid(11)));
+        assert_eq!(
+            query("127.0.0.1", port, 1, T).unwrap(),
+            (Service::new(1), Epid(11))
+        );
     }
 }
 
@@ -397,7 +430,10 @@ fn a_stalled_partial_frame_blocks_no_one_and_is_closed() {
     stalled.write_all(&[0, 2, 0, 0, 0]).unwrap();
     // While it stalls, others are served.
     let _r = ns.register(2, Epid(22)).unwrap();
-    assert_eq!(query("127.0.0.1", port, 2, T).unwrap(), (2, Epid(22)));
+    assert_eq!(
+        query("127.0.0.1", port, 2, T).unwrap(),
+        (Service::new(2), Epid(22))
+    );
     // And the server gives up on it (after CONNECTION_TIMEOUT).
     assert_eq!(read_to_close(&mut stalled), b"");
 }
@@ -411,7 +447,10 @@ fn early_close_is_harmless() {
         s.write_all(&Request::Query { service: 3 }.encode()[..n])
             .unwrap();
         drop(s);
-        assert_eq!(query("127.0.0.1", port, 3, T).unwrap(), (3, Epid(33)));
+        assert_eq!(
+            query("127.0.0.1", port, 3, T).unwrap(),
+            (Service::new(3), Epid(33))
+        );
     }
 }
 
@@ -427,7 +466,10 @@ fn more_stalled_clients_than_slots_only_delay_others() {
         })
         .collect();
     // Queued behind full slots until stalled ones time out.
-    assert_eq!(query("127.0.0.1", port, 9, T).unwrap(), (9, Epid(99)));
+    assert_eq!(
+        query("127.0.0.1", port, 9, T).unwrap(),
+        (Service::new(9), Epid(99))
+    );
     drop(stalled);
     assert_serves(port);
 }
@@ -444,7 +486,7 @@ fn concurrent_queries() {
                 for _ in 0..25 {
                     assert_eq!(
                         query("127.0.0.1", port, s, T).unwrap(),
-                        (s, Epid(u64::from(s) * 100))
+                        (Service::new(s), Epid(u64::from(s) * 100))
                     );
                 }
             })
@@ -515,7 +557,10 @@ fn malformed_replies_are_io_errors() {
     .encode();
     let good: &'static [u8] = Box::leak(good.to_vec().into_boxed_slice());
     let (port, t) = fake_server(good);
-    assert_eq!(query("127.0.0.1", port, 1, T).unwrap(), (1, Epid(7)));
+    assert_eq!(
+        query("127.0.0.1", port, 1, T).unwrap(),
+        (Service::new(1), Epid(7))
+    );
     t.join().unwrap();
 }
 
@@ -563,6 +608,6 @@ fn default_uuid_port() {
     let _r = ns.register(0x7e57, Epid(0x7e57)).unwrap();
     assert_eq!(
         query("localhost", 64331, 0x7e57, T).unwrap(),
-        (0x7e57, Epid(0x7e57))
+        (Service::new(0x7e57), Epid(0x7e57))
     );
 }

@@ -28,6 +28,7 @@
 
 use super::av_entries::{AvEntries, Entry, MAX_ENTRIES};
 use super::domain::DomainCore;
+use super::name_server::Service;
 use super::{AvType, FiAddr};
 use crate::engine::{Epid, PeerAddr};
 use crate::{Error, ErrorKind, Result};
@@ -423,7 +424,7 @@ impl AddressVector {
     /// Those of the query (`NoData` when nothing is registered there, `Io`
     /// or `TimedOut` when the server cannot be reached), then as
     /// [`insert`](Self::insert).
-    pub fn insert_service(&self, node: &str, service: u32) -> Result<FiAddr> {
+    pub fn insert_service(&self, node: &str, service: impl Into<Service>) -> Result<FiAddr> {
         let port = self.core.domain.fabric().name_server_port();
         let (_, epid) = super::name_server::query(node, port, service, self.core.connect_timeout)?;
         self.insert_one(epid)

@@ -15,7 +15,7 @@
 
 use super::av::AddressVector;
 use super::domain::{unsupported, Domain, DomainCore};
-use super::name_server::Registration;
+use super::name_server::{Registration, Service};
 use super::{
     Caps, CompletionQueue, Counter, EndpointStats, EpType, FiAddr, Info, OpCounters, SlotClaim,
 };
@@ -371,8 +371,8 @@ impl Endpoint {
 
     /// The service it registered with the name server under (0 when no
     /// name server runs or the registration failed).
-    pub fn service(&self) -> u32 {
-        self.core.service
+    pub fn service(&self) -> Service {
+        Service::new(self.core.service)
     }
 
     /// Sets `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released

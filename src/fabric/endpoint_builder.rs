@@ -23,6 +23,7 @@
 use super::av::AddressVector;
 use super::domain::{unsupported, DomainCore};
 use super::endpoint::{CounterBind, CounterKind, CqBind, Endpoint, EndpointCore, Held};
+use super::name_server::Service;
 use super::{endpoint_bits, Caps, CompletionQueue, Counter, EpType, Info, OpCounters};
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
@@ -130,9 +131,10 @@ impl EndpointBuilder {
         self
     }
 
-    /// The name-server service to register under (0: generate one as C).
-    pub fn service(mut self, service: u32) -> Self {
-        self.service = Some(service);
+    /// The name-server service to register under ([`Service::ANY`]:
+    /// generate one as C).
+    pub fn service(mut self, service: impl Into<Service>) -> Self {
+        self.service = Some(service.into().get());
         self
     }
 
@@ -282,7 +284,7 @@ impl EndpointBuilder {
         }
         let wanted = self
             .service
-            .or_else(|| self.info.source.as_ref().map(|s| s.service));
+            .or_else(|| self.info.source.as_ref().map(|s| s.service.get()));
         let (service, registration) = register(&domain, wanted);
         let (tx_cq, tx_selective) = split(self.tx_cq);
         let (rx_cq, rx_selective) = split(self.rx_cq);

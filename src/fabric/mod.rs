@@ -58,4 +58,5 @@ pub use fabric::Fabric;
 pub use mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
 #[allow(unused_imports)] // used by the RMA ops once wired
 pub(crate) use mr::{MrRefusal, MrTable, MrTarget};
+pub use name_server::Service;
 pub(crate) use op_counters::OpCounters;

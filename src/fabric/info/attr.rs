@@ -9,6 +9,7 @@ use crate::config::PsmConfig;
 use crate::engine::soft::SoftConfig;
 use crate::engine::{EngineKind, Epid};
 use crate::fabric::caps::{AvType, Caps, EpType, Mode, ProgressKind, Threading};
+use crate::fabric::name_server::Service;
 
 /// Provider, fabric and domain name.
 pub const PROVIDER_NAME: &str = "psm";
@@ -248,7 +249,7 @@ pub struct SourceName {
     /// Device port; `None` for any (C's `0`).
     pub port: Option<u32>,
     /// Name-server service; `0` lets the endpoint pick one.
-    pub service: u32,
+    pub service: Service,
 }
 
 /// One answer of discovery: what a fabric, domain and endpoints opened

@@ -8,10 +8,10 @@
 //! use psmrail::fabric::{Caps, GetInfo, Hints};
 //! // Client: find the server's endpoint through the name server on "server1".
 //! let hints = Hints::new().caps(Caps::TAGGED);
-//! let info = GetInfo::new().node("server1").service("7").hints(&hints).run()?.remove(0);
+//! let info = GetInfo::new().node("server1").service(7).hints(&hints).run()?.remove(0);
 //! println!("server epid: {:?}", info.dest_addr);
 //! // Server: open on device unit 0, port 1, and register as service 7.
-//! let info = GetInfo::new().node("x:0:1").service("7").source(true).run()?.remove(0);
+//! let info = GetInfo::new().node("x:0:1").service(7).source(true).run()?.remove(0);
 //! assert_eq!(info.source.unwrap().unit, Some(0));
 //! # Ok::<(), psmrail::Error>(())
 //! ```
@@ -45,7 +45,7 @@ mod hints;
 mod mrail_attr;
 pub(crate) mod mrail_discovery;
 mod print;
-mod source;
+pub(crate) mod source;
 
 use std::time::Duration;
 
@@ -60,6 +60,7 @@ pub use mrail_attr::{MrailAttr, Provider, RailAttr};
 use crate::config::{ProcessEnv, PsmConfig, VarSource};
 use crate::engine::{EngineKind, Epid};
 use crate::fabric::caps::ProgressKind;
+use crate::fabric::name_server::Service;
 use crate::{Error, ErrorKind, Result};
 
 /// The hints with the progress model an async runtime calls for, when the
@@ -119,21 +120,28 @@ pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
     request.run()
 }
 
+/// A service as [`GetInfo`] was given it.
+#[derive(Clone, Copy, Debug)]
+enum ServiceSpec<'a> {
+    Number(Service),
+    Text(&'a str),
+}
+
 /// A full discovery request: `fi_getinfo`'s node, service, `FI_SOURCE` flag
 /// and hints, plus the name-server port and lookup timeout.
 ///
 /// ```
 /// use psmrail::fabric::{EngineChoice, GetInfo, Hints};
 /// let hints = Hints::new().engine(EngineChoice::Soft);
-/// let info = GetInfo::new().node("any:-1:1").service("42").source(true).hints(&hints).run()?;
+/// let info = GetInfo::new().node("any:-1:1").service(42).source(true).hints(&hints).run()?;
 /// let src = info[0].source.as_ref().unwrap();
-/// assert_eq!((src.unit, src.port, src.service), (None, Some(1), 42));
+/// assert_eq!((src.unit, src.port, src.service.get()), (None, Some(1), 42));
 /// # Ok::<(), psmrail::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct GetInfo<'a> {
     node: Option<&'a str>,
-    service: Option<&'a str>,
+    service: Option<ServiceSpec<'a>>,
     source: bool,
     hints: Option<&'a Hints>,
     ns_port: Option<u16>,
@@ -155,11 +163,27 @@ impl<'a> GetInfo<'a> {
         self
     }
 
-    /// The service: a decimal name-server service number (not a TCP port);
-    /// absent or `0` is any.
-    pub fn service(mut self, service: &'a str) -> Self {
-        self.service = Some(service);
+    /// The name-server service (not a TCP port); absent or
+    /// [`Service::ANY`] is any.
+    pub fn service(mut self, service: impl Into<Service>) -> Self {
+        self.service = Some(ServiceSpec::Number(service.into()));
         self
+    }
+
+    /// The service as `fi_getinfo`'s text: a decimal number, checked when
+    /// the request runs (an error there names the text).
+    pub fn service_text(mut self, service: &'a str) -> Self {
+        self.service = Some(ServiceSpec::Text(service));
+        self
+    }
+
+    /// The service number asked for: 0 when none.
+    fn service_number(&self) -> Result<u32> {
+        match self.service {
+            None => Ok(0),
+            Some(ServiceSpec::Number(s)) => Ok(s.get()),
+            Some(ServiceSpec::Text(t)) => source::parse_service(Some(t)),
+        }
     }
 
     /// `FI_SOURCE`: node and service describe the local side.
@@ -227,14 +251,14 @@ impl<'a> GetInfo<'a> {
         };
         let settled = check::check(hints, config.am_msg(), config.tagged_rma())?;
         let source = if self.source {
-            Some(source::parse_source(self.node, self.service)?)
+            Some(source::parse_source(self.node, self.service_number()?)?)
         } else {
             None
         };
         let service = if self.source {
             0
         } else {
-            source::parse_service(self.service)?
+            self.service_number()?
         };
         let (choice, from) = engine_choice::resolve(hints.engine, vars)?;
         let engine = engine_choice::decide(choice, from, engine_choice::native_probe)?;

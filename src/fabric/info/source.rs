@@ -9,6 +9,7 @@
 //! parse; here a malformed text is an `Inval` error naming it.
 
 use super::attr::SourceName;
+use crate::fabric::name_server::Service;
 use crate::{Error, ErrorKind, Result};
 
 fn invalid(what: &str, text: &str, problem: &str) -> Error {
@@ -52,8 +53,7 @@ pub(crate) fn parse_service(service: Option<&str>) -> Result<u32> {
 ///
 /// # Errors
 /// `Inval` for a malformed unit or port, or more than three fields.
-pub(crate) fn parse_source(node: Option<&str>, service: Option<&str>) -> Result<SourceName> {
-    let service = parse_service(service)?;
+pub(crate) fn parse_source(node: Option<&str>, service: u32) -> Result<SourceName> {
     let text = node.unwrap_or("");
     let mut fields = text.splitn(4, ':');
     let _anything = fields.next();
@@ -85,7 +85,7 @@ pub(crate) fn parse_source(node: Option<&str>, service: Option<&str>) -> Result<
         node: text.to_owned(),
         unit,
         port,
-        service,
+        service: Service::new(service),
     })
 }
 
@@ -94,13 +94,13 @@ mod tests {
     use super::*;
 
     fn src(node: &str) -> Result<SourceName> {
-        parse_source(Some(node), None)
+        parse_source(Some(node), 0)
     }
 
     #[test]
     fn fields() {
         let s = src("host:1:2").unwrap();
-        assert_eq!((s.unit, s.port, s.service), (Some(1), Some(2), 0));
+        assert_eq!((s.unit, s.port, s.service.get()), (Some(1), Some(2), 0));
         assert_eq!(s.node, "host:1:2");
         let s = src("anything:-1:0").unwrap();
         assert_eq!((s.unit, s.port), (None, None));
@@ -110,8 +110,8 @@ mod tests {
         assert_eq!((s.unit, s.port), (Some(0), None));
         let s = src("h:3:255").unwrap();
         assert_eq!(s.port, Some(255));
-        let s = parse_source(None, Some("77")).unwrap();
-        assert_eq!((s.node.as_str(), s.service), ("", 77));
+        let s = parse_source(None, parse_service(Some("77")).unwrap()).unwrap();
+        assert_eq!((s.node.as_str(), s.service.get()), ("", 77));
     }
 
     #[test]
@@ -146,7 +146,7 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Inval, "{bad}");
             assert!(e.to_string().starts_with("FI_EINVAL: service"), "{e}");
         }
-        let e = parse_source(Some("h:1:1"), Some("x")).unwrap_err();
+        let e = parse_service(Some("x")).unwrap_err();
         assert!(e.to_string().contains("service \"x\""), "{e}");
     }
 }

@@ -14,6 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use super::service::Service;
 use super::wire::{Reply, Request, HEADER_LEN, MAX_FRAME_LEN, STATUS_NOT_LOCAL};
 use crate::engine::Epid;
 use crate::{Error, ErrorKind, Result};
@@ -34,23 +35,29 @@ use crate::{Error, ErrorKind, Result};
 /// ```
 /// use std::time::Duration;
 /// use psmrail::engine::Epid;
-/// use psmrail::fabric::name_server::{query, NameServer};
+/// use psmrail::fabric::name_server::{query, NameServer, Service};
 /// use psmrail::ErrorKind;
 ///
 /// let ns = NameServer::start_on("127.0.0.1:0".parse().unwrap()).unwrap();
 /// let port = ns.local_addr().port();
 /// let _reg = ns.register(7, Epid(0x2a)).unwrap();
 /// let t = Duration::from_secs(5);
-/// assert_eq!(query("localhost", port, 7, t).unwrap(), (7, Epid(0x2a)));
-/// assert_eq!(query("127.0.0.1", port, 0, t).unwrap(), (7, Epid(0x2a)));
+/// assert_eq!(query("localhost", port, 7, t).unwrap(), (Service::new(7), Epid(0x2a)));
+/// assert_eq!(query("127.0.0.1", port, 0, t).unwrap(), (Service::new(7), Epid(0x2a)));
 /// let err = query("127.0.0.1", port, 8, t).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::NoData);
 /// assert!(err.message().contains(&format!("127.0.0.1:{port}")));
 /// ```
-pub fn query(host: &str, port: u16, service: u32, timeout: Duration) -> Result<(u32, Epid)> {
+pub fn query(
+    host: &str,
+    port: u16,
+    service: impl Into<Service>,
+    timeout: Duration,
+) -> Result<(Service, Epid)> {
+    let service = service.into().get();
     let deadline = Deadline::after(timeout);
     let server = Server::resolve(host, port)?;
-    query_server(&server, service, &deadline)
+    query_server(&server, service, &deadline).map(|(s, epid)| (Service::new(s), epid))
 }
 
 /// A name server's printable `host:port` and the addresses to try.

@@ -68,9 +68,11 @@ pub(crate) mod fuzzing;
 mod port;
 mod registry;
 mod server;
+mod service;
 mod session;
 pub mod wire;
 
 pub use client::query;
 pub use port::port_for;
 pub use server::{NameServer, Registration, CONNECTION_TIMEOUT, MAX_CONNECTIONS, UPDATE_TIMEOUT};
+pub use service::Service;

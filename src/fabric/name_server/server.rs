@@ -27,6 +27,7 @@ use super::access::{self, LocalHost};
 use super::client::{query_server, update_server, Deadline, Server};
 use super::port::port_for;
 use super::registry::{Refusal, Registry};
+use super::service::Service;
 use super::session::{Session, Step};
 use super::wire::{Frame, Request};
 use crate::config::JobUuid;
@@ -81,7 +82,7 @@ fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
 /// ```
 /// use std::time::Duration;
 /// use psmrail::engine::Epid;
-/// use psmrail::fabric::name_server::{query, NameServer};
+/// use psmrail::fabric::name_server::{query, NameServer, Service};
 ///
 /// let ns = NameServer::start_on("127.0.0.1:0".parse().unwrap()).unwrap();
 /// assert!(ns.is_serving());
@@ -92,7 +93,7 @@ fn lock(table: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
 /// assert!(!other.is_serving());
 /// let reg = other.register(12, Epid(0x77)).unwrap();
 /// let t = Duration::from_secs(5);
-/// assert_eq!(query("127.0.0.1", port, 12, t).unwrap(), (12, Epid(0x77)));
+/// assert_eq!(query("127.0.0.1", port, 12, t).unwrap(), (Service::new(12), Epid(0x77)));
 /// drop(reg); // DEL
 /// assert!(query("127.0.0.1", port, 12, t).is_err());
 /// ```
@@ -310,7 +311,8 @@ impl NameServer {
     /// (or, when serving, at all); [`ErrorKind::NoMem`] if the table is
     /// full; when another process serves, the errors of [`query`](super::query)
     /// within [`UPDATE_TIMEOUT`].
-    pub fn register(&self, service: u32, epid: Epid) -> Result<Registration> {
+    pub fn register(&self, service: impl Into<Service>, epid: Epid) -> Result<Registration> {
+        let service = service.into().get();
         if service == 0 {
             return Err(Error::new(
                 ErrorKind::Inval,
@@ -412,8 +414,8 @@ enum Target {
 
 impl Registration {
     /// The registered service.
-    pub fn service(&self) -> u32 {
-        self.service
+    pub fn service(&self) -> Service {
+        Service::new(self.service)
     }
 
     /// The registered endpoint id.
@@ -786,7 +788,10 @@ mod tests {
                 "{request:?}"
             );
         }
-        assert_eq!(query("127.0.0.1", port, 5, T).unwrap(), (5, Epid(0x55)));
+        assert_eq!(
+            query("127.0.0.1", port, 5, T).unwrap(),
+            (Service::new(5), Epid(0x55))
+        );
         assert_eq!(
             query("127.0.0.1", port, 6, T).unwrap_err().kind(),
             ErrorKind::NoData
@@ -806,7 +811,10 @@ mod tests {
             epid: Epid(0x66),
         };
         assert_eq!(exchange(local, addr, add), b"");
-        assert_eq!(query("127.0.0.1", port, 6, T).unwrap(), (6, Epid(0x66)));
+        assert_eq!(
+            query("127.0.0.1", port, 6, T).unwrap(),
+            (Service::new(6), Epid(0x66))
+        );
     }
 
     #[test]
