@@ -71,7 +71,7 @@ pub struct EndpointStats {
     /// Bytes the engine holds for those messages: their eager payloads
     /// (a large message whose data is still at its sender has none), plus
     /// on the soft engine the fixed bookkeeping it charges each message
-    /// ([`ENTRY_OVERHEAD`](crate::engine::soft::wire::ENTRY_OVERHEAD)).
+    /// (`ENTRY_OVERHEAD`, 64 bytes).
     /// `None` as for [`unexpected_msgs`](Self::unexpected_msgs).
     pub unexpected_bytes: Option<u64>,
     /// Messages that have arrived unexpected since the engine endpoint

@@ -11,13 +11,13 @@
 //! (`ARCHITECTURE.md`, principle 1):
 //!
 //! * **The core** (this module) is plain data structures: no sockets,
-//!   threads or clocks. [`SoftCore`] is one endpoint's whole protocol: the
-//!   [`TagMatcher`] (PSM's posted and unexpected queues), the wire protocol
-//!   ([`wire`]: frames, handshake, eager and rendezvous transfers, active
+//!   threads or clocks. `SoftCore` is one endpoint's whole protocol: the
+//!   `TagMatcher` (PSM's posted and unexpected queues), the wire protocol
+//!   (`wire`: frames, handshake, eager and rendezvous transfers, active
 //!   messages), credit-based flow control, and failure handling. It takes
-//!   bytes and commands in and gives frames and [`Event`]s out; it never
-//!   owns an operation's buffer ([`Event::Place`] says where received bytes
-//!   go, [`SendPayloads`] lends send buffers while frames are encoded).
+//!   bytes and commands in and gives frames and `Event`s out; it never
+//!   owns an operation's buffer (`Event::Place` says where received bytes
+//!   go, `SendPayloads` lends send buffers while frames are encoded).
 //! * **The edge** ([`SoftEngine`], [`SoftEndpoint`] and the private
 //!   modules `endpoint`, `transport`, `loopback`, `optable`) owns the
 //!   sockets (mio), the operations' [`OpBuffer`](crate::engine::OpBuffer)s
@@ -25,8 +25,8 @@
 //!   every socket connection (and a pair of them, piped together, for the
 //!   endpoint to reach itself), feeds input, writes output, applies events,
 //!   and tells the core when a transport dies. The steps are listed in
-//!   [`protocol`]'s docs; the edge also uses the core's zero-copy hooks
-//!   ([`SoftCore::poll_transmit_vectored`], [`SoftCore::take_direct`]) so
+//!   `protocol`'s docs; the edge also uses the core's zero-copy hooks
+//!   (`SoftCore::poll_transmit_vectored`, `SoftCore::take_direct`) so
 //!   bulk data goes from the send buffer to the socket and from the socket
 //!   to the receive buffer without an extra copy.
 //!
@@ -35,10 +35,10 @@
 //! | module | what |
 //! |---|---|
 //! | [`epid`] | [`SoftEpid`]: IPv4 address, port and instance packed in an [`Epid`](crate::engine::Epid) |
-//! | [`matcher`] | [`TagMatcher`]: posted and unexpected queues, tag + select mask, posting order, byte budget |
-//! | [`wire`] | frames ([`wire::Frame`], [`wire::encode`], [`wire::FrameDecoder`]), the handshake and its refusals |
+//! | `matcher` | `TagMatcher`: posted and unexpected queues, tag + select mask, posting order, byte budget |
+//! | `wire` | frames (`wire::Frame`, `wire::encode`, `wire::FrameDecoder`), the handshake and its refusals |
 //! | [`config`] | [`ProtocolConfig`]: thresholds, chunk size, AM limits, budget and credit windows |
-//! | [`protocol`] | [`SoftCore`]: the state machine, its commands, events and credit scheme |
+//! | `protocol` | `SoftCore`: the state machine, its commands, events and credit scheme |
 //! | `engine` (edge) | [`SoftEngine`], [`SoftConfig`]: bind address, port, timeouts, buffer sizes |
 //! | `endpoint` (edge) | [`SoftEndpoint`]: the contract, locking, progress, connect and close |
 //! | `transport` (edge) | listeners, streams (TCP, Unix), non-blocking reads and vectored writes |
@@ -70,13 +70,19 @@ pub(crate) mod fuzzing;
 mod job_secret;
 mod linger;
 mod loopback;
+// The sans-IO core, its matcher and its wire codec are public for the
+// crate's own tests, fuzz targets and benchmarks only: hidden from the
+// documentation and not part of the API (they change without notice).
+#[doc(hidden)]
 pub mod matcher;
 mod optable;
+#[doc(hidden)]
 pub mod protocol;
 mod reconnect;
 mod session;
 mod transport;
 mod verify;
+#[doc(hidden)]
 pub mod wire;
 
 #[cfg(test)]
@@ -87,13 +93,17 @@ mod direct_tests;
 mod tests;
 
 pub use config::ProtocolConfig;
+#[doc(hidden)]
 pub use conn::{ConnPhase, Role};
 pub use endpoint::{SoftEndpoint, SoftStats};
 pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
 pub use job_secret::{JobSecret, JOB_SECRET_VAR, MIN_SECRET_LEN};
+#[doc(hidden)]
 pub use matcher::TagMatcher;
+pub use protocol::CoreStats;
+#[doc(hidden)]
 pub use protocol::{
-    AmToken, ConnError, ConnId, CoreStats, DirectData, Event, OpId, PayloadRef, SendPayloads,
-    SoftCore, Violation,
+    AmToken, ConnError, ConnId, DirectData, Event, OpId, PayloadRef, SendPayloads, SoftCore,
+    Violation,
 };

@@ -1,24 +1,28 @@
 //! [`RailLoad`]: the striped parts travelling on each rail, and the rate
 //! samples their completions give.
 //!
-//! A rail serves its parts in order, like a queue with one server. A part
-//! that was posted at `a` and completed at `d`, when the part before it on
-//! the rail completed at `d'`, was served from `max(a, d')` to `d`: its
-//! **service time**. That holds whether the rail was idle when the part
-//! came (it was served from its posting) or busy with parts ahead of it
-//! (from the moment the one before left), so one estimator covers one
-//! message at a time and a stream with many in flight alike. A part's
-//! duration alone would not: behind others, it says how long the queue
-//! was, not how fast the rail is.
+//! A part that was posted at `a` and completed at `d`, when the part
+//! before it on the rail completed at `d'`, counts from `max(a, d')` to
+//! `d`: its **service time**. Summed over a rail's **busy period** (from a
+//! part posted on an idle rail to the rail idle again) the service times
+//! are exactly the busy period, and the bytes of its parts are exactly what
+//! the rail moved in it, however the rail shares itself among the parts in
+//! flight: one after the other, as a queue with one server, or all at once
+//! in interleaved chunks, as the soft engine's rendezvous does, where every
+//! part of a window completes near its end. A part's duration alone would
+//! mislead in both cases (behind others, it says how long the queue was),
+//! and so would a sample cut in the middle of an interleaved busy period:
+//! it would hold the long wait of the first part to complete and few of
+//! the bytes moved meanwhile.
 //!
-//! Each rail adds its parts' bytes and service times up; once they span
-//! [`SAMPLE_SPAN`], or [`SAMPLE_PARTS`] parts span [`SHORT_SPAN`] (and at
-//! least [`MIN_SAMPLE_BYTES`] moved), they are one sample, bytes over time
-//! ([`RailLoad::take_samples`]). A sample spans many parts or a long time
-//! because single parts mislead: completions are seen in bursts (one
-//! progress step takes several), which moves time between neighbouring
-//! parts but not out of the sum, and a part's completion can come early
-//! when its bytes fit in a socket buffer.
+//! Each rail adds its parts' bytes and service times up, and makes them one
+//! sample, bytes over time ([`RailLoad::take_samples`]), when the rail goes
+//! idle after at least [`SHORT_SPAN`] and [`MIN_SAMPLE_BYTES`], or, on a
+//! rail that never goes idle, once they span [`BUSY_SPAN`]. A sample spans
+//! many parts or a long time because single parts mislead: completions are
+//! seen in bursts (one progress step takes several), which moves time
+//! between neighbouring parts but not out of the sum, and a part's
+//! completion can come early when its bytes fit in a socket buffer.
 //!
 //! The counters are per rail under a small lock; stints end wherever a
 //! part completes or is dropped. Times are passed in (no clock is read
@@ -28,14 +32,14 @@ use super::rail_rates::MIN_SAMPLE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How much service time one sample spans...
-pub const SAMPLE_SPAN: Duration = Duration::from_millis(100);
-
-/// ... unless [`SAMPLE_PARTS`] parts took at least this long.
+/// The least service time a sample spans (it closes when its rail goes
+/// idle).
 pub const SHORT_SPAN: Duration = Duration::from_millis(20);
 
-/// Parts that make a sample once they took [`SHORT_SPAN`].
-pub const SAMPLE_PARTS: u32 = 8;
+/// The service time after which a rail that never goes idle gives a
+/// sample all the same (the parts still in flight then are a small share
+/// of what it moved).
+pub const BUSY_SPAN: Duration = Duration::from_secs(1);
 
 /// Parts in flight per rail, and the samples their completions gave.
 ///
@@ -65,10 +69,9 @@ struct RailCounters {
     busy: u32,
     /// When the last part completed.
     last_done: Option<Instant>,
-    /// Bytes, service time and parts gathered towards the next sample.
+    /// Bytes and service time gathered towards the next sample.
     bytes: u64,
     time: Duration,
-    parts: u32,
 }
 
 /// One part's time on its rail; [`end`](RailStint::end) (or dropping it)
@@ -142,15 +145,16 @@ impl RailStint {
         let from = c.last_done.map_or(self.posted, |d| d.max(self.posted));
         c.time += now.saturating_duration_since(from);
         c.bytes += bytes;
-        c.parts += 1;
         c.last_done = Some(c.last_done.map_or(now, |d| d.max(now)));
-        let long_enough =
-            c.time >= SAMPLE_SPAN || (c.parts >= SAMPLE_PARTS && c.time >= SHORT_SPAN);
+        let long_enough = if c.busy == 0 {
+            c.time >= SHORT_SPAN
+        } else {
+            c.time >= BUSY_SPAN
+        };
         if c.bytes >= MIN_SAMPLE_BYTES && long_enough {
             let sample = (self.rail, c.bytes, c.time);
             c.bytes = 0;
             c.time = Duration::ZERO;
-            c.parts = 0;
             drop(c);
             relock(&self.load.samples).push(sample);
         }
@@ -195,6 +199,10 @@ mod tests {
                 (0..8).map(|_| RailLoad::begin(&load, rail, t0)).collect();
             for k in 1..=100u64 {
                 stints.push_back(RailLoad::begin(&load, rail, t0 + ms(k * every)));
+                stints.pop_front().unwrap().end(t0 + ms(k * every), part);
+            }
+            // The stream ends: the rail drains its queue.
+            for k in 101..=108u64 {
                 stints.pop_front().unwrap().end(t0 + ms(k * every), part);
             }
         }
@@ -243,8 +251,53 @@ mod tests {
             .take_samples()
             .iter()
             .fold((0, Duration::ZERO), |a, s| (a.0 + s.1, a.1 + s.2));
-        // Two samples of 20 ms of service; the last burst's remaining
-        // parts wait for the next. Their rate averages the true one.
-        assert_eq!(total, (16 << 20, ms(40)));
+        // One sample when the rail goes idle: every part, 40 ms of
+        // service. Its rate is the true one.
+        assert_eq!(total, (20 << 20, ms(40)));
+    }
+
+    /// Sixteen parts posted together and served in interleaved chunks (a
+    /// window of rendezvous transfers): the first completes only near the
+    /// end, the others right after it. The busy period gives the true rate.
+    #[test]
+    fn interleaved_parts_give_the_rate_of_the_whole_window() {
+        let t0 = Instant::now();
+        let load = RailLoad::new(1);
+        let part: u64 = 2 << 20;
+        for window in 0..3u64 {
+            let start = t0 + ms(300 * window);
+            let stints: Vec<RailStint> =
+                (0..16).map(|_| RailLoad::begin(&load, 0, start)).collect();
+            // 32 MiB at 128 MiB/s: 250 ms; completions over its last 15 ms.
+            for (k, s) in stints.into_iter().enumerate() {
+                s.end(start + ms(235 + k as u64), part);
+            }
+        }
+        let samples = load.take_samples();
+        assert_eq!(samples.len(), 3);
+        for (_, bytes, time) in samples {
+            let rate = bytes as f64 / time.as_secs_f64() / f64::from(1u32 << 20);
+            assert!((rate - 128.0).abs() < 0.5, "{rate} MiB/s");
+        }
+    }
+
+    /// A rail that never goes idle still gives samples, each spanning
+    /// [`BUSY_SPAN`].
+    #[test]
+    fn a_rail_that_never_idles_gives_a_sample_per_busy_span() {
+        let t0 = Instant::now();
+        let load = RailLoad::new(1);
+        let mut stints: std::collections::VecDeque<RailStint> =
+            (0..4).map(|_| RailLoad::begin(&load, 0, t0)).collect();
+        for k in 1..=2500u64 {
+            stints.push_back(RailLoad::begin(&load, 0, t0 + ms(k)));
+            stints.pop_front().unwrap().end(t0 + ms(k), 1 << 20);
+        }
+        let samples = load.take_samples();
+        assert_eq!(samples.len(), 2);
+        for (_, bytes, time) in samples {
+            assert_eq!(time, BUSY_SPAN);
+            assert_eq!(bytes, 1000 << 20);
+        }
     }
 }
