@@ -61,8 +61,9 @@
 //!   every rail; default `16384:fixed,ULONG_MAX:striping`.
 //! * Weighted striping ([`core::rail_rates`]): parts in proportion to the
 //!   rails' rates, configured (`PSMRAIL_MRAIL_RATES`) or learned from the
-//!   time each striped part takes; the weights travel in the request to
-//!   send, so both sides cut the message alike.
+//!   bytes each rail moves over the time it is busy with striped parts
+//!   ([`core::rail_load`]); the weights travel in the request to send, so
+//!   both sides cut the message alike.
 //! * The wire protocol, ordering and progress: the `driver` module's docs. In
 //!   short: eager messages are one rail message with a small header; large
 //!   and striped ones announce themselves (RTS), and once matched the
