@@ -1,6 +1,22 @@
 //! Sizes and numbers as the programs take them on the command line and
-//! print them: byte counts with k, m and g suffixes (powers of 1024), and
-//! figures to about 3 significant digits.
+//! print them: byte counts with k, m and g suffixes (powers of 1024),
+//! counts of at least 1, epids in hexadecimal, and figures to about 3
+//! significant digits.
+
+/// A count of at least 1.
+pub fn parse_count(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{v:?}: {e}")),
+    }
+}
+
+/// An epid in hexadecimal, `0x` optional.
+pub fn parse_epid(v: &str) -> Result<u64, String> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("{v:?} is not a hexadecimal epid: {e}"))
+}
 
 /// A byte count with an optional k, m or g suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<usize, String> {

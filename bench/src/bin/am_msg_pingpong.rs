@@ -37,6 +37,7 @@ use psmrail::hooks::AmMsgHook;
 use psmrail::reactor::{CompletionTable, OpKey, ProgressMode, Reactor};
 use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
+use psmrail_bench::units::{parse_count, parse_epid};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -48,21 +49,6 @@ const SIZES: &[(usize, usize)] = &[(8, 100_000), (1 << 20, 200)];
 const TAG_PING: u64 = 0x50;
 const TAG_PONG: u64 = 0x51;
 const PHASES: [&str; 2] = ["mq", "am"];
-
-/// A count of at least 1.
-fn parse_count(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{v:?}: {e}")),
-    }
-}
-
-/// An epid in hexadecimal, `0x` optional.
-fn parse_epid(v: &str) -> Result<u64, String> {
-    u64::from_str_radix(v.trim_start_matches("0x"), 16)
-        .map_err(|e| format!("{v:?} is not a hexadecimal epid: {e}"))
-}
 
 /// One of [`PHASES`].
 fn parse_phase(v: &str) -> Result<&'static str, String> {

@@ -38,6 +38,7 @@ use psmrail::fabric::{
 };
 use psmrail::reactor::AdaptiveProgress;
 use psmrail_bench::stats::median;
+use psmrail_bench::units::parse_count;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -57,15 +58,6 @@ impl Mode {
             Mode::Auto => "auto",
             Mode::Adaptive => "adaptive",
         }
-    }
-}
-
-/// A count of at least 1.
-fn parse_count(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{v:?}: {e}")),
     }
 }
 

@@ -48,6 +48,7 @@ use psmrail::ops::atomic::{AtomicDatatype, AtomicOp};
 use psmrail::ops::RmaOp;
 use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
+use psmrail_bench::units::parse_count;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -116,15 +117,6 @@ fn parse_phase(v: &str) -> Result<Phase, String> {
         "am" => Ok(Phase::Am),
         "tagged" => Ok(Phase::Tagged),
         _ => Err(format!("{v:?}: expected am or tagged")),
-    }
-}
-
-/// A count of at least 1.
-fn parse_count(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{v:?}: {e}")),
     }
 }
 

@@ -93,6 +93,7 @@ use psmrail::fabric::{
 use psmrail::reactor::{CompletionTable, OpKey, Reactor};
 use psmrail_bench::harness;
 use psmrail_bench::stats::median_or_zero;
+use psmrail_bench::units::{parse_count, parse_epid};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -105,21 +106,6 @@ const SIZES: &[(usize, usize)] = &[(8, 200_000), (64 * 1024, 5_000), (4 * 1024 *
 const TAG_PING: u64 = 0x50;
 const TAG_PONG: u64 = 0x51;
 const TAG_SYNC: u64 = 0x52;
-
-/// A count of at least 1.
-fn parse_count(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{v:?}: {e}")),
-    }
-}
-
-/// An epid in hexadecimal, `0x` optional.
-fn parse_epid(v: &str) -> Result<u64, String> {
-    u64::from_str_radix(v.trim_start_matches("0x"), 16)
-        .map_err(|e| format!("{v:?} is not a hexadecimal epid: {e}"))
-}
 
 /// One of [`SIZES`]: (message size, round trips per repetition).
 fn parse_size(v: &str) -> Result<(usize, usize), String> {
