@@ -681,6 +681,66 @@ fn am_handlers_cannot_reenter_their_endpoint() {
     }
 }
 
+/// A tag hook that records what it is handed and tries to post into its
+/// own endpoint.
+struct Hook {
+    ep: Mutex<Weak<SoftEndpoint>>,
+    got: Mutex<Vec<(psmrail::engine::PeerAddr, Vec<u8>)>>,
+}
+
+impl psmrail::engine::TagHook for Hook {
+    fn on_message(&self, source: psmrail::engine::PeerAddr, payload: &[u8]) {
+        if let Some(ep) = self.ep.lock().unwrap().upgrade() {
+            let e = ep.inject(source, 1, b"no").unwrap_err();
+            assert!(e.to_string().contains("AM handler"), "{e}");
+        }
+        self.got.lock().unwrap().push((source, payload.to_vec()));
+    }
+}
+
+#[test]
+fn a_tag_hook_takes_eager_messages_of_its_tag_as_they_arrive() {
+    let _dog = Watchdog::new(Duration::from_secs(20), "tag hook");
+    let r = Reactor::manual();
+    let engine = make_soft_tcp();
+    let a = open(&engine, &r);
+    let b = open(&engine, &r);
+    let (ab, ba) = connect_pair(&a, &b);
+    let hook = Arc::new(Hook {
+        ep: Mutex::new(Arc::downgrade(&b)),
+        got: Mutex::new(Vec::new()),
+    });
+    assert!(b.set_tag_hook(77, Some(hook.clone())));
+    // Eager messages of the tag go to the hook, whatever receive waits;
+    // others and rendezvous-sized ones match receives.
+    let rk = recv(&r, &*b, TagMatch::exact(77), 1 << 20);
+    let ok = recv(&r, &*b, TagMatch::exact(5), 16);
+    for i in 0..20u64 {
+        send(&r, &*a, ab, 77, pattern(100 + i as usize, i));
+    }
+    send(&r, &*a, ab, 5, b"other".to_vec());
+    let big = 4 * b.limits().eager_threshold;
+    send(&r, &*a, ab, 77, pattern(big, 99));
+    assert!(progress_until(&r, STEP, || hook.got.lock().unwrap().len()
+        == 20
+        && b.completions().status(rk) == OpStatus::Complete
+        && b.completions().status(ok) == OpStatus::Complete));
+    for (i, (source, bytes)) in hook.got.lock().unwrap().iter().enumerate() {
+        assert_eq!(*source, ba);
+        assert!(*bytes == pattern(100 + i, i as u64), "message {i}");
+    }
+    let big_done = b.completions().try_take(rk).unwrap();
+    assert_eq!(big_done.status.nbytes, big);
+    assert!(big_done.buffer.as_slice()[..big] == pattern(big, 99)[..]);
+    assert_eq!(b.completions().try_take(ok).unwrap().status.nbytes, 5);
+    assert_eq!(b.stats().core.unexpected_msgs, 0);
+    // Unhooked, the tag's messages wait for receives again.
+    assert!(b.set_tag_hook(77, None));
+    send(&r, &*a, ab, 77, b"late".to_vec());
+    assert!(progress_until(&r, STEP, || b.stats().core.unexpected_msgs == 1));
+    assert_eq!(hook.got.lock().unwrap().len(), 20);
+}
+
 #[test]
 fn close_fails_what_is_pending() {
     let _dog = Watchdog::new(Duration::from_secs(20), "close_fails_what_is_pending");

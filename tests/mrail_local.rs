@@ -317,6 +317,58 @@ fn messages_match_in_send_order_across_rails() {
     });
 }
 
+/// Rails whose engine takes control frames as they arrive still receive
+/// those that come by the rail's rendezvous: with a small eager threshold
+/// (frames above 256 bytes), and with no eager credit at all (every frame).
+#[test]
+fn control_frames_by_the_rails_rendezvous_still_arrive() {
+    for (threshold, window) in [(256, 4 << 20), (64 << 10, 0)] {
+        let mut soft = psmrail::engine::soft::SoftConfig::default();
+        soft.protocol.eager_threshold = threshold;
+        soft.protocol.peer_eager_window = window;
+        let info = mrail_nodes::info(2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+        let hints = Hints::new()
+            .engine(EngineChoice::Soft)
+            .caps(MSG_TAGGED)
+            .progress(MANUAL)
+            .config(info.config().clone())
+            .mrail_config(info.mrail().unwrap().config().clone())
+            .soft_config(soft)
+            .prov_name("ofi_mrail");
+        let info = getinfo(Some(&hints)).unwrap().remove(0);
+        let n = mrail_nodes::open_with(info, 2, |_, _, b| b);
+        exchange_sizes(&n, &[0, 8, 300, 16384, 16385, 70_000]);
+        // A burst sent before its receives: more frames than the few
+        // receives such rails keep posted, small and large interleaved.
+        let (a, b) = (&n.nodes[0].ep, &n.nodes[1].ep);
+        n.drive(async {
+            let sends: Vec<_> = (0..64)
+                .map(|i| {
+                    a.tsend(
+                        n.addr(0, 1),
+                        7,
+                        pattern(if i % 2 == 0 { 8 } else { 2000 }, i),
+                    )
+                })
+                .collect();
+            for i in 0..64u64 {
+                let len = if i % 2 == 0 { 8 } else { 2000 };
+                let (got, buf) = b.trecv(vec![0u8; 4000], 7, 0).await;
+                assert_eq!(got.unwrap().len, len, "message {i}");
+                assert!(
+                    &buf.as_slice()[..len] == pattern(len, i).as_slice(),
+                    "message {i}"
+                );
+            }
+            for s in sends {
+                s.await.0.unwrap();
+            }
+        });
+        let stats = b.stats();
+        assert_eq!(stats.malformed + stats.unknown_peer + stats.duplicates, 0);
+    }
+}
+
 #[test]
 fn larger_receive_buffers_work_and_smaller_ones_truncate() {
     let n = open(2, 2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);

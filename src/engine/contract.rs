@@ -243,6 +243,17 @@ pub trait EngineEndpoint: ProgressSource {
         QueueStats::default()
     }
 
+    /// Hands every eager message with `tag` to `hook` as it arrives,
+    /// instead of matching it with receives (`None`: back to matching).
+    /// `false` when the engine has no hooks (the default; the native
+    /// engine, whose PSM matches every message): then the caller keeps
+    /// receives posted for the tag. Messages of the tag that come by
+    /// rendezvous always match receives. See [`TagHook`](super::TagHook).
+    fn set_tag_hook(&self, tag: u64, hook: Option<Arc<dyn super::TagHook>>) -> bool {
+        let _ = (tag, hook);
+        false
+    }
+
     /// Registers an AM handler; ids are given in registration order.
     fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId>;
 

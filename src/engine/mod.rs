@@ -40,6 +40,7 @@ pub mod native;
 mod queue_stats;
 pub(crate) mod random;
 pub mod soft;
+mod tag_hook;
 
 pub use addr::{Epid, EpidParseError, PeerAddr, EPID_SCHEME};
 pub use am::{AmHandler, AmHandlerId, AmMessage, AmReply};
@@ -49,3 +50,4 @@ pub(crate) use direct::DirectEngine;
 pub use limits::EngineLimits;
 pub use mq::{MqCompletion, MqStatus, TagMatch};
 pub use queue_stats::QueueStats;
+pub use tag_hook::TagHook;

@@ -10,7 +10,11 @@
 //!
 //! * **Control frames** carry [`CTRL_TAG`]: a small header
 //!   ([`header`](super::core::header)) and, for an eager message, the
-//!   payload behind it. Each rail keeps a pool of receives posted for them.
+//!   payload behind it. A rail whose engine offers a
+//!   [`TagHook`] (the soft engine) hands them over as they arrive; each
+//!   rail also keeps a pool of receives posted for them (32, or 4 where
+//!   the hook takes the eager ones), for engines without hooks (native
+//!   PSM) and for frames that come by the rail's rendezvous.
 //! * **Eager messages** — at most [`EAGER_MAX`] bytes, on the one rail the
 //!   size policy picks (fixed or round-robin) — are one control frame.
 //!   Up to the rails' inject size they leave with an inject, otherwise as
@@ -87,11 +91,27 @@
 //! (the reactor's last source) polls only what completed. Every
 //! [`HOUSEKEEPING_EVERY`] steps it also looks at the clock: owed
 //! acknowledgements, the links, back-offs that ended. A step with nothing
-//! queued and no housekeeping due takes no lock. A pool receive whose
-//! frame was handled is posted again in the next step with nothing else
-//! to do (or once [`REPOST_BATCH`] wait), so that a small message's
-//! turnaround — its frame in, the answer out — does not pay for it; a
-//! frame that arrives meanwhile waits in the rail's unexpected queue.
+//! queued and no housekeeping due takes no lock.
+//!
+//! Control frames a rail's hook hands over arrive inside that rail's
+//! progress, with the rail's engine locked, where no rail operation may
+//! be started. The common case of a small message — an eager frame, next
+//! in its peer's sequence, with its receive posted — is delivered there
+//! and then, if the driver's state is free (`try_lock`: a thread posting
+//! holds it while it calls into a rail, so waiting could deadlock); an
+//! acknowledgement it makes due waits for a quiet moment. Every other
+//! frame, and every frame while earlier ones wait, goes to an inbox that
+//! the next step empties in arrival order. A small message thus reaches
+//! its future in the same engine step that read it, as on a plain psm
+//! endpoint.
+//!
+//! What waits for a quiet moment — pool receives to post again, owed
+//! acknowledgements — is done at the start of a future's next spin (its
+//! own message is not there yet, so nothing waits for it), or in a step
+//! with nothing else to do, or once [`REPOST_BATCH`] receives wait: so a
+//! small message's turnaround — its frame in, the answer out — does not
+//! pay for it; a frame that arrives meanwhile waits in the rail's
+//! unexpected queue.
 
 use super::av::{MrailAvCore, PeerEntry};
 use super::core::header::{
@@ -108,7 +128,7 @@ use super::link_watch::LinkWatch;
 use super::rail_events::RailEventQueue;
 use super::region::SharedBuffer;
 use super::stripe_join::{rail_lost, Joined, PartOutput, RailPart, Striped};
-use crate::engine::{MqCompletion, OpBuffer, SendMode, TagMatch};
+use crate::engine::{MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
 use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
@@ -136,6 +156,11 @@ const COLD_RAIL_EVERY: usize = 4;
 
 /// Receives each rail keeps posted for control frames.
 const POOL_SLOTS: usize = 32;
+
+/// ... on a rail whose engine hands them over as they arrive
+/// ([`TagHook`]): only frames that come by the rail's rendezvous (a small
+/// eager threshold, no eager credit) need them.
+const HOOKED_POOL_SLOTS: usize = 4;
 
 /// Handled pool receives that are posted again at once, not only in a
 /// step with nothing else to do.
@@ -555,6 +580,70 @@ impl Wake for TaskWake {
     }
 }
 
+/// A control frame a rail's [`TagHook`] handed over that the hook could
+/// not handle on the spot (module docs, "Progress").
+struct Inbound {
+    rail: usize,
+    source: PeerAddr,
+    bytes: Vec<u8>,
+}
+
+/// Frames the rails' hooks queued for the next progress step.
+#[derive(Default)]
+struct Inbox {
+    frames: Mutex<Vec<Inbound>>,
+    /// Spare buffers of frames already handled.
+    spare: Mutex<Vec<Vec<u8>>>,
+    any: AtomicBool,
+}
+
+/// Most spare buffers the inbox keeps.
+const INBOX_SPARE: usize = 64;
+
+impl Inbox {
+    fn push(&self, rail: usize, source: PeerAddr, payload: &[u8]) {
+        let mut bytes = relock(&self.spare).pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(payload);
+        relock(&self.frames).push(Inbound {
+            rail,
+            source,
+            bytes,
+        });
+        self.any.store(true, Ordering::Release);
+    }
+
+    fn drain_into(&self, out: &mut Vec<Inbound>) {
+        if !self.any.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        out.append(&mut relock(&self.frames));
+    }
+
+    fn recycle(&self, frames: &mut Vec<Inbound>) {
+        let mut spare = relock(&self.spare);
+        for f in frames.drain(..) {
+            if spare.len() < INBOX_SPARE {
+                spare.push(f.bytes);
+            }
+        }
+    }
+}
+
+/// A rail's tag hook: control frames straight from the rail's engine.
+struct RailHook {
+    driver: Weak<Driver>,
+    rail: usize,
+}
+
+impl TagHook for RailHook {
+    fn on_message(&self, source: PeerAddr, payload: &[u8]) {
+        if let Some(d) = self.driver.upgrade() {
+            d.on_hooked(self.rail, source, payload);
+        }
+    }
+}
+
 /// Everything the driver changes, under one lock.
 struct State {
     chooser: RailChooser,
@@ -587,6 +676,11 @@ struct State {
     ack_pending: Vec<u64>,
     /// When the owed acknowledgements go out at the latest.
     ack_due: Option<Instant>,
+    /// Whether some of them are owed now (after [`ACK_EVERY`] frames that
+    /// were delivered where no frame may be sent: in a rail's hook).
+    ack_now: bool,
+    /// Frames taken from the inbox (scratch, kept for its capacity).
+    inbound: Vec<Inbound>,
     /// Turns among rails for failover choices.
     next_failover: usize,
 }
@@ -649,8 +743,11 @@ pub(crate) struct Driver {
     events: Arc<RailEventQueue>,
     /// Progress steps so far (housekeeping every [`HOUSEKEEPING_EVERY`]).
     steps: AtomicUsize,
-    /// Whether [`State::reposts`] holds pool receives to post again.
-    reposts_due: AtomicBool,
+    /// Whether [`State::reposts`] holds pool receives to post again, or
+    /// acknowledgements are owed now ([`State::ack_now`]).
+    chores_due: AtomicBool,
+    /// Control frames the rails' hooks could not handle on the spot.
+    inbox: Inbox,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -709,6 +806,8 @@ impl Driver {
                 frame_pool: Vec::new(),
                 ack_pending: Vec::new(),
                 ack_due: None,
+                ack_now: false,
+                inbound: Vec::new(),
                 next_failover: 0,
             }),
             ready,
@@ -727,12 +826,32 @@ impl Driver {
             load: RailLoad::new(n),
             events: failover.events,
             steps: AtomicUsize::new(0),
-            reposts_due: AtomicBool::new(false),
+            chores_due: AtomicBool::new(false),
+            inbox: Inbox::default(),
         });
+        // Control frames come straight from the engines that can hand them
+        // over; the others (and rendezvous-borne frames) fill the pools.
+        let hooked: Vec<bool> = driver
+            .engines
+            .iter()
+            .enumerate()
+            .map(|(rail, e)| {
+                let hook = RailHook {
+                    driver: Arc::downgrade(&driver),
+                    rail,
+                };
+                e.set_tag_hook(CTRL_TAG, Some(Arc::new(hook)))
+            })
+            .collect();
         {
             let mut st = relock(&driver.state);
-            for r in 0..n {
-                for s in 0..POOL_SLOTS {
+            for (r, &hooked) in hooked.iter().enumerate() {
+                let slots = if hooked {
+                    HOOKED_POOL_SLOTS
+                } else {
+                    POOL_SLOTS
+                };
+                for s in 0..slots {
                     driver.post_pool(&mut st, r, s, pool_buffer())?;
                 }
             }
@@ -776,13 +895,74 @@ impl Driver {
         // turn of the spin; the reactor's full rounds still visit them all.
         let hot = self.hot_rail.load(Ordering::Relaxed);
         let n = self.fast_polls.fetch_add(1, Ordering::Relaxed);
+        // What waits for a quiet moment goes first: this future's message
+        // is not here yet (or it would have been taken above), so nothing
+        // waits for it, while after the rails' turn the message may be.
+        if self.chores_due.load(Ordering::Relaxed) {
+            if let Ok(mut st) = self.state.try_lock() {
+                self.chores(&mut st);
+            }
+        }
         for (i, e) in self.engines.iter().enumerate() {
             if i == hot || n % COLD_RAIL_EVERY == 0 {
                 e.progress();
             }
         }
-        self.progress();
+        self.step_now(false);
         self.table.try_take(key)
+    }
+
+    /// A control frame from rail `rail`'s hook, inside that rail's
+    /// progress: the common eager message is delivered at once when the
+    /// driver's state is free; anything else waits in the inbox for the
+    /// next step (which may use the rails).
+    fn on_hooked(&self, rail: usize, source: PeerAddr, bytes: &[u8]) {
+        // Frames queued before this one go first.
+        if !self.inbox.any.load(Ordering::Acquire) {
+            if let Ok(mut st) = self.state.try_lock() {
+                if st.closed || self.eager_inline(&mut st, rail, bytes) {
+                    return;
+                }
+            }
+        }
+        self.inbox.push(rail, source, bytes);
+    }
+
+    /// An eager frame delivered where no rail may be used (see
+    /// [`on_hooked`](Self::on_hooked)): `true` if `bytes` is one that
+    /// [`deliver_in_place`](Self::deliver_in_place) takes, else nothing
+    /// changed.
+    fn eager_inline(&self, st: &mut State, rail: usize, bytes: &[u8]) -> bool {
+        let Ok((
+            Frame::Eager {
+                class,
+                seq,
+                source,
+                tag,
+            },
+            hl,
+        )) = header::decode(bytes)
+        else {
+            return false;
+        };
+        // Not `known`: a stranger's frame is counted once, by `on_frame`.
+        let Some(p) = self.av.index_of_token(source) else {
+            return false;
+        };
+        let spec = ArrivalSpec {
+            class,
+            tag,
+            source: p,
+        };
+        let payload = &bytes[hl..];
+        if !self.deliver_in_place(st, source, seq, spec, payload, false) {
+            return false;
+        }
+        let rs = &self.stats.rails[rail];
+        bump(&rs.msgs_received, 1);
+        bump(&rs.bytes_received, payload.len() as u64);
+        self.hot_rail.store(rail, Ordering::Relaxed);
+        true
     }
 
     /// Each rail's rate in bytes per second as the driver knows it
@@ -1137,12 +1317,7 @@ impl Driver {
     }
 
     /// Sends a control frame (no payload) on `rail` with an inject.
-    fn send_control(
-        &self,
-        rail: usize,
-        peer: crate::engine::PeerAddr,
-        frame: &Frame,
-    ) -> Result<()> {
+    fn send_control(&self, rail: usize, peer: PeerAddr, frame: &Frame) -> Result<()> {
         let mut wire = [0u8; header::MAX_HEADER_LEN];
         let n = frame.write_to(&mut wire).map_err(header_error)?;
         self.rail_domain(rail)
@@ -1547,12 +1722,53 @@ impl Driver {
 
     // ----- progress --------------------------------------------------------
 
-    fn step(&self, st: &mut State, house: bool) -> bool {
+    /// A progress step, unless nothing moved, nothing waits for a quiet
+    /// moment (with `chores`) and no housekeeping is due: the common turn
+    /// of a spin takes no lock.
+    fn step_now(&self, chores: bool) -> Progress {
+        let house = self.steps.fetch_add(1, Ordering::Relaxed) % HOUSEKEEPING_EVERY == 0;
+        let moved =
+            || self.ready.any.load(Ordering::Acquire) || self.inbox.any.load(Ordering::Acquire);
+        let chores_due = chores && self.chores_due.load(Ordering::Relaxed);
+        if !(house || chores_due || moved()) {
+            return Progress::Idle;
+        }
+        let Ok(mut st) = self.state.try_lock() else {
+            // Someone is posting; what moved stays queued for the next
+            // round, which must come soon.
+            return Progress::from(moved());
+        };
+        Progress::from(self.step(&mut st, house, chores))
+    }
+
+    /// What waits for a quiet moment: pool receives to post again, owed
+    /// acknowledgements.
+    fn chores(&self, st: &mut State) {
+        self.chores_due.store(false, Ordering::Relaxed);
+        if !st.reposts.is_empty() {
+            self.repost_pool(st);
+        }
+        if std::mem::take(&mut st.ack_now) {
+            self.send_owed_acks(st, false);
+        }
+    }
+
+    fn step(&self, st: &mut State, house: bool, chores: bool) -> bool {
+        let mut inbound = std::mem::take(&mut st.inbound);
+        self.inbox.drain_into(&mut inbound);
+        for f in &inbound {
+            if !st.closed {
+                self.on_frame(st, f.rail, &f.bytes, Some(f.source));
+            }
+        }
+        let mut made = !inbound.is_empty();
+        self.inbox.recycle(&mut inbound);
+        st.inbound = inbound;
         let mut ids = std::mem::take(&mut st.scratch);
         self.ready.drain_into(&mut ids);
-        let made = !ids.is_empty();
-        if !made && !st.reposts.is_empty() {
-            self.repost_pool(st);
+        made |= !ids.is_empty();
+        if chores && !made && self.chores_due.load(Ordering::Relaxed) {
+            self.chores(st);
         }
         for &id in &ids {
             let kind = id >> KIND_SHIFT;
@@ -1598,12 +1814,11 @@ impl Driver {
         }
         st.pool[rail][slot].spare = Some(buffer);
         st.reposts.push((rail, slot));
-        self.reposts_due.store(true, Ordering::Relaxed);
+        self.chores_due.store(true, Ordering::Relaxed);
     }
 
     /// Posts the receives of [`State::reposts`] again.
     fn repost_pool(&self, st: &mut State) {
-        self.reposts_due.store(false, Ordering::Relaxed);
         let reposts = std::mem::take(&mut st.reposts);
         for &(rail, slot) in &reposts {
             let Some(buffer) = st.pool[rail][slot].spare.take() else {
@@ -1651,13 +1866,7 @@ impl Driver {
         Ok(())
     }
 
-    fn on_frame(
-        &self,
-        st: &mut State,
-        rail: usize,
-        bytes: &[u8],
-        rail_source: Option<crate::engine::PeerAddr>,
-    ) {
+    fn on_frame(&self, st: &mut State, rail: usize, bytes: &[u8], rail_source: Option<PeerAddr>) {
         let (frame, hl) = match header::decode(bytes) {
             Ok(v) => v,
             Err(e) => {
@@ -1690,7 +1899,7 @@ impl Driver {
                     tag,
                     source: p.unwrap_or(u32::MAX),
                 };
-                if p.is_some() && self.deliver_in_place(st, source, seq, spec, payload) {
+                if p.is_some() && self.deliver_in_place(st, source, seq, spec, payload, true) {
                     return;
                 }
                 let arrival = p.map(|_| Arrival::Eager(payload.to_vec()));
@@ -1892,6 +2101,7 @@ impl Driver {
         seq: u32,
         spec: ArrivalSpec,
         payload: &[u8],
+        may_send: bool,
     ) -> bool {
         let in_order = st
             .peer(token, true)
@@ -1909,7 +2119,7 @@ impl Driver {
             }
         }
         self.complete_eager(recv, spec, payload);
-        self.delivered(st, token, 1);
+        self.delivered(st, token, 1, may_send);
         true
     }
 
@@ -1972,7 +2182,7 @@ impl Driver {
                 bump(&self.stats.duplicates, 1);
                 // Sent again after a failover: the sender waits to hear.
                 if known {
-                    self.delivered(st, token, 1);
+                    self.delivered(st, token, 1, true);
                 }
                 return;
             }
@@ -2001,7 +2211,7 @@ impl Driver {
             }
         }
         if n > 0 && known {
-            self.delivered(st, token, n);
+            self.delivered(st, token, n, true);
         }
     }
 
@@ -2494,7 +2704,7 @@ impl Driver {
 
     /// Sends `frame` (a whole control frame) on `rail`: an inject when it
     /// fits, else a send whose completion nobody waits for.
-    fn send_raw(&self, rail: usize, peer: crate::engine::PeerAddr, frame: &[u8]) -> Result<()> {
+    fn send_raw(&self, rail: usize, peer: PeerAddr, frame: &[u8]) -> Result<()> {
         let direct = self.rail_domain(rail).direct();
         if frame.len() <= RAIL_INJECT {
             return direct
@@ -2798,10 +3008,35 @@ impl Driver {
         );
     }
 
+    /// Sends the acknowledgements owed: all of them (`all`, their delay
+    /// is over), or those owed for [`ACK_EVERY`] frames.
+    fn send_owed_acks(&self, st: &mut State, all: bool) {
+        let mut tokens = std::mem::take(&mut st.ack_pending);
+        tokens.retain(|&t| {
+            let Some(ps) = st.peers.get_mut(&t) else {
+                return false;
+            };
+            if !all && ps.rx_unacked < ACK_EVERY {
+                return true;
+            }
+            ps.ack_queued = false;
+            if ps.rx_unacked > 0 {
+                self.send_ack(st, t);
+            }
+            false
+        });
+        tokens.append(&mut st.ack_pending);
+        st.ack_pending = tokens;
+        if st.ack_pending.is_empty() {
+            st.ack_due = None;
+        }
+    }
+
     /// `n` frames of `token` were delivered (or arrived twice): an
-    /// acknowledgement goes now after [`ACK_EVERY`], else within
+    /// acknowledgement goes after [`ACK_EVERY`] (at once where rails may
+    /// be used, `may_send`, else at the next quiet moment), or within
     /// [`ACK_DELAY`].
-    fn delivered(&self, st: &mut State, token: u64, n: u32) {
+    fn delivered(&self, st: &mut State, token: u64, n: u32, may_send: bool) {
         let needs_entry = st.peers.get(&token).is_some_and(|ps| ps.entry.is_none());
         if needs_entry {
             let entry = self.av.index_of_token(token).and_then(|i| self.av.entry(i));
@@ -2816,8 +3051,15 @@ impl Driver {
             return;
         }
         ps.rx_unacked = ps.rx_unacked.saturating_add(n);
-        if ps.rx_unacked >= ACK_EVERY {
+        if ps.rx_unacked >= ACK_EVERY && may_send {
             self.send_ack(st, token);
+        } else if ps.rx_unacked >= ACK_EVERY {
+            if !ps.ack_queued {
+                ps.ack_queued = true;
+                st.ack_pending.push(token);
+            }
+            st.ack_now = true;
+            self.chores_due.store(true, Ordering::Relaxed);
         } else if !ps.ack_queued {
             ps.ack_queued = true;
             st.ack_pending.push(token);
@@ -2855,15 +3097,7 @@ impl Driver {
         let mut moved = false;
         if st.ack_due.is_some_and(|t| t <= now) {
             st.ack_due = None;
-            let tokens = std::mem::take(&mut st.ack_pending);
-            for t in tokens {
-                if let Some(ps) = st.peers.get_mut(&t) {
-                    ps.ack_queued = false;
-                    if ps.rx_unacked > 0 {
-                        self.send_ack(st, t);
-                    }
-                }
-            }
+            self.send_owed_acks(st, true);
             moved = true;
         }
         let mut events = Vec::new();
@@ -2888,6 +3122,9 @@ impl Driver {
     /// completed with `FI_ECANCELED` (their buffers handed back where the
     /// rails no longer hold them). Later posts fail with `FI_EOPBADSTATE`.
     pub(crate) fn close(&self) {
+        for e in &self.engines {
+            e.set_tag_hook(CTRL_TAG, None);
+        }
         let mut st = relock(&self.state);
         if st.closed {
             return;
@@ -2936,21 +3173,7 @@ impl Driver {
 
 impl ProgressSource for Driver {
     fn progress(&self) -> Progress {
-        // Nothing moved, no receive to post again and no housekeeping due:
-        // the common turn of a spin takes no lock.
-        let house = self.steps.fetch_add(1, Ordering::Relaxed) % HOUSEKEEPING_EVERY == 0;
-        if !house
-            && !self.ready.any.load(Ordering::Acquire)
-            && !self.reposts_due.load(Ordering::Relaxed)
-        {
-            return Progress::Idle;
-        }
-        let Ok(mut st) = self.state.try_lock() else {
-            // Someone is posting; what moved stays queued for the next
-            // round, which must come soon.
-            return Progress::from(self.ready.any.load(Ordering::Acquire));
-        };
-        Progress::from(self.step(&mut st, house))
+        self.step_now(true)
     }
 }
 

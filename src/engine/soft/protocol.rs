@@ -380,6 +380,15 @@ pub enum Event {
         /// How it ended.
         status: MqStatus,
     },
+    /// An eager message with the hooked tag
+    /// ([`set_hook_tag`](SoftCore::set_hook_tag)): it matched no receive
+    /// and its bytes are the receiver's to take (its credit is back).
+    Hooked {
+        /// The sender.
+        source: PeerAddr,
+        /// The whole message.
+        payload: Bytes,
+    },
     /// An AM request: run handler `handler`, then answer through `token`.
     AmRequest {
         /// The answer channel.
@@ -511,6 +520,8 @@ pub struct SoftCore {
     /// A connection whose handshake resumed another one's link: its
     /// input continues under that connection (`input_frames`).
     rebound: Option<(ConnId, ConnId)>,
+    /// Eager messages with this tag become [`Event::Hooked`].
+    hook_tag: Option<u64>,
 }
 
 fn inval(msg: String) -> Error {
@@ -548,6 +559,7 @@ impl SoftCore {
             link_seed: random_seed() ^ epid.0,
             job_secret: None,
             rebound: None,
+            hook_tag: None,
         })
     }
 
@@ -1342,6 +1354,15 @@ impl SoftCore {
         }
     }
 
+    /// Hooks `tag` (or, with `None`, no tag): eager messages with it no
+    /// longer meet posted receives or wait in the unexpected queue, they
+    /// come out as [`Event::Hooked`] the moment they arrive. Messages
+    /// of the tag that come by rendezvous (above the eager threshold, or
+    /// without eager credit) still match receives as any other.
+    pub fn set_hook_tag(&mut self, tag: Option<u64>) {
+        self.hook_tag = tag;
+    }
+
     // ----- frames --------------------------------------------------------
 
     fn on_frame(&mut self, id: ConnId, frame: Frame, size: u64) -> Result<(), ConnError> {
@@ -1405,6 +1426,14 @@ impl SoftCore {
                 }
                 conn.rx.eager -= charge;
                 self.granted -= charge;
+                if self.hook_tag == Some(tag) {
+                    // Taken at once, like a matched message: its credit
+                    // goes back with the next grant.
+                    self.events.push_back(Event::Hooked { source, payload });
+                    self.pool_dirty = true;
+                    self.want_credit(id, true);
+                    return Ok(());
+                }
                 let pending = Pending::Eager { source, payload };
                 // Unexpected payloads get their own memory (module docs).
                 let arrival = self.matcher.arrive_with(tag, charge, pending, |p| match p {

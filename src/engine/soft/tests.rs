@@ -54,6 +54,7 @@ struct Node {
     down: Vec<(PeerAddr, ConnError)>,
     am_requests: Vec<AmSeen>,
     am_replies: Vec<AmSeen>,
+    hooked: Vec<(PeerAddr, Vec<u8>)>,
     max_unexpected: u64,
     next_op: u64,
 }
@@ -71,6 +72,7 @@ impl Node {
             down: Vec::new(),
             am_requests: Vec::new(),
             am_replies: Vec::new(),
+            hooked: Vec::new(),
             max_unexpected: 0,
             next_op: 1,
         }
@@ -148,6 +150,7 @@ impl Node {
                         self.core.am_done(token);
                     }
                 }
+                Event::Hooked { source, payload } => self.hooked.push((source, payload.to_vec())),
                 Event::AmReply {
                     source,
                     handler,
@@ -542,6 +545,45 @@ fn eager_before_and_after_the_receive() {
     check_delivery(40, 100, true, SendMode::Standard);
     check_delivery(40, 100, false, SendMode::Standard);
     check_delivery(64, 64, false, SendMode::Standard);
+}
+
+#[test]
+fn hooked_tag_takes_eager_messages_and_leaves_the_rest_to_matching() {
+    let mut net = Net::pair(small(), small());
+    let (to_b, to_a) = (net.peer(0, 1), net.peer(1, 0));
+    net.nodes[1].core.set_hook_tag(Some(9));
+    // A receive for the hooked tag never sees its eager messages.
+    let posted = net.nodes[1].recv(TagMatch::exact(9), 64);
+    let window = net.nodes[1].core.stats().granted_eager;
+    for i in 0..50u8 {
+        net.nodes[0].send(to_b, 9, data(40, i), SendMode::Standard);
+        net.run();
+    }
+    let hooked = &net.nodes[1].hooked;
+    assert_eq!(hooked.len(), 50);
+    for (i, (source, bytes)) in hooked.iter().enumerate() {
+        assert_eq!((*source, bytes.clone()), (to_a, data(40, i as u8)));
+    }
+    // Nothing waits unexpected, and the credit came back: 50 messages of
+    // 40 bytes are more than the peer's 1024-byte window.
+    let s = net.nodes[1].core.stats();
+    assert_eq!((s.unexpected_msgs, s.unexpected_bytes), (0, 0));
+    assert!(s.granted_eager <= window);
+    assert!(!net.nodes[1].done.contains_key(&posted));
+    // Other tags match as before; a hooked tag by rendezvous too.
+    let other = net.nodes[1].recv(TagMatch::exact(3), 64);
+    net.nodes[0].send(to_b, 3, data(20, 1), SendMode::Standard);
+    net.nodes[0].send(to_b, 9, data(500, 2), SendMode::Standard);
+    net.run();
+    assert_eq!(net.nodes[1].done[&other].data, data(20, 1));
+    assert_eq!(net.nodes[1].done[&posted].status.msg_len, 500);
+    assert_eq!(net.nodes[1].hooked.len(), 50);
+    // Unhooked, the tag's eager messages match again.
+    net.nodes[1].core.set_hook_tag(None);
+    net.nodes[0].send(to_b, 9, data(30, 3), SendMode::Standard);
+    net.run();
+    assert_eq!(net.nodes[1].core.stats().unexpected_msgs, 1);
+    assert_eq!(net.nodes[1].hooked.len(), 50);
 }
 
 #[test]

@@ -71,6 +71,12 @@ impl Inner {
                         self.core.am_done(token);
                     }
                 }
+                Event::Hooked { source, payload } => {
+                    if let Some(h) = &self.tag_hook {
+                        let _scope = HandlerScope::enter(self.id);
+                        h.on_message(source, &payload);
+                    }
+                }
                 Event::AmReply {
                     source,
                     handler,

@@ -301,6 +301,9 @@ pub(crate) struct Inner {
     pub links: Vec<Link>,
     pub listeners: Option<Listeners>,
     pub handlers: Vec<Arc<dyn AmHandler>>,
+    /// Takes the eager messages of the hooked tag
+    /// ([`EngineEndpoint::set_tag_hook`]).
+    pub tag_hook: Option<Arc<dyn crate::engine::TagHook>>,
     pub completions: Arc<CompletionTable<MqCompletion>>,
     pub registry: Option<(mio::Registry, mio::Token)>,
     pub next_link: u64,
@@ -478,6 +481,7 @@ impl SoftEndpoint {
                 links: Vec::new(),
                 listeners: Some(listeners),
                 handlers: Vec::new(),
+                tag_hook: None,
                 completions,
                 registry: None,
                 next_link: 1,
@@ -905,6 +909,15 @@ impl EngineEndpoint for SoftEndpoint {
             unexpected_bytes: Some(core.unexpected_bytes),
             unexpected_total: Some(core.unexpected_total),
         }
+    }
+
+    fn set_tag_hook(&self, tag: u64, hook: Option<Arc<dyn crate::engine::TagHook>>) -> bool {
+        let Ok(mut g) = self.lock() else {
+            return false;
+        };
+        g.core.set_hook_tag(hook.is_some().then_some(tag));
+        g.tag_hook = hook;
+        true
     }
 
     fn am_register(&self, handler: Arc<dyn AmHandler>) -> Result<AmHandlerId> {
