@@ -150,9 +150,13 @@ use std::time::{Duration, Instant};
 /// protocol (a peer's pool buffers are this size plus the header).
 pub(crate) const EAGER_MAX: usize = 16 << 10;
 
-/// The futures' fast path visits rails other than the one that carried
-/// the last frame on every this-many-th poll.
+/// The futures' fast path visits rails that carried no message lately on
+/// every this-many-th poll.
 const COLD_RAIL_EVERY: usize = 4;
+
+/// ... and forgets which rails carried messages (all but the last one's)
+/// every this-many polls.
+const WARM_SPAN: usize = 1024;
 
 /// Receives each rail keeps posted for control frames.
 const POOL_SLOTS: usize = 32;
@@ -735,6 +739,9 @@ pub(crate) struct Driver {
     stats: DriverStats,
     /// The rail the last message (eager frame, RTS or CTS) came on.
     hot_rail: AtomicUsize,
+    /// The rails messages came on since the fast path last forgot them
+    /// (a bit per rail).
+    warm_rails: AtomicU64,
     /// Fast-path polls so far (which ones visit the other rails).
     fast_polls: AtomicUsize,
     /// The striped parts on each rail (which parts teach rates).
@@ -822,6 +829,7 @@ impl Driver {
             token,
             bindings,
             hot_rail: AtomicUsize::new(0),
+            warm_rails: AtomicU64::new(1),
             fast_polls: AtomicUsize::new(0),
             load: RailLoad::new(n),
             events: failover.events,
@@ -889,12 +897,17 @@ impl Driver {
         if let Some(v) = self.table.try_take(key) {
             return Some(v);
         }
-        // The rail that carried the last frame every time, the others every
-        // [`COLD_RAIL_EVERY`]-th time: small messages keep to one rail (the
-        // fixed policy), and a poll(2) per idle rail would lengthen every
-        // turn of the spin; the reactor's full rounds still visit them all.
-        let hot = self.hot_rail.load(Ordering::Relaxed);
+        // The rails that carried messages lately every time (one under the
+        // fixed policy, each in turn under round-robin), the others every
+        // [`COLD_RAIL_EVERY`]-th time: a poll(2) per idle rail would
+        // lengthen every turn of the spin; the reactor's full rounds still
+        // visit them all.
         let n = self.fast_polls.fetch_add(1, Ordering::Relaxed);
+        if n % WARM_SPAN == 0 {
+            let hot = self.hot_rail.load(Ordering::Relaxed);
+            self.warm_rails.store(rail_bit(hot), Ordering::Relaxed);
+        }
+        let warm = self.warm_rails.load(Ordering::Relaxed);
         // What waits for a quiet moment goes first: this future's message
         // is not here yet (or it would have been taken above), so nothing
         // waits for it, while after the rails' turn the message may be.
@@ -904,12 +917,21 @@ impl Driver {
             }
         }
         for (i, e) in self.engines.iter().enumerate() {
-            if i == hot || n % COLD_RAIL_EVERY == 0 {
+            if warm & rail_bit(i) != 0 || n % COLD_RAIL_EVERY == 0 {
                 e.progress();
             }
         }
         self.step_now(false);
         self.table.try_take(key)
+    }
+
+    /// A message came on `rail`: the fast path visits it on every poll.
+    fn heat(&self, rail: usize) {
+        self.hot_rail.store(rail, Ordering::Relaxed);
+        let bit = rail_bit(rail);
+        if self.warm_rails.load(Ordering::Relaxed) & bit == 0 {
+            self.warm_rails.fetch_or(bit, Ordering::Relaxed);
+        }
     }
 
     /// A control frame from rail `rail`'s hook, inside that rail's
@@ -961,7 +983,7 @@ impl Driver {
         let rs = &self.stats.rails[rail];
         bump(&rs.msgs_received, 1);
         bump(&rs.bytes_received, payload.len() as u64);
-        self.hot_rail.store(rail, Ordering::Relaxed);
+        self.heat(rail);
         true
     }
 
@@ -1882,7 +1904,7 @@ impl Driver {
         ) {
             // Where the next message or answer is likely to come from
             // (acknowledgements and other control frames go on any rail).
-            self.hot_rail.store(rail, Ordering::Relaxed);
+            self.heat(rail);
         }
         match frame {
             Frame::Eager {
@@ -3211,6 +3233,14 @@ fn send_name(class: MsgClass) -> &'static str {
 
 /// Size of a pool buffer: the largest eager frame.
 const POOL_BUFFER: usize = EAGER_HEADER_LEN + EAGER_MAX;
+
+/// Rail `rail`'s bit in a mask of rails (none beyond 64 rails).
+fn rail_bit(rail: usize) -> u64 {
+    u32::try_from(rail)
+        .ok()
+        .and_then(|r| 1u64.checked_shl(r))
+        .unwrap_or(0)
+}
 
 fn pool_buffer() -> OpBuffer {
     OpBuffer::from(vec![0u8; POOL_BUFFER])
