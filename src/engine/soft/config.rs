@@ -4,7 +4,7 @@ use super::wire::{FrameLimits, ENTRY_OVERHEAD};
 use crate::engine::EngineLimits;
 use crate::{Error, ErrorKind, Result};
 
-/// Parameters of a [`SoftCore`](super::SoftCore): sizes of the protocol's
+/// Parameters of the soft engine's protocol: sizes of the protocol's
 /// pieces and the credit windows that bound a receiver's memory.
 ///
 /// The defaults report the same [`EngineLimits`] as PSM on these machines

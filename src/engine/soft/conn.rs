@@ -99,6 +99,7 @@ pub(crate) struct Control {
 
 /// Where a connection is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "hooks"), allow(unreachable_pub))]
 pub enum ConnPhase {
     /// Hello / HelloAck not exchanged yet.
     Handshaking,
@@ -148,6 +149,7 @@ pub(crate) enum CreditWait {
 
 /// How a dialer or acceptor starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "hooks"), allow(unreachable_pub))]
 pub enum Role {
     /// This side dialed and expects to reach `expect`.
     Dialer {

@@ -70,20 +70,33 @@ pub(crate) mod fuzzing;
 mod job_secret;
 mod linger;
 mod loopback;
-// The sans-IO core, its matcher and its wire codec are public for the
-// crate's own tests, fuzz targets and benchmarks only: hidden from the
-// documentation and not part of the API (they change without notice).
+// The sans-IO core, its matcher and its wire codec are public only with
+// the `hooks` feature, for the crate's own tests, fuzz targets and
+// benchmarks (hidden from the documentation even then): they are not part
+// of the API and change without notice.
+#[cfg(feature = "hooks")]
 #[doc(hidden)]
 pub mod matcher;
+#[cfg(not(feature = "hooks"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod matcher;
 mod optable;
+#[cfg(feature = "hooks")]
 #[doc(hidden)]
 pub mod protocol;
+#[cfg(not(feature = "hooks"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod protocol;
 mod reconnect;
 mod session;
 mod transport;
 mod verify;
+#[cfg(feature = "hooks")]
 #[doc(hidden)]
 pub mod wire;
+#[cfg(not(feature = "hooks"))]
+#[allow(unreachable_pub, dead_code, unused_imports)]
+mod wire;
 
 #[cfg(test)]
 mod close_tests;
@@ -93,17 +106,30 @@ mod direct_tests;
 mod tests;
 
 pub use config::ProtocolConfig;
-#[doc(hidden)]
-pub use conn::{ConnPhase, Role};
 pub use endpoint::{SoftEndpoint, SoftStats};
 pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
 pub use job_secret::{JobSecret, JOB_SECRET_VAR, MIN_SECRET_LEN};
-#[doc(hidden)]
-pub use matcher::TagMatcher;
 pub use protocol::CoreStats;
+pub use wire::ENTRY_OVERHEAD;
+// The internals' names (see above).
+#[cfg(feature = "hooks")]
 #[doc(hidden)]
-pub use protocol::{
-    AmToken, ConnError, ConnId, DirectData, Event, OpId, PayloadRef, SendPayloads, SoftCore,
-    Violation,
+pub use {
+    conn::{ConnPhase, Role},
+    matcher::TagMatcher,
+    protocol::{
+        AmToken, ConnError, ConnId, DirectData, Event, OpId, PayloadRef, SendPayloads, SoftCore,
+        Violation,
+    },
+};
+#[cfg(not(feature = "hooks"))]
+#[allow(unused_imports)]
+pub(crate) use {
+    conn::{ConnPhase, Role},
+    matcher::TagMatcher,
+    protocol::{
+        AmToken, ConnError, ConnId, DirectData, Event, OpId, PayloadRef, SendPayloads, SoftCore,
+        Violation,
+    },
 };

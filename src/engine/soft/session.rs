@@ -160,6 +160,7 @@ impl Session {
     }
 
     /// Bytes sent and not acknowledged (0 when nothing is kept).
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
     pub(super) fn unacked(&self) -> u64 {
         self.log.unacked()
     }
