@@ -83,10 +83,13 @@ type Listener = Arc<dyn Fn(u64) + Send + Sync>;
 /// dropped with the counter: the triggered operations waiting on it
 /// (`ops/triggered.rs` implements this for its `Triggers`). The counter
 /// only owns it; the layer that installed it gets its own type back
-/// through `Any` (`Arc<dyn CounterWatch>` coerces to
-/// `Arc<dyn Any + Send + Sync>`). Changes reach it through the counter's
-/// listener, not through this trait.
-pub(crate) trait CounterWatch: Any + Send + Sync + fmt::Debug {}
+/// through `Any` ([`into_any`](Self::into_any)). Changes reach it through
+/// the counter's listener, not through this trait.
+pub(crate) trait CounterWatch: Any + Send + Sync + fmt::Debug {
+    /// The watch as `Any`, to be downcast to its own type (spelled out
+    /// rather than a trait upcast, which needs Rust 1.86).
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
 
 struct Inner {
     value: AtomicU64,

@@ -308,7 +308,11 @@ pub(crate) struct Triggers {
     source: Result<SourceId, String>,
 }
 
-impl CounterWatch for Triggers {}
+impl CounterWatch for Triggers {
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
 
 impl fmt::Debug for Triggers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -360,7 +364,7 @@ impl Triggers {
             t as Arc<dyn CounterWatch>
         });
         // Only this module installs a counter's watch, so it is `Triggers`.
-        let any: Arc<dyn Any + Send + Sync> = watch.clone();
+        let any = watch.clone().into_any();
         let t = any.downcast::<Triggers>().map_err(|_| {
             Error::new(
                 ErrorKind::Other,
