@@ -31,5 +31,8 @@
 pub(crate) mod am_msg;
 pub(crate) mod atomic;
 pub(crate) mod gen_slab;
+pub(crate) mod mr;
+pub(crate) mod peer_watch;
 pub(crate) mod rma;
 pub(crate) mod rma_transport;
+pub(crate) mod tag_layout;

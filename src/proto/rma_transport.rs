@@ -53,10 +53,9 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
     SendMode, TagMatch,
 };
-use crate::fabric::peer_watch::Death;
-use crate::fabric::{
-    Caps, CompletionFlags, CounterKind, CqEntry, DomainSlots, EndpointCore, MrTable, Role,
-};
+use crate::fabric::{Caps, CompletionFlags, CounterKind, CqEntry, DomainSlots, EndpointCore, Role};
+use crate::proto::mr::MrTable;
+use crate::proto::peer_watch::Death;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet, VecDeque};

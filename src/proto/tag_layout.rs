@@ -20,7 +20,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::caps::Caps;
+use crate::fabric::Caps;
 use crate::{Error, ErrorKind, Result};
 
 /// Tag bit marking untagged messages carried over the tagged queue.

@@ -1,6 +1,6 @@
 //! Access rights of a memory region (`fi_mr_reg`'s `access` argument).
 
-use super::super::Caps;
+use crate::fabric::Caps;
 use bitflags::bitflags;
 use std::fmt;
 
