@@ -8,7 +8,7 @@ use super::attr::{MsgOrder, INJECT_SIZE, MAX_MSG_SIZE, PROVIDER_NAME, SHARED_CON
 use super::hints::Hints;
 use crate::fabric::caps::{AvType, Caps, EpType, Mode, ProgressKind, Threading};
 use crate::fabric::max_tag;
-use crate::proto::tag_layout::reserve_for_getinfo;
+use crate::fabric::tag_reservation::reserve_for_getinfo;
 use crate::{Error, ErrorKind, Result};
 use std::time::Duration;
 

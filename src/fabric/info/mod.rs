@@ -23,7 +23,7 @@
 //!   message naming the attribute; malformed node/service texts and
 //!   configuration are `Inval`.
 //! * The tag bits reserved for `FI_MSG` / `FI_RMA` and the resulting
-//!   `mem_tag_format` (`proto/tag_layout.rs`).
+//!   `mem_tag_format` (`fabric/tag_reservation.rs`, `proto/tag_layout.rs`).
 //! * The engine (`engine_choice.rs`): the hints' [`EngineChoice`], else the
 //!   `PSMRAIL_ENGINE` variable (`auto`, `native` or `soft`; a malformed
 //!   value is an `Inval` error naming it), else auto: native when the PSM
