@@ -597,6 +597,21 @@ mod tests {
     }
 
     #[test]
+    fn mr_access_rights_are_the_direction_caps() {
+        // `MrAccess` (proto/mr) spells the same four bits out.
+        use crate::proto::mr::MrAccess;
+        let pairs = [
+            (MrAccess::READ, Caps::READ),
+            (MrAccess::WRITE, Caps::WRITE),
+            (MrAccess::REMOTE_READ, Caps::REMOTE_READ),
+            (MrAccess::REMOTE_WRITE, Caps::REMOTE_WRITE),
+        ];
+        for (access, cap) in pairs {
+            assert_eq!(access.bits(), cap.bits(), "{access}");
+        }
+    }
+
+    #[test]
     fn every_cap_has_one_name() {
         let all = CAP_NAMES.iter().fold(Caps::empty(), |a, (c, _)| a | *c);
         assert_eq!(all, Caps::all());

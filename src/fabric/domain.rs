@@ -17,7 +17,7 @@
 //! 4. register the AM handlers, always in the same order so their ids agree
 //!    across processes: the AM message queue first, then the one handler of
 //!    RMA and atomics (when the engine carries 5 AM arguments), then the
-//!    peer watch's (`peer_watch/`: dead peers).
+//!    peer watch's (`proto/peer_watch/`: dead peers).
 //!
 //! Operations reach the engine endpoint through a [`PeerGate`], which
 //! refuses posts towards peers the domain's [`PeerBook`] knows dead; the
@@ -50,10 +50,9 @@ use super::endpoint::Endpoint;
 use super::endpoint::EndpointCore;
 use super::endpoint_builder::EndpointBuilder;
 use super::fabric::FabricCore;
-use super::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use super::{
     CompletionQueue, Counter, CounterAttr, CqAttr, DomainSlots, EndpointStats, Info, MemoryRegion,
-    MrAccess, MrTable, OpCounters, ProgressKind, RawKey, TagLayout,
+    MrAccess, OpCounters, ProgressKind, RawKey,
 };
 use crate::config::PsmConfig;
 use crate::engine::native::NativeEngine;
@@ -63,7 +62,10 @@ use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
 };
 use crate::proto::am_msg::AmMsgQueue;
+use crate::proto::mr::MrTable;
+use crate::proto::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use crate::proto::rma_transport::RmaTransport;
+use crate::proto::tag_layout::TagLayout;
 use crate::reactor::{
     AdaptiveProgress, CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId,
 };

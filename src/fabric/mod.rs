@@ -4,8 +4,17 @@
 //! name server.
 //!
 //! Everything here is written against the engine contract
-//! ([`crate::engine::EngineEndpoint`]); the operations on endpoints live in
+//! ([`crate::engine::EngineEndpoint`]) and the protocols below it
+//! (`src/proto/`); the operations on endpoints live in
 //! [`psmrail::ops`](../ops/index.html) (the fabric sits below them).
+//!
+//! Memory regions ([`MemoryRegion`], [`MrAccess`], [`RawKey`]), the tag
+//! bits ([`MSG_BIT`], [`RMA_BIT`], [`mem_tag_format`], [`max_tag`]) and the
+//! peer watch are defined in `src/proto/`, which acts on them, and the
+//! public ones are re-exported here. The fabric keeps what needs its own
+//! objects: which capabilities reserve which tag bits
+//! (`tag_reservation.rs`), and how the RMA target endpoint shows peers'
+//! RMA (`rma_target_events.rs`).
 
 mod addr;
 mod caps;
@@ -14,11 +23,11 @@ mod counter;
 mod cq;
 mod info;
 pub(crate) use info::mrail_discovery::{mrail_unsupported, MRAIL_CAPS, MRAIL_RMA_CAPS};
-mod mr;
 mod slots;
-mod tag_layout;
+mod tag_reservation;
 mod wait_list;
 
+pub use crate::proto::tag_layout::{max_tag, mem_tag_format, MSG_BIT, RMA_BIT};
 pub use addr::FiAddr;
 pub use caps::{AvType, Caps, EngineChoice, EpType, Mode, ProgressKind, Threading};
 pub use completion_flags::CompletionFlags;
@@ -32,9 +41,7 @@ pub use info::{
 };
 #[allow(unused_imports)] // used by domain.rs/endpoint.rs
 pub(crate) use slots::{DomainSlots, Role, SlotClaim};
-#[allow(unused_imports)] // used by domain.rs and the ops
-pub(crate) use tag_layout::TagLayout;
-pub use tag_layout::{endpoint_bits, max_tag, mem_tag_format, MSG_BIT, RMA_BIT};
+pub use tag_reservation::endpoint_bits;
 mod av;
 mod av_entries;
 mod domain;
@@ -45,7 +52,8 @@ mod endpoint_stats;
 mod fabric;
 pub mod name_server;
 mod op_counters;
-pub(crate) mod peer_watch;
+mod rma_target_events;
+pub use crate::proto::mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
 pub use av::{AddressVector, AvAttr, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT};
 pub use domain::Domain;
 #[allow(unused_imports)]
@@ -55,8 +63,5 @@ pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
 pub use endpoint_builder::EndpointBuilder;
 pub use endpoint_stats::EndpointStats;
 pub use fabric::Fabric;
-pub use mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
-#[allow(unused_imports)] // used by the RMA ops once wired
-pub(crate) use mr::{MrRefusal, MrTable, MrTarget};
 pub use name_server::Service;
 pub(crate) use op_counters::OpCounters;

@@ -11,8 +11,10 @@
 //! endpoints take no role, so any number of them coexist.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 
 use super::caps::{Caps, DIRECTION_BITS};
+use crate::proto::target_slots::{TargetRole, TargetSlots};
 use crate::{Error, ErrorKind, Result};
 
 /// A receive or target role of an endpoint in its domain.
@@ -162,6 +164,22 @@ impl DomainSlots {
     }
 }
 
+/// The RMA transport (`proto/`) asks the domain's slots, shared with it,
+/// whether to serve peers' RMA and atomics.
+impl TargetSlots for Mutex<DomainSlots> {
+    fn is_taken(&self, role: TargetRole) -> bool {
+        let role = match role {
+            TargetRole::Rma => Role::RmaTarget,
+            TargetRole::Atomic => Role::AtomicTarget,
+        };
+        // Every update is a single step; a panic leaves the slots
+        // consistent.
+        self.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_taken(role)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +192,20 @@ mod tests {
         .union(Caps::MULTI_RECV)
         .union(Caps::TRIGGER)
         .union(Caps::RMA_EVENT);
+
+    #[test]
+    fn target_slots_follow_claims() {
+        let slots = Mutex::new(DomainSlots::new());
+        let asked = |role| TargetSlots::is_taken(&slots, role);
+        assert!(!asked(TargetRole::Rma) && !asked(TargetRole::Atomic));
+        let claim = slots.lock().unwrap().claim(Caps::RMA, DOMAIN).unwrap();
+        assert!(asked(TargetRole::Rma) && !asked(TargetRole::Atomic));
+        let atomic = slots.lock().unwrap().claim(Caps::ATOMIC, DOMAIN).unwrap();
+        assert!(asked(TargetRole::Atomic));
+        slots.lock().unwrap().release(claim);
+        assert!(!asked(TargetRole::Rma) && asked(TargetRole::Atomic));
+        slots.lock().unwrap().release(atomic);
+    }
 
     #[test]
     fn man_page_allowed_example() {

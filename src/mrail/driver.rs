@@ -129,12 +129,12 @@ use super::rail_events::RailEventQueue;
 use super::region::SharedBuffer;
 use super::stripe_join::{rail_lost, Joined, PartOutput, RailPart, Striped};
 use crate::engine::{MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
-use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
     FiAddr, OpCounters,
 };
 use crate::proto::gen_slab::GenSlab;
+use crate::proto::peer_watch::{Death, Doomed, PeerRef};
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::resend::ResendLog;
 use crate::{Error, ErrorKind, Result, Truncation};

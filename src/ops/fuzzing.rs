@@ -4,9 +4,9 @@
 //! words never panic, and every packet that decodes encodes back to
 //! itself.
 
-use crate::fabric::peer_watch::{identity::Identity, wire as watch};
 use crate::proto::am_msg::wire as am;
 use crate::proto::atomic::wire as atomic;
+use crate::proto::peer_watch::{identity::Identity, wire as watch};
 use crate::proto::rma::wire as rma;
 
 /// Decodes `data` as one peer packet: byte 0 picks the protocol, the next

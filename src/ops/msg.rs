@@ -15,8 +15,8 @@ use super::submit::{
     am_recv, am_send, check_caps, check_send_len, check_writable, mq_recv, mq_send, Dir,
 };
 use crate::engine::{OpBuffer, TagMatch};
-use crate::fabric::peer_watch::directed;
 use crate::fabric::{Caps, Endpoint, EndpointCore, FiAddr, MSG_BIT};
+use crate::proto::peer_watch::directed;
 use crate::{Error, ErrorKind, Result};
 
 /// The MQ tag of an untagged message from `ep`.

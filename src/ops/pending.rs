@@ -23,8 +23,8 @@
 use super::op_span::{self, OpDesc, Provider};
 use super::outcome::OpName;
 use crate::engine::{MqCompletion, MqStatus, OpBuffer};
-use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::EndpointCore;
+use crate::proto::peer_watch::{Death, Doomed, PeerRef};
 use crate::reactor::{CompletionTable, OpKey};
 use crate::{Error, ErrorKind};
 use futures::task::AtomicWaker;
@@ -80,7 +80,7 @@ pub(crate) fn peer_error(
             return Some(d.error(op.as_str()));
         }
     }
-    if !crate::fabric::peer_watch::peer_gone(kind) {
+    if !crate::proto::peer_watch::peer_gone(kind) {
         return None;
     }
     let r = peer.or(status.source.map(PeerRef::Peer))?;
@@ -95,10 +95,8 @@ pub(crate) fn peer_error(
         // The domain's close ended it, not the peer.
         return None;
     }
-    let evidence = crate::fabric::peer_watch::engine_evidence(format!(
-        "{} completed with {kind}",
-        op.as_str()
-    ));
+    let evidence =
+        crate::proto::peer_watch::engine_evidence(format!("{} completed with {kind}", op.as_str()));
     Some(book.declare(p, evidence).error(op.as_str()))
 }
 

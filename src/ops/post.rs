@@ -32,10 +32,10 @@ use super::outcome::{count, status_error, OpName};
 use super::pending::{dead_completion, peer_error, Carrier, Detached};
 use super::recv::{source_of, RecvKind};
 use crate::engine::{MqCompletion, OpBuffer, PostError};
-use crate::fabric::peer_watch::{Death, Doomed, PeerRef};
 use crate::fabric::{
     CompletionFlags, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint, EndpointCore, FiAddr,
 };
+use crate::proto::peer_watch::{Death, Doomed, PeerRef};
 use crate::reactor::{OpKey, OpStatus};
 use crate::{Error, ErrorKind};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};

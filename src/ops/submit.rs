@@ -4,8 +4,8 @@
 use super::outcome::OpName;
 use super::pending::{release_unposted, Carrier, PendingOp};
 use crate::engine::{OpBuffer, PeerAddr, SendMode, TagMatch};
-use crate::fabric::peer_watch::{directed, PeerRef};
 use crate::fabric::{Caps, EndpointCore};
+use crate::proto::peer_watch::{directed, PeerRef};
 use crate::{Error, ErrorKind, Result};
 use std::sync::Arc;
 

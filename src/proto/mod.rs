@@ -10,26 +10,38 @@
 //! | `rma` | RMA over active messages: ids, the initiator and target state machines, transfer plans, the wire format |
 //! | `atomic` | atomics: the op x datatype table, the valid-queries, execution at the target, and the atomic packets (`atomic/wire.rs`) |
 //! | `rma_transport` | [`RmaTransport`](rma_transport::RmaTransport): RMA and atomics for one domain over one AM handler |
+//! | `rma_target_events` | [`RmaTargetEvents`](rma_target_events::RmaTargetEvents): what the transport reports to the RMA target endpoint (remote accesses, remote CQ data) |
+//! | `target_slots` | [`TargetSlots`](target_slots::TargetSlots): whether the domain has an RMA / atomic target endpoint now |
+//! | `peer_watch` | dead peers: the book, the engine gate, the watch's rules, hello/bye packets and its AM handler |
+//! | `mr` | memory registration: regions, access rights, the domain's table by key and the target-side check |
+//! | `tag_layout` | the reserved high tag bits (`MSG_BIT`, `RMA_BIT`), `mem_tag_format` and the domain's live layout |
 //! | `gen_slab` | the generation-checked slab both protocols name their transfers by |
 //!
 //! # How it fits
-//! The domain (`fabric/domain.rs`) opens one [`AmMsgQueue`](am_msg::AmMsgQueue)
-//! and one [`RmaTransport`](rma_transport::RmaTransport) right after its
-//! engine endpoint, and the peer watch (`fabric/peer_watch`) fails their
-//! transfers with dead peers. The operations (`psmrail::ops`) post to them
-//! and turn their completions into futures. Nothing here knows about
-//! futures, and nothing here imports from the operations: the compiler
-//! keeps the protocols below the futures layer. User-facing types defined
-//! here (the atomic op and datatype enums and queries) are re-exported at
-//! their public paths in `psmrail::ops::atomic`.
+//! The domain (`fabric/domain.rs`) owns a memory-region table and a tag
+//! layout, and opens one [`AmMsgQueue`](am_msg::AmMsgQueue), one
+//! [`RmaTransport`](rma_transport::RmaTransport) and one
+//! [`PeerWatch`](peer_watch::PeerWatch) right after its engine endpoint;
+//! the watch fails their transfers with dead peers. The operations
+//! (`psmrail::ops`) post to them and turn their completions into futures.
 //!
-//! The protocols still use the fabric's object types where they act on
-//! them: the memory-region table and its refusals, the peer watch's
-//! book of dead peers, and (in the RMA transport) the endpoint cores,
-//! CQ entries and counters that remote operations complete to.
+//! Everything here is written against the engine contract and nothing
+//! else: nothing imports from the fabric, the operations or mrail, so the
+//! compiler keeps the protocols below them. Where the RMA transport needs
+//! the fabric's objects (the endpoint that remote accesses complete to,
+//! the domain's target slots) it asks through the two small traits above,
+//! which the fabric implements. User-facing types defined here are
+//! re-exported at their public paths: the atomic op and datatype enums and
+//! queries in `psmrail::ops::atomic`; memory regions, access rights, raw
+//! keys and the tag bits and formats in `psmrail::fabric`.
 
 pub(crate) mod am_msg;
 pub(crate) mod atomic;
 pub(crate) mod gen_slab;
+pub(crate) mod mr;
+pub(crate) mod peer_watch;
 pub(crate) mod rma;
+pub(crate) mod rma_target_events;
 pub(crate) mod rma_transport;
+pub(crate) mod tag_layout;
+pub(crate) mod target_slots;

@@ -53,10 +53,10 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
     SendMode, TagMatch,
 };
-use crate::fabric::peer_watch::Death;
-use crate::fabric::{
-    Caps, CompletionFlags, CounterKind, CqEntry, DomainSlots, EndpointCore, MrTable, Role,
-};
+use crate::proto::mr::MrTable;
+use crate::proto::peer_watch::Death;
+use crate::proto::rma_target_events::RmaTargetEvents;
+use crate::proto::target_slots::{TargetRole, TargetSlots};
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -191,13 +191,15 @@ struct AtomicScratch {
 struct Shared {
     state: Mutex<State>,
     mr: MrTable,
-    slots: Arc<Mutex<DomainSlots>>,
+    slots: Arc<dyn TargetSlots>,
     id: OnceLock<AmHandlerId>,
     dirty: AtomicBool,
     done: Arc<CompletionTable<Done>>,
     /// The engine's MQ completions (for long transfers).
     mq_table: Arc<CompletionTable<MqCompletion>>,
-    target_ep: Mutex<Weak<EndpointCore>>,
+    /// The endpoint that gets remote events (none until one claims the
+    /// RMA target slot).
+    target_ep: Mutex<Option<Weak<dyn RmaTargetEvents>>>,
     atomic_lock: Mutex<AtomicScratch>,
     /// Largest atomic payload (request and reply).
     max_atomic: usize,
@@ -388,8 +390,8 @@ impl Shared {
         any
     }
 
-    fn table_if(&self, role: Role) -> Option<&MrTable> {
-        relock(&self.slots).is_taken(role).then_some(&self.mr)
+    fn table_if(&self, role: TargetRole) -> Option<&MrTable> {
+        self.slots.is_taken(role).then_some(&self.mr)
     }
 
     fn on_rma_reply(&self, source: PeerAddr, reply: &Reply, payload: &[u8]) {
@@ -469,7 +471,7 @@ impl Shared {
                 tracing::debug!(source = ?msg.source, "RMA: a request while closing, dropped")
             }
             Ok(Packet::Request(req)) => {
-                let table = self.table_if(Role::RmaTarget);
+                let table = self.table_if(TargetRole::Rma);
                 let mut st = self.state();
                 // A long read's send that ended frees its window before a
                 // following write to the same bytes pins them.
@@ -526,7 +528,7 @@ impl Shared {
         hid: AmHandlerId,
         reply: Option<&mut dyn AmReply>,
     ) {
-        let table = self.table_if(Role::AtomicTarget);
+        let table = self.table_if(TargetRole::Atomic);
         let mut guard = relock(&self.atomic_lock);
         let s = &mut *guard;
         let status = awire::execute(
@@ -588,7 +590,7 @@ impl RmaTransport {
     pub(crate) fn register(
         engine: Arc<dyn EngineEndpoint>,
         mr: MrTable,
-        slots: Arc<Mutex<DomainSlots>>,
+        slots: Arc<dyn TargetSlots>,
         tagged_rma: bool,
     ) -> Result<Arc<RmaTransport>> {
         let limits = engine.limits();
@@ -631,7 +633,7 @@ impl RmaTransport {
             dirty: AtomicBool::new(false),
             done: Arc::new(CompletionTable::new()),
             mq_table: engine.completions().clone(),
-            target_ep: Mutex::new(Weak::new()),
+            target_ep: Mutex::new(None),
             atomic_lock: Mutex::new(AtomicScratch::default()),
             max_atomic: limits.max_am_request.min(limits.max_am_reply),
             closing: AtomicBool::new(false),
@@ -751,8 +753,10 @@ impl RmaTransport {
     }
 
     /// The endpoint that receives remote events (counters, CQ data).
-    pub(crate) fn set_target_endpoint(&self, ep: &Arc<EndpointCore>) {
-        *relock(&self.shared.target_ep) = Arc::downgrade(ep);
+    pub(crate) fn set_target_endpoint<E: RmaTargetEvents + 'static>(&self, ep: &Arc<E>) {
+        let ep: Weak<E> = Arc::downgrade(ep);
+        let ep: Weak<dyn RmaTargetEvents> = ep;
+        *relock(&self.shared.target_ep) = Some(ep);
     }
 
     /// Starts an RMA operation; its future waits on the returned key.
@@ -844,7 +848,7 @@ impl RmaTransport {
 
     /// Serves held-back requests whose range is free now.
     fn retry_deferred(&self) -> bool {
-        let table = self.shared.table_if(Role::RmaTarget);
+        let table = self.shared.table_if(TargetRole::Rma);
         let mut st = relock(&self.shared.state);
         if st.deferred.is_empty() {
             return false;
@@ -1066,32 +1070,16 @@ impl RmaTransport {
         if events.is_empty() {
             return false;
         }
-        let Some(ep) = relock(&self.shared.target_ep).upgrade() else {
+        let Some(ep) = relock(&self.shared.target_ep)
+            .as_ref()
+            .and_then(Weak::upgrade)
+        else {
             return true;
         };
         for e in events {
-            if ep.caps().contains(Caps::RMA_EVENT) {
-                let kind = match e.kind {
-                    RmaKind::Write => CounterKind::RemoteWrite,
-                    RmaKind::Read => CounterKind::RemoteRead,
-                };
-                if let Some(c) = ep.counter(kind) {
-                    c.inc();
-                }
-            }
+            ep.remote_access(e.kind);
             if let (Some(data), RmaKind::Write) = (e.data, e.kind) {
-                if let Some(cq) = ep.cq(crate::fabric::Direction::Recv) {
-                    let mut entry = CqEntry::new(
-                        0,
-                        CompletionFlags::REMOTE_WRITE
-                            | CompletionFlags::RMA
-                            | CompletionFlags::REMOTE_CQ_DATA,
-                    );
-                    entry.data = data;
-                    entry.len = e.len as usize;
-                    entry.source = ep.source_of(Some(e.source), None);
-                    cq.push(entry);
-                }
+                ep.remote_write_data(e.source, data, e.len as usize);
             }
         }
         true

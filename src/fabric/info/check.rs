@@ -7,7 +7,8 @@
 use super::attr::{MsgOrder, INJECT_SIZE, MAX_MSG_SIZE, PROVIDER_NAME, SHARED_CONTEXT};
 use super::hints::Hints;
 use crate::fabric::caps::{AvType, Caps, EpType, Mode, ProgressKind, Threading};
-use crate::fabric::tag_layout::{max_tag, reserve_for_getinfo};
+use crate::fabric::max_tag;
+use crate::fabric::tag_reservation::reserve_for_getinfo;
 use crate::{Error, ErrorKind, Result};
 use std::time::Duration;
 
@@ -212,7 +213,7 @@ fn check_names(hints: &Hints) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::tag_layout::{MSG_BIT, RMA_BIT};
+    use crate::fabric::{MSG_BIT, RMA_BIT};
 
     fn ok(h: &Hints) -> Settled {
         check(h, false, true).unwrap()

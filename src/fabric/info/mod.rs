@@ -23,7 +23,7 @@
 //!   message naming the attribute; malformed node/service texts and
 //!   configuration are `Inval`.
 //! * The tag bits reserved for `FI_MSG` / `FI_RMA` and the resulting
-//!   `mem_tag_format` ([`tag_layout`](super::tag_layout)).
+//!   `mem_tag_format` (`fabric/tag_reservation.rs`, `proto/tag_layout.rs`).
 //! * The engine (`engine_choice.rs`): the hints' [`EngineChoice`], else the
 //!   `PSMRAIL_ENGINE` variable (`auto`, `native` or `soft`; a malformed
 //!   value is an `Inval` error naming it), else auto: native when the PSM
@@ -319,7 +319,7 @@ fn build(
         av_type: s.av_type,
         inject_size: INJECT_SIZE,
         max_msg_size: MAX_MSG_SIZE,
-        mem_tag_format: crate::fabric::tag_layout::mem_tag_format(s.reserved),
+        mem_tag_format: crate::fabric::mem_tag_format(s.reserved),
         src_addr: None,
         dest_addr,
         source,

@@ -49,7 +49,7 @@
 //!   (its sends, the receives getting data from it, the receives posted
 //!   for it alone) and its unexpected messages are dropped;
 //!   [`AmMsgQueue::fail_peer`] does the same for the domain's peer watch
-//!   (`fabric/peer_watch`), which also sees peers die silently, and the
+//!   (`proto/peer_watch`), which also sees peers die silently, and the
 //!   queue refuses posts towards peers its book knows dead.
 //! * **Engine.** At least 4 AM arguments (both engines carry 10; PSM
 //!   guarantees 2, so a minimal PSM gets `NoSys` at registration).

@@ -62,7 +62,7 @@
 use super::ids::{id_slab, IdSlab};
 use super::wire::{Args, Packet};
 use crate::engine::{MqCompletion, MqStatus, OpBuffer, PeerAddr, PostError};
-use crate::fabric::peer_watch::peer_gone;
+use crate::proto::peer_watch::peer_gone;
 use crate::reactor::OpKey;
 use crate::{Error, ErrorKind, Result};
 use std::collections::VecDeque;

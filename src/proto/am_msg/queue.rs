@@ -30,7 +30,7 @@ use crate::engine::{
     AmHandler, AmHandlerId, AmMessage, AmReply, EngineEndpoint, MqCompletion, OpBuffer, PeerAddr,
     PostError,
 };
-use crate::fabric::peer_watch::PeerBook;
+use crate::proto::peer_watch::PeerBook;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,7 +16,7 @@
 //! checks it again (a peer may lie).
 
 use super::{apply, check_request, AtomicDatatype, AtomicKind, AtomicOp};
-use crate::fabric::{MrAccess, MrTable};
+use crate::proto::mr::{MrAccess, MrTable};
 use crate::proto::rma::status_of_error;
 use crate::{Error, ErrorKind, Result};
 
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(crate::proto::rma::kind_of(status), ErrorKind::Access);
         assert_eq!(
             crate::proto::rma::refusal_of(status),
-            Some(crate::fabric::MrRefusal::Range),
+            Some(crate::proto::mr::MrRefusal::Range),
             "the status names the check that failed"
         );
         let many = AtomicRequest { count: 9, ..req };

@@ -4,7 +4,7 @@
 //! An id is `space << 61 | generation << 32 | index`, with a 29-bit
 //! generation that is never 0 and changes each time a slot is reused. So
 //! ids are never 0, always below 2^62 (they fit under
-//! [`RMA_BIT`](crate::fabric::RMA_BIT) in a long-RMA tag), and a stale id
+//! [`RMA_BIT`](crate::proto::tag_layout::RMA_BIT) in a long-RMA tag), and a stale id
 //! (its operation ended), one from an earlier process or a made-up one
 //! names no live entry. Bit 61 tells the two id spaces of one process
 //! apart: ids of operations it initiates and ids of long writes it is the

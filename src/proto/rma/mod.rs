@@ -15,7 +15,7 @@
 //! | `target.rs` | `RmaTarget`: checks and copies at the target, long-transfer bookkeeping |
 //!
 //! Memory regions and the target-side check live in
-//! [`crate::fabric::MemoryRegion`] (`fabric/mr`).
+//! [`crate::proto::mr`] (`proto/mr`).
 //!
 //! # Guarantees
 //! * The target checks key, range and access before touching a byte; a

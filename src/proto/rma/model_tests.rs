@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::engine::{OpBuffer, PeerAddr};
-use crate::fabric::{MemoryRegion, MrAccess, MrTable};
+use crate::proto::mr::{MemoryRegion, MrAccess, MrTable};
+use crate::proto::tag_layout::RMA_BIT;
 use crate::{Error, ErrorKind, Result};
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -756,7 +757,7 @@ fn long_transfers_tag_with_the_receivers_ids_and_pin_the_range() {
     assert!(w.deliver_request()); // REQ_WRITE_LONG: the target pins and posts its receive
     assert_eq!(w.t_recvs.len(), 1);
     let tag = w.t_recvs[0].0;
-    assert_eq!(tag & crate::fabric::RMA_BIT, crate::fabric::RMA_BIT);
+    assert_eq!(tag & RMA_BIT, RMA_BIT);
     assert_ne!(tag, long_rma_tag(a), "a target id, not the initiator's");
     assert_eq!(w.i_recvs[0].0, long_rma_tag(b));
     // The pinned range refuses the application until the bytes are in.

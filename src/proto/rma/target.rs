@@ -11,7 +11,7 @@ use super::ids::{Ids, Space};
 use super::initiator::RmaKind;
 use super::wire::{long_rma_tag, status_of, status_of_error, Args, Packet, Reply, Request};
 use crate::engine::{OpBuffer, PeerAddr};
-use crate::fabric::{MrAccess, MrTable, MrTarget};
+use crate::proto::mr::{MrAccess, MrTable, MrTarget};
 use crate::{Error, ErrorKind, Result};
 
 /// What a finished remote operation tells the target's counters and CQ

@@ -31,8 +31,8 @@
 //! issued, a payload of the wrong length.
 
 use super::ids::Space;
-use crate::fabric::MrRefusal;
-use crate::fabric::RMA_BIT;
+use crate::proto::mr::MrRefusal;
+use crate::proto::tag_layout::RMA_BIT;
 use crate::ErrorKind;
 
 /// Most arguments a packet uses.

@@ -8,7 +8,7 @@
 
 use super::core::Evidence;
 use crate::engine::{Epid, PeerAddr};
-use crate::fabric::MSG_BIT;
+use crate::proto::tag_layout::MSG_BIT;
 use crate::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 use std::fmt;

@@ -1,12 +1,11 @@
 //! Access rights of a memory region (`fi_mr_reg`'s `access` argument).
 
-use super::super::Caps;
 use bitflags::bitflags;
 use std::fmt;
 
 bitflags! {
     /// What a memory region may be used for, with libfabric's values (the
-    /// same bits as the matching [`Caps`]).
+    /// same bits as the matching capabilities, `Caps::READ` and so on).
     ///
     /// Local rights (`READ`, `WRITE`) describe the region as the local
     /// buffer of this process's operations; remote rights (`REMOTE_READ`,
@@ -22,13 +21,13 @@ bitflags! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct MrAccess: u64 {
         /// `FI_READ`: local buffer of reads (the engine writes into it).
-        const READ = Caps::READ.bits();
+        const READ = 1 << 8;
         /// `FI_WRITE`: local buffer of writes (the engine reads from it).
-        const WRITE = Caps::WRITE.bits();
+        const WRITE = 1 << 9;
         /// `FI_REMOTE_READ`: peers may read it.
-        const REMOTE_READ = Caps::REMOTE_READ.bits();
+        const REMOTE_READ = 1 << 12;
         /// `FI_REMOTE_WRITE`: peers may write it.
-        const REMOTE_WRITE = Caps::REMOTE_WRITE.bits();
+        const REMOTE_WRITE = 1 << 13;
     }
 }
 

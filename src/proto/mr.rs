@@ -7,7 +7,13 @@
 //! | `mr/access.rs` | [`MrAccess`]: `FI_READ`, `FI_WRITE`, `FI_REMOTE_READ`, `FI_REMOTE_WRITE` |
 //! | `mr/memory.rs` | the region's bytes and the rule that keeps copies and engine transfers from racing |
 //! | `mr/region.rs` | [`MemoryRegion`], the application's handle; [`RawKey`] |
-//! | `mr/table.rs` | `MrTable`, a domain's regions by key; `MrTarget`, a checked range |
+//! | `mr/table.rs` | [`MrTable`], a domain's regions by key; [`MrTarget`], a checked range |
+//! | `mr/refusal.rs` | [`MrRefusal`]: which check of a peer's request failed |
+//!
+//! The table sits here, below the fabric, because the RMA and atomic
+//! targets (`proto/rma`, `proto/atomic`) check and serve peers' requests
+//! against it; the domain (`fabric/domain.rs`) owns one and registers into
+//! it. The public types are re-exported at `psmrail::fabric`.
 //!
 //! Design points (fi_mr(3); C validates in `prov/psm/src/psmx_mr.c`):
 //! * A region **owns** its memory (taken over from a `Vec`/`Box`, never
@@ -30,7 +36,6 @@ mod region;
 mod table;
 
 pub use access::MrAccess;
-#[allow(unused_imports)] // used by the domain and the RMA ops once wired
 pub(crate) use refusal::MrRefusal;
 pub use region::{MemoryRegion, RawKey, RAW_KEY_SIZE};
 pub(crate) use table::{MrTable, MrTarget};

@@ -53,6 +53,11 @@
 //!
 //! # Pieces
 //!
+//! The watch sits with the protocols (it fails the AM message queue's and
+//! the RMA transport's transfers) and below the fabric: the domain
+//! (`fabric/domain.rs`) opens it, and the operations and mrail register
+//! with its book and post through its gate.
+//!
 //! | file | what |
 //! |---|---|
 //! | `identity.rs` | pid, start time, host hash; `/proc` checks |

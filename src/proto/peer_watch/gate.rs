@@ -22,7 +22,7 @@ use crate::engine::{
     AmHandler, AmHandlerId, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion, MqStatus,
     OpBuffer, PeerAddr, PostError, QueueStats, SendMode, TagMatch,
 };
-use crate::fabric::MSG_BIT;
+use crate::proto::tag_layout::MSG_BIT;
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource, Reactor};
 use crate::{ErrorKind, Result};
 use std::sync::Arc;
