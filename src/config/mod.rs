@@ -8,6 +8,12 @@
 //! * [`MrailConfig`] — the mrail provider (fi_mrail(7)): the rails'
 //!   addresses and the size-to-policy table.
 //!
+//! Two lookups turn configuration into facts about this machine, for
+//! `getinfo` and the mrail provider above it: [`rail_resolve`] (each
+//! `FI_OFI_MRAIL_ADDR` item to the IPv4 address its rail binds to) and
+//! [`local_rank`](mod@local_rank) (the process's rank on its node, from
+//! the launcher's variables).
+//!
 //! The environment is one way to fill them, not the only one: `from_env()`
 //! is `from_vars(&ProcessEnv)`, and [`from_vars`](PsmConfig::from_vars)
 //! takes any [`VarSource`] (a map, a slice of pairs, a closure), so nothing
@@ -76,11 +82,13 @@ mod env;
 mod error;
 #[cfg(any(test, feature = "hooks"))]
 pub(crate) mod fuzzing;
+pub mod local_rank;
 mod mrail;
 mod number;
 mod psm;
 mod rail_addr;
 mod rail_policy;
+pub mod rail_resolve;
 mod source;
 mod uuid;
 mod warning;

@@ -137,7 +137,7 @@ mod memory_region;
 pub mod ops;
 mod rail_events;
 mod region;
-pub mod resolve;
+pub use crate::config::rail_resolve as resolve;
 pub mod rma;
 mod stripe_join;
 

@@ -196,7 +196,7 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
             })
             .collect(),
         EngineKind::Soft => {
-            let resolved = crate::mrail::resolve::resolve_rails(config.rails())?;
+            let resolved = crate::config::rail_resolve::resolve_rails(config.rails())?;
             config
                 .rails()
                 .iter()
@@ -221,7 +221,7 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
             ));
         }
     }
-    let rank = crate::mrail::core::local_rank::local_rank(vars)?;
+    let rank = crate::config::local_rank::local_rank(vars)?;
     let fixed_rail = (rank.rank as usize) % n;
     // No mode bits: the mrail layer keeps its own per-operation state (C:
     // "mrail provider doesn't allow pass-through of any mode bits").

@@ -6,8 +6,9 @@
 //! * [`header`]: the control frame header every rail message starts with
 //!   ([`Frame`], [`decode`](header::decode)) and the rail tag layout
 //!   ([`CTRL_TAG`](header::CTRL_TAG), [`data_tag`](header::data_tag));
-//! * [`local_rank`](mod@local_rank): the process's local rank from the launcher's
-//!   environment, which picks the fixed rail;
+//! * [`local_rank`](mod@local_rank) (from [`config`](crate::config)):
+//!   the process's local rank from the launcher's environment, which picks
+//!   the fixed rail;
 //! * [`rail_choice`]: which rails a message goes out on, by size class
 //!   and rail liveness ([`RailChooser`]);
 //! * [`rail_health`]: which rails are in service, the back-off before a
@@ -38,7 +39,7 @@
 //! buffer.
 
 pub mod header;
-pub mod local_rank;
+pub use crate::config::local_rank;
 pub mod matcher;
 pub mod rail_choice;
 pub mod rail_health;

@@ -2,7 +2,7 @@
 //! node, as told by the launcher's environment.
 //!
 //! The fixed rail policy sends on rail `local rank mod rails`
-//! ([`RailChooser`](super::rail_choice::RailChooser)), which spreads the
+//! ([`RailChooser`](crate::mrail::core::rail_choice::RailChooser)), which spreads the
 //! processes of a node over the rails. Launchers announce the local rank in
 //! different variables; [`local_rank`] looks at the pairs of
 //! [`LOCAL_RANK_VARS`] in order, as libfabric's `ofi_get_local_rank_info`
@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use crate::config::{ConfigError, VarSource};
+use super::{ConfigError, VarSource};
 
 /// The `(size, rank)` variable pairs, in the order they are consulted:
 /// MPICH/Intel MPI, Open MPI, ParaStation MPI, torchrun, Slurm, oneCCL.

@@ -33,7 +33,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
-use crate::config::{AddrStr, RailAddr};
+use super::{AddrStr, RailAddr};
 use crate::{Error, ErrorKind, Result};
 
 /// The variable whose items are resolved here (named in every error).
