@@ -102,6 +102,7 @@
 //!
 //! # Where to go next
 //!
+//! * [`prelude`]: the names most programs use, in one import;
 //! * [`fabric`]: discovery, capability rules, the objects;
 //! * [`ops`]: the operations, their outputs, posting with a context and
 //!   completion queues, RMA and atomics;
@@ -124,6 +125,7 @@ mod error;
 pub mod fabric;
 pub mod mrail;
 pub mod ops;
+pub mod prelude;
 pub(crate) mod proto;
 pub mod resend;
 
