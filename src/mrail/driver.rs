@@ -601,8 +601,10 @@ struct Inbox {
     any: AtomicBool,
 }
 
-/// Most spare buffers the inbox keeps.
-const INBOX_SPARE: usize = 64;
+/// Most spare buffers the inbox keeps, and the largest it keeps (an
+/// eager payload's buffer goes back to the allocator).
+const INBOX_SPARE: usize = 32;
+const INBOX_SPARE_BYTES: usize = 256;
 
 impl Inbox {
     fn push(&self, rail: usize, source: PeerAddr, payload: &[u8]) {
@@ -627,7 +629,7 @@ impl Inbox {
     fn recycle(&self, frames: &mut Vec<Inbound>) {
         let mut spare = relock(&self.spare);
         for f in frames.drain(..) {
-            if spare.len() < INBOX_SPARE {
+            if spare.len() < INBOX_SPARE && f.bytes.capacity() <= INBOX_SPARE_BYTES {
                 spare.push(f.bytes);
             }
         }
