@@ -12,13 +12,16 @@
 //! picks phases (`warmup`, `stalled`, `prehandshake`, `handshaken`,
 //! `flood`, `identities`), `FIGURES_ROUNDS` the ping-pongs per figure.
 //!
-//! After the attackers leave, the live heap comes back within 0.1 MiB of
-//! its baseline, the RSS within 0.4-0.6 MiB (memory the allocator keeps
-//! resident after `malloc_trim`, nearly all of it after the 4,096
-//! handshaken connections). Fixing glibc's trim and mmap thresholds
-//! (`GLIBC_TUNABLES=glibc.malloc.trim_threshold=131072:glibc.malloc.mmap_threshold=131072`)
-//! does not change that much (+10.7 % after those connections, against
-//! +16.5 % without).
+//! After the attackers leave, the live heap comes back to its baseline
+//! (within 0.02 MiB), the RSS within 0.15-0.55 MiB. What stays is free
+//! memory that glibc cannot hand back: the serving thread's cache of
+//! freed chunks (tcache, up to 7 per size class) holds chunks the crowd
+//! freed last, scattered over an arena the crowd grew from 1.2 to 15 MiB,
+//! and each pins its page (nearly all of it after the 4,096 handshaken
+//! connections). With that cache off
+//! (`GLIBC_TUNABLES=glibc.malloc.tcache_count=0`) the RSS comes back to
+//! its baseline (-3 % after those connections); fixing glibc's trim and
+//! mmap thresholds does not change it.
 
 use psmrail::engine::soft::wire::{
     encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD, NEW_LINK,

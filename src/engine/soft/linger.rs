@@ -183,6 +183,9 @@ fn run() {
             st.held.retain_mut(|h| !h.advance(&mut scratch));
             if st.held.is_empty() {
                 st.running = false;
+                // A crowd of closing connections (an attack's) must not
+                // leave its list's capacity behind for good.
+                st.held = Vec::new();
                 return;
             }
             fds.clear();

@@ -155,11 +155,15 @@
 //! Maps and queues that grew for a crowd shrink once it is gone, and once
 //! the endpoint holds half of what it held at most (links, peers and
 //! unexpected messages counted together), the allocator is asked to hand
-//! its free memory back to the system (`malloc_trim`, with glibc), and
-//! again each second until the crowd's messages and records are dropped
-//! too. Measured after 4,096 idle connections or a 61 MiB unexpected
-//! flood leave: the live heap is back within 0.1 MiB of its baseline,
-//! the RSS within about 0.6 MiB (allocator fragmentation).
+//! its free memory back to the system (`malloc_trim`, with glibc, and a
+//! free that makes glibc trim the top of the serving thread's arena too),
+//! and again each second until the crowd's messages and records are
+//! dropped too. Measured after 4,096 idle connections or a 61 MiB
+//! unexpected flood leave: the live heap is back at its baseline, the RSS
+//! within 0.4-0.55 MiB: glibc's per-thread cache of freed chunks keeps
+//! some of the crowd's, scattered, and each pins a page
+//! (`GLIBC_TUNABLES=glibc.malloc.tcache_count=0` turns that cache off;
+//! then the RSS comes back to its baseline).
 //!
 //! # Files
 //!

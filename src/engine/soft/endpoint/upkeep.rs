@@ -285,7 +285,10 @@ impl Inner {
             self.watch,
             self.dead,
             self.todo,
-            self.hints
+            self.hints,
+            self.detached,
+            self.named,
+            self.released
         );
         let roomy_epids = self
             .peer_epids
@@ -327,6 +330,12 @@ impl Inner {
 }
 
 /// Hands the allocator's free memory back to the system.
+///
+/// `malloc_trim` releases the free pages of every arena, but not the free
+/// top of a thread's own arena (glibc trims that only when a chunk of 64
+/// KiB or more is freed into it, and a crowd's memory comes back in small
+/// pieces). So this thread, which served the crowd and whose arena holds
+/// what it left, then frees one such chunk itself.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn give_back_memory() {
     // SAFETY: malloc_trim only walks the allocator's own free lists; it
@@ -334,6 +343,10 @@ fn give_back_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+    // Above the 64 KiB that makes a free trim the arena's top, below the
+    // 128 KiB from which glibc maps a block of its own.
+    let block: Vec<u8> = Vec::with_capacity(96 << 10);
+    drop(std::hint::black_box(block));
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
