@@ -13,15 +13,9 @@
 //! `flood`, `identities`), `FIGURES_ROUNDS` the ping-pongs per figure.
 //!
 //! After the attackers leave, the live heap comes back to its baseline
-//! (within 0.02 MiB), the RSS within 0.15-0.55 MiB. What stays is free
-//! memory that glibc cannot hand back: the serving thread's cache of
-//! freed chunks (tcache, up to 7 per size class) holds chunks the crowd
-//! freed last, scattered over an arena the crowd grew from 1.2 to 15 MiB,
-//! and each pins its page (nearly all of it after the 4,096 handshaken
-//! connections). With that cache off
-//! (`GLIBC_TUNABLES=glibc.malloc.tcache_count=0`) the RSS comes back to
-//! its baseline (-3 % after those connections); fixing glibc's trim and
-//! mmap thresholds does not change it.
+//! (within 0.02 MiB), and the RSS within 10 % of it: 2-3 % after the
+//! stalled and pre-handshake connections, 8 % after the 4,096 handshaken
+//! ones, 5 % after the flood and the identities.
 
 use psmrail::engine::soft::wire::{
     encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD, NEW_LINK,

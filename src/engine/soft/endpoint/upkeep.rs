@@ -315,16 +315,22 @@ impl Inner {
             self.load_high = load;
             let settle = self.cfg.dead_peer_messages.max(self.cfg.forget_peer_after);
             self.trim_until = now.checked_add(settle + Duration::from_secs(1));
-            self.trim(now);
+            self.trim(now, load);
         } else if self.trim_until.is_some_and(|t| now <= t)
             && now.duration_since(self.last_trim) >= Duration::from_secs(1)
         {
-            self.trim(now);
+            if load < self.trim_load {
+                // The crowd's last records are still going: so does the
+                // trimming, until a second after they are gone.
+                self.trim_until = now.checked_add(Duration::from_secs(2));
+            }
+            self.trim(now, load);
         }
     }
 
-    pub(super) fn trim(&mut self, now: Instant) {
+    pub(super) fn trim(&mut self, now: Instant, load: usize) {
         self.last_trim = now;
+        self.trim_load = load;
         give_back_memory();
     }
 }
@@ -347,6 +353,32 @@ fn give_back_memory() {
     // 128 KiB from which glibc maps a block of its own.
     let block: Vec<u8> = Vec::with_capacity(96 << 10);
     drop(std::hint::black_box(block));
+    flush_thread_cache();
+    // SAFETY: as above.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Empties glibc's cache of this thread's freed small chunks (tcache: 7
+/// per size class) of the chunks a crowd freed last, for the classes up to
+/// 520 bytes, where a connection's and a peer's records fall:
+/// they lie scattered over the pages the crowd used, and each pins its
+/// page. For each class, the cached chunks are taken out, as many fresh
+/// ones (carved together from free memory) are freed into the cache in
+/// their place, and then the old ones go back to the allocator's free
+/// lists, where `malloc_trim` returns their pages.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn flush_thread_cache() {
+    const CLASSES: usize = 32;
+    const PER_CLASS: usize = 7;
+    for class in 0..CLASSES {
+        let size = 24 + 16 * class;
+        let cached: [Vec<u8>; PER_CLASS] = std::array::from_fn(|_| Vec::with_capacity(size));
+        let fresh: [Vec<u8>; PER_CLASS] = std::array::from_fn(|_| Vec::with_capacity(size));
+        drop(std::hint::black_box(fresh));
+        drop(std::hint::black_box(cached));
+    }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
