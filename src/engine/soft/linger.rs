@@ -30,7 +30,6 @@
 //! stay readable after we close.
 
 use super::transport::{poll_for, Drained, Stream};
-use bytes::BytesMut;
 use std::io::{self, IoSlice};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -56,7 +55,7 @@ struct Held {
 impl Held {
     /// Moves it on (write, shut down, drop input); whether it is done
     /// and may be closed.
-    fn advance(&mut self, scratch: &mut BytesMut) -> bool {
+    fn advance(&mut self) -> bool {
         if Instant::now() >= self.deadline {
             return true;
         }
@@ -77,7 +76,7 @@ impl Held {
             // to us may be what keeps it from reading. Its EOF says
             // nothing about its reading, so go on writing.
             if !self.eof {
-                self.eof = self.stream.discard_input(scratch, DISCARD_LIMIT) == Drained::PeerGone;
+                self.eof = self.stream.discard_input(DISCARD_LIMIT) == Drained::PeerGone;
             }
             return false;
         }
@@ -85,7 +84,7 @@ impl Held {
             self.stream.shutdown_write();
             self.shut = true;
         }
-        safe_to_close(&self.stream, scratch)
+        safe_to_close(&self.stream)
     }
 
     /// What to wait for.
@@ -120,9 +119,9 @@ fn state() -> MutexGuard<'static, State> {
 /// Whether `stream` (all its output written, its write half shut down)
 /// may be closed without risking the bytes it carried: the peer closed
 /// its side or is gone, or nothing is unacknowledged and nothing unread.
-/// Drops the input it finds (`scratch` is the buffer).
-pub(crate) fn safe_to_close(stream: &Stream, scratch: &mut BytesMut) -> bool {
-    match stream.discard_input(scratch, DISCARD_LIMIT) {
+/// Drops the input it finds.
+pub(crate) fn safe_to_close(stream: &Stream) -> bool {
+    match stream.discard_input(DISCARD_LIMIT) {
         Drained::PeerGone => true,
         Drained::More => false,
         Drained::Empty => stream.unacked() == 0,
@@ -139,7 +138,6 @@ pub(crate) fn close_when_safe(
     output: Vec<u8>,
     shut: bool,
     deadline: Instant,
-    scratch: &mut BytesMut,
 ) -> bool {
     let mut held = Held {
         stream,
@@ -149,7 +147,7 @@ pub(crate) fn close_when_safe(
         eof: false,
         deadline,
     };
-    if held.advance(scratch) {
+    if held.advance() {
         return held.written == held.output.len();
     }
     let mut st = state();
@@ -175,12 +173,11 @@ pub(crate) fn close_when_safe(
 /// ones, and waits for input, room to write or the next tick; ends when
 /// none is left.
 fn run() {
-    let mut scratch = BytesMut::new();
     let mut fds = Vec::new();
     loop {
         {
             let mut st = state();
-            st.held.retain_mut(|h| !h.advance(&mut scratch));
+            st.held.retain_mut(|h| !h.advance());
             if st.held.is_empty() {
                 st.running = false;
                 // A crowd of closing connections (an attack's) must not

@@ -151,12 +151,13 @@ impl Stream {
     }
 
     /// Reads and drops what the socket holds, at most about `limit`
-    /// bytes (`scratch` is the buffer, cleared after every read).
-    pub(super) fn discard_input(&self, scratch: &mut BytesMut, limit: usize) -> Drained {
+    /// bytes, through a buffer on the stack: a crowd of closing
+    /// connections leaves no buffer memory behind.
+    pub(super) fn discard_input(&self, limit: usize) -> Drained {
+        let mut scratch = [0u8; DISCARD_READ];
         let mut total = 0;
         while total < limit {
-            scratch.clear();
-            match self.read_buf(scratch, DISCARD_READ) {
+            match self.read_slice(&mut scratch) {
                 Ok(0) => return Drained::PeerGone,
                 Ok(n) => total += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Drained::Empty,
@@ -164,7 +165,6 @@ impl Stream {
                 Err(_) => return Drained::PeerGone,
             }
         }
-        scratch.clear();
         Drained::More
     }
 
@@ -249,7 +249,7 @@ impl Stream {
 const PROBE_READ: usize = 1024;
 
 /// Size of one read that drops what it reads.
-const DISCARD_READ: usize = 64 << 10;
+const DISCARD_READ: usize = 16 << 10;
 
 /// What [`Stream::discard_input`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -832,7 +832,9 @@ impl Link {
     /// reserves the whole frame as soon as its header is in; it reserves
     /// again when more bytes come). Not while a Data payload is being
     /// placed, whose bytes bypass the input buffer.
-    pub(super) fn trim_buffers(&mut self) {
+    /// Answers how many bytes of capacity went.
+    pub(super) fn trim_buffers(&mut self) -> usize {
+        let before = self.input.capacity() + self.output.capacity();
         if self.direct.is_none() {
             if self.input.is_empty() {
                 if self.input.capacity() > 0 {
@@ -851,6 +853,7 @@ impl Link {
                 self.refs = Vec::new();
             }
         }
+        before.saturating_sub(self.input.capacity() + self.output.capacity())
     }
 }
 

@@ -370,8 +370,7 @@ impl Inner {
             return made;
         }
         if let Pipe::Stream(s) = &link.pipe {
-            // The input buffer is free (the connection is gone): scratch.
-            if linger::safe_to_close(s, &mut link.input) {
+            if linger::safe_to_close(s) {
                 self.kill(i);
                 made = true;
             }

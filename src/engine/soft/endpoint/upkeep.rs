@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// Buffer bytes given back by links (idle, or gone) that make the endpoint
+/// hand free memory back to the system (at most once a second): one
+/// link's first read buffer. Pages such buffers dirtied after the last
+/// trim would otherwise stay with the process, free but resident.
+const BUFFERS_TRIM_BYTES: usize = FIRST_READ;
+
 impl Inner {
     /// Enforces link `i`'s deadline (`now`: the time, once read).
     pub(super) fn check_deadline(&mut self, i: usize, now: &mut Option<Instant>) {
@@ -45,6 +51,8 @@ impl Inner {
             made = true;
             self.set_polled(i, Polled::No);
             let mut link = self.links.swap_remove(i);
+            let (input, output) = link.buffer_capacity();
+            self.freed_buffers += input + output;
             self.slots.remove(&id);
             if let Some(moved) = self.links.get(i) {
                 self.slots.insert(moved.id, i);
@@ -76,8 +84,7 @@ impl Inner {
                     // peer has them (at once unless some wait to be
                     // written, or TCP has them unacknowledged).
                     let deadline = Instant::now() + self.cfg.linger;
-                    written =
-                        linger::close_when_safe(s, output, link.shut, deadline, &mut link.input);
+                    written = linger::close_when_safe(s, output, link.shut, deadline);
                 }
                 Pipe::Loopback { partner: p } => partner = Some(p),
             }
@@ -151,7 +158,7 @@ impl Inner {
             }
             // Idle for a whole period: its buffers go.
             if stream && link.is_live() && link.active + 1 < epoch {
-                link.trim_buffers();
+                self.freed_buffers += link.trim_buffers();
                 if let Some(c) = link.conn {
                     self.core.release_connection_memory(c);
                 }
@@ -325,61 +332,22 @@ impl Inner {
                 self.trim_until = now.checked_add(Duration::from_secs(2));
             }
             self.trim(now, load);
+        } else if self.freed_buffers >= BUFFERS_TRIM_BYTES
+            && now.duration_since(self.last_trim) >= Duration::from_secs(1)
+        {
+            // Links gave back a read buffer's worth or more: freed after
+            // the last trim, its pages would stay with the process.
+            self.trim(now, load);
         }
     }
 
+    /// Has the allocator's free memory handed back to the system at the
+    /// end of this progress call, outside the state's lock.
     pub(super) fn trim(&mut self, now: Instant, load: usize) {
         self.last_trim = now;
         self.trim_load = load;
-        give_back_memory();
+        self.freed_buffers = 0;
+        self.stats.memory_trims += 1;
+        self.give_back_due = true;
     }
 }
-
-/// Hands the allocator's free memory back to the system.
-///
-/// `malloc_trim` releases the free pages of every arena, but not the free
-/// top of a thread's own arena (glibc trims that only when a chunk of 64
-/// KiB or more is freed into it, and a crowd's memory comes back in small
-/// pieces). So this thread, which served the crowd and whose arena holds
-/// what it left, then frees one such chunk itself.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn give_back_memory() {
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it
-    // takes no pointer and is safe to call from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-    // Above the 64 KiB that makes a free trim the arena's top, below the
-    // 128 KiB from which glibc maps a block of its own.
-    let block: Vec<u8> = Vec::with_capacity(96 << 10);
-    drop(std::hint::black_box(block));
-    flush_thread_cache();
-    // SAFETY: as above.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Empties glibc's cache of this thread's freed small chunks (tcache: 7
-/// per size class) of the chunks a crowd freed last, for the classes up to
-/// 520 bytes, where a connection's and a peer's records fall:
-/// they lie scattered over the pages the crowd used, and each pins its
-/// page. For each class, the cached chunks are taken out, as many fresh
-/// ones (carved together from free memory) are freed into the cache in
-/// their place, and then the old ones go back to the allocator's free
-/// lists, where `malloc_trim` returns their pages.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn flush_thread_cache() {
-    const CLASSES: usize = 32;
-    const PER_CLASS: usize = 7;
-    for class in 0..CLASSES {
-        let size = 24 + 16 * class;
-        let cached: [Vec<u8>; PER_CLASS] = std::array::from_fn(|_| Vec::with_capacity(size));
-        let fresh: [Vec<u8>; PER_CLASS] = std::array::from_fn(|_| Vec::with_capacity(size));
-        drop(std::hint::black_box(fresh));
-        drop(std::hint::black_box(cached));
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn give_back_memory() {}
