@@ -23,7 +23,7 @@ pub mod name_server {
 /// The packets of the protocols over active messages (AM messages, RMA,
 /// atomics, the peer watch).
 pub mod packets {
-    pub use crate::ops::fuzzing::*;
+    pub use crate::proto::fuzzing::*;
 }
 
 /// The mrail header and reorder buffer.

@@ -111,8 +111,6 @@
 pub mod atomic;
 mod atomic_ops;
 mod dyn_endpoint;
-#[cfg(any(test, feature = "hooks"))]
-pub(crate) mod fuzzing;
 mod inject;
 mod message_endpoint;
 mod msg;

@@ -16,6 +16,7 @@
 //! | `mr` | memory registration: regions, access rights, the domain's table by key and the target-side check |
 //! | `tag_layout` | the reserved high tag bits (`MSG_BIT`, `RMA_BIT`), `mem_tag_format` and the domain's live layout |
 //! | `gen_slab` | the generation-checked slab both protocols name their transfers by |
+//! | `fuzzing` | checks for the `peer_packets` fuzz target: every packet above decodes safely and round-trips (feature `hooks`) |
 //!
 //! # How it fits
 //! The domain (`fabric/domain.rs`) owns a memory-region table and a tag
@@ -37,6 +38,8 @@
 
 pub(crate) mod am_msg;
 pub(crate) mod atomic;
+#[cfg(any(test, feature = "hooks"))]
+pub(crate) mod fuzzing;
 pub(crate) mod gen_slab;
 pub(crate) mod mr;
 pub(crate) mod peer_watch;
