@@ -350,7 +350,7 @@ impl Inner {
 /// Entries come out in completion order. An error entry at the head makes
 /// [`read`](Self::read), [`read_many`](Self::read_many),
 /// [`sread`](Self::sread) and [`next`](Self::next) fail with
-/// [`ErrorKind::Avail`](crate::ErrorKind::Avail) (`FI_EAVAIL`) until
+/// [`ErrorKind::Avail`] (`FI_EAVAIL`) until
 /// [`readerr`](Self::readerr) takes it. With a manual reactor, `read` and
 /// `read_many` run one progress round when the queue is empty and `sread`
 /// and `next` keep progressing while they wait (fi_psm(7): reading a CQ

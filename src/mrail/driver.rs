@@ -9,7 +9,7 @@
 //! travels in the mrail header, so the user has all 64 tag bits):
 //!
 //! * **Control frames** carry [`CTRL_TAG`]: a small header
-//!   ([`header`](super::core::header)) and, for an eager message, the
+//!   ([`header`]) and, for an eager message, the
 //!   payload behind it. A rail whose engine offers a
 //!   [`TagHook`] (the soft engine) hands them over as they arrive; each
 //!   rail also keeps a pool of receives posted for them (32, or 4 where

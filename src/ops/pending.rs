@@ -15,7 +15,7 @@
 //! future hands back an empty buffer.
 //!
 //! # Tracing
-//! The op's span ([`op_span`](super::op_span)), like its peer-book
+//! The op's span ([`op_span`]), like its peer-book
 //! registration and its peer's death, lives in the op's boxed cold state:
 //! an op that nobody traces and whose peer lives carries 8 bytes of `None`
 //! for all three.

@@ -16,7 +16,7 @@
 //! # How it fits
 //! Each counter with triggered operations owns one [`Triggers`] (created at the
 //! first one, kept in the counter). It holds a
-//! [`TriggerList`](super::TriggerList) (threshold order, FIFO for equal
+//! [`TriggerList`] (threshold order, FIFO for equal
 //! thresholds) and a *ready* queue. The counter's listener runs after every
 //! change of the success count — the application's `add`/`set` as well as the
 //! operations' increments — and moves every operation whose threshold is

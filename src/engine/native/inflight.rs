@@ -100,7 +100,8 @@ impl InFlight {
 
     /// Adds the entry of a post from its parts, written straight into its
     /// slot (the post path builds no entry on the stack to copy). The
-    /// caller checked as for [`insert`](Self::insert).
+    /// caller checked that its key is pending in the completion table and
+    /// that its slot is free.
     #[inline(always)]
     pub(super) fn insert_parts(
         &mut self,

@@ -3,7 +3,7 @@
 //!
 //! Every byte a connection sends after its handshake has a position in
 //! the link's stream. The sender keeps what it sent until the peer
-//! acknowledges it (a [`ResendLog`](crate::resend::ResendLog) of the
+//! acknowledges it (a [`ResendLog`] of the
 //! frames' bytes, with the large send payloads that went on the wire
 //! straight from their buffers kept as references), and counts what it
 //! consumed of the peer's stream. When the transport breaks, the dialer

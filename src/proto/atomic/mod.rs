@@ -10,7 +10,7 @@
 //!
 //! # One table, no silent no-ops
 //! [`op_supports_datatype`] holds the op x datatype table; the valid queries
-//! and [`apply`] both use it, so an atomic the valid-query accepts is executed
+//! and [`apply()`] both use it, so an atomic the valid-query accepts is executed
 //! and one it rejects is refused with `FI_EOPNOTSUPP` (ARCHITECTURE.md,
 //! "Deliberately better") — unlike C, whose target skips an unsupported
 //! combination and reports success.

@@ -148,7 +148,7 @@ pub(crate) fn payload_len(kind: AtomicKind, op: AtomicOp, len: usize) -> usize {
 /// Runs `req` at the target: check it ([`check_request`] against
 /// `max_payload`, then key, range and rights in `table`: `FI_REMOTE_WRITE`
 /// for write calls, `FI_REMOTE_READ | FI_REMOTE_WRITE` for fetch and
-/// compare calls), then read, [`apply`] and write back the addressed bytes
+/// compare calls), then read, [`apply()`] and write back the addressed bytes
 /// while `lock` is held. The caller holds one such lock for every atomic
 /// of the domain, so atomics from any number of peers are exact.
 /// `fetched` receives the old values of fetch and compare calls.

@@ -43,7 +43,7 @@ impl Space {
 }
 
 /// Entries of type `T` under ids of one [`Space`]: a
-/// [`GenSlab`](crate::proto::gen_slab::GenSlab) with 29 bits of generation
+/// [`GenSlab`] with 29 bits of generation
 /// and the space's bit 61.
 #[derive(Debug)]
 pub(crate) struct Ids<T> {
