@@ -13,7 +13,7 @@ use conformance::{
     Watchdog, STEP, UUID,
 };
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode, NEW_LINK,
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, RefuseCode,
 };
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{
@@ -232,10 +232,7 @@ fn hello(uuid: [u8; 16], instance: u32) -> Vec<u8> {
     );
     // A new link (protocol version 2 names it right after the Hello).
     encode(
-        &Frame::Session {
-            link: 1 + u64::from(instance),
-            resume: NEW_LINK,
-        },
+        &support::soft_raw::new_link(1 + u64::from(instance)),
         &mut b,
     );
     b.to_vec()

@@ -12,6 +12,8 @@
 //! * **Unix sockets**: `shutdown(2)` of this process's connected sockets
 //!   (both ends read EOF).
 //!
+//! The same holds with a job secret: each resumption proves it again.
+//!
 //! A peer whose process is gone is still declared dead at once: the
 //! reconnection finds nothing listening (last test).
 
@@ -21,7 +23,7 @@ use support::{payload, peer, spin_lock};
 use payload::pattern;
 use peer::{role, ChildIo, Peer};
 use psmrail::config::PsmConfig;
-use psmrail::engine::soft::{SoftConfig, SoftEpid};
+use psmrail::engine::soft::{JobSecret, SoftConfig, SoftEpid};
 use psmrail::engine::Epid;
 use psmrail::fabric::{
     getinfo, AddressVector, AvAttr, Domain, Endpoint, EngineChoice, Fabric, FiAddr, Hints,
@@ -44,7 +46,10 @@ struct Side {
     ep: Endpoint,
 }
 
-fn open(tcp: bool) -> Side {
+/// The job secret of the scenarios that use one.
+const SECRET: &[u8] = b"link-reset job secret, 32 bytes!";
+
+fn open(tcp: bool, secret: bool) -> Side {
     let config = PsmConfig::builder()
         .delay(Duration::ZERO)
         // The reconnection window (FI_PSM_TIMEOUT).
@@ -52,13 +57,14 @@ fn open(tcp: bool) -> Side {
         .name_server(false)
         .build()
         .expect("config");
-    let mut hints = Hints::new().config(config).engine(EngineChoice::Soft);
-    if tcp {
-        hints = hints.soft_config(SoftConfig {
-            unix_sockets: false,
+    let hints = Hints::new()
+        .config(config)
+        .engine(EngineChoice::Soft)
+        .soft_config(SoftConfig {
+            unix_sockets: !tcp,
+            job_secret: secret.then(|| JobSecret::new(SECRET.to_vec()).expect("a secret")),
             ..SoftConfig::default()
         });
-    }
     let info = getinfo(Some(&hints)).expect("getinfo").remove(0);
     let fabric = Fabric::open(&info).expect("fabric");
     let domain = fabric.domain(&info).expect("domain");
@@ -77,8 +83,8 @@ fn open(tcp: bool) -> Side {
 }
 
 /// The child: echoes every tagged message back with its tag until QUIT.
-fn echo(tcp: bool) {
-    let s = open(tcp);
+fn echo(tcp: bool, secret: bool) {
+    let s = open(tcp, secret);
     let mut io = ChildIo::new();
     io.send_line(&s.ep.getname().0.to_string());
     let parent: u64 = io.recv_line().parse().expect("parent epid");
@@ -179,8 +185,8 @@ fn can_cut_tcp() -> bool {
 }
 
 /// Opens this side's endpoint and the echo child; they exchange epids.
-fn start(test: &str, tcp: bool) -> (Side, Peer, Epid) {
-    let s = open(tcp);
+fn start(test: &str, tcp: bool, secret: bool) -> (Side, Peer, Epid) {
+    let s = open(tcp, secret);
     let mut child = Peer::spawn(test, "echo", &[]);
     let child_epid = Epid(
         child
@@ -192,17 +198,17 @@ fn start(test: &str, tcp: bool) -> (Side, Peer, Epid) {
     (s, child, child_epid)
 }
 
-fn scenario(test: &str, tcp: bool) {
+fn scenario(test: &str, tcp: bool, secret: bool) {
     if let Some(r) = role() {
         assert_eq!(r, "echo");
-        return echo(tcp);
+        return echo(tcp, secret);
     }
     if tcp && !can_cut_tcp() {
         eprintln!("{test}: skipped: cutting TCP connections needs root and ss");
         return;
     }
     let _lock = spin_lock::spin_lock();
-    let (s, mut child, child_epid) = start(test, tcp);
+    let (s, mut child, child_epid) = start(test, tcp, secret);
     let port = SoftEpid::try_from(child_epid)
         .expect("a soft epid")
         .socket_addr()
@@ -276,12 +282,32 @@ fn scenario(test: &str, tcp: bool) {
 
 #[test]
 fn unix_link_survives_cuts_under_ping_pong_and_64_mib() {
-    scenario("unix_link_survives_cuts_under_ping_pong_and_64_mib", false);
+    scenario(
+        "unix_link_survives_cuts_under_ping_pong_and_64_mib",
+        false,
+        false,
+    );
 }
 
 #[test]
 fn tcp_link_survives_resets_under_ping_pong_and_64_mib() {
-    scenario("tcp_link_survives_resets_under_ping_pong_and_64_mib", true);
+    scenario(
+        "tcp_link_survives_resets_under_ping_pong_and_64_mib",
+        true,
+        false,
+    );
+}
+
+/// With a job secret, every resumption proves it again, and links resume
+/// exactly as without one.
+#[test]
+fn unix_link_with_a_job_secret_survives_cuts() {
+    scenario("unix_link_with_a_job_secret_survives_cuts", false, true);
+}
+
+#[test]
+fn tcp_link_with_a_job_secret_survives_resets() {
+    scenario("tcp_link_with_a_job_secret_survives_resets", true, true);
 }
 
 /// A peer whose process died is not waited for: reconnecting finds
@@ -291,10 +317,10 @@ fn tcp_link_survives_resets_under_ping_pong_and_64_mib() {
 fn a_dead_peer_still_fails_pending_operations_at_once() {
     let test = "a_dead_peer_still_fails_pending_operations_at_once";
     if role().is_some() {
-        return echo(false);
+        return echo(false, false);
     }
     let _lock = spin_lock::spin_lock();
-    let (s, child, child_epid) = start(test, false);
+    let (s, child, child_epid) = start(test, false, false);
     let peer = s.av.insert(&[child_epid]).remove(0).expect("insert");
     let reactor = s.domain.reactor().clone();
     // One round trip: connected both ways.

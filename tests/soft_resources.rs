@@ -19,7 +19,7 @@
 //! after the identities.
 
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD, NEW_LINK,
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, ENTRY_OVERHEAD,
 };
 use psmrail::engine::soft::{SoftConfig, SoftEndpoint, SoftEngine, SoftEpid};
 use psmrail::engine::{
@@ -243,13 +243,7 @@ fn hello_bytes(n: u32) -> Vec<u8> {
         )),
         &mut b,
     );
-    encode(
-        &Frame::Session {
-            link: 1 + u64::from(n),
-            resume: NEW_LINK,
-        },
-        &mut b,
-    );
+    encode(&support::soft_raw::new_link(1 + u64::from(n)), &mut b);
     b.to_vec()
 }
 

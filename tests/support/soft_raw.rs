@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 use psmrail::engine::soft::wire::{
-    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, NEW_LINK,
+    encode, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, NEW_LINK, SEAL_LEN,
 };
 use psmrail::engine::Epid;
 use psmrail::reactor::{ProgressSource, Reactor};
@@ -19,14 +19,20 @@ pub(crate) fn hello_session(uuid: [u8; 16], epid: Epid, link: u64) -> Vec<u8> {
         &Frame::Hello(Hello::ours(JobUuid(uuid), epid, FrameLimits::DEFAULT)),
         &mut b,
     );
-    encode(
-        &Frame::Session {
-            link,
-            resume: NEW_LINK,
-        },
-        &mut b,
-    );
+    encode(&new_link(link), &mut b);
     b.to_vec()
+}
+
+/// A dialer's Session naming a new link `link` (a fixed incarnation and
+/// key half).
+pub(crate) fn new_link(link: u64) -> Frame {
+    Frame::Session {
+        link,
+        resume: NEW_LINK,
+        incarnation: 0x0123_4567_89ab_cdef ^ link,
+        generation: 0,
+        seal: [0x5a; SEAL_LEN],
+    }
 }
 
 /// Every whole frame of `bytes`.

@@ -190,12 +190,15 @@ pub(crate) struct Conn {
     pub verify: bool,
     /// The nonce a Proof must carry (TCP identity check).
     pub proof: Option<u64>,
+    /// Dialer: the Proof answering the acceptor's Challenge is queued
+    /// (one per connection).
+    pub proved: bool,
     /// The job-secret challenge this side sent (its proof is awaited).
     pub auth_sent: Option<[u8; 16]>,
     /// The other side proved the job secret.
     pub authed: bool,
     /// Acceptor: the dialer's Session, held until it proves the secret.
-    pub pending_session: Option<(u64, u64)>,
+    pub pending_session: Option<super::protocol::SessionFields>,
     /// The link: positions, acknowledgements, what to send again.
     pub session: Session,
     pub control: VecDeque<Control>,
@@ -290,6 +293,7 @@ impl Conn {
             their_hello: None,
             verify: false,
             proof: None,
+            proved: false,
             auth_sent: None,
             authed: false,
             pending_session: None,

@@ -235,6 +235,20 @@ fn header(kind: u8, flags: u8, reserved: u16, len: u32) -> Vec<u8> {
     b.to_vec()
 }
 
+/// The incarnation the fuzzed peer names.
+pub const FUZZ_PEER_INCARNATION: u64 = 0x1ca2_7a71_0f0f_0001;
+
+/// The peer's Session naming new link `link` (its key half fixed).
+fn new_session(link: u64) -> Frame {
+    Frame::Session {
+        link,
+        resume: super::wire::NEW_LINK,
+        incarnation: FUZZ_PEER_INCARNATION,
+        generation: 0,
+        seal: [0x5a; super::wire::SEAL_LEN],
+    }
+}
+
 fn hello(uuid: JobUuid, epid: Epid) -> Hello {
     Hello::ours(uuid, epid, FrameLimits::DEFAULT)
 }
@@ -268,10 +282,7 @@ pub fn seeds() -> (Seeds, Seeds) {
             version: 1,
             uuid: FUZZ_UUID,
         }),
-        Frame::Session {
-            link: 7,
-            resume: super::wire::NEW_LINK,
-        },
+        new_session(7),
         Frame::Ack { received: 40 },
         Frame::Credit {
             eager_bytes: 4096,
@@ -386,10 +397,7 @@ pub fn seeds() -> (Seeds, Seeds) {
         } else {
             Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER))
         };
-        let session = Frame::Session {
-            link: fuzz_link(),
-            resume: super::wire::NEW_LINK,
-        };
+        let session = new_session(fuzz_link());
         let mut v = frames(&[first, session]);
         v.extend(frames(rest));
         v
@@ -489,6 +497,9 @@ pub fn seeds() -> (Seeds, Seeds) {
                 Frame::Session {
                     link: 99,
                     resume: 0,
+                    incarnation: FUZZ_PEER_INCARNATION,
+                    generation: 1,
+                    seal: [0; super::wire::SEAL_LEN],
                 },
             ]),
         ),
@@ -496,10 +507,7 @@ pub fn seeds() -> (Seeds, Seeds) {
             "ack-other-link",
             frames(&[
                 Frame::HelloAck(hello(FUZZ_UUID, FUZZ_PEER)),
-                Frame::Session {
-                    link: fuzz_link() ^ 1,
-                    resume: super::wire::NEW_LINK,
-                },
+                new_session(fuzz_link() ^ 1),
             ]),
         ),
         (

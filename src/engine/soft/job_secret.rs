@@ -105,6 +105,12 @@ impl JobSecret {
         }
     }
 
+    /// The secret's bytes, as an HMAC key (link keys are derived under
+    /// it: `link_key`).
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The proof `side` gives for `challenge` on the link `link` between
     /// `dialer` and `acceptor`.
     pub(crate) fn prove(&self, t: &Transcript) -> [u8; MAC_LEN] {

@@ -69,6 +69,7 @@ pub mod epid;
 pub(crate) mod fuzzing;
 mod job_secret;
 mod linger;
+mod link_key;
 mod loopback;
 // The sans-IO core, its matcher and its wire codec are public only with
 // the `hooks` feature, for the crate's own tests, fuzz targets and

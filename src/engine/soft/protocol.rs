@@ -119,6 +119,7 @@ use super::conn::{
     Role, SendOp, Sink, MIN_REFERENCED,
 };
 use super::job_secret::{new_nonce, JobSecret, ProofSide, Transcript, MAC_LEN, NONCE_LEN};
+use super::link_key::{self, KeyHalf, LinkEnds, LinkKey, Resumption, Side};
 use super::matcher::{Arrival, TagMatcher};
 use super::session::Session;
 use super::wire::{
@@ -482,6 +483,19 @@ struct Peer {
     /// Grows with every frame and direct payload read from the peer
     /// ([`SoftCore::peer_activity`]).
     activity: u64,
+    /// The incarnation its connections named: another one at the same
+    /// epid is a new process, and this one's connections are over.
+    incarnation: u64,
+}
+
+/// The fields of a [`Frame::Session`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SessionFields {
+    link: u64,
+    resume: u64,
+    incarnation: u64,
+    generation: u64,
+    seal: KeyHalf,
 }
 
 /// One soft endpoint's protocol core (see the module docs).
@@ -513,8 +527,12 @@ pub struct SoftCore {
     hints_overflow: bool,
     /// Sends finished by a transmit (scratch, kept for its capacity).
     done_scratch: Vec<(OpId, MqStatus)>,
-    /// Link ids come from here (a per-process random seed, mixed).
-    link_seed: u64,
+    /// This endpoint's incarnation (random, drawn when it opens): peers
+    /// tell a restarted process at the same epid by it.
+    incarnation: u64,
+    /// Tests and fuzzing only: link ids and key halves come from this
+    /// seed instead of the system's generator ([`set_link_seed`](Self::set_link_seed)).
+    fixed_seed: Option<u64>,
     /// The job secret both sides of every handshake must prove.
     job_secret: Option<JobSecret>,
     /// A connection whose handshake resumed another one's link: its
@@ -522,6 +540,9 @@ pub struct SoftCore {
     rebound: Option<(ConnId, ConnId)>,
     /// Eager messages with this tag become [`Event::Hooked`].
     hook_tag: Option<u64>,
+    /// Dialer connections still in their handshake, by link id: where a
+    /// Challenge naming the link is answered.
+    dials: HashMap<u64, ConnId>,
 }
 
 fn inval(msg: String) -> Error {
@@ -556,10 +577,12 @@ impl SoftCore {
             hints: Vec::new(),
             hints_overflow: false,
             done_scratch: Vec::new(),
-            link_seed: random_seed() ^ epid.0,
+            incarnation: random_seed(),
+            fixed_seed: None,
             job_secret: None,
             rebound: None,
             hook_tag: None,
+            dials: HashMap::new(),
         })
     }
 
@@ -622,25 +645,54 @@ impl SoftCore {
             // The dialer names the link.
             Role::Acceptor => 0,
         };
+        let half = self.new_key_half(id);
         let mut conn = Conn::new(
             role,
             self.config.frame_limits(),
-            Session::new(link, logging),
+            Session::new(link, half, logging),
         );
         if let Role::Dialer { .. } = role {
+            self.dials.insert(link, id);
             conn.hs.push_back(Frame::Hello(self.hello.clone()));
             conn.hs.push_back(Frame::Session {
                 link,
                 resume: NEW_LINK,
+                incarnation: self.incarnation,
+                generation: 0,
+                seal: half,
             });
         }
         self.conns.insert(id, conn);
         id
     }
 
-    /// A link id for connection `id`: unpredictable to others, never 0.
+    /// A link id for connection `id`: a fresh draw of the system's
+    /// generator (unpredictable to anyone who sees other ids), never 0.
     fn new_link_id(&self, id: ConnId) -> u64 {
-        link_id(self.link_seed, id)
+        match self.fixed_seed {
+            Some(seed) => link_id(seed, id),
+            None => link_key::new_link_id(),
+        }
+    }
+
+    /// This side's half of the link key of connection `id` (random).
+    fn new_key_half(&self, id: ConnId) -> KeyHalf {
+        match self.fixed_seed {
+            Some(seed) => {
+                let x = link_id(seed ^ 0x6b65_795f_6861_6c66, id).to_le_bytes();
+                let y = link_id(seed ^ 0x6861_6c66_5f6b_6579, id).to_le_bytes();
+                let mut h = [0u8; 16];
+                h[..8].copy_from_slice(&x);
+                h[8..].copy_from_slice(&y);
+                h
+            }
+            None => link_key::new_half(),
+        }
+    }
+
+    /// This endpoint's incarnation (what its Session frames name).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// Sets the job secret every handshake must prove, both ways
@@ -649,11 +701,14 @@ impl SoftCore {
         self.job_secret = secret;
     }
 
-    /// Sets the seed link ids come from (by default random per process):
-    /// a fixed seed makes a dialer's link ids reproducible, for tests and
-    /// fuzzing ([`link_id`]).
+    /// For tests and fuzzing only: link ids, link-key halves and the
+    /// incarnation come from `seed` ([`link_id`]) instead of the system's
+    /// generator, so that an input can name a dialer's link and prove
+    /// its key. Never for an endpoint that talks to anyone else: whoever
+    /// knows the seed can take its links over.
     pub fn set_link_seed(&mut self, seed: u64) {
-        self.link_seed = seed;
+        self.fixed_seed = Some(seed);
+        self.incarnation = link_id(seed ^ 0x696e_6361_726e_6174, ConnId(0));
     }
 
     /// The transport of `conn` broke, but its link can go on: the
@@ -680,7 +735,8 @@ impl SoftCore {
             c.their_hello = None;
             return true;
         }
-        if !c.has_transport() || c.peer.is_none() || !c.session.logging() {
+        if !c.has_transport() || c.peer.is_none() || !c.session.logging() || c.session.key.is_none()
+        {
             return false;
         }
         c.roll_back_direct();
@@ -700,14 +756,29 @@ impl SoftCore {
             .get_mut(&conn)
             .filter(|c| c.phase == ConnPhase::Detached && matches!(c.role, Role::Dialer { .. }))
             .ok_or_else(|| inval(format!("{conn:?} is not a detached dialer connection")))?;
+        let Some(key) = c.session.key.clone() else {
+            return Err(inval(format!("{conn:?} has no link key to resume with")));
+        };
         c.phase = ConnPhase::Resuming;
         c.their_hello = None;
         c.authed = false;
         c.auth_sent = None;
-        c.hs.push_back(Frame::Hello(hello));
-        c.hs.push_back(Frame::Session {
+        c.pending_session = None;
+        c.session.generation += 1;
+        let r = Resumption {
             link: c.session.link,
             resume: c.session.received(),
+            generation: c.session.generation,
+            dialer_incarnation: self.incarnation,
+            acceptor_incarnation: c.session.peer_incarnation,
+        };
+        c.hs.push_back(Frame::Hello(hello));
+        c.hs.push_back(Frame::Session {
+            link: r.link,
+            resume: r.resume,
+            incarnation: r.dialer_incarnation,
+            generation: r.generation,
+            seal: key.seal(Side::Dialer, &r),
         });
         Ok(())
     }
@@ -757,6 +828,12 @@ impl SoftCore {
             Err(e) => self.close_conn(conn, e),
         }
         self.regrant();
+    }
+
+    /// The id of the link a connection carries (for a dialer, from its
+    /// opening; for an acceptor, once the dialer's Session came).
+    pub fn connection_link(&self, conn: ConnId) -> Option<u64> {
+        self.conns.get(&conn).map(|c| c.session.link)
     }
 
     /// The role a connection was opened with.
@@ -1087,7 +1164,11 @@ impl SoftCore {
         } else {
             self.close_conn(conn, ConnError::Lost(why.into()));
         }
-        self.conns.remove(&conn);
+        if let Some(c) = self.conns.remove(&conn) {
+            if self.dials.get(&c.session.link) == Some(&conn) {
+                self.dials.remove(&c.session.link);
+            }
+        }
         self.regrant();
     }
 
@@ -1580,8 +1661,10 @@ impl SoftCore {
                 }
             };
         }
-        if let (Role::Acceptor, Frame::Challenge { nonce, from }, false) = (role, &frame, waiting) {
-            self.answer_challenge(*nonce, *from);
+        if let (Role::Acceptor, Frame::Challenge { nonce, from, link }, false) =
+            (role, &frame, waiting)
+        {
+            self.answer_challenge(*nonce, *from, *link);
             // A challenge connection carries nothing else.
             return Err(ConnError::Closed);
         }
@@ -1606,8 +1689,27 @@ impl SoftCore {
         let theirs = match (role, frame, waiting) {
             (Role::Acceptor, Frame::Hello(h), false)
             | (Role::Dialer { .. }, Frame::HelloAck(h), false) => h,
-            (_, Frame::Session { link, resume }, true) => {
-                return self.on_session(id, link, resume);
+            (
+                _,
+                Frame::Session {
+                    link,
+                    resume,
+                    incarnation,
+                    generation,
+                    seal,
+                },
+                true,
+            ) => {
+                return self.on_session(
+                    id,
+                    SessionFields {
+                        link,
+                        resume,
+                        incarnation,
+                        generation,
+                        seal,
+                    },
+                );
             }
             (Role::Dialer { .. }, Frame::Refuse(r), _) => {
                 let refusal = Refusal::from_frame(&r, &self.hello);
@@ -1655,20 +1757,45 @@ impl SoftCore {
 
     /// The Session frame after the other side's Hello (or HelloAck): a new
     /// link, or one to resume.
-    fn on_session(&mut self, id: ConnId, link: u64, resume: u64) -> Result<(), ConnError> {
+    fn on_session(&mut self, id: ConnId, f: SessionFields) -> Result<(), ConnError> {
+        let ours = self.hello.epid.0;
+        let incarnation = self.incarnation;
+        let secret = self.job_secret.clone();
         let c = self.conns.get_mut(&id).expect("checked by the caller");
-        if c.role == Role::Acceptor && self.job_secret.is_some() && !c.authed {
+        if c.role == Role::Acceptor && secret.is_some() && !c.authed {
             // The dialer proves the job secret first.
             let nonce = new_nonce();
             c.auth_sent = Some(nonce);
-            c.pending_session = Some((link, resume));
+            c.pending_session = Some(f);
             c.hs.push_back(Frame::AuthChallenge { nonce });
             return Ok(());
         }
         let theirs = c.their_hello.take().expect("checked by the caller");
+        let unexpected = || -> ConnError {
+            HandshakeError::UnexpectedFrame {
+                got: FrameKind::Session,
+            }
+            .into()
+        };
         match (c.role, c.phase) {
-            (Role::Acceptor, _) if resume == NEW_LINK => {
-                c.session = Session::new(link, c.session.logging());
+            (Role::Acceptor, _) if f.resume == NEW_LINK => {
+                if f.generation != 0 {
+                    self.push_refuse(id, &Refusal::Protocol);
+                    return Err(unexpected());
+                }
+                let c = self.conns.get_mut(&id).expect("checked by the caller");
+                c.session = Session::new(f.link, c.session.my_half, c.session.logging());
+                c.session.peer_incarnation = f.incarnation;
+                c.session.key = Some(LinkKey::derive(
+                    secret.as_ref(),
+                    &LinkEnds {
+                        link: f.link,
+                        dialer_epid: theirs.epid.0,
+                        acceptor_epid: ours,
+                        dialer_half: f.seal,
+                        acceptor_half: c.session.my_half,
+                    },
+                ));
                 if c.verify {
                     let epid = theirs.epid;
                     c.their_hello = Some(theirs);
@@ -1678,27 +1805,50 @@ impl SoftCore {
                 }
                 self.link_peer(id, theirs, true)
             }
-            (Role::Acceptor, _) => self.resume_accepted(id, &theirs, link, resume),
+            (Role::Acceptor, _) => self.resume_accepted(id, &theirs, f),
             (Role::Dialer { .. }, ConnPhase::Handshaking) => {
-                if link != c.session.link || resume != NEW_LINK {
-                    return Err(HandshakeError::UnexpectedFrame {
-                        got: FrameKind::Session,
-                    }
-                    .into());
+                if f.link != c.session.link || f.resume != NEW_LINK || f.generation != 0 {
+                    return Err(unexpected());
                 }
+                c.session.peer_incarnation = f.incarnation;
+                c.session.key = Some(LinkKey::derive(
+                    secret.as_ref(),
+                    &LinkEnds {
+                        link: f.link,
+                        dialer_epid: ours,
+                        acceptor_epid: theirs.epid.0,
+                        dialer_half: c.session.my_half,
+                        acceptor_half: f.seal,
+                    },
+                ));
                 self.link_peer(id, theirs, false)
             }
             (Role::Dialer { .. }, _) => {
                 // Resuming: the acceptor says how much of our stream it
-                // consumed.
-                if link != c.session.link || resume == NEW_LINK {
-                    return Err(HandshakeError::UnexpectedFrame {
-                        got: FrameKind::Session,
-                    }
-                    .into());
+                // consumed, and proves it holds the link.
+                if f.link != c.session.link || f.resume == NEW_LINK {
+                    return Err(unexpected());
+                }
+                let r = Resumption {
+                    link: f.link,
+                    resume: f.resume,
+                    generation: f.generation,
+                    dialer_incarnation: incarnation,
+                    acceptor_incarnation: f.incarnation,
+                };
+                let proven = f.generation == c.session.generation
+                    && f.incarnation == c.session.peer_incarnation
+                    && c.session
+                        .key
+                        .as_ref()
+                        .is_some_and(|k| k.check(Side::Acceptor, &r, &f.seal));
+                if !proven {
+                    tracing::warn!(conn = ?id, "soft engine: refused a resumption answer that does not prove the link's key");
+                    self.push_refuse(id, &Refusal::Identity);
+                    return Err(HandshakeError::Refused(Refusal::Identity).into());
                 }
                 let mut done = Vec::new();
-                let resumed = c.session.resume_at(resume, &mut done);
+                let resumed = c.session.resume_at(f.resume, &mut done);
                 c.phase = c.resume_to;
                 for (op, status) in done {
                     self.complete(op, status);
@@ -1779,7 +1929,7 @@ impl SoftCore {
     ) -> Result<(), ConnError> {
         let ours = self.hello.epid.0;
         let c = &self.conns[&id];
-        let (Some(secret), Some(challenge), Some((link, resume)), Some(theirs)) = (
+        let (Some(secret), Some(challenge), Some(session), Some(theirs)) = (
             self.job_secret.clone(),
             c.auth_sent,
             c.pending_session,
@@ -1792,7 +1942,7 @@ impl SoftCore {
             challenge,
             dialer: theirs,
             acceptor: ours,
-            link,
+            link: session.link,
         };
         if !secret.check(&transcript(ProofSide::Dialer, &challenge), mac) {
             return self.refuse_auth(id, "the dialer's proof of the job secret is wrong");
@@ -1805,7 +1955,7 @@ impl SoftCore {
             nonce: [0; NONCE_LEN],
             mac: answer,
         });
-        self.on_session(id, link, resume)
+        self.on_session(id, session)
     }
 
     /// Refuses the job-secret authentication of `id` (`why` is logged).
@@ -1816,58 +1966,95 @@ impl SoftCore {
     }
 
     /// A Challenge from `from` with `nonce` came on a connection of its
-    /// own: if this endpoint is dialing `from`, the proof goes on that
-    /// connection (each one still waiting for its answer).
-    fn answer_challenge(&mut self, nonce: u64, from: Epid) {
+    /// own: if this endpoint is dialing `from` on link `link` and waits
+    /// for its answer, the proof goes on that connection. Any other
+    /// Challenge (unsolicited, or naming a link this side did not make:
+    /// only the two ends know a link's id) is dropped, touching no
+    /// handshake.
+    fn answer_challenge(&mut self, nonce: u64, from: Epid, link: u64) {
         // The endpoint dialed at `from`'s address, whatever instance it
         // expected there (a stale epid learns from the HelloAck that
         // another endpoint answers).
         let place = |e: Epid| super::SoftEpid::try_from(e).ok().map(|s| s.socket_addr());
         let asking = place(from);
-        let waiting: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                matches!(c.role, Role::Dialer { expect } if expect == from || (asking.is_some() && place(expect) == asking))
-                    && c.phase == ConnPhase::Handshaking
-                    && c.their_hello.is_none()
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in waiting {
-            if let Some(c) = self.conns.get_mut(&id) {
-                c.hs.push_back(Frame::Proof { nonce });
-            }
-            self.hint(id);
+        let Some(&id) = self.dials.get(&link) else {
+            tracing::debug!(%from, "soft engine: dropped a Challenge naming no link of ours");
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            self.dials.remove(&link);
+            return;
+        };
+        let waits = matches!(c.role, Role::Dialer { expect } if expect == from || (asking.is_some() && place(expect) == asking))
+            && c.phase == ConnPhase::Handshaking
+            && c.their_hello.is_none()
+            && c.session.link == link
+            && !c.proved;
+        if !waits {
+            tracing::debug!(%from, "soft engine: dropped a Challenge its link does not wait for");
+            return;
         }
+        c.proved = true;
+        c.hs.push_back(Frame::Proof { nonce });
+        self.hint(id);
     }
 
-    /// An accepted connection `id` asks to resume `link` of the peer
-    /// `theirs` names, whose side consumed `resume` bytes of our stream:
-    /// the link's connection takes over this transport, and `id` is gone.
+    /// An accepted connection `id` asks to resume link `f.link` of the
+    /// peer `theirs` names, whose side consumed `f.resume` bytes of our
+    /// stream: if the Session proves the link's key (and its generation is
+    /// new), the link's connection takes over this transport, and `id` is
+    /// gone. Anything else is refused as an unknown link, touching
+    /// nothing of the link's: the refusal does not tell a stranger
+    /// whether the id was right.
     fn resume_accepted(
         &mut self,
         id: ConnId,
         theirs: &Hello,
-        link: u64,
-        resume: u64,
+        f: SessionFields,
     ) -> Result<(), ConnError> {
+        let incarnation = self.incarnation;
         let peer = self.by_epid.get(&theirs.epid).copied();
         let target = peer.and_then(|p| self.peers.get(&p)).and_then(|p| {
             p.conns.iter().copied().find(|c| {
                 self.conns.get(c).is_some_and(|c| {
                     c.is_open()
                         && c.session.logging()
-                        && c.session.link == link
+                        && c.session.link == f.link
                         && c.role == Role::Acceptor
                 })
             })
         });
-        let Some(target) = target else {
-            tracing::debug!(conn = ?id, epid = %theirs.epid, "soft engine: refused to resume an unknown link");
+        let proven = target.and_then(|t| self.conns.get(&t)).is_some_and(|t| {
+            let r = Resumption {
+                link: f.link,
+                resume: f.resume,
+                generation: f.generation,
+                dialer_incarnation: f.incarnation,
+                acceptor_incarnation: incarnation,
+            };
+            f.incarnation == t.session.peer_incarnation
+                && f.generation > t.session.generation
+                && t.session
+                    .key
+                    .as_ref()
+                    .is_some_and(|k| k.check(Side::Dialer, &r, &f.seal))
+        });
+        let (Some(target), true) = (target, proven) else {
+            if target.is_some() {
+                tracing::warn!(conn = ?id, epid = %theirs.epid, "soft engine: refused a resumption that does not prove its link's key");
+            } else {
+                tracing::debug!(conn = ?id, epid = %theirs.epid, "soft engine: refused to resume an unknown link");
+            }
             self.push_refuse(id, &Refusal::UnknownLink);
             return Err(HandshakeError::Refused(Refusal::UnknownLink).into());
         };
+        // What the handshake of `id` still has to send (the acceptor's
+        // proof of the job secret) goes first, on the link's connection.
+        let pending: Vec<Frame> = self
+            .conns
+            .get_mut(&id)
+            .map(|c| c.hs.drain(..).collect())
+            .unwrap_or_default();
         let hello = self.hello.clone();
         let t = self.conns.get_mut(&target).expect("found above");
         if t.has_transport() {
@@ -1876,18 +2063,37 @@ impl SoftCore {
             t.resume_to = t.phase;
         }
         let mut done = Vec::new();
-        if let Err(e) = t.session.resume_at(resume, &mut done) {
+        if let Err(e) = t.session.resume_at(f.resume, &mut done) {
             if !t.has_transport() {
                 t.phase = ConnPhase::Detached;
             }
             self.push_refuse(id, &Refusal::Protocol);
             return Err(ConnError::Protocol(Violation::Ack(e)));
         }
+        t.session.generation = f.generation;
         t.phase = t.resume_to;
+        t.hs.clear();
+        t.hs.extend(pending);
+        let r = Resumption {
+            link: f.link,
+            resume: t.session.received(),
+            generation: f.generation,
+            dialer_incarnation: f.incarnation,
+            acceptor_incarnation: incarnation,
+        };
+        let seal = t
+            .session
+            .key
+            .as_ref()
+            .expect("checked above")
+            .seal(Side::Acceptor, &r);
         t.hs.push_back(Frame::HelloAck(hello));
         t.hs.push_back(Frame::Session {
-            link,
-            resume: t.session.received(),
+            link: r.link,
+            resume: r.resume,
+            incarnation,
+            generation: r.generation,
+            seal,
         });
         for (op, status) in done {
             self.complete(op, status);
@@ -1906,9 +2112,20 @@ impl SoftCore {
     /// is `theirs`: the connection joins that peer (made, or revived if it
     /// was down); `reply` for the acceptor, which answers.
     fn link_peer(&mut self, id: ConnId, theirs: Hello, reply: bool) -> Result<(), ConnError> {
+        let (incarnation, link) = {
+            let c = &self.conns[&id];
+            (c.session.peer_incarnation, c.session.link)
+        };
+        if self.dials.get(&link) == Some(&id) {
+            self.dials.remove(&link);
+        }
         // Link to the peer of that epid (reviving it if it was down).
         let peer = match self.by_epid.get(&theirs.epid) {
-            Some(p) => *p,
+            Some(p) => {
+                let p = *p;
+                self.new_incarnation(p, incarnation);
+                p
+            }
             None => {
                 let p = PeerAddr(self.next_peer);
                 self.next_peer += 1;
@@ -1921,6 +2138,7 @@ impl SoftCore {
                         conns: Vec::new(),
                         closing: false,
                         activity: 0,
+                        incarnation,
                     },
                 );
                 p
@@ -1947,6 +2165,9 @@ impl SoftCore {
             conn.hs.push_back(Frame::Session {
                 link: conn.session.link,
                 resume: NEW_LINK,
+                incarnation: self.incarnation,
+                generation: 0,
+                seal: conn.session.my_half,
             });
         }
         conn.grant(Credit {
@@ -1961,6 +2182,32 @@ impl SoftCore {
             epid: theirs.epid,
         });
         Ok(())
+    }
+
+    /// A new link of `peer` names `incarnation`: if its connections so far
+    /// named another, they belong to a process that is gone (a new one
+    /// took its address), and they close, failing what is pending on
+    /// them, before the new link joins the peer.
+    fn new_incarnation(&mut self, peer: PeerAddr, incarnation: u64) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if p.incarnation == incarnation {
+            return;
+        }
+        p.incarnation = incarnation;
+        let (epid, old) = (p.epid, p.conns.clone());
+        if old.is_empty() {
+            return;
+        }
+        tracing::info!(%epid, "soft engine: a new process answers at a peer's address; the old one's links end");
+        let why = format!(
+            "{epid} restarted: a new process answers at its address, and what was pending on the \
+             old one is lost"
+        );
+        for c in old {
+            self.close_conn(c, ConnError::Lost(why.clone()));
+        }
     }
 
     /// Queues the Refuse that tells the peer why; it names no job

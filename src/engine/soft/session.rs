@@ -23,6 +23,7 @@
 //! whose sender waits for it, and on every transmit that carries frames
 //! anyway (they cost 16 bytes).
 
+use super::link_key::{KeyHalf, LinkKey};
 use super::protocol::{OpId, PayloadRef, SendPayloads};
 use super::wire::Frame;
 use crate::engine::MqStatus;
@@ -58,6 +59,16 @@ pub(crate) enum Retained {
 pub(crate) struct Session {
     /// The link id, shared by both sides.
     pub link: u64,
+    /// This side's half of the link key (sent in its first Session).
+    pub my_half: KeyHalf,
+    /// The link key, once both halves are known: a resumption proves it
+    /// ([`LinkKey`]).
+    pub key: Option<LinkKey>,
+    /// Dialer: the generation of its latest resumption; acceptor: the
+    /// highest generation it took (0 before any resumption).
+    pub generation: u64,
+    /// The peer endpoint's incarnation, from its first Session.
+    pub peer_incarnation: u64,
     /// Whether sent bytes are kept for resending (not for the endpoint's
     /// pipe to itself, which cannot break).
     logging: bool,
@@ -89,9 +100,13 @@ pub(crate) struct Session {
 
 impl Session {
     /// A new link `link`; `logging` keeps what is sent for resending.
-    pub(super) fn new(link: u64, logging: bool) -> Session {
+    pub(super) fn new(link: u64, my_half: KeyHalf, logging: bool) -> Session {
         Session {
             link,
+            my_half,
+            key: None,
+            generation: 0,
+            peer_incarnation: 0,
             logging,
             log: ResendLog::new(),
             copies: VecDeque::new(),
@@ -369,7 +384,7 @@ mod tests {
 
     #[test]
     fn referenced_sends_complete_on_the_ack_and_replay_rebuilds_the_stream() {
-        let mut s = Session::new(9, true);
+        let mut s = Session::new(9, [0; 16], true);
         let mut done = Vec::new();
         // A batch: 3 header bytes, 4 payload bytes of op 1, 2 more bytes.
         let out = b"hdrxx";
@@ -398,7 +413,7 @@ mod tests {
 
     #[test]
     fn acks_are_owed_by_size_or_urgency() {
-        let mut s = Session::new(9, true);
+        let mut s = Session::new(9, [0; 16], true);
         s.consumed(100, false);
         assert!(!s.wants_ack());
         s.consumed(ACK_EVERY, false);
@@ -426,7 +441,7 @@ mod tests {
 
     #[test]
     fn an_acknowledged_log_gives_its_memory_back() {
-        let mut s = Session::new(9, true);
+        let mut s = Session::new(9, [0; 16], true);
         let mut done = Vec::new();
         s.begin_batch(0, 0);
         s.record(&[7u8; 1_000_000], 0, &[], &mut done);
@@ -442,7 +457,7 @@ mod tests {
 
     #[test]
     fn a_pipe_keeps_nothing() {
-        let mut s = Session::new(9, false);
+        let mut s = Session::new(9, [0; 16], false);
         let mut done = Vec::new();
         s.begin_batch(0, 0);
         s.defer(OpId(1), status(), 3, 0);

@@ -12,6 +12,8 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
+mod trust;
+
 const UUID: JobUuid = JobUuid([0x5a; 16]);
 
 /// Small sizes so every path (eager, rendezvous, chunking, credit) is hit

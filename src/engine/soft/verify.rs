@@ -11,10 +11,12 @@
 //!   Both processes are looked at while their sockets are open, so a
 //!   process id cannot have been reused in between.
 //! * **TCP**: the connection must come from the claimed epid's address,
-//!   and the edge sends a Challenge (a random value) to the epid's
-//!   listener on a connection of its own; the real endpoint, which is
-//!   dialing us, answers with a Proof on the connection being checked. A
-//!   stranger never sees the value. The check ends with the handshake's
+//!   and the edge sends a Challenge (a random value, and the id of the
+//!   link being checked) to the epid's listener on a connection of its
+//!   own; the real endpoint, which is dialing us on that link, answers
+//!   with a Proof on the connection being checked. A stranger never sees
+//!   the value, and a Challenge it forges names no link the endpoint
+//!   dials: it is dropped. The check ends with the handshake's
 //!   timeout at the latest.
 //!
 //! A claim that fails is refused with its own reason and touches nothing
@@ -84,6 +86,9 @@ impl Inner {
     fn challenge(&mut self, conn: ConnId, claimed: SoftEpid) {
         let nonce = super::protocol::random_seed();
         let addr = claimed.socket_addr();
+        let Some(link_id) = self.core.connection_link(conn) else {
+            return;
+        };
         let stream = match dial_tcp(addr, self.cfg.dial_from_bind.then_some(self.cfg.bind)) {
             Ok(s) => s,
             Err(e) => {
@@ -105,6 +110,7 @@ impl Inner {
             &Frame::Challenge {
                 nonce,
                 from: self.core.epid(),
+                link: link_id,
             },
             &mut link.output,
         );

@@ -150,15 +150,30 @@ pub enum Frame {
         /// Stream bytes of the other side consumed, or [`NEW_LINK`] for a
         /// new link.
         resume: u64,
+        /// The sender endpoint's incarnation: a random number each
+        /// endpoint draws when it opens, which tells a process that
+        /// restarted at the same address from the one before it.
+        incarnation: u64,
+        /// 0 for a new link; the number of the resumption otherwise
+        /// (each one higher than the last the acceptor took).
+        generation: u64,
+        /// For a new link, the sender's half of the link key (random); for
+        /// a resumption, the proof that the sender holds the link key
+        /// (a truncated HMAC-SHA256 over link, counts and generation).
+        seal: [u8; SEAL_LEN],
     },
     /// Sent by an acceptor to the listener of the endpoint a dialer
-    /// claims to be: if that endpoint is dialing `from`, it proves it by
-    /// sending [`Frame::Proof`] with `nonce` on that connection.
+    /// claims to be: if that endpoint is dialing `from` on link `link`,
+    /// it proves it by sending [`Frame::Proof`] with `nonce` on that
+    /// connection. Any other Challenge is dropped.
     Challenge {
         /// A value only the real endpoint learns.
         nonce: u64,
         /// The acceptor's endpoint id.
         from: Epid,
+        /// The link id the dialer's Session named (random, known only to
+        /// the dialer and the acceptor).
+        link: u64,
     },
     /// The dialer's answer to a [`Frame::Challenge`].
     Proof {
@@ -287,15 +302,18 @@ impl Frame {
 pub(crate) const HELLO_BODY: usize = 58;
 const REFUSE_BODY: usize = 19;
 const CREDIT_BODY: usize = 16;
-const SESSION_BODY: usize = 16;
+const SESSION_BODY: usize = 32 + SEAL_LEN;
 const ACK_BODY: usize = 8;
-const CHALLENGE_BODY: usize = 16;
+const CHALLENGE_BODY: usize = 24;
 const PROOF_BODY: usize = 8;
 const AUTH_CHALLENGE_BODY: usize = 16;
 const AUTH_PROOF_BODY: usize = 48;
 
 /// The `resume` of a [`Frame::Session`] that starts a new link.
 pub const NEW_LINK: u64 = u64::MAX;
+
+/// Bytes of a [`Frame::Session`]'s seal (a key half or a proof).
+pub const SEAL_LEN: usize = 16;
 
 fn am_body_len(nargs: usize, payload: usize) -> usize {
     4 + 8 * nargs + payload
@@ -427,19 +445,29 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
             out.put_u32_le(*rts);
             out.put_u32_le(*am);
         }
-        Frame::Session { link, resume } => {
+        Frame::Session {
+            link,
+            resume,
+            incarnation,
+            generation,
+            seal,
+        } => {
             put_header(out, FrameKind::Session, SESSION_BODY);
             out.put_u64_le(*link);
             out.put_u64_le(*resume);
+            out.put_u64_le(*incarnation);
+            out.put_u64_le(*generation);
+            out.put_slice(seal);
         }
         Frame::Ack { received } => {
             put_header(out, FrameKind::Ack, ACK_BODY);
             out.put_u64_le(*received);
         }
-        Frame::Challenge { nonce, from } => {
+        Frame::Challenge { nonce, from, link } => {
             put_header(out, FrameKind::Challenge, CHALLENGE_BODY);
             out.put_u64_le(*nonce);
             out.put_u64_le(from.0);
+            out.put_u64_le(*link);
         }
         Frame::Proof { nonce } => {
             put_header(out, FrameKind::Proof, PROOF_BODY);
@@ -670,6 +698,9 @@ impl FrameDecoder {
                 Frame::Session {
                     link,
                     resume: b.u64(8),
+                    incarnation: b.u64(16),
+                    generation: b.u64(24),
+                    seal: b.arr(32),
                 }
             }
             FrameKind::Ack => Frame::Ack { received: b.u64(0) },
@@ -681,6 +712,7 @@ impl FrameDecoder {
                 Frame::Challenge {
                     nonce: b.u64(0),
                     from: Epid(from),
+                    link: b.u64(16),
                 }
             }
             FrameKind::Proof => Frame::Proof { nonce: b.u64(0) },
@@ -827,11 +859,29 @@ mod tests {
             hello.clone().prop_map(Frame::Hello),
             hello.prop_map(Frame::HelloAck),
             refuse,
-            (1u64.., any::<u64>()).prop_map(|(link, resume)| Frame::Session { link, resume }),
+            (
+                1u64..,
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<[u8; SEAL_LEN]>()
+            )
+                .prop_map(|(link, resume, incarnation, generation, seal)| {
+                    Frame::Session {
+                        link,
+                        resume,
+                        incarnation,
+                        generation,
+                        seal,
+                    }
+                }),
             any::<u64>().prop_map(|received| Frame::Ack { received }),
-            (any::<u64>(), 0u64..(1 << 62)).prop_map(|(nonce, e)| Frame::Challenge {
-                nonce,
-                from: Epid(e)
+            (any::<u64>(), 0u64..(1 << 62), any::<u64>()).prop_map(|(nonce, e, link)| {
+                Frame::Challenge {
+                    nonce,
+                    from: Epid(e),
+                    link,
+                }
             }),
             any::<u64>().prop_map(|nonce| Frame::Proof { nonce }),
             any::<[u8; 16]>().prop_map(|nonce| Frame::AuthChallenge { nonce }),

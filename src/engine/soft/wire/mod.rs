@@ -28,9 +28,9 @@
 //! | 0x02 | HelloAck   | as Hello, from the acceptor                                 |
 //! | 0x03 | Refuse     | reason u8, refuser's version u16, 16 B sent as zeros (never a job uuid): 19 B |
 //! | 0x04 | Credit     | eager bytes u64, rendezvous entries u32, AM requests u32: 16 B |
-//! | 0x05 | Session    | link id u64 (never 0), resume point u64 (`u64::MAX`: a new link): 16 B |
+//! | 0x05 | Session    | link id u64 (never 0), resume point u64 (`u64::MAX`: a new link), incarnation u64, generation u64, seal (16 B): 48 B |
 //! | 0x06 | Ack        | stream bytes consumed u64: 8 B                              |
-//! | 0x07 | Challenge  | nonce u64, the asking acceptor's epid u64: 16 B             |
+//! | 0x07 | Challenge  | nonce u64, the asking acceptor's epid u64, link id u64: 24 B |
 //! | 0x08 | Proof      | nonce u64: 8 B                                              |
 //! | 0x09 | AuthChallenge | nonce (16 B): 16 B                                       |
 //! | 0x0a | AuthProof  | nonce (16 B), HMAC-SHA256 (32 B): 48 B                      |
@@ -97,7 +97,7 @@
 mod frame;
 mod handshake;
 
-pub use frame::{encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, NEW_LINK};
+pub use frame::{encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, NEW_LINK, SEAL_LEN};
 pub(crate) use frame::{put_data, put_data_header, put_eager, put_eager_header, DATA_PREFIX};
 pub use handshake::{check_hello, HandshakeError, Hello, JobUuid, Refusal, Refuse, RefuseCode};
 
@@ -106,7 +106,7 @@ pub const HEADER_LEN: usize = 8;
 /// First bytes of every Hello and HelloAck body.
 pub const MAGIC: [u8; 8] = *b"PSMRAIL\0";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Most AM arguments the frame format can carry (a configuration may allow
 /// fewer).
 pub const MAX_WIRE_AM_ARGS: usize = 16;
