@@ -1024,3 +1024,71 @@ fn figures_config() -> SoftConfig {
 fn settle_time(cfg: &SoftConfig) -> Duration {
     cfg.dead_peer_messages.max(cfg.forget_peer_after) + Duration::from_secs(1)
 }
+
+/// Twenty peers at once each send past the eager credit they were given:
+/// every one of them is closed for it, whatever the interleaving of their
+/// frames, and what they managed to queue goes back to the budget as they
+/// go, so a peer that comes next gets its whole window at once.
+#[test]
+fn every_peer_overrunning_its_credit_is_closed_and_its_budget_returns() {
+    let _lock = spin_lock();
+    let engine = engine_with(|c| {
+        c.protocol.unexpected_budget = 8 << 20;
+        c.protocol.peer_eager_window = 1 << 20;
+    });
+    let server = Server::start(engine.open(&options()).unwrap());
+    let addr = server.addr();
+    let mut peers: Vec<RawPeer> = (0..20)
+        .map(|i| RawPeer::handshake(addr, 7_000 + i))
+        .collect();
+    // Each writes four windows of eager frames without waiting for credit,
+    // all twenty at once.
+    let overrun = 4usize << 20;
+    let size = 32usize << 10;
+    std::thread::scope(|scope| {
+        for p in &mut peers {
+            let mut s = p.s.try_clone().unwrap();
+            scope.spawn(move || {
+                let mut frame = bytes::BytesMut::new();
+                encode(
+                    &Frame::Eager {
+                        tag: 0x0fe0,
+                        payload: bytes::Bytes::from(vec![0xee; size]),
+                    },
+                    &mut frame,
+                );
+                for _ in 0..overrun / size {
+                    if s.write_all(&frame).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut open = Vec::new();
+    for (i, p) in peers.iter_mut().enumerate() {
+        let (closed, _) = p.closed_within(Duration::from_secs(5));
+        if !closed {
+            open.push(i);
+        }
+    }
+    assert!(
+        open.is_empty(),
+        "overrunning peers left open: {open:?} ({:?})",
+        server.ep.stats()
+    );
+    // What the violators queued is gone with them.
+    assert!(
+        eventually(Duration::from_secs(2), || {
+            server.ep.stats().core.unexpected_bytes == 0
+        }),
+        "{:?}",
+        server.ep.stats()
+    );
+    let mut next = RawPeer::handshake(addr, 7_100);
+    assert_eq!(
+        next.eager_credit(Duration::from_millis(500)),
+        1 << 20,
+        "a new peer's whole window"
+    );
+}

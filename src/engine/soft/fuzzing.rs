@@ -4,7 +4,8 @@
 //!
 //! [`seeds`] builds the checked-in corpus: valid streams and hostile ones.
 
-use super::protocol::{Event, OpId, SendPayloads, SoftCore};
+use super::link_key::{LinkEnds, LinkKey, Resumption, Side};
+use super::protocol::{ConnId, Event, OpId, SendPayloads, SoftCore};
 use super::wire::{
     encode, AmArgs, AmFrame, Frame, FrameDecoder, FrameLimits, Hello, JobUuid, Refuse, RefuseCode,
     HEADER_LEN, MAGIC, PROTOCOL_VERSION,
@@ -38,6 +39,23 @@ const SMALL: FrameLimits = FrameLimits {
     max_am_handlers: 4,
     max_message: 4096,
 };
+
+/// The fuzzed cores' configuration: [`SMALL`] limits, a small budget.
+fn fuzz_config() -> ProtocolConfig {
+    ProtocolConfig {
+        eager_threshold: SMALL.max_eager,
+        chunk_size: SMALL.max_chunk,
+        max_am_payload: SMALL.max_am_payload,
+        max_am_args: SMALL.max_am_args,
+        max_am_handlers: SMALL.max_am_handlers,
+        max_message: SMALL.max_message,
+        unexpected_budget: 1024,
+        peer_eager_window: 512,
+        peer_rts_window: 2,
+        peer_am_window: 2,
+        max_queued_sends: 4,
+    }
+}
 
 /// Chunk sizes 1..=64 from a tiny deterministic generator.
 struct Splits(u32);
@@ -116,19 +134,7 @@ impl SendPayloads for NoPayloads {
 /// inside the posted receive; the unexpected queue and credit stay within
 /// the budget; everything the core transmits decodes.
 pub fn fuzz_handshake(data: &[u8]) {
-    let config = ProtocolConfig {
-        eager_threshold: SMALL.max_eager,
-        chunk_size: SMALL.max_chunk,
-        max_am_payload: SMALL.max_am_payload,
-        max_am_args: SMALL.max_am_args,
-        max_am_handlers: SMALL.max_am_handlers,
-        max_message: SMALL.max_message,
-        unexpected_budget: 1024,
-        peer_eager_window: 512,
-        peer_rts_window: 2,
-        peer_am_window: 2,
-        max_queued_sends: 4,
-    };
+    let config = fuzz_config();
     let split = data
         .first()
         .map_or(0, |b| usize::from(*b) % (data.len() + 1));
@@ -216,6 +222,178 @@ pub fn fuzz_handshake(data: &[u8]) {
             drop(f);
         }
     }
+    fuzz_challenge(data, &config);
+    fuzz_resumption(data, &config);
+}
+
+/// The frames at the start of `data` that decode.
+fn leading_frames(data: &[u8]) -> Vec<Frame> {
+    let dec = FrameDecoder::new(FrameLimits::DEFAULT);
+    let mut b = BytesMut::from(data);
+    let mut v = Vec::new();
+    while let Ok(Some(f)) = dec.decode(&mut b) {
+        v.push(f);
+    }
+    v
+}
+
+/// `data` as what a stranger sends to the listener of a core that is
+/// dialing [`FUZZ_PEER`] on link [`fuzz_link`]: a Proof goes out on that
+/// dial only for a Challenge from the peer's address naming that link,
+/// and at most one.
+fn fuzz_challenge(data: &[u8], config: &ProtocolConfig) {
+    let Ok(mut core) = SoftCore::new(config.clone(), FUZZ_EPID, FUZZ_UUID) else {
+        return;
+    };
+    core.set_link_seed(FUZZ_LINK_SEED);
+    let dial = core.open_connection(Role::Dialer { expect: FUZZ_PEER });
+    let mut out = BytesMut::new();
+    core.poll_transmit(dial, &mut out, 1 << 16, &NoPayloads);
+    let accepted = core.open_connection(Role::Acceptor);
+    let mut input = BytesMut::from(data);
+    let _ = core.handle_input(accepted, &mut input);
+    while core.poll_event().is_some() {}
+    let mut proof = BytesMut::new();
+    core.poll_transmit(dial, &mut proof, 1 << 16, &NoPayloads);
+    let proofs = leading_frames(&proof)
+        .into_iter()
+        .filter(|f| matches!(f, Frame::Proof { .. }))
+        .count();
+    // The peer's address is what counts (another instance there may
+    // answer a stale epid).
+    let place = |e: Epid| super::SoftEpid::try_from(e).ok().map(|s| s.socket_addr());
+    let genuine = matches!(
+        leading_frames(data).first(),
+        Some(Frame::Challenge { from, link, .. })
+            if place(*from) == place(FUZZ_PEER) && *link == fuzz_link()
+    );
+    assert!(proofs <= usize::from(genuine), "{proofs} Proofs answered");
+}
+
+/// The link [`fuzz_resumption`]'s acceptor holds with [`FUZZ_PEER`].
+pub const FUZZ_RESUMED_LINK: u64 = 0x7e57_11e5_0000_0077;
+
+/// An acceptor core holding link [`FUZZ_RESUMED_LINK`] with
+/// [`FUZZ_PEER`], detached, and the link's key.
+fn detached_acceptor(config: &ProtocolConfig) -> Option<(SoftCore, ConnId, LinkKey)> {
+    let mut core = SoftCore::new(config.clone(), FUZZ_EPID, FUZZ_UUID).ok()?;
+    core.set_link_seed(FUZZ_LINK_SEED);
+    let conn = core.open_connection(Role::Acceptor);
+    let mut input = BytesMut::from(
+        &frames(&[
+            Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER)),
+            new_session(FUZZ_RESUMED_LINK),
+        ])[..],
+    );
+    core.handle_input(conn, &mut input).ok()?;
+    while core.poll_event().is_some() {}
+    let mut out = BytesMut::new();
+    core.poll_transmit(conn, &mut out, 1 << 16, &NoPayloads);
+    let half = leading_frames(&out).into_iter().find_map(|f| match f {
+        Frame::Session { seal, .. } => Some(seal),
+        _ => None,
+    })?;
+    let key = LinkKey::derive(
+        None,
+        &LinkEnds {
+            link: FUZZ_RESUMED_LINK,
+            dialer_epid: FUZZ_PEER.0,
+            acceptor_epid: FUZZ_EPID.0,
+            dialer_half: FUZZ_PEER_HALF,
+            acceptor_half: half,
+        },
+    );
+    core.detach(conn).then_some((core, conn, key))
+}
+
+/// The resumption fields a dialer holding `key` sends for generation 1.
+fn resumption(core: &SoftCore, generation: u64) -> Resumption {
+    Resumption {
+        link: FUZZ_RESUMED_LINK,
+        resume: 0,
+        generation,
+        dialer_incarnation: FUZZ_PEER_INCARNATION,
+        acceptor_incarnation: core.incarnation(),
+    }
+}
+
+/// `data` as a resumption of a detached link: the link resumes only for a
+/// Session that proves the link's key with a new generation; whatever
+/// else comes, the link stays as it was, waiting (unless a new link of
+/// another incarnation of the peer replaced it).
+fn fuzz_resumption(data: &[u8], config: &ProtocolConfig) {
+    let Some((mut core, conn, key)) = detached_acceptor(config) else {
+        return;
+    };
+    let accepted = core.open_connection(Role::Acceptor);
+    let mut input = BytesMut::from(data);
+    let _ = core.handle_input(accepted, &mut input);
+    let (mut resumed, mut replaced) = (false, false);
+    while let Some(ev) = core.poll_event() {
+        match ev {
+            Event::Resumed { conn: c, .. } => {
+                assert_eq!(c, conn, "another connection resumed");
+                resumed = true;
+            }
+            // A new link from the peer's epid naming another incarnation
+            // (a new process there) ends the old one's links.
+            Event::Connected { conn: c, .. } if c == accepted => replaced = true,
+            _ => {}
+        }
+    }
+    if resumed {
+        let proven = leading_frames(data).iter().any(|f| match f {
+            Frame::Session {
+                link,
+                resume,
+                incarnation,
+                generation,
+                seal,
+            } => {
+                let r = Resumption {
+                    link: *link,
+                    resume: *resume,
+                    generation: *generation,
+                    dialer_incarnation: *incarnation,
+                    acceptor_incarnation: core.incarnation(),
+                };
+                *generation > 0 && key.check(Side::Dialer, &r, seal)
+            }
+            _ => false,
+        });
+        assert!(proven, "resumed without a proof of the link key");
+    } else if !replaced {
+        assert!(
+            matches!(
+                core.connection_phase(conn),
+                Some(super::ConnPhase::Detached)
+            ),
+            "a failed resumption touched the link"
+        );
+    }
+}
+
+/// Hello + Session resuming [`fuzz_resumption`]'s link with
+/// `generation`, its seal right (`proven`) or not.
+fn resume_seed(generation: u64, proven: bool) -> Vec<u8> {
+    let Some((core, _, key)) = detached_acceptor(&fuzz_config()) else {
+        return Vec::new();
+    };
+    let r = resumption(&core, generation);
+    let mut seal = key.seal(Side::Dialer, &r);
+    if !proven {
+        seal[0] ^= 1;
+    }
+    frames(&[
+        Frame::Hello(hello(FUZZ_UUID, FUZZ_PEER)),
+        Frame::Session {
+            link: r.link,
+            resume: r.resume,
+            incarnation: r.dialer_incarnation,
+            generation,
+            seal,
+        },
+    ])
 }
 
 fn frames(fs: &[Frame]) -> Vec<u8> {
@@ -238,6 +416,9 @@ fn header(kind: u8, flags: u8, reserved: u16, len: u32) -> Vec<u8> {
 /// The incarnation the fuzzed peer names.
 pub const FUZZ_PEER_INCARNATION: u64 = 0x1ca2_7a71_0f0f_0001;
 
+/// The fuzzed peer's half of its new links' keys.
+const FUZZ_PEER_HALF: [u8; super::wire::SEAL_LEN] = [0x5a; super::wire::SEAL_LEN];
+
 /// The peer's Session naming new link `link` (its key half fixed).
 fn new_session(link: u64) -> Frame {
     Frame::Session {
@@ -245,7 +426,7 @@ fn new_session(link: u64) -> Frame {
         resume: super::wire::NEW_LINK,
         incarnation: FUZZ_PEER_INCARNATION,
         generation: 0,
-        seal: [0x5a; super::wire::SEAL_LEN],
+        seal: FUZZ_PEER_HALF,
     }
 }
 
@@ -535,6 +716,25 @@ pub fn seeds() -> (Seeds, Seeds) {
             ))]),
         ),
         ("truncated-hello", hs(false, &[])[..40].to_vec()),
+        (
+            "challenge-genuine",
+            frames(&[Frame::Challenge {
+                nonce: 0x0bad_cafe,
+                from: FUZZ_PEER,
+                link: fuzz_link(),
+            }]),
+        ),
+        (
+            "challenge-forged-link",
+            frames(&[Frame::Challenge {
+                nonce: 0x0bad_cafe,
+                from: FUZZ_PEER,
+                link: fuzz_link() ^ 0x40,
+            }]),
+        ),
+        ("resume-proven", resume_seed(1, true)),
+        ("resume-unproven", resume_seed(1, false)),
+        ("resume-generation-zero", resume_seed(0, true)),
         ("eager-first", frames(&[eager(1, b"too early")])),
         ("huge-length", header(0x01, 0, 0, u32::MAX)),
         (
@@ -610,6 +810,22 @@ mod tests {
                 }
             }
             assert!(connected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_proven_resumption_seed_resumes_and_the_others_do_not() {
+        // fuzz_resumption's invariants are not vacuous.
+        for (generation, proven, want) in [(1, true, true), (1, false, false), (0, true, false)] {
+            let (mut core, conn, _) = detached_acceptor(&fuzz_config()).unwrap();
+            let accepted = core.open_connection(Role::Acceptor);
+            let mut input = BytesMut::from(&resume_seed(generation, proven)[..]);
+            let _ = core.handle_input(accepted, &mut input);
+            let mut resumed = false;
+            while let Some(ev) = core.poll_event() {
+                resumed |= matches!(ev, Event::Resumed { conn: c, .. } if c == conn);
+            }
+            assert_eq!(resumed, want, "generation {generation}, proven {proven}");
         }
     }
 

@@ -2357,8 +2357,25 @@ impl SoftCore {
             conn.control.clear();
             conn.hs.retain(|f| matches!(f, Frame::Refuse(_)));
         }
+        let hostile = matches!(error, ConnError::Wire(_) | ConnError::Protocol(_));
         if let Some(Some(peer)) = self.retire(id, Some(error.clone()), error.kind()) {
             self.peer_down(peer, id, error, true);
+            if hostile {
+                // A peer that broke the protocol (sent past its credit,
+                // say) left nothing anyone should receive: what it queued
+                // goes back to the budget at once.
+                let gone = self
+                    .matcher
+                    .remove_unexpected_if(|u| u.payload.source() == peer);
+                if !gone.is_empty() {
+                    tracing::debug!(
+                        ?peer,
+                        messages = gone.len(),
+                        "soft engine: dropped the unexpected messages of a peer that broke the protocol"
+                    );
+                    self.pool_dirty = true;
+                }
+            }
         }
     }
 
