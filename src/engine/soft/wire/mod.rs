@@ -52,18 +52,26 @@
 //!
 //! # Links: acknowledgements and resumption
 //!
-//! Since version 2 the handshake is Hello + Session from the dialer,
-//! HelloAck + Session from the acceptor. The dialer's Session names the
-//! connection's *link* (a random id) and says [`NEW_LINK`]; once both
-//! Sessions are exchanged, every byte either side sends is numbered, from
-//! 0, and each side acknowledges what it consumed (Ack, cumulative,
-//! itself part of the stream). When the transport breaks, the dialer
-//! connects again and sends Hello + Session naming the same link and how
-//! many of the acceptor's bytes it consumed; the acceptor answers with its
-//! own count (or refuses an unknown link), and each side sends again,
+//! The handshake is Hello + Session from the dialer, HelloAck + Session
+//! from the acceptor. The dialer's Session names the connection's *link*
+//! (a random id) and says [`NEW_LINK`]; each Session also carries its
+//! sender's *incarnation* (a random number an endpoint draws when it
+//! opens) and, as its seal, the sender's random half of the link's key.
+//! Once both Sessions are exchanged, every byte either side sends is
+//! numbered, from 0, and each side acknowledges what it consumed (Ack,
+//! cumulative, itself part of the stream). When the transport breaks, the
+//! dialer connects again and sends Hello + Session naming the same link,
+//! how many of the acceptor's bytes it consumed, a generation one higher
+//! than its last resumption's, and as seal its proof of the link key (an
+//! HMAC over link, count, generation and both incarnations); the acceptor
+//! takes it only with the right proof and a generation it has not taken
+//! yet, and answers with its own count and proof (or refuses an unknown
+//! link, the same way whatever was wrong), and each side sends again,
 //! from the other's count, what it had sent, so the stream continues as
 //! if nothing had happened: no frame lost, none taken twice (see
-//! [`SoftCore::detach`](super::SoftCore::detach)).
+//! [`SoftCore::detach`](super::SoftCore::detach)). A new link naming
+//! another incarnation than the peer's earlier links is a new process at
+//! that epid: the old one's links end, failing what waited on them.
 //!
 //! # Identity
 //!
@@ -71,12 +79,14 @@
 //! answers. Over a Unix socket the dialer's process (`SO_PEERCRED`) must
 //! be the one listening at the claimed epid's socket name. Over TCP the
 //! connection must come from the epid's address, and the acceptor sends a
-//! Challenge (a random nonce) on a connection of its own to the epid's
-//! listener: the real endpoint, which is dialing the acceptor, answers
-//! with a Proof carrying the nonce on the connection being checked. A
-//! dialer that cannot prove its claim is refused (reason 6) and nothing of
-//! the real endpoint's is touched. Resuming a link needs no check: its id
-//! is known only to the two endpoints that made it.
+//! Challenge (a random nonce, and the link id the dialer's Session named)
+//! on a connection of its own to the epid's listener: the real endpoint,
+//! which is dialing the acceptor on that link, answers with a Proof
+//! carrying the nonce on the connection being checked. A Challenge naming
+//! no link the endpoint is dialing is dropped, so forged ones deny no
+//! handshake. A dialer that cannot prove its claim is refused (reason 6)
+//! and nothing of the real endpoint's is touched. Resuming a link needs
+//! no identity check: the link key proves it.
 //!
 //! # Job secret
 //!
@@ -84,7 +94,9 @@
 //! dialer's Hello + Session with an AuthChallenge; the dialer answers with
 //! an AuthProof (its HMAC of the challenge, and a challenge of its own);
 //! the acceptor's HelloAck comes after its own AuthProof. Either side that
-//! lacks the secret, or gets a wrong proof, refuses (reason 7).
+//! lacks the secret, or gets a wrong proof, refuses (reason 7). This holds
+//! for resumptions too, and the link key is then derived under the secret,
+//! so that even someone who saw the first handshake cannot compute it.
 //!
 //! # Credit
 //!
