@@ -125,18 +125,23 @@ fn challenge_flood(unix: bool, secret: bool) {
         let (stop, sent) = (AtomicBool::new(false), AtomicUsize::new(0));
         let (s, c): (Arc<dyn ProgressSource>, Arc<dyn ProgressSource>) =
             (server.clone(), client.clone());
-        std::thread::scope(|scope| {
-            scope.spawn(|| spam(client.epid(), server.epid(), unix, &stop, &sent));
-            // The flood is under way before the client dials.
-            while sent.load(Ordering::Relaxed) < 50 {
-                std::thread::yield_now();
-            }
-            let r = while_progressed(&[s, c], || connect_and_send(&client, &server));
-            stop.store(true, Ordering::Relaxed);
-            if let Err(e) = r {
-                failed.push(format!("client {i}: {e}"));
-            }
+        // The endpoints are progressed until the flood has stopped (a
+        // blocked Unix connect of the spammer needs the client to accept).
+        let r = while_progressed(&[s, c], || {
+            std::thread::scope(|scope| {
+                scope.spawn(|| spam(client.epid(), server.epid(), unix, &stop, &sent));
+                // The flood is under way before the client dials.
+                while sent.load(Ordering::Relaxed) < 50 {
+                    std::thread::yield_now();
+                }
+                let r = connect_and_send(&client, &server);
+                stop.store(true, Ordering::Relaxed);
+                r
+            })
         });
+        if let Err(e) = r {
+            failed.push(format!("client {i}: {e}"));
+        }
         flood += sent.load(Ordering::Relaxed);
     }
     assert!(

@@ -106,9 +106,11 @@ pub struct SoftConfig {
     /// makes two as well. At least 2; default 4.
     pub max_connections_per_peer: usize,
     /// Unexpected messages of a peer that went down (lost its last
-    /// connection) stay receivable this long; then they are dropped and
-    /// their bytes go back to the unexpected budget, so that peers still
-    /// here get eager credit again. The peer's coming back within this
+    /// connection) stay receivable this long; then they are dropped. They
+    /// stop counting against the unexpected budget the peers still here
+    /// share as soon as their peer goes (departed peers together hold at
+    /// most one budget more, the oldest departure's messages dropped
+    /// first beyond it). The peer's coming back within this
     /// time keeps them (and starts the clock afresh when it goes down
     /// again). Rendezvous requests of a peer that went down are dropped
     /// at once: nobody could send their data. Default 60 s.

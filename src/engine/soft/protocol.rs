@@ -96,6 +96,14 @@
 //!   none. So unexpected bytes + credit outstanding ≤ budget at all times,
 //!   and a re-grant costs the grants it makes, however many connections
 //!   there are.
+//! * **Departed peers.** The unexpected messages of a peer that went down
+//!   stay receivable, but leave the shared pool as it goes: the peers
+//!   still here are granted credit as if they were not there, so a peer
+//!   that flooded the queue and left denies nobody. Departed peers
+//!   together hold at most one budget more; past it, the messages of
+//!   those that left first are dropped (`CoreStats::departed_dropped`). A
+//!   peer that comes back counts against the pool again. So memory for
+//!   unexpected messages stays below two budgets.
 //! * **Rendezvous entries.** A sender without eager credit sends the
 //!   message as Rts instead (header only; the data waits at the sender until
 //!   the receive matches). Rts frames have their own per-connection credit
@@ -435,6 +443,13 @@ pub struct CoreStats {
     pub connections: usize,
     /// Peers known (connected, or down and not forgotten yet).
     pub peers: usize,
+    /// Bytes of unexpected messages whose peers went down: they stay
+    /// receivable, outside the budget the peers still here share, up to
+    /// one budget more ([`SoftCore`]'s module docs, "Credit").
+    pub departed_bytes: u64,
+    /// Unexpected messages dropped because departed peers held more than
+    /// that, oldest departure first.
+    pub departed_dropped: u64,
 }
 
 /// A message waiting in the unexpected queue.
@@ -543,6 +558,12 @@ pub struct SoftCore {
     /// Dialer connections still in their handshake, by link id: where a
     /// Challenge naming the link is answered.
     dials: HashMap<u64, ConnId>,
+    /// Peers that went down holding unexpected messages, with the bytes
+    /// those hold, and the order they went in.
+    departed: HashMap<PeerAddr, u64>,
+    departed_order: VecDeque<PeerAddr>,
+    departed_bytes: u64,
+    departed_dropped: u64,
 }
 
 fn inval(msg: String) -> Error {
@@ -583,6 +604,10 @@ impl SoftCore {
             rebound: None,
             hook_tag: None,
             dials: HashMap::new(),
+            departed: HashMap::new(),
+            departed_order: VecDeque::new(),
+            departed_bytes: 0,
+            departed_dropped: 0,
         })
     }
 
@@ -612,6 +637,8 @@ impl SoftCore {
             queued_sends: self.conns.values().map(|c| c.queued.len()).sum(),
             connections: self.conns.len(),
             peers: self.peers.len(),
+            departed_bytes: self.departed_bytes,
+            departed_dropped: self.departed_dropped,
         }
     }
 
@@ -1289,6 +1316,7 @@ impl SoftCore {
         match self.matcher.post_recv(tags, op) {
             Ok(None) => {}
             Ok(Some(u)) => {
+                self.untrack(&u);
                 self.deliver(op, u.tag, u.payload);
                 self.regrant();
             }
@@ -2144,6 +2172,7 @@ impl SoftCore {
                 p
             }
         };
+        self.returned(peer);
         let p = self.peers.get_mut(&peer).expect("just linked");
         p.conns.push(id);
         let closing = p.closing && p.send_conn.is_some();
@@ -2357,25 +2386,8 @@ impl SoftCore {
             conn.control.clear();
             conn.hs.retain(|f| matches!(f, Frame::Refuse(_)));
         }
-        let hostile = matches!(error, ConnError::Wire(_) | ConnError::Protocol(_));
         if let Some(Some(peer)) = self.retire(id, Some(error.clone()), error.kind()) {
             self.peer_down(peer, id, error, true);
-            if hostile {
-                // A peer that broke the protocol (sent past its credit,
-                // say) left nothing anyone should receive: what it queued
-                // goes back to the budget at once.
-                let gone = self
-                    .matcher
-                    .remove_unexpected_if(|u| u.payload.source() == peer);
-                if !gone.is_empty() {
-                    tracing::debug!(
-                        ?peer,
-                        messages = gone.len(),
-                        "soft engine: dropped the unexpected messages of a peer that broke the protocol"
-                    );
-                    self.pool_dirty = true;
-                }
-            }
         }
     }
 
@@ -2405,7 +2417,6 @@ impl SoftCore {
         };
         // Rendezvous requests that came on it can no longer be served.
         let stale = self
-            .matcher
             .remove_unexpected_if(|u| matches!(u.payload, Pending::Rts { conn, .. } if conn == id));
         drop(stale);
         if let Some(peer) = peer {
@@ -2440,11 +2451,99 @@ impl SoftCore {
         for c in siblings {
             self.close_conn(c, error.clone());
         }
+        if was_up {
+            self.depart(peer);
+        }
         // Rendezvous requests from the peer can no longer be served.
-        let stale = self.matcher.remove_unexpected_if(
+        let stale = self.remove_unexpected_if(
             |u| matches!(u.payload, Pending::Rts { source, .. } if source == peer),
         );
         drop(stale);
+    }
+
+    // ----- departed peers' messages ----------------------------------------
+
+    /// Removes every unexpected message `pred` selects, keeping the
+    /// departed peers' accounts.
+    fn remove_unexpected_if(
+        &mut self,
+        pred: impl FnMut(&super::matcher::Unexpected<Pending>) -> bool,
+    ) -> Vec<super::matcher::Unexpected<Pending>> {
+        let gone = self.matcher.remove_unexpected_if(pred);
+        for u in &gone {
+            self.untrack(u);
+        }
+        gone
+    }
+
+    /// Unexpected message `u` left the queue: if its peer is down, the
+    /// bytes its departure holds shrink.
+    fn untrack(&mut self, u: &super::matcher::Unexpected<Pending>) {
+        if self.departed.is_empty() {
+            return;
+        }
+        if let Some(held) = self.departed.get_mut(&u.payload.source()) {
+            let n = u.charge.min(*held);
+            *held -= n;
+            self.departed_bytes -= n;
+            if *held == 0 {
+                self.departed.remove(&u.payload.source());
+            }
+            self.pool_dirty = true;
+        }
+    }
+
+    /// `peer` went down. What it left in the unexpected queue stays
+    /// receivable, but no longer counts against the budget the peers
+    /// still here share: their credit does not wait for someone to receive
+    /// the departed peer's messages. Departed peers together may hold one
+    /// budget more; beyond it, the messages of those that left first are
+    /// dropped.
+    fn depart(&mut self, peer: PeerAddr) {
+        let mut held = 0u64;
+        if self.matcher.unexpected_len() > 0 {
+            self.matcher.any_unexpected(|u| {
+                if matches!(u.payload, Pending::Eager { source, .. } if source == peer) {
+                    held += u.charge;
+                }
+                false
+            });
+        }
+        if held == 0 || self.departed.contains_key(&peer) {
+            return;
+        }
+        self.departed.insert(peer, held);
+        self.departed_order.push_back(peer);
+        self.departed_bytes += held;
+        self.pool_dirty = true;
+        while self.departed_bytes > self.config.unexpected_budget {
+            let Some(oldest) = self.departed_order.pop_front() else {
+                break;
+            };
+            if !self.departed.contains_key(&oldest) {
+                continue;
+            }
+            let gone = self.remove_unexpected_if(|u| u.payload.source() == oldest);
+            self.departed_dropped += gone.len() as u64;
+            tracing::debug!(
+                peer = ?oldest,
+                messages = gone.len(),
+                "soft engine: dropped the unexpected messages of a departed peer (departed peers hold a whole budget)"
+            );
+            self.departed.remove(&oldest);
+        }
+        if self.departed_order.len() > 2 * self.departed.len() + 64 {
+            let departed = &self.departed;
+            self.departed_order.retain(|p| departed.contains_key(p));
+        }
+    }
+
+    /// `peer` is back: its messages count against the shared budget again.
+    fn returned(&mut self, peer: PeerAddr) {
+        if let Some(held) = self.departed.remove(&peer) {
+            self.departed_bytes -= held;
+            self.pool_dirty = true;
+        }
     }
 
     // ----- credit --------------------------------------------------------
@@ -2512,7 +2611,7 @@ impl SoftCore {
         let free = self
             .config
             .unexpected_budget
-            .saturating_sub(self.matcher.unexpected_bytes())
+            .saturating_sub(self.matcher.unexpected_bytes() - self.departed_bytes)
             .saturating_sub(self.granted);
         let left = self.serve_credit(CreditWait::Active, free);
         let reserve = self.credit_reserve();
@@ -2707,9 +2806,7 @@ impl SoftCore {
     /// for long, whose messages nobody received): their bytes go back to
     /// the budget and become credit for the others. How many went.
     pub fn drop_unexpected_from(&mut self, peer: PeerAddr) -> usize {
-        let gone = self
-            .matcher
-            .remove_unexpected_if(|u| u.payload.source() == peer);
+        let gone = self.remove_unexpected_if(|u| u.payload.source() == peer);
         if !gone.is_empty() {
             self.pool_dirty = true;
             self.regrant();

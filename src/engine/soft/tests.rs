@@ -167,9 +167,14 @@ impl Node {
             }
         }
         let s = self.core.stats();
+        let budget = self.core.config().unexpected_budget;
         assert!(
-            s.unexpected_bytes + s.granted_eager <= self.core.config().unexpected_budget,
+            s.unexpected_bytes - s.departed_bytes + s.granted_eager <= budget,
             "budget exceeded: {s:?}"
+        );
+        assert!(
+            s.departed_bytes <= budget,
+            "departed peers hold too much: {s:?}"
         );
         self.max_unexpected = self.max_unexpected.max(s.unexpected_bytes);
     }

@@ -130,10 +130,11 @@
 //!   buffers and its connection's empty queues, a partial frame keeping
 //!   only its bytes; an idle socket is then looked at through a small
 //!   buffer on the stack, so it allocates nothing until bytes come.
-//! * **Unexpected messages.** At most the budget, all peers together;
-//!   those of a peer that went down are dropped after
-//!   [`SoftConfig::dead_peer_messages`], their bytes becoming credit for
-//!   the peers still here.
+//! * **Unexpected messages.** At most the budget, all peers here
+//!   together; those of peers that went down leave the budget (the peers
+//!   still here get their credit at once) and are held apart, at most one
+//!   budget more, the oldest departure dropped first, and dropped after
+//!   [`SoftConfig::dead_peer_messages`] in any case.
 //! * **Peers.** A peer that went down is forgotten after
 //!   [`SoftConfig::forget_peer_after`], unless a `connect` returned it (the
 //!   layers above may name it at any time: the address vector keeps the

@@ -371,3 +371,83 @@ fn link_ids_of_one_endpoint_tell_nothing_of_each_other() {
     let c = other.core.open_connection(Role::Dialer { expect: epid(1) });
     assert!(!distinct.contains(&other.core.connection_link(c).unwrap()));
 }
+
+#[test]
+fn departed_peers_messages_stay_receivable_outside_the_shared_budget() {
+    let cfg = ProtocolConfig {
+        unexpected_budget: 2048,
+        peer_eager_window: 1024,
+        ..small()
+    };
+    let mut net = Net::new(&[cfg.clone(), cfg.clone(), cfg]);
+    net.dial(1, 0);
+    net.run();
+    // Sender 1 fills its window with unexpected messages, then its
+    // process goes away.
+    let p = net.peer(1, 0);
+    for k in 0..8 {
+        net.nodes[1].send(p, 5, data(60, k), SendMode::Standard);
+    }
+    net.run();
+    let held = net.nodes[0].core.stats().unexpected_bytes;
+    assert_eq!(held, 8 * 124);
+    let [_, (_, c)] = net.links[0].ends;
+    net.nodes[0].core.connection_lost(c, "gone");
+    net.nodes[0].pump();
+    let s = net.nodes[0].core.stats();
+    assert_eq!(s.departed_bytes, held, "{s:?}");
+    // A sender that comes next gets its whole window: eight eager
+    // messages complete before anyone receives.
+    net.dial(2, 0);
+    net.run();
+    let p2 = net.peer(2, 0);
+    let sent: Vec<OpId> = (0..8)
+        .map(|k| net.nodes[2].send(p2, 6, data(60, k), SendMode::Standard))
+        .collect();
+    net.run();
+    for op in &sent {
+        assert_eq!(
+            net.nodes[2].status(*op).error,
+            None,
+            "the new sender waited for credit"
+        );
+    }
+    // The departed sender's messages are still receivable, in order.
+    let r = net.nodes[0].recv(TagMatch::exact(5), 64);
+    assert_eq!(net.nodes[0].done[&r].data, data(60, 0));
+    assert_eq!(net.nodes[0].core.stats().departed_bytes, held - 124);
+}
+
+#[test]
+fn departed_peers_hold_one_budget_at_most_the_first_to_leave_dropped_first() {
+    let cfg = ProtocolConfig {
+        unexpected_budget: 2048,
+        peer_eager_window: 1024,
+        ..small()
+    };
+    let n = 5;
+    let mut net = Net::new(&vec![cfg; n]);
+    for i in 1..n {
+        net.dial(i, 0);
+        net.run();
+        // Each sender fills its window, then leaves.
+        let p = net.peer(i, 0);
+        for k in 0..8 {
+            net.nodes[i].send(p, i as u64, data(60, k), SendMode::Standard);
+        }
+        net.run();
+        let [_, (_, c)] = net.links[i - 1].ends;
+        net.nodes[0].core.connection_lost(c, "gone");
+        net.nodes[0].pump();
+        let s = net.nodes[0].core.stats();
+        assert!(s.departed_bytes <= 2048, "{s:?}");
+        assert!(s.unexpected_bytes <= 2 * 2048, "{s:?}");
+    }
+    let s = net.nodes[0].core.stats();
+    assert!(s.departed_dropped > 0, "{s:?}");
+    // The first to leave lost its messages; the last kept them.
+    let first = net.nodes[0].recv(TagMatch::exact(1), 64);
+    assert!(!net.nodes[0].done.contains_key(&first));
+    let last = net.nodes[0].recv(TagMatch::exact(n as u64 - 1), 64);
+    assert_eq!(net.nodes[0].done[&last].data, data(60, 0));
+}
