@@ -365,3 +365,58 @@ fn check_sessions(
     model.map.iter().map(|(&s, &(e, _))| (s, e)).collect()
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus/name_server_frame")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    fn table(entries: &[(u32, u64)]) -> BTreeMap<u32, Epid> {
+        entries.iter().map(|&(s, e)| (s, Epid(e))).collect()
+    }
+
+    fn secret() -> Option<JobSecret> {
+        JobSecret::new(SECRET.to_vec()).ok()
+    }
+
+    /// The session seeds reach the cases they are for: their proofs are
+    /// right where they should be, and their sessions end where they
+    /// should.
+    #[test]
+    fn the_session_seeds_reach_their_cases() {
+        let server = (SERVER_SERVICE, SERVER_EPID.0);
+        let local = |_| Origin::Local;
+        let data = seed("stream-sessions-with-proofs");
+        assert!(!check_frame(&data));
+        // With the secret only the proven ADD and DEL of sessions 1 and 2
+        // count; without it the unproven ADD of 6 does too.
+        assert_eq!(
+            check_sessions(&data, local, secret()),
+            table(&[(5, 0x57), server])
+        );
+        assert_eq!(
+            check_sessions(&data, local, None),
+            table(&[(5, 0x57), (6, 0x66), server])
+        );
+        let data = seed("stream-sessions-own-their-entries");
+        assert_eq!(
+            check_sessions(&data, local, None),
+            table(&[(6, 0x66), server])
+        );
+        assert_eq!(check_sessions(&data, local, secret()), table(&[server]));
+        let data = seed("stream-session-ends-with-its-connection");
+        assert_eq!(
+            check_sessions(&data, local, None),
+            table(&[(9, 0x9b), server])
+        );
+        // A C ADD registers nothing, from anywhere.
+        let data = seed("valid-add");
+        assert!(check_frame(&data));
+        assert_eq!(check_sessions(&data, local, None), table(&[server]));
+    }
+}
