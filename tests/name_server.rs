@@ -1,9 +1,11 @@
 //! The name server over real loopback sockets: registration and queries,
 //! the fallback to an existing server, C's bytes on the wire, hostile and
 //! stalled clients, timeouts, prompt shutdown, and where it listens (never
-//! the wildcard) and who may register (the host itself; the refusal of
-//! other hosts is tested without I/O in `session.rs` and on loopback in
-//! `server.rs`, where a test can make 127.0.0.2 count as foreign).
+//! the wildcard) and who may register (the host itself, over owning
+//! sessions; the refusal of other hosts is tested without I/O in
+//! `session.rs` and on loopback in `server.rs`, where a test can make
+//! 127.0.0.2 count as foreign; who may change whose entry, with and
+//! without a job secret, in `name_server_trust.rs`).
 //!
 //! Every server listens on an ephemeral loopback port (`start_on` with
 //! port 0) so tests run in parallel; only `default_uuid_port` touches the
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use psmrail::config::JobUuid;
 use psmrail::engine::Epid;
-use psmrail::fabric::name_server::wire::{Reply, Request, STATUS_NOT_LOCAL};
+use psmrail::fabric::name_server::wire::{Reply, Request, STATUS_NEEDS_SESSION, STATUS_NOT_LOCAL};
 use psmrail::fabric::name_server::{port_for, query, NameServer, Service, MAX_CONNECTIONS};
 use psmrail::ErrorKind;
 
@@ -266,9 +268,14 @@ fn from_source(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn every_loopback_source_may_register() {
+fn every_loopback_source_opens_sessions_but_c_registrations_are_refused() {
     let (_ns, port) = server();
-    // The whole 127/8 range is this host.
+    let needs_session = Reply::NotFound {
+        status: STATUS_NEEDS_SESSION,
+    }
+    .encode();
+    // The whole 127/8 range is this host: its C-style ADD is answered (and
+    // refused) as the host's, not as a stranger's.
     for (source, service) in [
         ([127, 0, 0, 1], 41),
         ([127, 0, 0, 2], 42),
@@ -278,21 +285,42 @@ fn every_loopback_source_may_register() {
             service,
             epid: Epid(u64::from(service)),
         };
-        assert_eq!(from_source(source, port, &add.encode()), b"", "{source:?}");
         assert_eq!(
-            query("127.0.0.1", port, service, T).unwrap(),
-            (Service::new(service), Epid(u64::from(service)))
+            from_source(source, port, &add.encode()),
+            needs_session.as_bytes(),
+            "{source:?}"
+        );
+        assert_eq!(
+            query("127.0.0.1", port, service, T).unwrap_err().kind(),
+            ErrorKind::NoData
+        );
+        // HELLO from there gets a challenge.
+        let answer = from_source_then_close(source, port, &Request::Hello.encode());
+        assert!(
+            matches!(Reply::decode(&answer), Ok(Reply::Challenge { .. })),
+            "{source:?}: {answer:?}"
         );
     }
-    let del = Request::Del {
-        service: 42,
-        epid: Epid(42),
-    };
-    assert_eq!(from_source([127, 0, 0, 3], port, &del.encode()), b"");
-    assert_eq!(
-        query("127.0.0.1", port, 42, T).unwrap_err().kind(),
-        ErrorKind::NoData
-    );
+}
+
+/// Sends `frame` from `source` and reads one reply, then closes.
+fn from_source_then_close(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+    socket
+        .connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)).into(), T)
+        .unwrap();
+    let mut s: TcpStream = socket.into();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(frame).unwrap();
+    let mut header = [0u8; 8];
+    s.read_exact(&mut header).unwrap();
+    let len = Reply::frame_len(&header).unwrap();
+    let mut reply = header.to_vec();
+    reply.resize(len, 0);
+    s.read_exact(&mut reply[8..]).unwrap();
+    reply
 }
 
 /// What a server that refuses registrations from the client's address
@@ -303,16 +331,10 @@ fn a_refused_registration_is_an_access_error() {
     let addr = fake.local_addr().unwrap();
     let server = thread::spawn(move || {
         let (mut s, _) = fake.accept().unwrap();
-        let mut add = [0u8; 20];
-        s.read_exact(&mut add).unwrap();
-        assert_eq!(
-            Request::decode(&add),
-            Ok(Request::Add {
-                service: 9,
-                epid: Epid(99)
-            })
-        );
-        let refusal = Reply::NotFound {
+        let mut hello = [0u8; 8];
+        s.read_exact(&mut hello).unwrap();
+        assert_eq!(Request::decode(&hello), Ok(Request::Hello));
+        let refusal = Reply::Refused {
             status: STATUS_NOT_LOCAL,
         };
         s.write_all(&refusal.encode()).unwrap();
@@ -323,6 +345,24 @@ fn a_refused_registration_is_an_access_error() {
     assert_eq!(e.kind(), ErrorKind::Access, "{e}");
     assert!(e.message().contains("only from its own host"), "{e}");
     assert!(e.message().contains(&addr.to_string()), "{e}");
+    server.join().unwrap();
+}
+
+/// C's server reads the 8-byte header of HELLO, knows no such op and
+/// closes: registering there fails, and says why.
+#[test]
+fn registering_with_a_server_without_sessions_is_op_not_supp() {
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        let mut header = [0u8; 8];
+        s.read_exact(&mut header).unwrap();
+    });
+    let handle = NameServer::start_on(addr).unwrap();
+    let e = handle.register(9, Epid(99)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{e}");
+    assert!(e.message().contains("no owning sessions"), "{e}");
     server.join().unwrap();
 }
 
@@ -352,14 +392,19 @@ fn ipv6_loopback() {
 /// The bytes a C client (libfabric `util_ns`, x86) sends and expects.
 #[test]
 fn c_client_bytes() {
-    let (_ns, port) = server();
-    // ADD service 0x01020304 -> epid 0x1122334455667788; no reply, then close.
-    let mut s = raw(port);
-    s.write_all(&[
+    let (ns, port) = server();
+    // ADD service 0x01020304 -> epid 0x1122334455667788: it names no
+    // owner, so it is refused with an ACK of -FI_EOPNOTSUPP (which a C
+    // client, closing at once, never reads), then the server closes.
+    let c_add = [
         0, 0, 0, 0, 0, 0, 0, 0, 4, 3, 2, 1, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
-    ])
-    .unwrap();
-    assert_eq!(read_to_close(&mut s), b"");
+    ];
+    let mut s = raw(port);
+    s.write_all(&c_add).unwrap();
+    assert_eq!(read_to_close(&mut s), [0, 3, 0, 0, 0xff, 0xff, 0xff, 0xa1]);
+    let _reg = ns
+        .register(0x0102_0304, Epid(0x1122_3344_5566_7788))
+        .unwrap();
 
     // QUERY it: ACK, status 0, service, name.
     let mut s = raw(port);
@@ -374,30 +419,16 @@ fn c_client_bytes() {
     s.write_all(&[0, 2, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0]).unwrap();
     assert_eq!(read_to_close(&mut s), [0, 3, 0, 0, 0xff, 0xff, 0xff, 0xfe]);
 
-    // DEL with the wrong name is refused; with the right one it works.
-    let mut s = raw(port);
-    s.write_all(
-        &Request::Del {
-            service: 0x0102_0304,
-            epid: Epid(1),
-        }
-        .encode(),
-    )
-    .unwrap();
-    assert_eq!(read_to_close(&mut s), b"");
-    assert_eq!(
-        query("127.0.0.1", port, 0x0102_0304, T).unwrap(),
-        (Service::new(0x0102_0304), Epid(0x1122_3344_5566_7788))
-    );
+    // C's DEL, even with the right name, is refused the same way.
     let mut s = raw(port);
     s.write_all(&[
         0, 1, 0, 0, 0, 0, 0, 0, 4, 3, 2, 1, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
     ])
     .unwrap();
-    assert_eq!(read_to_close(&mut s), b"");
+    assert_eq!(read_to_close(&mut s), [0, 3, 0, 0, 0xff, 0xff, 0xff, 0xa1]);
     assert_eq!(
-        query("127.0.0.1", port, 0x0102_0304, T).unwrap_err().kind(),
-        ErrorKind::NoData
+        query("127.0.0.1", port, 0x0102_0304, T).unwrap(),
+        (Service::new(0x0102_0304), Epid(0x1122_3344_5566_7788))
     );
 }
 

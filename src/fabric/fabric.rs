@@ -2,7 +2,9 @@
 //! the node's name server.
 //!
 //! Opening a fabric starts the name server when `FI_PSM_NAME_SERVER` is on (the
-//! default, except under an MPI launcher: [`PsmConfig::name_server`]). If
+//! default, except under an MPI launcher: [`PsmConfig::name_server`]), with the
+//! job secret (`PSMRAIL_JOB_SECRET`) if there is one, so that only the job's
+//! processes register names on its node. If
 //! another process of the job serves already, this one registers there (one
 //! server per node per UUID, as libfabric's `prov/util/src/util_ns.c` does). A
 //! server that cannot start for any other reason is a warning, not an error, as
@@ -91,7 +93,9 @@ impl fmt::Debug for Fabric {
 
 impl Fabric {
     /// Opens a fabric with `info`'s configuration, starting (or joining)
-    /// the job's name server when `FI_PSM_NAME_SERVER` is on.
+    /// the job's name server when `FI_PSM_NAME_SERVER` is on, with `info`'s
+    /// job secret ([`SoftConfig::job_secret`](crate::engine::soft::SoftConfig::job_secret),
+    /// whichever engine serves) if it has one.
     ///
     /// # Errors
     /// None today (a name server that cannot start is logged); the
@@ -101,7 +105,8 @@ impl Fabric {
         let uuid = config.uuid();
         let port = port_for(&uuid);
         let name_server = if config.name_server() {
-            match NameServer::start(&uuid) {
+            let secret = info.soft_config().job_secret.clone();
+            match NameServer::start_with(&uuid, secret) {
                 Ok(ns) => Some(ns),
                 Err(e) => {
                     tracing::warn!(

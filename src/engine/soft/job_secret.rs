@@ -12,6 +12,8 @@
 //! challenge of its own, which the acceptor answers the same way. A side
 //! without the secret, or with another one, is refused
 //! ([`Refusal::Auth`](super::wire::Refusal::Auth)), whichever side it is.
+//! The same secret authenticates every change to the name server's table
+//! (`fabric::name_server`), over a challenge that server issues.
 //!
 //! What it protects: a stranger on the network cannot connect to the job
 //! (nor pass for one of its endpoints), whatever it learned from traffic
@@ -33,10 +35,10 @@ pub const JOB_SECRET_VAR: &str = "PSMRAIL_JOB_SECRET";
 pub const MIN_SECRET_LEN: usize = 16;
 
 /// Bytes of a handshake challenge.
-pub(super) const NONCE_LEN: usize = 16;
+pub(crate) const NONCE_LEN: usize = 16;
 
 /// Bytes of a proof (HMAC-SHA256).
-pub(super) const MAC_LEN: usize = 32;
+pub(crate) const MAC_LEN: usize = 32;
 
 /// A job's shared secret (its bytes are never printed).
 ///
@@ -123,6 +125,29 @@ impl JobSecret {
         self.mac(t).verify_slice(proof).is_ok()
     }
 
+    /// The HMAC-SHA256 of `label` then each of `parts`: a proof for a
+    /// protocol other than the handshake, whose fixed-length `label` keeps
+    /// its proofs apart from every other use of the secret.
+    pub(crate) fn prove_parts(&self, label: &[u8; 32], parts: &[&[u8]]) -> [u8; MAC_LEN] {
+        self.mac_parts(label, parts).finalize().into_bytes().into()
+    }
+
+    /// Whether `proof` is [`prove_parts`](Self::prove_parts)`(label,
+    /// parts)` (compared in constant time).
+    pub(crate) fn check_parts(&self, label: &[u8; 32], parts: &[&[u8]], proof: &[u8]) -> bool {
+        self.mac_parts(label, parts).verify_slice(proof).is_ok()
+    }
+
+    fn mac_parts(&self, label: &[u8; 32], parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(label);
+        for p in parts {
+            m.update(p);
+        }
+        m
+    }
+
     fn mac(&self, t: &Transcript) -> Hmac<Sha256> {
         let mut m =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
@@ -187,5 +212,34 @@ mod tests {
         assert!(!s.check(&t(ProofSide::Dialer, &n, 1, 2, 9), &p));
         assert!(!other.check(&t(ProofSide::Dialer, &n, 1, 2, 3), &p));
         assert_ne!(new_nonce(), new_nonce());
+    }
+
+    #[test]
+    fn proofs_over_parts_bind_label_and_every_part() {
+        let s = JobSecret::new(vec![7; 32]).unwrap();
+        let other = JobSecret::new(vec![8; 32]).unwrap();
+        let label = b"psmrail test label: one.........";
+        let p = s.prove_parts(label, &[b"ab", b"c"]);
+        assert!(s.check_parts(label, &[b"ab", b"c"], &p));
+        assert!(!s.check_parts(b"psmrail test label: two.........", &[b"ab", b"c"], &p));
+        assert!(!s.check_parts(label, &[b"ab", b"d"], &p));
+        assert!(!s.check_parts(label, &[b"ab", b"c"], &p[..31]));
+        assert!(!other.check_parts(label, &[b"ab", b"c"], &p));
+        // The handshake's proofs are another domain.
+        let n = [1u8; NONCE_LEN];
+        let t = Transcript {
+            side: ProofSide::Dialer,
+            challenge: &n,
+            dialer: 1,
+            acceptor: 2,
+            link: 3,
+        };
+        assert_ne!(
+            s.prove(&t),
+            s.prove_parts(
+                b"psmrail soft handshake: dialer  ",
+                &[&n, &1u64.to_le_bytes()]
+            )
+        );
     }
 }

@@ -110,6 +110,7 @@ pub use config::ProtocolConfig;
 pub use endpoint::{SoftEndpoint, SoftStats};
 pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
+pub(crate) use job_secret::{new_nonce, MAC_LEN, NONCE_LEN};
 pub use job_secret::{JobSecret, JOB_SECRET_VAR, MIN_SECRET_LEN};
 pub use protocol::CoreStats;
 pub use wire::ENTRY_OVERHEAD;

@@ -12,13 +12,13 @@
 //!   addresses such as the `127.0.1.1` some distributions give the host
 //!   name: query `localhost` or an interface address instead. Addresses
 //!   added after the start are not served.
-//! * **Changing the table.** ADD and DEL are carried out only for a
+//! * **Changing the table.** Registrations are considered only from an
 //!   [`Origin::Local`] peer ([`LocalHost::origin`]): one whose address is
 //!   loopback or one of the host's own. A TCP peer cannot claim such a
 //!   source address from another host, since the handshake's answer would
-//!   never reach it. Any process on the node may still register, as with
-//!   C's server; the node's processes trust each other. QUERY is answered
-//!   whatever the origin.
+//!   never reach it. Being local is not enough: which local process may
+//!   change which entry is the owning sessions' rule (`session.rs`,
+//!   `registry.rs`). QUERY is answered whatever the origin.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,7 +1,8 @@
 //! The client side: [`query`] a node's name server (what `fi_getinfo`
-//! does with a node and no `FI_SOURCE`), and the ADD/DEL a non-serving
-//! process sends to its node's server. Blocking std sockets, every step
-//! bounded by one overall deadline.
+//! does with a node and no `FI_SOURCE`), and the owning session
+//! ([`ClientSession`]) over which a non-serving process sends its ADD and
+//! DEL to its node's server. Blocking std sockets, every step bounded by
+//! one overall deadline.
 //!
 //! Errors follow C's single answer (`-FI_ENODATA`) where the caller can do
 //! nothing but try elsewhere, and are sharper where that helps:
@@ -12,10 +13,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::num::NonZeroI32;
 use std::time::{Duration, Instant};
 
+use super::proof::Transcript;
 use super::service::Service;
-use super::wire::{Reply, Request, HEADER_LEN, MAX_FRAME_LEN, STATUS_NOT_LOCAL};
+use super::wire::{self, Change, Reply, Request, HEADER_LEN, MAX_FRAME_LEN, NONCE_LEN};
+use crate::engine::soft::{JobSecret, JOB_SECRET_VAR};
 use crate::engine::Epid;
 use crate::{Error, ErrorKind, Result};
 
@@ -290,61 +294,220 @@ pub(crate) fn query_server(server: &Server, service: u32, d: &Deadline) -> Resul
                 server.what
             ),
         )),
+        other => Err(Error::new(
+            ErrorKind::Io,
+            format!(
+                "name server {}: answered a QUERY with a session's {other:?}",
+                server.what
+            ),
+        )),
     }
 }
 
-/// Sends an ADD or DEL and waits until the server closes the connection,
-/// which it does once the command is carried out (C's server too), so the
-/// change is visible to the next query.
-///
-/// Errors besides [`query`]'s: [`ErrorKind::Access`] if the server refused
-/// the command because it does not come from the server's host (an ACK of
-/// status [`STATUS_NOT_LOCAL`]); [`ErrorKind::Io`] for any other answer.
-pub(crate) fn update_server(server: &Server, request: &Request, d: &Deadline) -> Result<()> {
-    let mut s = connect(server, d)?;
-    write_all(&mut s, &request.encode(), server, d)?;
-    let mut answer = [0u8; HEADER_LEN];
-    let mut got = 0;
-    let doing = format!("close after {}", request.op());
-    while got < answer.len() {
-        let left = d.remaining(server, &doing)?;
-        s.set_read_timeout(Some(left))
-            .map_err(|e| io_error(server, "setting a read timeout", e))?;
-        match s.read(&mut answer[got..]) {
-            Ok(0) => break,
-            // A reset is a close too: the server had nothing more to say.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
-            Ok(n) => got += n,
-            Err(e) if is_retry(&e) => {}
-            Err(e) => return Err(io_error(server, "waiting for the close", e)),
+/// Reads one reply frame; `closed` is the error for a connection that
+/// ends before its first byte.
+fn read_reply(
+    s: &mut TcpStream,
+    server: &Server,
+    d: &Deadline,
+    closed: impl FnOnce() -> Error,
+) -> Result<Reply> {
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = read_some(s, &mut buf[..HEADER_LEN], server, d, "answer")?;
+    if n == 0 {
+        return Err(closed());
+    }
+    read_exact(s, &mut buf[n..HEADER_LEN], server, d, "reply header")?;
+    let malformed = |e| {
+        Error::with_source(
+            ErrorKind::Io,
+            format!("name server {}: malformed reply", server.what),
+            e,
+        )
+    };
+    let len = Reply::frame_len(&buf[..HEADER_LEN]).map_err(malformed)?;
+    read_exact(s, &mut buf[HEADER_LEN..len], server, d, "reply")?;
+    Reply::decode(&buf[..len]).map_err(malformed)
+}
+
+/// Whether `e` is a failed send or receive (not a timeout, not a
+/// malformed reply): on a session to the host's own server, the server
+/// closed it.
+fn is_broken(e: &Error) -> bool {
+    e.kind() == ErrorKind::Io && std::error::Error::source(e).is_some_and(|s| s.is::<io::Error>())
+}
+
+/// A process's owning session with a name server: the connection it keeps
+/// open while it holds entries there (they go when it closes), with the
+/// server's nonce and the number of the next request.
+pub(crate) struct ClientSession {
+    stream: TcpStream,
+    nonce: [u8; NONCE_LEN],
+    seq: u64,
+}
+
+impl ClientSession {
+    /// Connects, sends HELLO and reads the CHALLENGE.
+    ///
+    /// Errors besides [`query`]'s: [`ErrorKind::Access`] if the server
+    /// refuses sessions from this host; [`ErrorKind::OpNotSupp`] if it
+    /// closes without a challenge (a server without owning sessions: C's,
+    /// or an older psmrail's).
+    pub(crate) fn open(server: &Server, d: &Deadline) -> Result<ClientSession> {
+        let mut stream = connect(server, d)?;
+        write_all(&mut stream, &Request::Hello.encode(), server, d)?;
+        let reply = read_reply(&mut stream, server, d, || {
+            Error::new(
+                ErrorKind::OpNotSupp,
+                format!(
+                    "name server {}: closed the connection without answering HELLO: it has no \
+                     owning sessions (a C provider's server, or an older psmrail's), and \
+                     psmrail registers only over one",
+                    server.what
+                ),
+            )
+        })?;
+        match reply {
+            Reply::Challenge { nonce } => Ok(ClientSession {
+                stream,
+                nonce,
+                seq: 0,
+            }),
+            Reply::Refused { status } => Err(refusal(server, "open a session", status)),
+            other => Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "name server {}: answered HELLO with {other:?}, not a CHALLENGE",
+                    server.what
+                ),
+            )),
         }
     }
-    if got == 0 {
-        return Ok(());
+
+    /// Sends one ADD or DEL, with the proof of `secret` if there is one,
+    /// and reads its ACK: `Ok(Ok(()))` if it was carried out, `Ok(Err)`
+    /// with the server's status if it was refused (the session goes on).
+    ///
+    /// Errors (the session is then unusable): [`ErrorKind::NoData`] if the
+    /// server closed it (its process may have exited), the others of
+    /// [`query`].
+    pub(crate) fn change(
+        &mut self,
+        server: &Server,
+        secret: Option<&JobSecret>,
+        change: Change,
+        service: u32,
+        epid: Epid,
+        d: &Deadline,
+    ) -> Result<std::result::Result<(), NonZeroI32>> {
+        let proof = secret.map(|secret| {
+            Transcript {
+                nonce: self.nonce,
+                seq: self.seq,
+                change,
+                service,
+                epid,
+            }
+            .prove(secret)
+        });
+        self.seq = self.seq.wrapping_add(1);
+        let request = Request::Session {
+            change,
+            service,
+            epid,
+            proof,
+        };
+        let gone = || {
+            Error::new(
+                ErrorKind::NoData,
+                format!(
+                    "name server {}: the server closed this process's session (has the \
+                     serving process exited?); its entries went with it",
+                    server.what
+                ),
+            )
+        };
+        let sent = write_all(&mut self.stream, &request.encode(), server, d);
+        let reply = match sent {
+            Ok(()) => read_reply(&mut self.stream, server, d, gone),
+            Err(e) => Err(e),
+        };
+        match reply {
+            Ok(Reply::Done) => Ok(Ok(())),
+            Ok(Reply::Refused { status }) => Ok(Err(status)),
+            Ok(other) => Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "name server {}: answered a session's {} with {other:?}",
+                    server.what,
+                    change.op()
+                ),
+            )),
+            Err(e) if is_broken(&e) => Err(Error::with_source(
+                ErrorKind::NoData,
+                gone().message().to_owned(),
+                e,
+            )),
+            Err(e) => Err(e),
+        }
     }
-    if Reply::decode(&answer[..got])
-        == Ok(Reply::NotFound {
-            status: STATUS_NOT_LOCAL,
-        })
-    {
-        return Err(Error::new(
+}
+
+/// The error for a refused `what` ("register service 5 as ...", "open a
+/// session") from a server's status.
+pub(crate) fn refusal(server: &Server, what: &str, status: NonZeroI32) -> Error {
+    let (kind, why) = match status {
+        wire::STATUS_NOT_LOCAL => (
+            ErrorKind::Access,
+            "it accepts registrations only from its own host".to_owned(),
+        ),
+        wire::STATUS_NO_PROOF => (
+            ErrorKind::Access,
+            format!("it requires the job secret ({JOB_SECRET_VAR}) and this process has none"),
+        ),
+        wire::STATUS_BAD_PROOF => (
             ErrorKind::Access,
             format!(
-                "name server {}: refused the {}: it accepts registrations only from its own \
-                 host",
-                server.what,
-                request.op()
+                "it rejected this process's proof of the job secret ({JOB_SECRET_VAR}): the \
+                 two have different secrets"
             ),
-        ));
-    }
-    Err(Error::new(
-        ErrorKind::Io,
-        format!(
-            "name server {}: answered a {} (the protocol has no reply to it)",
-            server.what,
-            request.op()
         ),
-    ))
+        wire::STATUS_NOT_OWNER => (
+            ErrorKind::Access,
+            "another process registered the service; only its owner removes it".to_owned(),
+        ),
+        wire::STATUS_TAKEN => (
+            ErrorKind::Busy,
+            "the service is already registered".to_owned(),
+        ),
+        wire::STATUS_NOT_FOUND => (
+            ErrorKind::Inval,
+            "the service is not registered to this endpoint".to_owned(),
+        ),
+        wire::STATUS_WILDCARD => (
+            ErrorKind::Inval,
+            "service 0 is the query wildcard".to_owned(),
+        ),
+        wire::STATUS_FULL => (ErrorKind::NoMem, "its table is full".to_owned()),
+        wire::STATUS_SESSION_FULL => (
+            ErrorKind::NoMem,
+            "this process holds its share of entries already, or the server holds all the \
+             sessions it keeps"
+                .to_owned(),
+        ),
+        wire::STATUS_NEEDS_SESSION => (
+            ErrorKind::OpNotSupp,
+            "it registers only over owning sessions".to_owned(),
+        ),
+        other => (
+            ErrorKind::Io,
+            format!("it answered the unknown status {other}"),
+        ),
+    };
+    Error::new(
+        kind,
+        format!("name server {}: cannot {what}: {why}", server.what),
+    )
 }
 
 #[cfg(test)]

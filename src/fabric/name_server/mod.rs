@@ -15,12 +15,17 @@
 //! * **Port**: [`port_for`] derives the TCP port from the job UUID as C
 //!   does (64331 for the default UUID), so a C client and a psmrail server
 //!   (or the reverse) meet on the same port.
-//! * **Wire format**: [`wire`] is C's `util_ns` format byte for byte on
-//!   little-endian hosts (x86), including its one big-endian field.
+//! * **Queries**: [`wire`]'s version 0 is C's `util_ns` format byte for
+//!   byte on little-endian hosts (x86), including its one big-endian field:
+//!   a C client queries a psmrail server and the reverse.
+//! * **Registrations** are not C's: psmrail registers over an *owning
+//!   session* (wire version 1), and refuses C's ADD and DEL, which name no
+//!   owner (below). So a C process cannot register with a psmrail server,
+//!   and a psmrail process cannot register with a C server (it says so:
+//!   [`ErrorKind::OpNotSupp`](crate::ErrorKind::OpNotSupp)).
 //! * **Rules**: duplicate ADD refused, DEL only with the matching epid,
 //!   service 0 a query wildcard answered with a real entry
-//!   (`registry.rs` lists the two deliberate differences), and ADD and DEL
-//!   only from the node itself (below).
+//!   (`registry.rs` lists the deliberate differences).
 //!
 //! # One server per node per UUID
 //!
@@ -34,17 +39,36 @@
 //! addresses with out-of-band mechanism." Registrations also disappear
 //! when the serving process exits.
 //!
-//! # Who may use it
+//! # What it trusts
 //!
 //! The serving process also binds the port on each address configured on
 //! the host's interfaces (each on its own, never the wildcard `0.0.0.0`),
 //! so that clients on other nodes can query it by the node's name or
-//! address. Anyone who reaches it may QUERY; only the node itself may ADD
-//! or DEL: a registration whose peer address is neither loopback nor one of
-//! the host's own is refused, changes nothing, and is answered with an ACK
-//! of status [`wire::STATUS_NOT_LOCAL`] (C's server would have carried it
-//! out, letting any host redirect a service). `access.rs` has the rules.
+//! address. Anyone who reaches it may QUERY. Only the node itself may
+//! register: a registration whose peer address is neither loopback nor one
+//! of the host's own is refused with status [`wire::STATUS_NOT_LOCAL`]
+//! (`access.rs`).
 //!
+//! On the node, an entry changes only by its owner. The serving process
+//! owns what it registers itself; every other process registers over one
+//! connection it keeps open, its owning session (`session.rs`), and owns
+//! what it adds there. Nobody else deletes an entry
+//! ([`wire::STATUS_NOT_OWNER`]) or registers over it
+//! ([`wire::STATUS_TAKEN`]) while it exists, and a session's entries go
+//! when its connection closes, which the kernel does when the process
+//! exits or is killed: a restarted server registers its service again at
+//! once. C's one-shot ADD and DEL would let any local process delete and
+//! replace any entry, so they are refused ([`wire::STATUS_NEEDS_SESSION`]).
+//!
+//! With a job secret ([`NameServer::start_with`]; the fabric passes
+//! `PSMRAIL_JOB_SECRET`), every ADD and DEL must also carry an HMAC-SHA256
+//! proof of the secret over the session's fresh nonce, the request's
+//! number in the session and the request (`proof.rs`): a request without
+//! it ([`wire::STATUS_NO_PROOF`]) or with a wrong one
+//! ([`wire::STATUS_BAD_PROOF`]: another secret, or a request captured
+//! from another session and replayed) changes nothing. Without a secret, a
+//! local process outside the job can still register names nobody holds.
+
 //! # When it runs
 //!
 //! [`PsmConfig::name_server`](crate::config::PsmConfig::name_server)
@@ -56,16 +80,18 @@
 //! # Layout
 //!
 //! `wire` (frames, pure), `port` ([`port_for`]), `access` (where to listen,
-//! who may register; pure), `registry` (the table, pure), `session` (one
-//! server connection, pure), `server`
-//! ([`NameServer`], the mio thread), `client` ([`query`] and the remote
-//! ADD/DEL, blocking sockets with a deadline).
+//! which peers are this host; pure), `registry` (the table and its owners,
+//! pure), `proof` (the secret's proofs, pure), `session` (one server
+//! connection, pure), `server` ([`NameServer`], the mio thread, and a
+//! registering handle's session), `client` ([`query`] and the owning
+//! session's client side, blocking sockets with a deadline).
 
 mod access;
 mod client;
 #[cfg(any(test, feature = "hooks"))]
 pub(crate) mod fuzzing;
 mod port;
+mod proof;
 mod registry;
 mod server;
 mod service;
@@ -74,5 +100,8 @@ pub mod wire;
 
 pub use client::query;
 pub use port::port_for;
-pub use server::{NameServer, Registration, CONNECTION_TIMEOUT, MAX_CONNECTIONS, UPDATE_TIMEOUT};
+pub use server::{
+    NameServer, Registration, CONNECTION_TIMEOUT, MAX_CONNECTIONS, MAX_ENTRIES_PER_SESSION,
+    MAX_SESSIONS, UPDATE_TIMEOUT,
+};
 pub use service::Service;

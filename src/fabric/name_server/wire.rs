@@ -1,15 +1,20 @@
-//! The name server's wire format, byte for byte as libfabric's `util_ns`
-//! speaks it (`prov/util/src/util_ns.c`), as pure functions over byte slices.
+//! The name server's wire format: libfabric's `util_ns` frames byte for
+//! byte (`prov/util/src/util_ns.c`, version 0), and psmrail's owning
+//! sessions (version 1), as pure functions over byte slices.
 //!
-//! Every connection carries one command. A frame is an 8-byte header
-//! followed by a body:
+//! A frame is an 8-byte header followed by a body:
 //!
 //! | offset | size | field                                              |
 //! |--------|------|----------------------------------------------------|
-//! | 0      | 1    | version, always [`VERSION`] (0)                    |
-//! | 1      | 1    | op ([`Op`]: ADD 0, DEL 1, QUERY 2, ACK 3)           |
-//! | 2      | 2    | reserved (sent as 0, ignored on receipt, as C does) |
+//! | 0      | 1    | version: [`VERSION`] (0, C's) or [`SESSION_VERSION`] (1) |
+//! | 1      | 1    | op ([`Op`]: ADD 0, DEL 1, QUERY 2, ACK 3, HELLO 4, CHALLENGE 5) |
+//! | 2      | 1    | version 0: reserved; version 1: flags ([`FLAG_PROOF`]) |
+//! | 3      | 1    | reserved                                           |
 //! | 4      | 4    | status, **big-endian** (C's `htonl`), signed        |
+//!
+//! # Version 0: C's frames
+//!
+//! Every connection carries one command.
 //!
 //! | frame                | body                                          | total |
 //! |----------------------|-----------------------------------------------|-------|
@@ -18,20 +23,49 @@
 //! | ACK, status 0        | service u32 + name u64 (the real service)     | 20 B  |
 //! | ACK, status ≠ 0      | none (C sends `-FI_ENOENT`, [`STATUS_NOT_FOUND`]) | 8 B |
 //!
-//! C's server answers nothing to ADD and DEL. psmrail's answers one that
-//! came from another host, which it refuses, with an ACK of status
-//! `-FI_EACCES` ([`STATUS_NOT_LOCAL`]) before closing, so that the sender
-//! learns why; a C client, which closes right after sending, never reads
-//! it.
+//! The reserved bytes are sent as 0 and ignored on receipt, as C does, and
+//! so is the status of a request. C's server answers nothing to ADD and
+//! DEL. psmrail's carries out neither (they name no owner, so any process
+//! could delete or replace any entry with them): it answers an ACK of
+//! status [`STATUS_NEEDS_SESSION`], or [`STATUS_NOT_LOCAL`] when the
+//! command came from another host, before closing. A C client, which
+//! closes right after sending, never reads it. QUERY is C's, both ways.
+//!
+//! # Version 1: owning sessions
+//!
+//! A process registers over one connection that it keeps open, its
+//! *session*: the entries it adds belong to that session, only that
+//! session deletes them, and they go when the connection closes (the
+//! process exited or was killed). The client opens with HELLO; the server
+//! answers CHALLENGE with a fresh random nonce; then each ADD or DEL is
+//! answered by an ACK whose status says whether it was carried out.
+//!
+//! | frame          | flags          | body                                          | total |
+//! |----------------|----------------|-----------------------------------------------|-------|
+//! | HELLO          | 0              | none                                          | 8 B   |
+//! | CHALLENGE      | 0              | nonce, [`NONCE_LEN`] bytes                    | 24 B  |
+//! | ADD / DEL      | [`FLAG_PROOF`] or 0 | service u32 + epid u64 + proof, [`PROOF_LEN`] bytes (zero without the flag) | 52 B |
+//! | ACK            | 0              | none; status 0: done, else a `STATUS_*` refusal | 8 B |
+//!
+//! The proof is the job secret's HMAC-SHA256 over the session's nonce, the
+//! request's number in the session (0 for the first ADD or DEL after the
+//! challenge) and the request (`proof.rs`); a server with a job secret
+//! refuses a request without it ([`STATUS_NO_PROOF`]) or with a wrong one
+//! ([`STATUS_BAD_PROOF`], which is what a replayed request gets). In
+//! version 1 every reserved bit, undefined flag and request status must be
+//! zero.
+//!
+//! # Byte order
 //!
 //! The body is in the C provider's *host* byte order; psmrail fixes it to
 //! little-endian so that it meets the C provider on x86 byte for byte.
 //! Only the status is byte-swapped, despite C's comment claiming network
-//! order throughout. The status of a request is ignored, as in C.
+//! order throughout.
 //!
-//! Decoding takes exactly one frame: a wrong version, an unknown op, a
-//! frame shorter or longer than its op calls for, or an ACK where a
-//! request is expected (and the reverse) are [`WireError`]s, never panics.
+//! Decoding takes exactly one frame: an unknown version, an op its version
+//! does not have, a frame shorter or longer than its op calls for, set
+//! reserved bits in version 1, or a reply where a request is expected (and
+//! the reverse) are [`WireError`]s, never panics.
 
 use std::fmt;
 use std::num::NonZeroI32;
@@ -39,32 +73,72 @@ use std::ops::Deref;
 
 use crate::engine::Epid;
 
-/// The only protocol version (`OFI_NS_VERSION`).
+/// C's protocol version (`OFI_NS_VERSION`): QUERY and its ACK, and the
+/// ADD and DEL psmrail refuses.
 pub const VERSION: u8 = 0;
+/// The version of owning sessions: HELLO, CHALLENGE, and ADD, DEL and ACK
+/// within a session.
+pub const SESSION_VERSION: u8 = 1;
 /// Bytes in the header.
 pub const HEADER_LEN: usize = 8;
 /// Bytes in a service number (a C `int`).
 pub const SERVICE_LEN: usize = 4;
 /// Bytes in a name (a PSM epid).
 pub const NAME_LEN: usize = 8;
+/// Bytes in a server's challenge.
+pub const NONCE_LEN: usize = 16;
+/// Bytes in a request's proof of the job secret (HMAC-SHA256).
+pub const PROOF_LEN: usize = 32;
 /// Bytes in a QUERY request.
 pub const QUERY_LEN: usize = HEADER_LEN + SERVICE_LEN;
-/// Bytes in an ADD or DEL request, and in an ACK that found an entry.
+/// Bytes in a version-0 ADD or DEL request, and in an ACK that found an
+/// entry.
 pub const ENTRY_FRAME_LEN: usize = HEADER_LEN + SERVICE_LEN + NAME_LEN;
+/// Bytes in a CHALLENGE.
+pub const CHALLENGE_LEN: usize = HEADER_LEN + NONCE_LEN;
+/// Bytes in a session's ADD or DEL.
+pub const SESSION_ENTRY_LEN: usize = ENTRY_FRAME_LEN + PROOF_LEN;
 /// The longest frame.
-pub const MAX_FRAME_LEN: usize = ENTRY_FRAME_LEN;
-/// The status C's server puts in an ACK when nothing matched
-/// (`-FI_ENOENT`).
-pub const STATUS_NOT_FOUND: NonZeroI32 = match NonZeroI32::new(-2) {
-    Some(s) => s,
-    None => unreachable!(),
-};
-/// The status of the ACK that refuses an ADD or DEL from another host
-/// (`-FI_EACCES`): only the server's own host may register.
-pub const STATUS_NOT_LOCAL: NonZeroI32 = match NonZeroI32::new(-13) {
-    Some(s) => s,
-    None => unreachable!(),
-};
+pub const MAX_FRAME_LEN: usize = SESSION_ENTRY_LEN;
+/// The version-1 flag that says a session's ADD or DEL carries a proof.
+pub const FLAG_PROOF: u8 = 1;
+
+const fn status(code: i32) -> NonZeroI32 {
+    match NonZeroI32::new(code) {
+        Some(s) => s,
+        None => panic!("a status is non-zero"),
+    }
+}
+
+/// `-FI_ENOENT`: nothing matched (C's only refusal, in an ACK to QUERY);
+/// in a session, DEL of a service that is not registered or registered to
+/// another epid.
+pub const STATUS_NOT_FOUND: NonZeroI32 = status(-2);
+/// `-FI_EACCES`: an ADD, DEL or HELLO from another host; only the server's
+/// own host registers.
+pub const STATUS_NOT_LOCAL: NonZeroI32 = status(-13);
+/// `-FI_EPERM`: DEL of an entry that another session (or the serving
+/// process) holds.
+pub const STATUS_NOT_OWNER: NonZeroI32 = status(-1);
+/// `-FI_EBUSY`: ADD of a service that is registered already.
+pub const STATUS_TAKEN: NonZeroI32 = status(-16);
+/// `-FI_EINVAL`: ADD or DEL of service 0, the query wildcard.
+pub const STATUS_WILDCARD: NonZeroI32 = status(-22);
+/// `-FI_ENOMEM`: the table is full.
+pub const STATUS_FULL: NonZeroI32 = status(-12);
+/// `-FI_ENOSPC`: the session holds its share of entries already, or the
+/// server holds as many sessions with entries as it keeps.
+pub const STATUS_SESSION_FULL: NonZeroI32 = status(-28);
+/// `-FI_ENOKEY`: the server has a job secret and the request carries no
+/// proof of it.
+pub const STATUS_NO_PROOF: NonZeroI32 = status(-126);
+/// `-FI_EKEYREJECTED`: the request's proof is not the one the server's
+/// job secret, the session's nonce and the request call for (another
+/// secret, or a request captured from another session and replayed).
+pub const STATUS_BAD_PROOF: NonZeroI32 = status(-129);
+/// `-FI_EOPNOTSUPP`: a version-0 ADD or DEL; registrations need an owning
+/// session.
+pub const STATUS_NEEDS_SESSION: NonZeroI32 = status(-95);
 
 /// The operation a frame carries.
 ///
@@ -72,40 +146,59 @@ pub const STATUS_NOT_LOCAL: NonZeroI32 = match NonZeroI32::new(-13) {
 /// use psmrail::fabric::name_server::wire::Op;
 /// assert_eq!(Op::from_byte(2), Some(Op::Query));
 /// assert_eq!(Op::Ack as u8, 3);
-/// assert_eq!(Op::from_byte(4), None);
+/// assert_eq!(Op::from_byte(5), Some(Op::Challenge));
+/// assert_eq!(Op::from_byte(6), None);
+/// assert!(!Op::Hello.in_version(0) && Op::Hello.in_version(1));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Op {
-    /// Register a service → epid mapping (no reply).
+    /// Register a service → epid mapping.
     Add = 0,
-    /// Remove a mapping; the epid must match (no reply).
+    /// Remove a mapping; the epid must match.
     Del = 1,
-    /// Look a service up; answered by an ACK.
+    /// Look a service up; answered by an ACK (version 0 only).
     Query = 2,
-    /// The answer to a QUERY.
+    /// The answer to a QUERY, or (version 1) to an ADD or DEL.
     Ack = 3,
+    /// Open an owning session (version 1 only).
+    Hello = 4,
+    /// The server's nonce for a session (version 1 only).
+    Challenge = 5,
 }
 
 impl Op {
-    /// The op with this code, if there is one.
+    /// The op with this code, if there is one (in some version).
     pub const fn from_byte(b: u8) -> Option<Op> {
         match b {
             0 => Some(Op::Add),
             1 => Some(Op::Del),
             2 => Some(Op::Query),
             3 => Some(Op::Ack),
+            4 => Some(Op::Hello),
+            5 => Some(Op::Challenge),
             _ => None,
         }
     }
 
-    /// Its C name.
+    /// Whether protocol `version` has this op.
+    pub const fn in_version(self, version: u8) -> bool {
+        match version {
+            VERSION => matches!(self, Op::Add | Op::Del | Op::Query | Op::Ack),
+            SESSION_VERSION => !matches!(self, Op::Query),
+            _ => false,
+        }
+    }
+
+    /// Its name (C's for the version-0 ops).
     pub const fn name(self) -> &'static str {
         match self {
             Op::Add => "ADD",
             Op::Del => "DEL",
             Op::Query => "QUERY",
             Op::Ack => "ACK",
+            Op::Hello => "HELLO",
+            Op::Challenge => "CHALLENGE",
         }
     }
 }
@@ -125,19 +218,37 @@ pub enum WireError {
         /// Bytes available.
         got: usize,
     },
-    /// A version other than [`VERSION`].
-    #[error("version {0} (only version {VERSION} is known)")]
+    /// A version other than [`VERSION`] and [`SESSION_VERSION`].
+    #[error("version {0} (versions {VERSION} and {SESSION_VERSION} are known)")]
     Version(u8),
-    /// An op code outside 0..=3.
-    #[error("unknown op {0} (ADD 0, DEL 1, QUERY 2, ACK 3)")]
-    UnknownOp(u8),
-    /// A known op where the other direction's op is expected.
+    /// An op code the frame's version does not have.
+    #[error(
+        "unknown op {op} in version {version} (version 0: ADD 0, DEL 1, QUERY 2, ACK 3; \
+         version 1: ADD 0, DEL 1, ACK 3, HELLO 4, CHALLENGE 5)"
+    )]
+    UnknownOp {
+        /// The frame's version.
+        version: u8,
+        /// The op byte.
+        op: u8,
+    },
+    /// A known op where another is expected (a reply where a request is
+    /// expected, or the reverse, or a frame out of a session's order).
     #[error("{got} where {expected} was expected")]
     UnexpectedOp {
         /// The op found.
         got: Op,
-        /// What was expected ("a request" or "an ACK").
+        /// What was expected ("a request", "an ACK", ...).
         expected: &'static str,
+    },
+    /// A version-1 frame with a reserved bit, an undefined flag, a
+    /// request status or (without [`FLAG_PROOF`]) proof bytes set.
+    #[error("version 1 {op} frame with reserved bits set ({what})")]
+    Reserved {
+        /// The frame's op.
+        op: Op,
+        /// Which field.
+        what: &'static str,
     },
     /// The frame is shorter than its header calls for.
     #[error("{op} frame of {got} bytes, {needed} needed")]
@@ -171,10 +282,11 @@ pub struct Frame {
 }
 
 impl Frame {
-    fn new(op: Op, status: i32) -> Frame {
+    fn new(version: u8, op: Op, flags: u8, status: i32) -> Frame {
         let mut bytes = [0u8; MAX_FRAME_LEN];
-        bytes[0] = VERSION;
+        bytes[0] = version;
         bytes[1] = op as u8;
+        bytes[2] = flags;
         bytes[4..8].copy_from_slice(&status.to_be_bytes());
         Frame {
             bytes,
@@ -214,7 +326,10 @@ impl fmt::Debug for Frame {
 
 /// The header's fields after the version and op checks.
 struct Header {
+    version: u8,
     op: Op,
+    flags: u8,
+    reserved: u8,
     status: i32,
 }
 
@@ -223,12 +338,38 @@ fn header(bytes: &[u8]) -> Result<Header, WireError> {
     let Some(h) = bytes.first_chunk::<HEADER_LEN>() else {
         return Err(WireError::ShortHeader { got: bytes.len() });
     };
-    if h[0] != VERSION {
-        return Err(WireError::Version(h[0]));
+    let version = h[0];
+    if version != VERSION && version != SESSION_VERSION {
+        return Err(WireError::Version(version));
     }
-    let op = Op::from_byte(h[1]).ok_or(WireError::UnknownOp(h[1]))?;
-    let status = i32::from_be_bytes([h[4], h[5], h[6], h[7]]);
-    Ok(Header { op, status })
+    let op = Op::from_byte(h[1])
+        .filter(|op| op.in_version(version))
+        .ok_or(WireError::UnknownOp { version, op: h[1] })?;
+    Ok(Header {
+        version,
+        op,
+        flags: h[2],
+        reserved: h[3],
+        status: i32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+    })
+}
+
+/// Version 1 only: every reserved bit zero, no flag outside `flags`, and
+/// (unless `status_allowed`) a zero status.
+fn strict(h: &Header, flags: u8, status_allowed: bool) -> Result<(), WireError> {
+    if h.version != SESSION_VERSION {
+        return Ok(());
+    }
+    let what = if h.reserved != 0 {
+        "byte 3"
+    } else if h.flags & !flags != 0 {
+        "flags"
+    } else if h.status != 0 && !status_allowed {
+        "status"
+    } else {
+        return Ok(());
+    };
+    Err(WireError::Reserved { op: h.op, what })
 }
 
 /// Checks that `bytes` is exactly `needed` long.
@@ -251,11 +392,47 @@ fn entry(bytes: &[u8]) -> (u32, Epid) {
     (u32::from_le_bytes(service), Epid(u64::from_le_bytes(name)))
 }
 
+/// The proof of a session's ADD or DEL (already length-checked): `None`
+/// without [`FLAG_PROOF`], when its bytes must be zero.
+fn proof(h: &Header, bytes: &[u8]) -> Result<Option<[u8; PROOF_LEN]>, WireError> {
+    let mut p = [0u8; PROOF_LEN];
+    p.copy_from_slice(&bytes[ENTRY_FRAME_LEN..SESSION_ENTRY_LEN]);
+    if h.flags & FLAG_PROOF != 0 {
+        Ok(Some(p))
+    } else if p.iter().any(|&b| b != 0) {
+        Err(WireError::Reserved {
+            op: h.op,
+            what: "proof bytes without the proof flag",
+        })
+    } else {
+        Ok(None)
+    }
+}
+
+/// What a session's ADD or DEL does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// Register the service.
+    Add,
+    /// Remove it.
+    Del,
+}
+
+impl Change {
+    /// Its op.
+    pub const fn op(self) -> Op {
+        match self {
+            Change::Add => Op::Add,
+            Change::Del => Op::Del,
+        }
+    }
+}
+
 /// A command from a client to the server.
 ///
 /// ```
 /// use psmrail::engine::Epid;
-/// use psmrail::fabric::name_server::wire::Request;
+/// use psmrail::fabric::name_server::wire::{Change, Request};
 ///
 /// let add = Request::Add { service: 7, epid: Epid(0x1122_3344_5566_7788) };
 /// let frame = add.encode();
@@ -265,27 +442,50 @@ fn entry(bytes: &[u8]) -> (u32, Epid) {
 /// );
 /// assert_eq!(Request::decode(&frame), Ok(add));
 /// assert!(Request::decode(&frame[..19]).is_err());
+///
+/// let hello = Request::Hello.encode();
+/// assert_eq!(&hello[..], &[1, 4, 0, 0, 0, 0, 0, 0]);
+/// let del = Request::Session { change: Change::Del, service: 7, epid: Epid(9), proof: Some([3; 32]) };
+/// let frame = del.encode();
+/// assert_eq!(frame.len(), 52);
+/// assert_eq!(&frame[..4], &[1, 1, 1, 0]); // version 1, DEL, proof flag
+/// assert_eq!(Request::decode(&frame), Ok(del));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Request {
-    /// Register `service` → `epid`.
+    /// Version 0: register `service` → `epid` (refused by psmrail's server).
     Add {
         /// The service number.
         service: u32,
         /// The endpoint's id.
         epid: Epid,
     },
-    /// Remove `service` if it maps to `epid`.
+    /// Version 0: remove `service` if it maps to `epid` (refused by
+    /// psmrail's server).
     Del {
         /// The service number.
         service: u32,
         /// The endpoint's id it must map to.
         epid: Epid,
     },
-    /// Ask for the epid of `service` (0: any registered service).
+    /// Version 0: ask for the epid of `service` (0: any registered
+    /// service).
     Query {
         /// The service number, 0 for any.
         service: u32,
+    },
+    /// Version 1: open an owning session.
+    Hello,
+    /// Version 1: an ADD or DEL within a session.
+    Session {
+        /// ADD or DEL.
+        change: Change,
+        /// The service number.
+        service: u32,
+        /// The endpoint's id (DEL: the one it must map to).
+        epid: Epid,
+        /// The proof of the job secret, if the client has one.
+        proof: Option<[u8; PROOF_LEN]>,
     },
 }
 
@@ -296,17 +496,44 @@ impl Request {
             Request::Add { .. } => Op::Add,
             Request::Del { .. } => Op::Del,
             Request::Query { .. } => Op::Query,
+            Request::Hello => Op::Hello,
+            Request::Session { change, .. } => change.op(),
         }
     }
 
-    /// The frame, as C's client sends it (reserved and status 0).
+    /// Its protocol version.
+    pub const fn version(&self) -> u8 {
+        match self {
+            Request::Add { .. } | Request::Del { .. } | Request::Query { .. } => VERSION,
+            Request::Hello | Request::Session { .. } => SESSION_VERSION,
+        }
+    }
+
+    /// The frame (version 0 as C's client sends it: reserved and status 0).
     pub fn encode(&self) -> Frame {
         match *self {
-            Request::Add { service, epid } => Frame::new(Op::Add, 0).with_entry(service, epid),
-            Request::Del { service, epid } => Frame::new(Op::Del, 0).with_entry(service, epid),
+            Request::Add { service, epid } => {
+                Frame::new(VERSION, Op::Add, 0, 0).with_entry(service, epid)
+            }
+            Request::Del { service, epid } => {
+                Frame::new(VERSION, Op::Del, 0, 0).with_entry(service, epid)
+            }
             Request::Query { service } => {
-                let mut f = Frame::new(Op::Query, 0);
+                let mut f = Frame::new(VERSION, Op::Query, 0, 0);
                 f.push(&service.to_le_bytes());
+                f
+            }
+            Request::Hello => Frame::new(SESSION_VERSION, Op::Hello, 0, 0),
+            Request::Session {
+                change,
+                service,
+                epid,
+                proof,
+            } => {
+                let flags = if proof.is_some() { FLAG_PROOF } else { 0 };
+                let mut f =
+                    Frame::new(SESSION_VERSION, change.op(), flags, 0).with_entry(service, epid);
+                f.push(&proof.unwrap_or([0; PROOF_LEN]));
                 f
             }
         }
@@ -320,51 +547,75 @@ impl Request {
     /// use psmrail::fabric::name_server::wire::Request;
     /// assert_eq!(Request::frame_len(&[0, 2, 0, 0, 0, 0, 0, 0]), Ok(12));
     /// assert_eq!(Request::frame_len(&[0, 0, 0, 0, 0, 0, 0, 0]), Ok(20));
+    /// assert_eq!(Request::frame_len(&[1, 4, 0, 0, 0, 0, 0, 0]), Ok(8)); // HELLO
+    /// assert_eq!(Request::frame_len(&[1, 0, 1, 0, 0, 0, 0, 0]), Ok(52)); // session ADD
     /// assert!(Request::frame_len(&[0, 3, 0, 0, 0, 0, 0, 0]).is_err()); // ACK
-    /// assert!(Request::frame_len(&[1, 2, 0, 0, 0, 0, 0, 0]).is_err()); // version 1
+    /// assert!(Request::frame_len(&[1, 2, 0, 0, 0, 0, 0, 0]).is_err()); // version 1 QUERY
+    /// assert!(Request::frame_len(&[2, 2, 0, 0, 0, 0, 0, 0]).is_err()); // version 2
     /// ```
     pub fn frame_len(header_bytes: &[u8]) -> Result<usize, WireError> {
-        match header(header_bytes)?.op {
-            Op::Add | Op::Del => Ok(ENTRY_FRAME_LEN),
-            Op::Query => Ok(QUERY_LEN),
-            Op::Ack => Err(WireError::UnexpectedOp {
-                got: Op::Ack,
-                expected: "a request",
-            }),
+        let h = header(header_bytes)?;
+        let reply = |got| WireError::UnexpectedOp {
+            got,
+            expected: "a request",
+        };
+        match (h.version, h.op) {
+            (_, op @ (Op::Ack | Op::Challenge)) => Err(reply(op)),
+            (VERSION, Op::Add | Op::Del) => Ok(ENTRY_FRAME_LEN),
+            (VERSION, _) => Ok(QUERY_LEN),
+            (_, Op::Hello) => strict(&h, 0, false).map(|()| HEADER_LEN),
+            // Version 1 has no QUERY (`header` refused it): ADD or DEL.
+            _ => strict(&h, FLAG_PROOF, false).map(|()| SESSION_ENTRY_LEN),
         }
     }
 
     /// Decodes exactly one request frame.
     pub fn decode(bytes: &[u8]) -> Result<Request, WireError> {
         let needed = Request::frame_len(bytes)?;
-        let op = header(bytes)?.op;
-        exact(op, bytes, needed)?;
-        Ok(match op {
-            Op::Query => {
+        let h = header(bytes)?;
+        exact(h.op, bytes, needed)?;
+        Ok(match (h.version, h.op) {
+            (VERSION, Op::Query) => {
                 let mut service = [0u8; SERVICE_LEN];
                 service.copy_from_slice(&bytes[HEADER_LEN..QUERY_LEN]);
                 Request::Query {
                     service: u32::from_le_bytes(service),
                 }
             }
-            Op::Add => {
+            (VERSION, Op::Add) => {
                 let (service, epid) = entry(bytes);
                 Request::Add { service, epid }
             }
-            // `frame_len` refused ACK, so this is DEL.
-            Op::Del | Op::Ack => {
+            // `frame_len` refused the replies, so this is DEL.
+            (VERSION, _) => {
                 let (service, epid) = entry(bytes);
                 Request::Del { service, epid }
+            }
+            (_, Op::Hello) => Request::Hello,
+            // Version 1, and not HELLO: ADD or DEL.
+            (_, op) => {
+                let (service, epid) = entry(bytes);
+                Request::Session {
+                    change: if op == Op::Add {
+                        Change::Add
+                    } else {
+                        Change::Del
+                    },
+                    service,
+                    epid,
+                    proof: proof(&h, bytes)?,
+                }
             }
         })
     }
 }
 
-/// The server's answer to a QUERY (an ACK frame).
+/// The server's answer: to a QUERY (a version-0 ACK), to a HELLO (a
+/// CHALLENGE) or to a session's ADD or DEL (a version-1 ACK).
 ///
 /// ```
 /// use psmrail::engine::Epid;
-/// use psmrail::fabric::name_server::wire::{Reply, STATUS_NOT_FOUND};
+/// use psmrail::fabric::name_server::wire::{Reply, STATUS_NOT_FOUND, STATUS_TAKEN};
 ///
 /// let miss = Reply::NotFound { status: STATUS_NOT_FOUND };
 /// // The status is big-endian: htonl(-2).
@@ -372,32 +623,59 @@ impl Request {
 ///
 /// let hit = Reply::Found { service: 9, epid: Epid(5) };
 /// assert_eq!(Reply::decode(&hit.encode()), Ok(hit));
+///
+/// let busy = Reply::Refused { status: STATUS_TAKEN };
+/// assert_eq!(&busy.encode()[..], &[1, 3, 0, 0, 0xff, 0xff, 0xff, 0xf0]);
+/// assert_eq!(&Reply::Done.encode()[..], &[1, 3, 0, 0, 0, 0, 0, 0]);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
-    /// Status 0: the entry, with its real service (which matters when the
-    /// query asked for service 0).
+    /// Version 0, status 0: the entry, with its real service (which
+    /// matters when the query asked for service 0).
     Found {
         /// The registered service.
         service: u32,
         /// Its endpoint's id.
         epid: Epid,
     },
-    /// A non-zero status and no body: nothing matched, or (status
-    /// [`STATUS_NOT_LOCAL`], after an ADD or DEL) the request was refused.
+    /// Version 0, a non-zero status and no body: nothing matched, or
+    /// (after a version-0 ADD or DEL) the command was refused
+    /// ([`STATUS_NEEDS_SESSION`], [`STATUS_NOT_LOCAL`]).
     NotFound {
         /// The status (C sends [`STATUS_NOT_FOUND`]; any non-zero value
         /// means failure to its client).
         status: NonZeroI32,
     },
+    /// Version 1: the session's nonce, the answer to HELLO.
+    Challenge {
+        /// Fresh random bytes, never sent to another session.
+        nonce: [u8; NONCE_LEN],
+    },
+    /// Version 1, status 0: the session's ADD or DEL was carried out.
+    Done,
+    /// Version 1, a non-zero status: the session's ADD or DEL (or, with
+    /// [`STATUS_NOT_LOCAL`], its HELLO) was refused and changed nothing.
+    Refused {
+        /// Why (a `STATUS_*` constant).
+        status: NonZeroI32,
+    },
 }
 
 impl Reply {
-    /// The frame, as C's server sends it (reserved 0).
+    /// The frame (version 0 as C's server sends it: reserved 0).
     pub fn encode(&self) -> Frame {
         match *self {
-            Reply::Found { service, epid } => Frame::new(Op::Ack, 0).with_entry(service, epid),
-            Reply::NotFound { status } => Frame::new(Op::Ack, status.get()),
+            Reply::Found { service, epid } => {
+                Frame::new(VERSION, Op::Ack, 0, 0).with_entry(service, epid)
+            }
+            Reply::NotFound { status } => Frame::new(VERSION, Op::Ack, 0, status.get()),
+            Reply::Challenge { nonce } => {
+                let mut f = Frame::new(SESSION_VERSION, Op::Challenge, 0, 0);
+                f.push(&nonce);
+                f
+            }
+            Reply::Done => Frame::new(SESSION_VERSION, Op::Ack, 0, 0),
+            Reply::Refused { status } => Frame::new(SESSION_VERSION, Op::Ack, 0, status.get()),
         }
     }
 
@@ -408,16 +686,21 @@ impl Reply {
     /// use psmrail::fabric::name_server::wire::Reply;
     /// assert_eq!(Reply::frame_len(&[0, 3, 0, 0, 0, 0, 0, 0]), Ok(20));
     /// assert_eq!(Reply::frame_len(&[0, 3, 0, 0, 0, 0, 0, 1]), Ok(8));
+    /// assert_eq!(Reply::frame_len(&[1, 5, 0, 0, 0, 0, 0, 0]), Ok(24)); // CHALLENGE
+    /// assert_eq!(Reply::frame_len(&[1, 3, 0, 0, 0, 0, 0, 0]), Ok(8)); // session ACK
     /// assert!(Reply::frame_len(&[0, 2, 0, 0, 0, 0, 0, 0]).is_err()); // QUERY
+    /// assert!(Reply::frame_len(&[1, 3, 1, 0, 0, 0, 0, 0]).is_err()); // a flag
     /// ```
     pub fn frame_len(header_bytes: &[u8]) -> Result<usize, WireError> {
         let h = header(header_bytes)?;
-        match h.op {
-            Op::Ack if h.status == 0 => Ok(ENTRY_FRAME_LEN),
-            Op::Ack => Ok(HEADER_LEN),
-            got => Err(WireError::UnexpectedOp {
+        match (h.version, h.op) {
+            (VERSION, Op::Ack) if h.status == 0 => Ok(ENTRY_FRAME_LEN),
+            (VERSION, Op::Ack) => Ok(HEADER_LEN),
+            (SESSION_VERSION, Op::Ack) => strict(&h, 0, true).map(|()| HEADER_LEN),
+            (SESSION_VERSION, Op::Challenge) => strict(&h, 0, false).map(|()| CHALLENGE_LEN),
+            (_, got) => Err(WireError::UnexpectedOp {
                 got,
-                expected: "an ACK",
+                expected: "an ACK or a CHALLENGE",
             }),
         }
     }
@@ -425,14 +708,21 @@ impl Reply {
     /// Decodes exactly one reply frame.
     pub fn decode(bytes: &[u8]) -> Result<Reply, WireError> {
         let needed = Reply::frame_len(bytes)?;
-        exact(Op::Ack, bytes, needed)?;
         let h = header(bytes)?;
-        Ok(match NonZeroI32::new(h.status) {
-            Some(status) => Reply::NotFound { status },
-            None => {
+        exact(h.op, bytes, needed)?;
+        Ok(match (h.version, h.op, NonZeroI32::new(h.status)) {
+            (VERSION, _, Some(status)) => Reply::NotFound { status },
+            (VERSION, _, None) => {
                 let (service, epid) = entry(bytes);
                 Reply::Found { service, epid }
             }
+            (_, Op::Challenge, _) => {
+                let mut nonce = [0u8; NONCE_LEN];
+                nonce.copy_from_slice(&bytes[HEADER_LEN..CHALLENGE_LEN]);
+                Reply::Challenge { nonce }
+            }
+            (_, _, Some(status)) => Reply::Refused { status },
+            (_, _, None) => Reply::Done,
         })
     }
 }
@@ -494,13 +784,17 @@ mod tests {
 
     #[test]
     fn hostile_requests() {
-        let cases: [(&[u8], WireError); 8] = [
+        let cases: [(&[u8], WireError); 9] = [
             (&[], WireError::ShortHeader { got: 0 }),
             (&[0, 2, 0, 0, 0, 0, 0], WireError::ShortHeader { got: 7 }),
-            (&[1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], WireError::Version(1)),
+            (&[2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], WireError::Version(2)),
+            (
+                &[1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp { version: 1, op: 2 },
+            ),
             (
                 &[0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-                WireError::UnknownOp(9),
+                WireError::UnknownOp { version: 0, op: 9 },
             ),
             (
                 &[0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
@@ -555,7 +849,7 @@ mod tests {
             Reply::decode(&[0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
             Err(WireError::UnexpectedOp {
                 got: Op::Query,
-                expected: "an ACK"
+                expected: "an ACK or a CHALLENGE"
             })
         );
         // A miss carries no body.
@@ -594,8 +888,133 @@ mod tests {
         assert_eq!(&r.encode()[..], &[0, 3, 0, 0, 0, 0, 0, 1]);
     }
 
+    #[test]
+    fn session_bytes() {
+        let add = Request::Session {
+            change: Change::Add,
+            service: 0x0102_0304,
+            epid: Epid(0x1122_3344_5566_7788),
+            proof: None,
+        };
+        let mut want = vec![1, 0, 0, 0, 0, 0, 0, 0, 4, 3, 2, 1];
+        want.extend_from_slice(&[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+        want.extend_from_slice(&[0; PROOF_LEN]);
+        assert_eq!(&add.encode()[..], &want[..]);
+        assert_eq!(Request::decode(&want), Ok(add));
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce[0] = 0xaa;
+        let c = Reply::Challenge { nonce };
+        let mut want = vec![1, 5, 0, 0, 0, 0, 0, 0, 0xaa];
+        want.extend_from_slice(&[0; NONCE_LEN - 1]);
+        assert_eq!(&c.encode()[..], &want[..]);
+        let refused = Reply::Refused {
+            status: STATUS_BAD_PROOF,
+        };
+        assert_eq!(&refused.encode()[..], &[1, 3, 0, 0, 0xff, 0xff, 0xff, 0x7f]);
+        // A version-0 ACK of the same status is a different reply.
+        assert_eq!(
+            Reply::decode(&[0, 3, 0, 0, 0xff, 0xff, 0xff, 0x7f]),
+            Ok(Reply::NotFound {
+                status: STATUS_BAD_PROOF
+            })
+        );
+    }
+
+    #[test]
+    fn version_1_is_strict() {
+        let mut del = Request::Session {
+            change: Change::Del,
+            service: 1,
+            epid: Epid(2),
+            proof: None,
+        }
+        .encode()
+        .to_vec();
+        let cases: [(usize, u8, &str); 4] = [
+            (3, 1, "byte 3"),
+            (2, 2, "flags"),
+            (7, 1, "status"),
+            (51, 1, "proof bytes without the proof flag"),
+        ];
+        for (at, value, what) in cases {
+            let old = del[at];
+            del[at] = value;
+            assert_eq!(
+                Request::decode(&del),
+                Err(WireError::Reserved { op: Op::Del, what }),
+                "{what}"
+            );
+            del[at] = old;
+        }
+        assert!(Request::decode(&del).is_ok());
+        // HELLO takes no flag; a session ACK no flag, but any status.
+        assert_eq!(
+            Request::frame_len(&[1, 4, 1, 0, 0, 0, 0, 0]),
+            Err(WireError::Reserved {
+                op: Op::Hello,
+                what: "flags"
+            })
+        );
+        assert_eq!(Reply::frame_len(&[1, 3, 0, 0, 0xff, 0, 0, 0]), Ok(8));
+        assert!(Reply::frame_len(&[1, 5, 0, 0, 0, 0, 0, 1]).is_err());
+        // Version 0 keeps ignoring what C ignores.
+        assert!(Request::decode(&[0, 2, 0xff, 0xff, 1, 2, 3, 4, 9, 0, 0, 0]).is_ok());
+    }
+
+    #[test]
+    fn ops_belong_to_their_versions() {
+        for (bytes, want) in [
+            (
+                [0, 4, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp { version: 0, op: 4 },
+            ),
+            (
+                [0, 5, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp { version: 0, op: 5 },
+            ),
+            (
+                [1, 2, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp { version: 1, op: 2 },
+            ),
+            (
+                [1, 6, 0, 0, 0, 0, 0, 0],
+                WireError::UnknownOp { version: 1, op: 6 },
+            ),
+        ] {
+            assert_eq!(Request::frame_len(&bytes), Err(want));
+            assert_eq!(Reply::frame_len(&bytes), Err(want));
+        }
+        assert_eq!(
+            Request::frame_len(&[1, 5, 0, 0, 0, 0, 0, 0]),
+            Err(WireError::UnexpectedOp {
+                got: Op::Challenge,
+                expected: "a request"
+            })
+        );
+        assert_eq!(
+            Reply::frame_len(&[1, 4, 0, 0, 0, 0, 0, 0]),
+            Err(WireError::UnexpectedOp {
+                got: Op::Hello,
+                expected: "an ACK or a CHALLENGE"
+            })
+        );
+    }
+
+    fn any_proof() -> impl Strategy<Value = Option<[u8; PROOF_LEN]>> {
+        proptest::option::of(any::<[u8; PROOF_LEN]>())
+    }
+
     fn any_request() -> impl Strategy<Value = Request> {
         prop_oneof![
+            Just(Request::Hello),
+            (any::<bool>(), any::<u32>(), any::<u64>(), any_proof()).prop_map(
+                |(add, service, e, proof)| Request::Session {
+                    change: if add { Change::Add } else { Change::Del },
+                    service,
+                    epid: Epid(e),
+                    proof,
+                }
+            ),
             (any::<u32>(), any::<u64>()).prop_map(|(service, e)| Request::Add {
                 service,
                 epid: Epid(e)
@@ -615,6 +1034,9 @@ mod tests {
                 epid: Epid(e)
             }),
             any::<NonZeroI32>().prop_map(|status| Reply::NotFound { status }),
+            any::<[u8; NONCE_LEN]>().prop_map(|nonce| Reply::Challenge { nonce }),
+            Just(Reply::Done),
+            any::<NonZeroI32>().prop_map(|status| Reply::Refused { status }),
         ]
     }
 
@@ -642,7 +1064,7 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..32)) {
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Request::decode(&bytes);
             let _ = Reply::decode(&bytes);
             let _ = Request::frame_len(&bytes);
