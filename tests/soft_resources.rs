@@ -10,7 +10,9 @@
 //! memory (RSS, and the heap bytes live, counted by this binary's
 //! allocator) under each attack and after it. `ATTACKS=stalled,flood`
 //! picks phases (`warmup`, `stalled`, `prehandshake`, `handshaken`,
-//! `flood`, `identities`), `FIGURES_ROUNDS` the ping-pongs per figure.
+//! `flood`, `crowd`, `identities`), `FIGURES_ROUNDS` the ping-pongs per
+//! figure. Each figure gives the median, 99th percentile and worst round
+//! trip; `crowd` measures while identities handshake and reset.
 //!
 //! After the attackers leave, the live heap comes back to its baseline
 //! (within 0.02 MiB), and the RSS to within 4 % of it (four runs):
@@ -169,6 +171,13 @@ fn pingpong(client: &SoftEndpoint, server: PeerAddr, n: usize) -> Vec<Duration> 
 fn p50(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// Median, 99th percentile and worst of `v`.
+fn spread(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
+    v.sort();
+    let n = v.len();
+    (v[n / 2], v[(n * 99 / 100).min(n - 1)], v[n - 1])
 }
 
 /// The process's resident set, in bytes.
@@ -816,10 +825,10 @@ fn attack_figures() {
     );
     let report = |what: &str| {
         let links = stats()[1];
-        let p = p50(pingpong(&client, peer, rounds));
+        let (p, p99, worst) = spread(pingpong(&client, peer, rounds));
         let st = stats();
         println!(
-            "{what}: server links {links}; p50 {p:?} ({:.2}x); server rss {:.2} MiB ({:+.1} %; anonymous {:+.1} %; heap live {:.3} MiB); \
+            "{what}: server links {links}; p50 {p:?} ({:.2}x), p99 {p99:?}, worst {worst:?}; server rss {:.2} MiB ({:+.1} %; anonymous {:+.1} %; heap live {:.3} MiB); \
              peers {}, evicted {}, stalled {}, rejected {}, dropped {}, forgotten {}",
             p.as_secs_f64() / base.as_secs_f64(),
             mib(st[0]),
@@ -940,6 +949,36 @@ fn attack_figures() {
             mib(credit_later),
         );
         report("after the flood, settled");
+    }
+
+    if phase("crowd") {
+        // Identities handshaking and resetting all along while the good
+        // client measures.
+        let stop = AtomicBool::new(false);
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let (p, p99, worst) = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut i = 0u32;
+                while !stop.load(Ordering::Relaxed) && i < 10_000 {
+                    if let Some(p) = RawPeer::try_handshake(addr, 300_000 + i) {
+                        reset(p.s);
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+            });
+            let r = spread(pingpong(&client, peer, rounds));
+            stop.store(true, Ordering::Relaxed);
+            r
+        });
+        println!(
+            "a crowd of {} identities handshaking and resetting: p50 {p:?} ({:.2}x), p99 {p99:?}, worst {worst:?}",
+            made.load(Ordering::Relaxed),
+            p.as_secs_f64() / base.as_secs_f64()
+        );
+        wait_links(1, Duration::from_secs(5));
+        settle();
+        report("after the crowd, settled");
     }
 
     if phase("identities") {
