@@ -176,6 +176,28 @@ fn close_connected(test: &str, delay: Duration, timeout: Duration) -> Duration {
     took
 }
 
+/// As [`close_connected`], with the peer killed (no disconnect, nothing
+/// answers) before the close.
+fn close_after_peer_died(test: &str, delay: Duration, timeout: Duration) -> Duration {
+    let env = child_env(delay, timeout);
+    let mut closer = spawn(test, "closer", &env);
+    let mut peer = spawn(test, "peer", &env);
+    let closer_addr = closer.recv_line(LINE);
+    let peer_addr = peer.recv_line(LINE);
+    closer.send_line(&format!("peer {}", peer_addr.trim_start_matches("addr ")));
+    peer.send_line(&format!("peer {}", closer_addr.trim_start_matches("addr ")));
+    assert_eq!(closer.recv_line(LINE), "connected");
+    assert_eq!(peer.recv_line(LINE), "connected");
+    peer.kill();
+    std::thread::sleep(Duration::from_millis(100));
+    closer.send_line("close");
+    let took = parse_closed(&closer.recv_line(LINE));
+    closer.send_line("bye");
+    assert!(closer.wait(LINE).success(), "{test}: the closer failed");
+    eprintln!("{test}: dead peer, delay {delay:?}, timeout {timeout:?}: close took {took:?}");
+    took
+}
+
 /// Plays the child's part when this process is one; otherwise takes the
 /// spin lock for the parent's part. `None` in a child or when the library
 /// is missing.
@@ -205,15 +227,16 @@ fn native_close_without_peers_is_prompt() {
     }
 }
 
-/// `FI_PSM_TIMEOUT=0` skips the graceful phase, but libpsm2's forced
-/// `psm_ep_close` still waits up to 2 s for a connected peer: the close
-/// returns within that (documented) bound, with a send stuck in flight.
+/// `FI_PSM_TIMEOUT=0` skips the graceful phase, and `psm_ep_close` gets
+/// no time: libpsm2 still waits its floor of 1 s for a connected peer
+/// (2 s if the close were forced), and the close returns within it, with a
+/// send stuck in flight.
 #[test]
-fn native_close_with_zero_timeout_is_bounded_by_the_forced_close() {
-    const TEST: &str = "native_close_with_zero_timeout_is_bounded_by_the_forced_close";
+fn native_close_with_zero_timeout_is_bounded_by_libpsm2s_floor() {
+    const TEST: &str = "native_close_with_zero_timeout_is_bounded_by_libpsm2s_floor";
     let Some(_lock) = parent() else { return };
     let took = close_connected(TEST, Duration::ZERO, Duration::ZERO);
-    assert!(took < Duration::from_secs(2) + SLACK, "close took {took:?}");
+    assert!(took < Duration::from_secs(1) + SLACK, "close took {took:?}");
 }
 
 /// With a timeout of a second or more, the whole close (delay, graceful
@@ -235,4 +258,24 @@ fn native_close_fits_in_delay_plus_timeout() {
             "delay {delay:?} + timeout {timeout:?}: close took {took:?}"
         );
     }
+}
+
+/// With a peer that died: `FI_PSM_TIMEOUT=0` closes within libpsm2's
+/// floor for connected peers (1 s), and a non-zero timeout within
+/// `FI_PSM_DELAY + FI_PSM_TIMEOUT`.
+#[test]
+fn native_close_with_a_dead_peer_fits_its_bound() {
+    const TEST: &str = "native_close_with_a_dead_peer_fits_its_bound";
+    let Some(_lock) = parent() else { return };
+    let took = close_after_peer_died(TEST, Duration::ZERO, Duration::ZERO);
+    assert!(
+        took < Duration::from_secs(1) + SLACK,
+        "FI_PSM_TIMEOUT=0: close took {took:?}"
+    );
+    let (delay, timeout) = (Duration::from_secs(1), Duration::from_secs(2));
+    let took = close_after_peer_died(TEST, delay, timeout);
+    assert!(
+        took < delay + timeout + SLACK,
+        "delay {delay:?} + timeout {timeout:?}: close took {took:?}"
+    );
 }

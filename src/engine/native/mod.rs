@@ -114,16 +114,20 @@
 //! acknowledge the disconnect, in either mode, and they rarely do (a peer
 //! still running has not closed; one that has closed no longer answers).
 //! libpsm2 bounds that wait by what it is given, but never less than 1 s
-//! nor more than 2 s, and a forced close waits the 2 s. So the graceful
-//! phase of a non-zero timeout ends 1 s early, keeping that second for
-//! `psm_ep_close`, and on the compat build `close(t)` returns, with
-//! connected peers:
+//! nor more than 2 s, and a forced close waits the 2 s (its
+//! `psm2_ep_close` clamps the time to `PSMI_MIN_EP_CLOSE_TIMEOUT` and
+//! `PSMI_MAX_EP_CLOSE_TIMEOUT`, and gives a forced close the maximum; the
+//! wait is the shared-memory device's disconnect). So a zero timeout
+//! closes gracefully with no time given, which libpsm2 makes its 1 s
+//! floor; the graceful phase of a non-zero timeout ends 1 s early,
+//! keeping that second for `psm_ep_close`; and on the compat build
+//! `close(t)` returns, with connected peers:
 //!
-//! | timeout `t` | `close` returns within | measured: `self,shm`, one live peer, a send stuck in flight (median of 3) |
+//! | timeout `t` | `close` returns within | measured: `self,shm`, one peer, a send stuck in flight |
 //! |---|---|---|
-//! | 0 (forced) | 2 s | 2.006 s |
+//! | 0 | 1 s | 1.003 s, the peer alive or killed (forced, it was 2.004 s) |
 //! | under 1 s | 1 s | |
-//! | 1 s or more | `t` | 1.003 s for 1 s; a domain with `FI_PSM_DELAY=1`, `FI_PSM_TIMEOUT=2`: 3.008 s |
+//! | 1 s or more | `t` | 1.003 s for 1 s; a domain with `FI_PSM_DELAY=1`, `FI_PSM_TIMEOUT=2`: 3.003 s (peer alive), 3.004 s (killed) |
 //!
 //! plus a few milliseconds, unless `PSM2_CLOSE_TIMEOUT` overrides
 //! libpsm2's wait (it is still capped at 2 s). Requests still in flight

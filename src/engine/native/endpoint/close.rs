@@ -56,13 +56,22 @@ impl NativeEndpoint {
         let Some(ep) = g.ep.take() else {
             return Ok(());
         };
-        // One psm_ep_close: forced for a zero timeout (FI_PSM_TIMEOUT=0),
-        // else graceful with what is left (the reserve, when requests kept
-        // the graceful phase busy). Either way libpsm2 waits for connected
-        // peers to disconnect: a graceful close for what it is given, but
-        // between 1 s and 2 s; a forced one up to 2 s.
+        // One psm_ep_close, graceful with what is left (the reserve, when
+        // requests kept the graceful phase busy). libpsm2 waits for
+        // connected peers to disconnect: a graceful close for what it is
+        // given, but between 1 s and 2 s; a forced one up to 2 s.
         let left = timeout.saturating_sub(start.elapsed());
-        let graceful = (!timeout.is_zero()).then(|| left.max(Duration::from_nanos(1)));
+        let graceful = if timeout.is_zero() {
+            // At once, as far as libpsm2 lets it: with connected peers it
+            // waits for them 1 s at least when asked for a graceful close
+            // of any length, and 2 s when forced, so the shortest close is
+            // a graceful one given nothing. (TrueScale's PSM waits the same
+            // either way; it is forced there, as asked.)
+            (self.lib.build() == PsmBuild::Psm2Compat && !self.self_only)
+                .then_some(Duration::from_nanos(1))
+        } else {
+            Some(left.max(Duration::from_nanos(1)))
+        };
         let closed = ep
             .close(graceful)
             .map_err(|e| map_psm_error(e, "psm_ep_close"));
