@@ -56,8 +56,8 @@
 //! * **Booleans**: `1`/`0`, `yes`/`no`, `true`/`false`, `on`/`off`,
 //!   case-insensitive ([`parse_bool`]).
 //! * **Numbers**: decimal ASCII digits; a leading `-` only where negative
-//!   values mean something (`FI_PSM_PROG_INTERVAL`, affinity core ids, the
-//!   `-1` size of `FI_OFI_MRAIL_CONFIG`). No `+`, no `0x`, no leading zeros
+//!   values mean something (affinity core ids, the `-1` size of
+//!   `FI_OFI_MRAIL_CONFIG`). No `+`, no `0x`, no leading zeros
 //!   (C's `strtol(.., 0)` read `010` as octal 8, so it is refused rather than
 //!   silently read as 10), no whitespace, no trailing junk (C read `"2c"` as
 //!   2); a value that does not fit is an overflow error, never a wrap.
