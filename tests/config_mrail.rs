@@ -131,7 +131,8 @@ fn strc_errors_name_strc() {
     assert_eq!(
         e.to_string(),
         "FI_OFI_MRAIL_ADDR_STRC=\"eth0,\": item \"\" at byte 5: empty item; expected an \
-         FI_ADDR_STR address (<fmt>://...), an IP address, a host name or a network interface name"
+         FI_ADDR_STR address (<fmt>://...), an IPv4 address as four decimal octets 0-255 \
+         without leading zeros, an IPv6 address, a host name or a network interface name"
     );
 }
 
@@ -140,7 +141,8 @@ fn addr_empty_item_is_an_error() {
     assert_eq!(
         addr_err("eth0,,eth1").to_string(),
         "FI_OFI_MRAIL_ADDR=\"eth0,,eth1\": item \"\" at byte 5: empty item; expected an \
-         FI_ADDR_STR address (<fmt>://...), an IP address, a host name or a network interface name"
+         FI_ADDR_STR address (<fmt>://...), an IPv4 address as four decimal octets 0-255 \
+         without leading zeros, an IPv6 address, a host name or a network interface name"
     );
     assert_eq!(addr_err("").position(), 0);
     assert_eq!(addr_err(",eth0").position(), 0);
@@ -190,11 +192,40 @@ fn addr_word_that_is_no_name_is_an_error() {
         addr_err("eth0,my nic").to_string(),
         "FI_OFI_MRAIL_ADDR=\"eth0,my nic\": item \"my nic\" at byte 5: \"my nic\" is neither an \
          IP address, a host name nor an interface name; expected an FI_ADDR_STR address \
-         (<fmt>://...), an IP address, a host name or a network interface name"
+         (<fmt>://...), an IPv4 address as four decimal octets 0-255 without leading zeros, an \
+         IPv6 address, a host name or a network interface name"
     );
     for bad in [" eth0", "eth0 ", "a/b", "-bad-.example.org-x", "ü"] {
         addr_err(bad);
     }
+}
+
+#[test]
+fn addr_word_that_reads_as_a_number_is_an_error() {
+    // C's resolver would read these as IPv4 addresses (0.0.0.16,
+    // 0.0.0.8, 127.0.0.1, 1.0.0.5) and fail only when the rail opens.
+    let e = addr_err("eth0,0x10");
+    assert_eq!((e.item(), e.position()), ("0x10", 5));
+    assert_eq!(
+        e.problem(),
+        Some(
+            "\"0x10\" reads as a number, not a name (a resolver would take it for an IPv4 \
+             address in inet_aton's hex, octal or short form)"
+        )
+    );
+    for bad in [
+        "010",
+        "0177.0.0.1",
+        "1.5",
+        "127.1",
+        "2130706433",
+        "-1",
+        "1e3",
+    ] {
+        assert_eq!(addr_err(bad).item(), bad);
+    }
+    let e = mrail(&[("FI_OFI_MRAIL_ADDR_STRC", "0x10")]).unwrap_err();
+    assert_eq!(e.var(), "FI_OFI_MRAIL_ADDR_STRC");
 }
 
 #[test]
