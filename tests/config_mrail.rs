@@ -1,6 +1,7 @@
 //! `MrailConfig`: defaults, `FI_OFI_MRAIL_ADDR` (and the deprecated
-//! `_STRC`), `FI_OFI_MRAIL_CONFIG`, and one test per class of malformed
-//! value showing its error message.
+//! `_STRC`), `FI_OFI_MRAIL_CONFIG`, one test per class of malformed value
+//! showing its error message, and discovery's errors about rails naming
+//! the variable the rails came from.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -8,6 +9,7 @@ use psmrail::config::{
     AddrStr, ConfigError, MaxSize, MrailConfig, MrailParam, RailAddr, RailPolicy, RailPolicyTable,
     Source,
 };
+use psmrail::fabric::{getinfo, EngineChoice, Hints, Provider};
 
 const NONE: &[(&str, &str)] = &[];
 
@@ -467,4 +469,41 @@ fn from_env_reads_the_process_environment_without_changing_it() {
         MrailConfig::from_vars(&psmrail::config::ProcessEnv)
     );
     assert_eq!(before, std::env::vars_os().collect::<Vec<_>>());
+}
+
+/// Discovery over the soft engine for the multi-rail provider, with `vars`.
+fn mrail_getinfo(vars: &[(&'static str, &'static str)]) -> psmrail::Result<()> {
+    let hints = Hints::new()
+        .engine(EngineChoice::Soft)
+        .provider(Provider::Mrail)
+        .vars(vars.to_vec());
+    getinfo(Some(&hints)).map(|_| ())
+}
+
+#[test]
+fn errors_about_the_deprecated_address_variable_name_it() {
+    let strc = "FI_OFI_MRAIL_ADDR_STRC";
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        // Parsing.
+        (&[(strc, "lo,,lo")], strc),
+        (&[(strc, "0x10")], strc),
+        // Resolving: an IPv6 rail, a name that resolves to nothing.
+        (&[(strc, "lo,fe80::1")], strc),
+        (&[(strc, "psmrailnope0")], strc),
+        // Counting rates against the rails.
+        (&[(strc, "lo,lo"), ("PSMRAIL_MRAIL_RATES", "1000")], strc),
+    ];
+    for (vars, named) in cases {
+        let e = mrail_getinfo(vars).expect_err(&format!("{vars:?}"));
+        let text = e.to_string();
+        assert!(text.contains(named), "{vars:?}: {text}");
+        assert!(
+            !text.replace(strc, "").contains("FI_OFI_MRAIL_ADDR"),
+            "{vars:?} names FI_OFI_MRAIL_ADDR: {text}"
+        );
+    }
+    // The same through the current variable names that one.
+    let e = mrail_getinfo(&[("FI_OFI_MRAIL_ADDR", "lo,fe80::1")]).unwrap_err();
+    assert!(e.to_string().contains("FI_OFI_MRAIL_ADDR item"), "{e}");
+    assert!(!e.to_string().contains(strc), "{e}");
 }

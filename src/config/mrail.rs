@@ -152,6 +152,25 @@ impl MrailConfig {
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
     }
+
+    /// The variable the rails came from, for messages about them:
+    /// `FI_OFI_MRAIL_ADDR_STRC` when they were read from the deprecated
+    /// variable, else `FI_OFI_MRAIL_ADDR` (also for rails set in code,
+    /// which stand in for it).
+    ///
+    /// ```
+    /// use psmrail::config::MrailConfig;
+    ///
+    /// let cfg = MrailConfig::from_vars(&[("FI_OFI_MRAIL_ADDR_STRC", "eth0")]).unwrap();
+    /// assert_eq!(cfg.addr_var(), "FI_OFI_MRAIL_ADDR_STRC");
+    /// assert_eq!(MrailConfig::default().addr_var(), "FI_OFI_MRAIL_ADDR");
+    /// ```
+    pub fn addr_var(&self) -> &'static str {
+        match self.rails_source {
+            Source::Env(var) => var,
+            _ => ADDR_VAR,
+        }
+    }
 }
 
 impl fmt::Display for MrailConfig {
