@@ -507,3 +507,26 @@ fn errors_about_the_deprecated_address_variable_name_it() {
     assert!(e.to_string().contains("FI_OFI_MRAIL_ADDR item"), "{e}");
     assert!(!e.to_string().contains(strc), "{e}");
 }
+
+#[test]
+fn rail_rates_set_in_code_are_checked_at_discovery() {
+    for bad in [0, psmrail::config::MAX_RAIL_RATE + 1, u64::MAX] {
+        let cfg = MrailConfig::builder()
+            .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap())
+            .rail_rates([1000, bad])
+            .build();
+        let hints = Hints::new()
+            .engine(EngineChoice::Soft)
+            .provider(Provider::Mrail)
+            .mrail_config(cfg);
+        let e = getinfo(Some(&hints)).unwrap_err();
+        assert_eq!(e.kind(), psmrail::ErrorKind::Inval, "{e}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "ofi_mrail: PSMRAIL_MRAIL_RATES (set in code) includes {bad} Mbit/s; expected \
+                 rates from 1 to 10000000 Mbit/s"
+            )
+        );
+    }
+}

@@ -99,7 +99,7 @@ pub use env::{FnVars, ProcessEnv, VarSource};
 pub use error::ConfigError;
 pub use mrail::{
     MrailConfig, MrailConfigBuilder, MrailParam, ADDR_STRC_VAR, ADDR_VAR, CONFIG_VAR,
-    RATES_VAR as MRAIL_RATES_VAR,
+    MAX_RAIL_RATE, RATES_VAR as MRAIL_RATES_VAR,
 };
 pub use psm::{
     PsmConfig, PsmConfigBuilder, PsmParam, DEFAULT_DELAY, DEFAULT_PROG_INTERVAL,

@@ -211,6 +211,20 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
         }
     };
     if let Some(rates) = config.rail_rates() {
+        if let Some(bad) = rates
+            .iter()
+            .find(|&&r| r == 0 || r > crate::config::MAX_RAIL_RATE)
+        {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "ofi_mrail: {} (set in code) includes {bad} Mbit/s; expected rates from 1 \
+                     to {} Mbit/s",
+                    crate::config::MRAIL_RATES_VAR,
+                    crate::config::MAX_RAIL_RATE
+                ),
+            ));
+        }
         if rates.len() != n {
             return Err(Error::new(
                 ErrorKind::Inval,
