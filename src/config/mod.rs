@@ -95,6 +95,7 @@ mod warning;
 
 pub use affinity::{AffinityItem, AffinitySpec, MAX_CORE_ID, MIN_CORE_ID};
 pub use boolean::parse_bool;
+pub(crate) use env::read_var;
 pub use env::{FnVars, ProcessEnv, VarSource};
 pub use error::ConfigError;
 pub use mrail::{

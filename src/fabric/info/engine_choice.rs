@@ -29,10 +29,9 @@ pub(crate) enum ChoiceSource {
 /// # Errors
 /// `Inval` naming the variable for any other value (including non-UTF-8).
 pub(crate) fn choice_from_vars<V: VarSource + ?Sized>(vars: &V) -> Result<Option<EngineChoice>> {
-    let Some(raw) = vars.var_os(ENGINE_VAR) else {
+    let Some(text) = crate::config::read_var(vars, ENGINE_VAR)? else {
         return Ok(None);
     };
-    let text = raw.to_string_lossy();
     text.parse::<EngineChoice>().map(Some).map_err(|_| {
         ConfigError::new(
             ENGINE_VAR,
@@ -150,6 +149,20 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Inval);
             assert!(e.to_string().contains("PSMRAIL_ENGINE="), "{e}");
         }
+        use std::os::unix::ffi::OsStringExt;
+        let raw = [(
+            ENGINE_VAR,
+            std::ffi::OsString::from_vec(b"soft\xff".to_vec()),
+        )];
+        let e = choice_from_vars(&raw).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval);
+        assert!(
+            e.to_string().contains(
+                "PSMRAIL_ENGINE=\"soft\u{fffd}\": item \"\u{fffd}\" at byte 4: \
+                 the value is not valid UTF-8"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
