@@ -89,7 +89,9 @@ mod psm;
 mod rail_addr;
 mod rail_policy;
 pub mod rail_resolve;
+pub(crate) mod secret;
 mod source;
+pub(crate) mod text;
 mod uuid;
 mod warning;
 
