@@ -66,6 +66,14 @@
 //!   `fi_sockaddr_ib`).
 //! * **Lists** are split on `,` without trimming; an empty value or an empty
 //!   item (`a,,b`, a trailing comma) is an error.
+//! * **Text** (a label or a path: `PSMRAIL_WATCH_HOST`,
+//!   `PSMRAIL_JOB_SECRET_FILE`): not empty, not blank, no whitespace at
+//!   either end, no control characters, and within the setting's length.
+//! * **Rail addresses**: an IPv4 address is a dotted quad of decimal octets;
+//!   a word that reads as a number (`0x10`, `010`, `127.1`, `1.5`) is
+//!   neither an address nor a name ([`RailAddr`]).
+//! * **Secrets** (`PSMRAIL_JOB_SECRET`, or a private file named by
+//!   `PSMRAIL_JOB_SECRET_FILE`) are never shown in an error.
 //! * The environment is only read, never written.
 //!
 //! # Where psmrail differs from C on purpose
