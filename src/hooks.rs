@@ -5,9 +5,19 @@
 //! application never needs it.
 
 /// The configuration parsers (`FI_PSM_PROG_AFFINITY`,
-/// `FI_OFI_MRAIL_CONFIG`): run them on arbitrary input.
+/// `FI_OFI_MRAIL_CONFIG`): run them on arbitrary input; the check of
+/// `PSMRAIL_WATCH_HOST`, which only the process environment gives a
+/// domain.
 pub mod config {
     pub use crate::config::fuzzing::*;
+
+    /// The check of `PSMRAIL_WATCH_HOST` (the peer watch's host label),
+    /// on any variables: the label, `None` when unset.
+    pub fn watch_host(
+        vars: &dyn crate::config::VarSource,
+    ) -> Result<Option<String>, crate::config::ConfigError> {
+        crate::proto::peer_watch::identity::host_label(vars)
+    }
 }
 
 /// The soft engine's frame decoder and handshake.

@@ -1,6 +1,7 @@
 //! `MrailConfig`: defaults, `FI_OFI_MRAIL_ADDR` (and the deprecated
-//! `_STRC`), `FI_OFI_MRAIL_CONFIG`, and one test per class of malformed
-//! value showing its error message.
+//! `_STRC`), `FI_OFI_MRAIL_CONFIG`, one test per class of malformed value
+//! showing its error message, and discovery's errors about rails naming
+//! the variable the rails came from.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -8,6 +9,7 @@ use psmrail::config::{
     AddrStr, ConfigError, MaxSize, MrailConfig, MrailParam, RailAddr, RailPolicy, RailPolicyTable,
     Source,
 };
+use psmrail::fabric::{getinfo, EngineChoice, Hints, Provider};
 
 const NONE: &[(&str, &str)] = &[];
 
@@ -131,7 +133,8 @@ fn strc_errors_name_strc() {
     assert_eq!(
         e.to_string(),
         "FI_OFI_MRAIL_ADDR_STRC=\"eth0,\": item \"\" at byte 5: empty item; expected an \
-         FI_ADDR_STR address (<fmt>://...), an IP address, a host name or a network interface name"
+         FI_ADDR_STR address (<fmt>://...), an IPv4 address as four decimal octets 0-255 \
+         without leading zeros, an IPv6 address, a host name or a network interface name"
     );
 }
 
@@ -140,7 +143,8 @@ fn addr_empty_item_is_an_error() {
     assert_eq!(
         addr_err("eth0,,eth1").to_string(),
         "FI_OFI_MRAIL_ADDR=\"eth0,,eth1\": item \"\" at byte 5: empty item; expected an \
-         FI_ADDR_STR address (<fmt>://...), an IP address, a host name or a network interface name"
+         FI_ADDR_STR address (<fmt>://...), an IPv4 address as four decimal octets 0-255 \
+         without leading zeros, an IPv6 address, a host name or a network interface name"
     );
     assert_eq!(addr_err("").position(), 0);
     assert_eq!(addr_err(",eth0").position(), 0);
@@ -190,11 +194,40 @@ fn addr_word_that_is_no_name_is_an_error() {
         addr_err("eth0,my nic").to_string(),
         "FI_OFI_MRAIL_ADDR=\"eth0,my nic\": item \"my nic\" at byte 5: \"my nic\" is neither an \
          IP address, a host name nor an interface name; expected an FI_ADDR_STR address \
-         (<fmt>://...), an IP address, a host name or a network interface name"
+         (<fmt>://...), an IPv4 address as four decimal octets 0-255 without leading zeros, an \
+         IPv6 address, a host name or a network interface name"
     );
     for bad in [" eth0", "eth0 ", "a/b", "-bad-.example.org-x", "ü"] {
         addr_err(bad);
     }
+}
+
+#[test]
+fn addr_word_that_reads_as_a_number_is_an_error() {
+    // C's resolver would read these as IPv4 addresses (0.0.0.16,
+    // 0.0.0.8, 127.0.0.1, 1.0.0.5) and fail only when the rail opens.
+    let e = addr_err("eth0,0x10");
+    assert_eq!((e.item(), e.position()), ("0x10", 5));
+    assert_eq!(
+        e.problem(),
+        Some(
+            "\"0x10\" reads as a number, not a name (a resolver would take it for an IPv4 \
+             address in inet_aton's hex, octal or short form)"
+        )
+    );
+    for bad in [
+        "010",
+        "0177.0.0.1",
+        "1.5",
+        "127.1",
+        "2130706433",
+        "-1",
+        "1e3",
+    ] {
+        assert_eq!(addr_err(bad).item(), bad);
+    }
+    let e = mrail(&[("FI_OFI_MRAIL_ADDR_STRC", "0x10")]).unwrap_err();
+    assert_eq!(e.var(), "FI_OFI_MRAIL_ADDR_STRC");
 }
 
 #[test]
@@ -436,4 +469,64 @@ fn from_env_reads_the_process_environment_without_changing_it() {
         MrailConfig::from_vars(&psmrail::config::ProcessEnv)
     );
     assert_eq!(before, std::env::vars_os().collect::<Vec<_>>());
+}
+
+/// Discovery over the soft engine for the multi-rail provider, with `vars`.
+fn mrail_getinfo(vars: &[(&'static str, &'static str)]) -> psmrail::Result<()> {
+    let hints = Hints::new()
+        .engine(EngineChoice::Soft)
+        .provider(Provider::Mrail)
+        .vars(vars.to_vec());
+    getinfo(Some(&hints)).map(|_| ())
+}
+
+#[test]
+fn errors_about_the_deprecated_address_variable_name_it() {
+    let strc = "FI_OFI_MRAIL_ADDR_STRC";
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        // Parsing.
+        (&[(strc, "lo,,lo")], strc),
+        (&[(strc, "0x10")], strc),
+        // Resolving: an IPv6 rail, a name that resolves to nothing.
+        (&[(strc, "lo,fe80::1")], strc),
+        (&[(strc, "psmrailnope0")], strc),
+        // Counting rates against the rails.
+        (&[(strc, "lo,lo"), ("PSMRAIL_MRAIL_RATES", "1000")], strc),
+    ];
+    for (vars, named) in cases {
+        let e = mrail_getinfo(vars).expect_err(&format!("{vars:?}"));
+        let text = e.to_string();
+        assert!(text.contains(named), "{vars:?}: {text}");
+        assert!(
+            !text.replace(strc, "").contains("FI_OFI_MRAIL_ADDR"),
+            "{vars:?} names FI_OFI_MRAIL_ADDR: {text}"
+        );
+    }
+    // The same through the current variable names that one.
+    let e = mrail_getinfo(&[("FI_OFI_MRAIL_ADDR", "lo,fe80::1")]).unwrap_err();
+    assert!(e.to_string().contains("FI_OFI_MRAIL_ADDR item"), "{e}");
+    assert!(!e.to_string().contains(strc), "{e}");
+}
+
+#[test]
+fn rail_rates_set_in_code_are_checked_at_discovery() {
+    for bad in [0, psmrail::config::MAX_RAIL_RATE + 1, u64::MAX] {
+        let cfg = MrailConfig::builder()
+            .rails(RailAddr::parse_list("127.0.0.1,127.0.0.1").unwrap())
+            .rail_rates([1000, bad])
+            .build();
+        let hints = Hints::new()
+            .engine(EngineChoice::Soft)
+            .provider(Provider::Mrail)
+            .mrail_config(cfg);
+        let e = getinfo(Some(&hints)).unwrap_err();
+        assert_eq!(e.kind(), psmrail::ErrorKind::Inval, "{e}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "ofi_mrail: PSMRAIL_MRAIL_RATES (set in code) includes {bad} Mbit/s; expected \
+                 rates from 1 to 10000000 Mbit/s"
+            )
+        );
+    }
 }

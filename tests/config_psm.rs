@@ -344,8 +344,8 @@ fn prog_interval_above_a_second_is_an_error() {
     assert_eq!(
         e.to_string(),
         "FI_PSM_PROG_INTERVAL=\"1000001\": item \"1000001\" at byte 0: 1000001 us is more than \
-         the maximum, 1000000 us (1s); expected a decimal number of microseconds, at most \
-         1000000 (negative: the default, 1 with an affinity, else 1000)"
+         the maximum, 1000000 us (1s); expected a non-negative decimal number of \
+         microseconds, at most 1000000 (unset: 1 with an affinity, else 1000)"
     );
     let e = err(&[("FI_PSM_PROG_INTERVAL", "9223372036854775807")]);
     assert_eq!(e.var(), "FI_PSM_PROG_INTERVAL");
@@ -454,17 +454,18 @@ fn prog_interval_default_depends_on_the_affinity() {
 }
 
 #[test]
-fn negative_prog_interval_means_the_default() {
-    for v in ["-1", "-1000", "-9223372036854775808"] {
-        let cfg = psm(&[("FI_PSM_PROG_INTERVAL", v)]).unwrap();
-        assert_eq!(cfg.prog_interval_setting(), None, "{v}");
-        assert_eq!(cfg.prog_interval(), Duration::from_micros(1000));
-        assert_eq!(
-            cfg.source(PsmParam::ProgInterval),
-            Source::Env("FI_PSM_PROG_INTERVAL")
-        );
-        let pinned = psm(&[("FI_PSM_PROG_INTERVAL", v), ("FI_PSM_PROG_AFFINITY", "3")]).unwrap();
-        assert_eq!(pinned.prog_interval(), Duration::from_micros(1));
+fn negative_prog_interval_is_refused_not_read_as_the_default() {
+    let e = err(&[("FI_PSM_PROG_INTERVAL", "-1")]);
+    assert_eq!(
+        e.to_string(),
+        "FI_PSM_PROG_INTERVAL=\"-1\": item \"-1\" at byte 0: \"-1\" is negative; leave \
+         FI_PSM_PROG_INTERVAL unset for the default interval; expected a non-negative decimal \
+         number of microseconds, at most 1000000 (unset: 1 with an affinity, else 1000)"
+    );
+    for v in ["-1000", "-9223372036854775808"] {
+        let e = err(&[("FI_PSM_PROG_INTERVAL", v), ("FI_PSM_PROG_AFFINITY", "3")]);
+        assert_eq!((e.var(), e.item()), ("FI_PSM_PROG_INTERVAL", v));
+        assert!(e.problem().unwrap().contains("is negative"), "{e}");
     }
 }
 
@@ -482,7 +483,7 @@ fn prog_interval_rejects_junk_and_overflow() {
     assert_eq!(
         e.to_string(),
         "FI_PSM_PROG_INTERVAL=\"1ms\": item \"1ms\" at byte 0: \"1ms\" is not a decimal integer; \
-         expected a decimal number of microseconds, at most 1000000 (negative: the default, 1 \
+         expected a non-negative decimal number of microseconds, at most 1000000 (unset: 1 \
          with an affinity, else 1000)"
     );
     let e = err(&[("FI_PSM_PROG_INTERVAL", "-99999999999999999999")]);
@@ -490,8 +491,10 @@ fn prog_interval_rejects_junk_and_overflow() {
         e.problem(),
         Some("\"-99999999999999999999\" overflows a 64-bit integer")
     );
-    let e = err(&[("FI_PSM_PROG_INTERVAL", "9223372036854775808")]);
+    let e = err(&[("FI_PSM_PROG_INTERVAL", "18446744073709551616")]);
     assert!(e.to_string().contains("overflows"), "{e}");
+    let e = err(&[("FI_PSM_PROG_INTERVAL", "18446744073709551615")]);
+    assert!(e.to_string().contains("more than the maximum"), "{e}");
     assert!(psm(&[("FI_PSM_PROG_INTERVAL", "-0")]).is_err());
 }
 
@@ -546,12 +549,7 @@ fn affinity_without_progress_thread_warns() {
 
 #[test]
 fn summary_shows_every_value_and_its_source() {
-    let cfg = psm(&[
-        ("PMIX_RANK", "0"),
-        ("FI_PSM_PROG_AFFINITY", "0:1,-1"),
-        ("FI_PSM_PROG_INTERVAL", "-1"),
-    ])
-    .unwrap();
+    let cfg = psm(&[("PMIX_RANK", "0"), ("FI_PSM_PROG_AFFINITY", "0:1,-1")]).unwrap();
     let text = cfg.to_string();
     assert!(text.starts_with("psm configuration:\n"), "{text}");
     for p in PsmParam::ALL {
@@ -579,7 +577,7 @@ fn summary_shows_every_value_and_its_source() {
     );
     assert_eq!(
         line("FI_PSM_PROG_INTERVAL"),
-        "FI_PSM_PROG_INTERVAL 1 us (affinity set) [env FI_PSM_PROG_INTERVAL, negative: default rule]"
+        "FI_PSM_PROG_INTERVAL 1 us (affinity set) [default]"
     );
     assert_eq!(line("FI_PSM_DELAY"), "FI_PSM_DELAY 1 s [default]");
 }

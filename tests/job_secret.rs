@@ -2,7 +2,9 @@
 //! authenticates every soft-engine handshake both ways: endpoints sharing
 //! it connect; an endpoint without it, or with another one, is refused on
 //! either side of the connection; a raw client that knows the job UUID
-//! but not the secret gets a challenge and never a HelloAck.
+//! but not the secret gets a challenge and never a HelloAck. The secret
+//! comes from the variable or from a private file `PSMRAIL_JOB_SECRET_FILE`
+//! names, and one that is malformed or too short is refused unseen.
 
 mod support;
 use support::soft_raw;
@@ -182,4 +184,84 @@ fn the_secret_comes_from_the_environment_and_bad_values_are_named() {
     assert!(e.to_string().contains("PSMRAIL_JOB_SECRET"), "{e}");
     // Not printed.
     assert!(!format!("{:?}", info.soft_config()).contains("whole job"));
+}
+
+/// A file in the temporary directory with `contents` and `mode`, removed
+/// when dropped.
+struct SecretFile(std::path::PathBuf);
+
+impl SecretFile {
+    fn new(name: &str, contents: &[u8], mode: u32) -> SecretFile {
+        use std::os::unix::fs::PermissionsExt;
+        let path =
+            std::env::temp_dir().join(format!("psmrail-job-secret-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        SecretFile(path)
+    }
+
+    fn path(&self) -> String {
+        self.0.to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn the_secret_can_come_from_a_private_file() {
+    let read = |vars: Vec<(&'static str, String)>| {
+        let hints = Hints::new().engine(EngineChoice::Soft).vars(vars);
+        getinfo(Some(&hints)).map(|mut i| i.remove(0).soft_config().job_secret.clone())
+    };
+    let file = SecretFile::new("ok", b"a secret of the whole job\n", 0o600);
+    assert_eq!(
+        read(vec![("PSMRAIL_JOB_SECRET_FILE", file.path())]).unwrap(),
+        secret("a secret of the whole job")
+    );
+    // Both ways at once, a file others may read, a file too short: refused,
+    // naming the file's variable and never showing the secret.
+    let open = SecretFile::new("open", b"a secret of the whole job", 0o644);
+    let short = SecretFile::new("short", b"whole job\n", 0o600);
+    for vars in [
+        vec![
+            ("PSMRAIL_JOB_SECRET", "a secret of the whole job".to_owned()),
+            ("PSMRAIL_JOB_SECRET_FILE", file.path()),
+        ],
+        vec![("PSMRAIL_JOB_SECRET_FILE", open.path())],
+        vec![("PSMRAIL_JOB_SECRET_FILE", short.path())],
+        vec![("PSMRAIL_JOB_SECRET_FILE", "/nonexistent/secret".to_owned())],
+        vec![("PSMRAIL_JOB_SECRET_FILE", String::new())],
+    ] {
+        let e = read(vars.clone()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval, "{vars:?}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("PSMRAIL_JOB_SECRET_FILE="),
+            "{vars:?}: {text}"
+        );
+        assert!(!text.contains("whole job"), "{vars:?}: {text}");
+    }
+}
+
+#[test]
+fn a_secret_shorter_than_sixteen_bytes_is_refused_without_being_shown() {
+    let vars = |v: &'static str| vec![("PSMRAIL_JOB_SECRET", v)];
+    assert!(JobSecret::from_vars(&vars("sixteen bytes!!!"))
+        .unwrap()
+        .is_some());
+    for short in ["", "x", "fifteen bytes!!"] {
+        let e = JobSecret::from_vars(&vars(short)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval);
+        assert!(
+            e.to_string()
+                .contains("PSMRAIL_JOB_SECRET (value withheld)"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("at least 16 bytes"), "{e}");
+        assert!(short.len() < 4 || !e.to_string().contains(short), "{e}");
+    }
 }

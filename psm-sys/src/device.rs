@@ -17,14 +17,15 @@
 //! (`self`, `shm`/`shmem`/`amsh` only), or when a hardware device node exists
 //! (`/dev/hfi1_N` for the compat build, `/dev/ipath` or `/dev/ipathN` for
 //! TrueScale, as the C provider checked). On TrueScale the `shm` device is
-//! refused unless `PSMRAIL_TRUESCALE_SHM=1`.
+//! refused unless `PSMRAIL_TRUESCALE_SHM=1` (the variable takes `1` or `0`;
+//! anything else is an error, see [`crate::env::truescale_shm`]).
 //!
 //! Device names are parsed as PSM parses them: runs of ASCII letters,
 //! case-insensitive, anything else separates, at most the first three count.
 
 use std::path::PathBuf;
 
-use crate::error::NoDeviceError;
+use crate::error::{Error, NoDeviceError};
 use crate::library::PsmBuild;
 
 /// Device list variable read by the compat build (libpsm2).
@@ -134,12 +135,21 @@ pub struct DeviceConfig {
 
 impl DeviceConfig {
     /// Reads the environment and `/dev` for `build` and applies the rules.
-    pub fn from_env(build: PsmBuild) -> Result<DeviceConfig, NoDeviceError> {
+    ///
+    /// # Errors
+    /// [`Error::Env`] when `PSMRAIL_TRUESCALE_SHM` is neither `1` nor `0`;
+    /// [`Error::NoDevice`] when no device is usable.
+    pub fn from_env(build: PsmBuild) -> Result<DeviceConfig, Error> {
         let variable = device_variable(build);
         let value = std::env::var(variable).ok();
         let allow_truescale_shm =
-            std::env::var(PSMRAIL_TRUESCALE_SHM).is_ok_and(|v| v.trim() == "1");
-        Self::evaluate(build, value, hardware_nodes(build), allow_truescale_shm)
+            crate::env::truescale_shm(std::env::var_os(PSMRAIL_TRUESCALE_SHM).as_deref())?;
+        Ok(Self::evaluate(
+            build,
+            value,
+            hardware_nodes(build),
+            allow_truescale_shm,
+        )?)
     }
 
     /// Applies the rules to explicit inputs (pure; used by the unit tests).

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::env::EnvError;
 use crate::ffi;
 use crate::library::PsmBuild;
 
@@ -109,6 +110,9 @@ pub struct LoadError {
     pub attempts: Vec<LoadAttempt>,
     /// Whether the candidates came from `PSMRAIL_PSM_LIB`.
     pub from_env: bool,
+    /// `PSMRAIL_PSM_LIB` holds a value it does not take, so nothing was
+    /// tried.
+    pub env: Option<EnvError>,
 }
 
 /// The Debian packages that provide `libpsm_infinipath.so.1`.
@@ -118,6 +122,9 @@ pub const PACKAGE_HINT: &str = "install libpsm2-2-compat (PSM 1.x API over libps
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(env) = &self.env {
+            return write!(f, "could not load the PSM 1.x library: {env}");
+        }
         write!(
             f,
             "could not load the PSM 1.x library (libpsm_infinipath.so.1)"
@@ -133,7 +140,11 @@ impl fmt::Display for LoadError {
     }
 }
 
-impl std::error::Error for LoadError {}
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.env.as_ref().map(|e| e as _)
+    }
+}
 
 /// Why no endpoint may be opened: the device preflight found no usable
 /// device, so calling `psm_ep_open` would crash or stall.
@@ -171,6 +182,9 @@ pub enum Error {
     Psm(PsmError),
     /// The device preflight refused to open an endpoint.
     NoDevice(NoDeviceError),
+    /// A variable psm-sys reads (`PSMRAIL_PSM_LIB`,
+    /// `PSMRAIL_TRUESCALE_SHM`) holds a value it does not take.
+    Env(EnvError),
     /// The loaded build cannot do this without crashing (for example an AM
     /// request to the own endpoint over the TrueScale `self` device).
     Unsupported(String),
@@ -186,6 +200,7 @@ impl fmt::Display for Error {
             Error::Load(e) => e.fmt(f),
             Error::Psm(e) => e.fmt(f),
             Error::NoDevice(e) => e.fmt(f),
+            Error::Env(e) => e.fmt(f),
             Error::Unsupported(what) => write!(f, "not supported by the loaded PSM build: {what}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Finalized => write!(
@@ -202,6 +217,7 @@ impl std::error::Error for Error {
             Error::Load(e) => Some(e),
             Error::Psm(e) => Some(e),
             Error::NoDevice(e) => Some(e),
+            Error::Env(e) => Some(e),
             _ => None,
         }
     }
@@ -216,6 +232,12 @@ impl From<LoadError> for Error {
 impl From<PsmError> for Error {
     fn from(e: PsmError) -> Self {
         Error::Psm(e)
+    }
+}
+
+impl From<EnvError> for Error {
+    fn from(e: EnvError) -> Self {
+        Error::Env(e)
     }
 }
 
@@ -277,6 +299,7 @@ mod tests {
                 error: "nope".into(),
             }],
             from_env: true,
+            env: None,
         };
         let s = e.to_string();
         assert!(s.contains("/x/libpsm.so: nope"));

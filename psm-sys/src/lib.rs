@@ -51,6 +51,7 @@
 pub mod am;
 pub mod device;
 pub mod endpoint;
+pub mod env;
 pub mod error;
 pub mod ffi;
 pub mod library;
@@ -59,6 +60,7 @@ pub mod mq;
 pub use am::{AmArg, AmFlags, AmHandler, AmToken, HandlerIndex};
 pub use device::{Device, DeviceConfig};
 pub use endpoint::{Affinity, AmParameters, Endpoint, EpAddr, Epid, OpenOptions, DEFAULT_UUID};
+pub use env::EnvError;
 pub use error::{Error, ErrorCode, LoadError, NoDeviceError, PsmError, Result};
 pub use library::{Detection, FinalizeOutcome, InitStatus, PsmApi, PsmBuild, PsmLibrary};
 pub use mq::{Mq, MqRequest, MqStatus};

@@ -3,7 +3,8 @@
 //!
 //! # Which library
 //! [`PsmLibrary::load`] tries, in order: the path in `PSMRAIL_PSM_LIB` (and
-//! nothing else, if that variable is set), then the soname
+//! nothing else, if that variable is set; a malformed value, such as an
+//! empty one, is an error, see [`crate::env::psm_lib`]), then the soname
 //! `libpsm_infinipath.so.1` (Debian alternatives choose between the builds;
 //! with both installed the compat build wins), then the two Debian locations
 //! directly. The library is never unloaded: PSM registers `atexit` handlers
@@ -52,6 +53,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
+use crate::env::EnvError;
 use crate::error::{Error, ErrorCode, LoadAttempt, LoadError, PsmError, Result};
 use crate::ffi;
 
@@ -307,17 +309,28 @@ static GLOBAL: OnceLock<std::result::Result<&'static PsmLibrary, LoadError>> = O
 
 impl PsmLibrary {
     /// The process-wide library, loaded on first use with [`PsmLibrary::load`]
-    /// (the outcome, success or failure, is cached).
+    /// (the outcome, success or failure, is cached). A malformed
+    /// `PSMRAIL_PSM_LIB` is [`Error::Env`].
     pub fn get() -> Result<&'static PsmLibrary> {
-        GLOBAL.get_or_init(Self::load).clone().map_err(Error::Load)
+        GLOBAL
+            .get_or_init(Self::load)
+            .clone()
+            .map_err(|e| match e.env {
+                Some(env) => Error::Env(env),
+                None => Error::Load(e),
+            })
     }
 
     /// The candidates [`PsmLibrary::load`] tries, and whether they come from
     /// `PSMRAIL_PSM_LIB`.
-    pub fn candidates() -> (Vec<String>, bool) {
-        match std::env::var_os(ENV_PSM_LIB) {
-            Some(v) if !v.is_empty() => (vec![v.to_string_lossy().into_owned()], true),
-            _ => {
+    ///
+    /// # Errors
+    /// `PSMRAIL_PSM_LIB` is set to a value it does not take
+    /// ([`crate::env::psm_lib`]).
+    pub fn candidates() -> std::result::Result<(Vec<String>, bool), EnvError> {
+        match crate::env::psm_lib(std::env::var_os(ENV_PSM_LIB).as_deref())? {
+            Some(path) => Ok((vec![path], true)),
+            None => {
                 let mut list = vec![PSM_SONAME.to_string(), COMPAT_LIBRARY_PATH.to_string()];
                 let mut truescale: Vec<String> = std::fs::read_dir("/usr/lib/libpsm1")
                     .map(|dir| {
@@ -337,7 +350,7 @@ impl PsmLibrary {
                     truescale.push(TRUESCALE_LIBRARY_PATH.to_string());
                 }
                 list.extend(truescale);
-                (list, false)
+                Ok((list, false))
             }
         }
     }
@@ -345,7 +358,11 @@ impl PsmLibrary {
     /// Loads a new (uncached) instance from the first loadable candidate.
     /// Prefer [`PsmLibrary::get`]: PSM is process-global.
     pub fn load() -> std::result::Result<&'static PsmLibrary, LoadError> {
-        let (candidates, from_env) = Self::candidates();
+        let (candidates, from_env) = Self::candidates().map_err(|env| LoadError {
+            attempts: Vec::new(),
+            from_env: true,
+            env: Some(env),
+        })?;
         let mut attempts = Vec::new();
         for path in candidates {
             match Self::open(&path) {
@@ -353,7 +370,11 @@ impl PsmLibrary {
                 Err(attempt) => attempts.push(attempt),
             }
         }
-        Err(LoadError { attempts, from_env })
+        Err(LoadError {
+            attempts,
+            from_env,
+            env: None,
+        })
     }
 
     /// Loads the library at `path` (or a soname searched by the dynamic loader).
@@ -364,6 +385,7 @@ impl PsmLibrary {
         Self::open(&path).map_err(|attempt| LoadError {
             attempts: vec![attempt],
             from_env: false,
+            env: None,
         })
     }
 

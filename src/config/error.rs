@@ -28,16 +28,15 @@ use std::ops::Range;
 ///
 /// The value and the item are shown with Rust string escaping, so control
 /// characters and quotes in a hostile environment cannot forge the message.
+/// The value of a secret (`PSMRAIL_JOB_SECRET`) is never kept or shown:
+/// such an error reads `PSMRAIL_JOB_SECRET (value withheld): <problem>;
+/// expected ...`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(Box<Details>);
 
 /// The fields of a [`ConfigError`], boxed to keep `Result`s small.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{var}={value:?}: item {item:?} at byte {position}: {}expected {expected}",
-    ProblemPrefix(.problem.as_deref())
-)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Details {
     var: Cow<'static, str>,
     value: String,
@@ -45,6 +44,24 @@ struct Details {
     position: usize,
     problem: Option<String>,
     expected: Cow<'static, str>,
+    /// The value is a secret: it is not kept, and `Display` says so.
+    withheld: bool,
+}
+
+impl fmt::Display for Details {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let problem = ProblemPrefix(self.problem.as_deref());
+        if self.withheld {
+            write!(f, "{} (value withheld): {problem}", self.var)?;
+        } else {
+            write!(
+                f,
+                "{}={:?}: item {:?} at byte {}: {problem}",
+                self.var, self.value, self.item, self.position
+            )?;
+        }
+        write!(f, "expected {}", self.expected)
+    }
 }
 
 impl ConfigError {
@@ -66,6 +83,26 @@ impl ConfigError {
             position: start,
             problem: None,
             expected: expected.into(),
+            withheld: false,
+        }))
+    }
+
+    /// An error about a secret value of `var`: neither the value nor any
+    /// part of it is kept or shown, so `problem` must not quote it either.
+    /// [`value`](Self::value) and [`item`](Self::item) are empty.
+    pub(crate) fn withheld(
+        var: impl Into<Cow<'static, str>>,
+        problem: impl Into<String>,
+        expected: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        ConfigError(Box::new(Details {
+            var: var.into(),
+            value: String::new(),
+            item: String::new(),
+            position: 0,
+            problem: Some(problem.into()),
+            expected: expected.into(),
+            withheld: true,
         }))
     }
 
@@ -88,7 +125,8 @@ impl ConfigError {
         &self.0.var
     }
 
-    /// The whole value, as given (lossily decoded if it was not UTF-8).
+    /// The whole value, as given (lossily decoded if it was not UTF-8);
+    /// empty for a secret, which is never kept.
     pub fn value(&self) -> &str {
         &self.0.value
     }
@@ -173,6 +211,16 @@ mod tests {
         assert_eq!((e.position(), e.item()), (0, "é"));
         let e = ConfigError::new("V", "ab", 5..1, "x");
         assert_eq!((e.position(), e.item()), (2, ""));
+    }
+
+    #[test]
+    fn a_withheld_value_is_not_shown() {
+        let e = ConfigError::withheld("S", "5 bytes is too short", "at least 16 bytes");
+        assert_eq!(
+            e.to_string(),
+            "S (value withheld): 5 bytes is too short; expected at least 16 bytes"
+        );
+        assert_eq!((e.value(), e.item(), e.position()), ("", "", 0));
     }
 
     #[test]

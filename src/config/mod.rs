@@ -56,8 +56,8 @@
 //! * **Booleans**: `1`/`0`, `yes`/`no`, `true`/`false`, `on`/`off`,
 //!   case-insensitive ([`parse_bool`]).
 //! * **Numbers**: decimal ASCII digits; a leading `-` only where negative
-//!   values mean something (`FI_PSM_PROG_INTERVAL`, affinity core ids, the
-//!   `-1` size of `FI_OFI_MRAIL_CONFIG`). No `+`, no `0x`, no leading zeros
+//!   values mean something (affinity core ids, the `-1` size of
+//!   `FI_OFI_MRAIL_CONFIG`). No `+`, no `0x`, no leading zeros
 //!   (C's `strtol(.., 0)` read `010` as octal 8, so it is refused rather than
 //!   silently read as 10), no whitespace, no trailing junk (C read `"2c"` as
 //!   2); a value that does not fit is an overflow error, never a wrap.
@@ -66,6 +66,14 @@
 //!   `fi_sockaddr_ib`).
 //! * **Lists** are split on `,` without trimming; an empty value or an empty
 //!   item (`a,,b`, a trailing comma) is an error.
+//! * **Text** (a label or a path: `PSMRAIL_WATCH_HOST`,
+//!   `PSMRAIL_JOB_SECRET_FILE`): not empty, not blank, no whitespace at
+//!   either end, no control characters, and within the setting's length.
+//! * **Rail addresses**: an IPv4 address is a dotted quad of decimal octets;
+//!   a word that reads as a number (`0x10`, `010`, `127.1`, `1.5`) is
+//!   neither an address nor a name ([`RailAddr`]).
+//! * **Secrets** (`PSMRAIL_JOB_SECRET`, or a private file named by
+//!   `PSMRAIL_JOB_SECRET_FILE`) are never shown in an error.
 //! * The environment is only read, never written.
 //!
 //! # Where psmrail differs from C on purpose
@@ -89,17 +97,20 @@ mod psm;
 mod rail_addr;
 mod rail_policy;
 pub mod rail_resolve;
+pub(crate) mod secret;
 mod source;
+pub(crate) mod text;
 mod uuid;
 mod warning;
 
 pub use affinity::{AffinityItem, AffinitySpec, MAX_CORE_ID, MIN_CORE_ID};
 pub use boolean::parse_bool;
+pub(crate) use env::read_var;
 pub use env::{FnVars, ProcessEnv, VarSource};
 pub use error::ConfigError;
 pub use mrail::{
     MrailConfig, MrailConfigBuilder, MrailParam, ADDR_STRC_VAR, ADDR_VAR, CONFIG_VAR,
-    RATES_VAR as MRAIL_RATES_VAR,
+    MAX_RAIL_RATE, RATES_VAR as MRAIL_RATES_VAR,
 };
 pub use psm::{
     PsmConfig, PsmConfigBuilder, PsmParam, DEFAULT_DELAY, DEFAULT_PROG_INTERVAL,

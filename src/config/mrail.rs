@@ -24,6 +24,11 @@ pub const CONFIG_VAR: &str = rail_policy::VAR;
 /// without it the rates are learned from the rails' throughput).
 pub const RATES_VAR: &str = "PSMRAIL_MRAIL_RATES";
 
+/// The largest rail rate, in Mbit/s, that `PSMRAIL_MRAIL_RATES` (or
+/// [`MrailConfigBuilder::rail_rates`]) may give: 10 Tbit/s, above any link
+/// there is; a larger rate is a typo (or `u64::MAX`), not a link.
+pub const MAX_RAIL_RATE: u64 = 10_000_000;
+
 /// One `FI_OFI_MRAIL_*` parameter, for [`MrailConfig::source`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MrailParam {
@@ -151,6 +156,25 @@ impl MrailConfig {
     /// Warnings raised while reading and building the configuration.
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
+    }
+
+    /// The variable the rails came from, for messages about them:
+    /// `FI_OFI_MRAIL_ADDR_STRC` when they were read from the deprecated
+    /// variable, else `FI_OFI_MRAIL_ADDR` (also for rails set in code,
+    /// which stand in for it).
+    ///
+    /// ```
+    /// use psmrail::config::MrailConfig;
+    ///
+    /// let cfg = MrailConfig::from_vars(&[("FI_OFI_MRAIL_ADDR_STRC", "eth0")]).unwrap();
+    /// assert_eq!(cfg.addr_var(), "FI_OFI_MRAIL_ADDR_STRC");
+    /// assert_eq!(MrailConfig::default().addr_var(), "FI_OFI_MRAIL_ADDR");
+    /// ```
+    pub fn addr_var(&self) -> &'static str {
+        match self.rails_source {
+            Source::Env(var) => var,
+            _ => ADDR_VAR,
+        }
     }
 }
 
@@ -287,7 +311,8 @@ impl MrailConfigBuilder {
     }
 
     /// Sets each rail's rate in Mbit/s, in rail order, for weighted
-    /// striping (checked against the rails at discovery).
+    /// striping (checked at discovery: one rate per rail, each from 1 to
+    /// [`MAX_RAIL_RATE`]).
     pub fn rail_rates(mut self, mbit: impl IntoIterator<Item = u64>) -> Self {
         self.rates = Some(mbit.into_iter().collect());
         self
@@ -328,9 +353,11 @@ impl MrailConfigBuilder {
     }
 }
 
-/// Parses `PSMRAIL_MRAIL_RATES`: positive decimal Mbit/s, comma-separated.
+/// Parses `PSMRAIL_MRAIL_RATES`: decimal Mbit/s from 1 to
+/// [`MAX_RAIL_RATE`], comma-separated.
 fn parse_rates(value: &str) -> Result<Vec<u64>, ConfigError> {
-    const EXPECTED: &str = "comma-separated rates in Mbit/s, one per rail (e.g. 1000,2500)";
+    const EXPECTED: &str =
+        "comma-separated decimal rates in Mbit/s, 1 to 10000000, one per rail (e.g. 1000,2500)";
     let mut out = Vec::new();
     let mut offset = 0;
     for item in value.split(',') {
@@ -344,6 +371,11 @@ fn parse_rates(value: &str) -> Result<Vec<u64>, ConfigError> {
         let n = super::number::parse_u64(item).map_err(|p| err(p.to_string()))?;
         if n == 0 {
             return Err(err("a rate of 0".to_owned()));
+        }
+        if n > MAX_RAIL_RATE {
+            return Err(err(format!(
+                "{n} Mbit/s is more than the maximum, {MAX_RAIL_RATE} Mbit/s (10 Tbit/s)"
+            )));
         }
         out.push(n);
     }
@@ -359,11 +391,28 @@ mod rate_tests {
         let cfg = MrailConfig::from_vars(&[(RATES_VAR, "1000,2500")]).unwrap();
         assert_eq!(cfg.rail_rates(), Some(&[1000u64, 2500][..]));
         assert_eq!(MrailConfig::default().rail_rates(), None);
-        for (bad, item) in [("1000,x", "x"), ("0", "0"), ("1000,,2", ""), ("-5", "-5")] {
+        for (bad, item) in [
+            ("1000,x", "x"),
+            ("0", "0"),
+            ("1000,,2", ""),
+            ("-5", "-5"),
+            ("1000,10000001", "10000001"),
+            ("18446744073709551615", "18446744073709551615"),
+        ] {
             let e = MrailConfig::from_vars(&[(RATES_VAR, bad)]).unwrap_err();
             assert_eq!(e.var(), RATES_VAR, "{bad}");
             assert_eq!(e.item(), item, "{bad}: {e}");
         }
+        let e = MrailConfig::from_vars(&[(RATES_VAR, "18446744073709551615")]).unwrap_err();
+        assert_eq!(
+            e.problem(),
+            Some(
+                "18446744073709551615 Mbit/s is more than the maximum, 10000000 Mbit/s (10 Tbit/s)"
+            )
+        );
+        let top = MAX_RAIL_RATE.to_string();
+        let cfg = MrailConfig::from_vars(&[(RATES_VAR, top.as_str())]).unwrap();
+        assert_eq!(cfg.rail_rates(), Some(&[MAX_RAIL_RATE][..]));
         let cfg = MrailConfig::builder().rail_rates([1, 2]).build();
         assert_eq!(cfg.rail_rates(), Some(&[1u64, 2][..]));
     }

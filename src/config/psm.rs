@@ -9,7 +9,7 @@ use super::affinity::{self, AffinitySpec};
 use super::boolean::{on_off, parse_bool_var};
 use super::env::{is_set, read_var, ProcessEnv, VarSource};
 use super::error::ConfigError;
-use super::number::{parse_i64, parse_u64, IntProblem};
+use super::number::{parse_u64, IntProblem};
 use super::source::Source;
 use super::uuid::JobUuid;
 use super::warning::ConfigWarning;
@@ -34,8 +34,8 @@ pub const DEFAULT_PROG_INTERVAL: Duration = Duration::from_micros(1000);
 
 const EXPECTED_DELAY: &str = "a non-negative decimal number of seconds, at most 60";
 const EXPECTED_TIMEOUT: &str = "a non-negative decimal number of seconds, at most 3600";
-const EXPECTED_MICROS: &str = "a decimal number of microseconds, at most 1000000 (negative: the \
-     default, 1 with an affinity, else 1000)";
+const EXPECTED_MICROS: &str = "a non-negative decimal number of microseconds, at most 1000000 \
+     (unset: 1 with an affinity, else 1000)";
 
 /// One `FI_PSM_*` parameter, for [`PsmConfig::source`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -131,7 +131,7 @@ impl<T> Setting<T> {
 /// | `FI_PSM_DELAY` | seconds, at most 60 ([`MAX_DELAY`](Self::MAX_DELAY)) | 1 | [`delay`](Self::delay) |
 /// | `FI_PSM_TIMEOUT` | seconds, at most 3600 ([`MAX_TIMEOUT`](Self::MAX_TIMEOUT)) | 5; 0 skips the graceful close | [`timeout`](Self::timeout) |
 /// | `FI_PSM_PROG_THREAD` | bool | on | [`prog_thread`](Self::prog_thread) |
-/// | `FI_PSM_PROG_INTERVAL` | µs, at most 1000000 ([`MAX_PROG_INTERVAL`](Self::MAX_PROG_INTERVAL)) | 1 with an affinity, else 1000; negative = default | [`prog_interval`](Self::prog_interval) |
+/// | `FI_PSM_PROG_INTERVAL` | µs, 0 to 1000000 ([`MAX_PROG_INTERVAL`](Self::MAX_PROG_INTERVAL)) | 1 with an affinity, else 1000 | [`prog_interval`](Self::prog_interval) |
 /// | `FI_PSM_PROG_AFFINITY` | CPU list | unset | [`prog_affinity`](Self::prog_affinity) |
 ///
 /// Closing a domain waits `FI_PSM_DELAY`, then closes its endpoint within
@@ -319,7 +319,7 @@ impl PsmConfig {
     }
 
     /// The effective sleep between progress calls of the progress thread:
-    /// `FI_PSM_PROG_INTERVAL` when it is set and not negative, else 1 µs
+    /// `FI_PSM_PROG_INTERVAL` when it is set, else 1 µs
     /// when an affinity is set and 1000 µs when not (fi_psm(7)). Zero is
     /// allowed and means a busy loop; at most
     /// [`MAX_PROG_INTERVAL`](Self::MAX_PROG_INTERVAL).
@@ -331,8 +331,8 @@ impl PsmConfig {
         }
     }
 
-    /// The interval as configured: `None` when unset or negative (the
-    /// default rule of [`prog_interval`](Self::prog_interval) applies).
+    /// The interval as configured: `None` when unset (the default rule of
+    /// [`prog_interval`](Self::prog_interval) applies).
     pub fn prog_interval_setting(&self) -> Option<Duration> {
         self.prog_interval.value
     }
@@ -428,15 +428,7 @@ impl fmt::Display for PsmConfig {
         writeln!(f, "psm configuration:")?;
         let rows: Vec<(&str, String, String)> = PsmParam::ALL
             .iter()
-            .map(|&p| {
-                let mut source = self.source(p).to_string();
-                if p == PsmParam::ProgInterval && self.prog_interval.value.is_none() {
-                    if let Source::Env(_) = self.source(p) {
-                        source.push_str(", negative: default rule");
-                    }
-                }
-                (p.env_name(), self.value_text(p), source)
-            })
+            .map(|&p| (p.env_name(), self.value_text(p), self.source(p).to_string()))
             .collect();
         write_rows(f, &rows)?;
         for w in &self.warnings {
@@ -566,19 +558,24 @@ impl PsmConfigBuilder {
 
         let var = PsmParam::ProgInterval.env_name();
         if let Some(v) = read_var(vars, var)? {
-            let us = parse_i64(&v).map_err(|p| int_error(var, &v, &p, EXPECTED_MICROS))?;
+            // C read a negative interval as "the default"; here the default
+            // is what an unset variable gives, and a sign is an error.
+            let us = parse_u64(&v).map_err(|p| {
+                let mut e = int_error(var, &v, &p, EXPECTED_MICROS);
+                if let IntProblem::Negative(_) = p {
+                    e = e.with_problem(format!("{p}; leave {var} unset for the default interval"));
+                }
+                e
+            })?;
             let max = PsmConfig::MAX_PROG_INTERVAL;
-            if u64::try_from(us).is_ok_and(|us| Duration::from_micros(us) > max) {
+            if Duration::from_micros(us) > max {
                 let problem = format!(
                     "{us} us is more than the maximum, {} us ({max:?})",
                     max.as_micros()
                 );
                 return Err(whole_value_error(var, &v, problem, EXPECTED_MICROS));
             }
-            // Negative: "use the default" (C semantics; ARCHITECTURE.md,
-            // "Kept as in C").
-            let interval = u64::try_from(us).ok().map(Duration::from_micros);
-            b.prog_interval = Setting::env(interval, var);
+            b.prog_interval = Setting::env(Some(Duration::from_micros(us)), var);
         }
 
         let var = PsmParam::ProgAffinity.env_name();

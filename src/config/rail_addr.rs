@@ -10,8 +10,9 @@ use super::number::{parse_c_uint, parse_hex, parse_u64, IntProblem};
 
 /// The variable this grammar belongs to.
 pub(crate) const VAR: &str = "FI_OFI_MRAIL_ADDR";
-const EXPECTED_ADDR: &str =
-    "an FI_ADDR_STR address (<fmt>://...), an IP address, a host name or a network interface name";
+const EXPECTED_ADDR: &str = "an FI_ADDR_STR address (<fmt>://...), an IPv4 address as four \
+     decimal octets 0-255 without leading zeros, an IPv6 address, a host name or a network \
+     interface name";
 
 /// Longest Linux interface name (`IFNAMSIZ - 1`).
 const MAX_IFNAME: usize = 15;
@@ -199,9 +200,17 @@ impl fmt::Display for AddrStr {
 ///    `fi_addr_mlx`, `fi_addr_ucx`, `fi_addr_cxi`: `-FI_ENOSYS` in C) and
 ///    unknown formats are errors.
 /// 2. An IPv4 or IPv6 literal (`10.0.0.1`, `fe80::1`) is [`RailAddr::Ip`].
-///    C would first look for an interface of that name; no real interface is
-///    named like an IP address.
-/// 3. Otherwise a bare word. A Linux interface name is 1 to 15 bytes of
+///    An IPv4 address is a dotted quad: four decimal octets 0-255, without
+///    leading zeros, signs or whitespace. C would first look for an
+///    interface of that name; no real interface is named like an IP address.
+/// 3. A word that reads as a number is an error: an integer in decimal,
+///    octal (`010`) or hex (`0x10`), dotted integers that are not a dotted
+///    quad (`127.1`, `0177.0.0.1`, `1.2.3.4.5`, `256.0.0.1`), a signed
+///    number or a fraction (`-1`, `1.5`, `1e3`). C's resolver reads most of
+///    these as IPv4 addresses in `inet_aton`'s forms (`0x10` is 0.0.0.16,
+///    `0177.0.0.1` is 127.0.0.1), so they would name an address nobody
+///    meant, and they are not names either.
+/// 4. Otherwise a bare word. A Linux interface name is 1 to 15 bytes of
 ///    printable ASCII other than `/` and `:`, and not `.` or `..`; a host
 ///    name is up to 253 bytes of dot-separated labels of 1 to 63 letters,
 ///    digits, `-` or `_` (not starting or ending with `-`). A word valid as
@@ -261,6 +270,15 @@ fn parse_one(var: &'static str, item: &str) -> Result<RailAddr, ConfigError> {
     }
     if let Ok(ip) = item.parse::<IpAddr>() {
         return Ok(RailAddr::Ip(ip));
+    }
+    if reads_as_number(item) {
+        return Err(err(
+            EXPECTED_ADDR,
+            format!(
+                "{item:?} reads as a number, not a name (a resolver would take it for an IPv4 \
+                 address in inet_aton's hex, octal or short form)"
+            ),
+        ));
     }
     match (is_ifname(item), is_hostname(item)) {
         (true, true) => Ok(RailAddr::InterfaceOrHost(item.to_owned())),
@@ -501,6 +519,34 @@ fn parse_ib_ud(body: &str) -> Result<AddrStr, String> {
     })
 }
 
+/// Whether `s` reads as a number rather than a name: with an optional
+/// sign, a decimal number with a fraction or an exponent (`1.5`, `1e3`,
+/// `.5`), or dot-separated integers in C's forms (decimal, octal with a
+/// leading `0`, hex after `0x`), however many (`16`, `0x10`, `010`,
+/// `127.1`, `0177.0.0.1`, `1.2.3.4.5`). `getaddrinfo` reads most of these
+/// as IPv4 addresses (`inet_aton`: `0x10` is 0.0.0.16), and no host or
+/// interface is named so; a real dotted quad never gets here (it parsed as
+/// an IP address).
+fn reads_as_number(s: &str) -> bool {
+    fn unsigned(t: &str) -> &str {
+        t.strip_prefix(['+', '-']).unwrap_or(t)
+    }
+    let body = unsigned(s);
+    if !body.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return false;
+    }
+    let float = |t: &str| t.starts_with(|c: char| c.is_ascii_digit()) && t.parse::<f64>().is_ok();
+    let c_integer = |t: &str| match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()),
+    };
+    if body.parse::<f64>().is_ok() {
+        return true;
+    }
+    let labels = || body.split('.').map(unsigned);
+    labels().any(|l| !l.is_empty()) && labels().all(|l| l.is_empty() || c_integer(l) || float(l))
+}
+
 /// Whether `s` can name a Linux network interface (`dev_valid_name`,
 /// restricted to printable ASCII).
 fn is_ifname(s: &str) -> bool {
@@ -635,5 +681,56 @@ mod tests {
         ] {
             assert!(s.parse::<RailAddr>().is_err(), "{s}");
         }
+    }
+
+    #[test]
+    fn words_that_read_as_numbers_are_refused() {
+        for s in [
+            "0x10",
+            "0X1f",
+            "0x",
+            "010",
+            "16",
+            "0",
+            "127.1",
+            "127.0.1",
+            "0177.0.0.1",
+            "0x7f.0.0.1",
+            "1.2.3.4.5",
+            "256.0.0.1",
+            "1.2.3.04",
+            "1.2.3.-4",
+            "1.5",
+            "1.",
+            ".5",
+            "1e3",
+            "1.5e2",
+            "-1",
+            "+1",
+            "-1.5",
+            "-0x10",
+            "18446744073709551616",
+        ] {
+            let e = s.parse::<RailAddr>().unwrap_err();
+            assert_eq!(e.item(), s);
+            assert!(e.problem().unwrap().contains("reads as a number"), "{e}");
+        }
+        // Names that merely start with a digit, or contain digits, stay names.
+        for s in [
+            "1a",
+            "3com.example",
+            "123.example.org",
+            "0xg",
+            "1-2",
+            "eth0",
+            "e1000",
+            "-x",
+        ] {
+            assert!(s.parse::<RailAddr>().is_ok(), "{s}");
+        }
+        assert!(!reads_as_number("."));
+        assert!(!reads_as_number(".."));
+        assert!(!reads_as_number("inf"));
+        assert!(!reads_as_number("nan"));
     }
 }

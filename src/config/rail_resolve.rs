@@ -23,8 +23,9 @@
 //! format, no address) is [`ErrorKind::Inval`]; a name that does not
 //! resolve on this machine (no such interface, no IPv4 address on it, an
 //! unknown host) is [`ErrorKind::NoData`], the kind libfabric uses when a
-//! device is not there. Every message names the item as written and
-//! `FI_OFI_MRAIL_ADDR`.
+//! device is not there. Every message names the item as written and the
+//! variable it came from: `FI_OFI_MRAIL_ADDR`, or `FI_OFI_MRAIL_ADDR_STRC`
+//! for rails read from the deprecated variable ([`resolve_config_rails`]).
 //!
 //! Resolution contacts nothing but the local interface table and the
 //! system resolver. The lookups go through an internal trait so that the
@@ -33,11 +34,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 
-use super::{AddrStr, RailAddr};
+use super::{AddrStr, MrailConfig, RailAddr, ADDR_VAR};
 use crate::{Error, ErrorKind, Result};
-
-/// The variable whose items are resolved here (named in every error).
-const VAR: &str = "FI_OFI_MRAIL_ADDR";
 
 /// One rail's resolved address: the IPv4 address its endpoint binds to and,
 /// when the item gave one, the port.
@@ -91,7 +89,7 @@ impl fmt::Display for ResolvedRail {
 /// assert!(err.message().contains("IPv6 rails are not supported"));
 /// ```
 pub fn resolve_rail(addr: &RailAddr) -> Result<ResolvedRail> {
-    resolve_with(addr, &System)
+    resolve_with(ADDR_VAR, addr, &System)
 }
 
 /// Resolves every item of `FI_OFI_MRAIL_ADDR`, in order; the first item
@@ -107,7 +105,28 @@ pub fn resolve_rail(addr: &RailAddr) -> Result<ResolvedRail> {
 /// assert_eq!(shown, ["198.18.0.1", "198.18.1.1"]);
 /// ```
 pub fn resolve_rails(addrs: &[RailAddr]) -> Result<Vec<ResolvedRail>> {
-    addrs.iter().map(resolve_rail).collect()
+    resolve_all(ADDR_VAR, addrs, &System)
+}
+
+/// Resolves the rails of `config`, in order, as [`resolve_rails`] does;
+/// errors name the variable the rails came from
+/// ([`MrailConfig::addr_var`]).
+///
+/// ```
+/// use psmrail::config::MrailConfig;
+/// use psmrail::mrail::resolve::resolve_config_rails;
+///
+/// let config = MrailConfig::from_vars(&[("FI_OFI_MRAIL_ADDR_STRC", "127.0.0.1,fe80::1")])?;
+/// let err = resolve_config_rails(&config).unwrap_err();
+/// assert!(err.message().starts_with("FI_OFI_MRAIL_ADDR_STRC item \"fe80::1\": "));
+/// # Ok::<(), psmrail::config::ConfigError>(())
+/// ```
+pub fn resolve_config_rails(config: &MrailConfig) -> Result<Vec<ResolvedRail>> {
+    resolve_all(config.addr_var(), config.rails(), &System)
+}
+
+fn resolve_all(var: &str, addrs: &[RailAddr], sys: &dyn Lookup) -> Result<Vec<ResolvedRail>> {
+    addrs.iter().map(|a| resolve_with(var, a, sys)).collect()
 }
 
 /// What an interface lookup found.
@@ -186,16 +205,16 @@ impl Lookup for System {
     }
 }
 
-/// An error about `item` of `FI_OFI_MRAIL_ADDR`.
-fn item_error(kind: ErrorKind, item: &RailAddr, problem: impl fmt::Display) -> Error {
-    Error::new(kind, format!("{VAR} item \"{item}\": {problem}"))
+/// An error about `item` of `var`.
+fn item_error(var: &str, kind: ErrorKind, item: &RailAddr, problem: impl fmt::Display) -> Error {
+    Error::new(kind, format!("{var} item \"{item}\": {problem}"))
 }
 
 const IPV6_PROBLEM: &str =
     "IPv6 rails are not supported: a soft-engine endpoint id carries an IPv4 address";
 
-/// Resolves `addr` with the lookups of `sys`.
-fn resolve_with(addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
+/// Resolves `addr`, an item of `var`, with the lookups of `sys`.
+fn resolve_with(var: &str, addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
     let found = |ip| Ok(ResolvedRail { ip, port: None });
     match addr {
         RailAddr::AddrStr(AddrStr::SockaddrIn { ip: Some(ip), port }) => Ok(ResolvedRail {
@@ -203,14 +222,16 @@ fn resolve_with(addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
             port: port.filter(|&p| p != 0),
         }),
         RailAddr::AddrStr(AddrStr::SockaddrIn { ip: None, .. }) => Err(item_error(
+            var,
             ErrorKind::Inval,
             addr,
             "a rail needs an address, not only a port",
         )),
         RailAddr::AddrStr(AddrStr::SockaddrIn6 { .. }) | RailAddr::Ip(IpAddr::V6(_)) => {
-            Err(item_error(ErrorKind::Inval, addr, IPV6_PROBLEM))
+            Err(item_error(var, ErrorKind::Inval, addr, IPV6_PROBLEM))
         }
         RailAddr::AddrStr(other) => Err(item_error(
+            var,
             ErrorKind::Inval,
             addr,
             format_args!(
@@ -221,11 +242,11 @@ fn resolve_with(addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
         RailAddr::Ip(IpAddr::V4(ip)) => found(*ip),
         RailAddr::Interface(name) => match interface_problem(sys, name) {
             Ok(ip) => found(ip),
-            Err(problem) => Err(item_error(ErrorKind::NoData, addr, problem)),
+            Err(problem) => Err(item_error(var, ErrorKind::NoData, addr, problem)),
         },
         RailAddr::Host(name) => match host_problem(sys, name) {
             Ok(ip) => found(ip),
-            Err(problem) => Err(item_error(ErrorKind::NoData, addr, problem)),
+            Err(problem) => Err(item_error(var, ErrorKind::NoData, addr, problem)),
         },
         RailAddr::InterfaceOrHost(name) => {
             let as_interface = match interface_problem(sys, name) {
@@ -235,6 +256,7 @@ fn resolve_with(addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
             match host_problem(sys, name) {
                 Ok(ip) => found(ip),
                 Err(as_host) => Err(item_error(
+                    var,
                     ErrorKind::NoData,
                     addr,
                     format_args!("neither an interface ({as_interface}) nor a host ({as_host})"),
@@ -317,13 +339,15 @@ mod tests {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
+    const VAR: &str = ADDR_VAR;
+
     fn ok(addr: RailAddr) -> ResolvedRail {
-        resolve_with(&addr, &fake()).unwrap_or_else(|e| panic!("{addr}: {e}"))
+        resolve_with(VAR, &addr, &fake()).unwrap_or_else(|e| panic!("{addr}: {e}"))
     }
 
     /// The error for `addr`, checked to name the variable and the item.
     fn err(addr: RailAddr, kind: ErrorKind) -> String {
-        let e = resolve_with(&addr, &fake()).expect_err(&addr.to_string());
+        let e = resolve_with(VAR, &addr, &fake()).expect_err(&addr.to_string());
         assert_eq!(e.kind(), kind, "{e}");
         let msg = e.message().to_owned();
         assert!(
@@ -445,6 +469,24 @@ mod tests {
                     port: Some(9)
                 }
             ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_variable_the_rails_came_from() {
+        let items = RailAddr::parse_list("node1,fe80::1").unwrap();
+        let e = resolve_all("FI_OFI_MRAIL_ADDR_STRC", &items, &fake()).unwrap_err();
+        assert_eq!(
+            e.message(),
+            format!("FI_OFI_MRAIL_ADDR_STRC item \"fe80::1\": {IPV6_PROBLEM}")
+        );
+        let config =
+            MrailConfig::from_vars(&[("FI_OFI_MRAIL_ADDR_STRC", "psmrail-none0")]).unwrap();
+        let e = resolve_config_rails(&config).unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("FI_OFI_MRAIL_ADDR_STRC item \"psmrail-none0\": "),
+            "{e}"
         );
     }
 

@@ -439,6 +439,8 @@ impl Domain {
         info: &Info,
         shared: Option<&Reactor>,
     ) -> Result<Domain> {
+        // The peer watch's host label, checked before anything opens.
+        crate::proto::peer_watch::identity::host_label(&crate::config::ProcessEnv)?;
         let config = info.config();
         let (unit, port) = device(info);
         let options = EndpointOptions {

@@ -238,12 +238,14 @@ impl NativeEngine {
     /// # Errors
     /// `NoData` with psm-sys's full message: every library tried and why,
     /// the packages to install, or which device is missing and what to set.
+    /// `Inval` naming the variable when `PSMRAIL_PSM_LIB` or
+    /// `PSMRAIL_TRUESCALE_SHM` holds a value it does not take.
     pub fn load() -> Result<NativeEngine> {
-        let lib = PsmLibrary::get().map_err(|e| no_data(e, "cannot load PSM"))?;
+        let lib = PsmLibrary::get().map_err(|e| unusable(e, "cannot load PSM"))?;
         psm_sys::DeviceConfig::from_env(lib.build())
-            .map_err(|e| no_data(psm_sys::Error::NoDevice(e), "no usable PSM device"))?;
+            .map_err(|e| unusable(e, "no usable PSM device"))?;
         lib.init()
-            .map_err(|e| no_data(e, "PSM did not initialize"))?;
+            .map_err(|e| unusable(e, "PSM did not initialize"))?;
         Ok(NativeEngine { lib })
     }
 
@@ -317,10 +319,16 @@ impl Engine for NativeEngine {
     }
 }
 
-/// A load or device error as `NoData`, with its full message.
-fn no_data(e: psm_sys::Error, what: &str) -> Error {
+/// Why the native engine cannot be used, with psm-sys's full message:
+/// `Inval` for a malformed variable psm-sys reads, else `NoData` (no
+/// library, no device).
+fn unusable(e: psm_sys::Error, what: &str) -> Error {
+    let (kind, what) = match e {
+        psm_sys::Error::Env(_) => (ErrorKind::Inval, "malformed configuration"),
+        _ => (ErrorKind::NoData, what),
+    };
     let message = format!("native engine: {what}: {e}");
-    Error::with_source(ErrorKind::NoData, message, e)
+    Error::with_source(kind, message, e)
 }
 
 /// The error kind for a PSM result code.
@@ -362,7 +370,9 @@ pub(crate) fn map_psm_error(e: psm_sys::Error, what: &str) -> Error {
         psm_sys::Error::Load(_) | psm_sys::Error::NoDevice(_) => ErrorKind::NoData,
         psm_sys::Error::Psm(p) => code_kind(p.code),
         psm_sys::Error::Unsupported(_) => ErrorKind::NoSys,
-        psm_sys::Error::InvalidArgument(_) | psm_sys::Error::Finalized => ErrorKind::Inval,
+        psm_sys::Error::InvalidArgument(_) | psm_sys::Error::Finalized | psm_sys::Error::Env(_) => {
+            ErrorKind::Inval
+        }
     };
     let message = format!("native engine: {what}: {e}");
     Error::with_source(kind, message, e)
@@ -401,10 +411,20 @@ mod tests {
         let load = psm_sys::LoadError {
             attempts: vec![],
             from_env: true,
+            env: None,
         };
-        let e = no_data(psm_sys::Error::Load(load), "cannot load PSM");
+        let e = unusable(psm_sys::Error::Load(load), "cannot load PSM");
         assert_eq!(e.kind(), ErrorKind::NoData);
         assert!(e.to_string().contains("PSMRAIL_PSM_LIB"), "{e}");
         assert!(std::error::Error::source(&e).is_some());
+        let env = psm_sys::env::psm_lib(Some(std::ffi::OsStr::new(""))).unwrap_err();
+        let e = unusable(psm_sys::Error::Env(env), "cannot load PSM");
+        assert_eq!(e.kind(), ErrorKind::Inval);
+        assert!(
+            e.to_string().starts_with(
+                "FI_EINVAL: native engine: malformed configuration: PSMRAIL_PSM_LIB=\"\": "
+            ),
+            "{e}"
+        );
     }
 }

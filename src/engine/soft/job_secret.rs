@@ -31,6 +31,11 @@ use std::sync::Arc;
 /// The environment variable that gives the secret.
 pub const JOB_SECRET_VAR: &str = "PSMRAIL_JOB_SECRET";
 
+/// The environment variable that names a file holding the secret, which
+/// keeps it out of the process environment (see
+/// [`JobSecret::from_vars`]).
+pub const JOB_SECRET_FILE_VAR: &str = "PSMRAIL_JOB_SECRET_FILE";
+
 /// Fewest bytes a secret may have.
 pub const MIN_SECRET_LEN: usize = 16;
 
@@ -81,30 +86,30 @@ impl JobSecret {
         Ok(JobSecret(bytes.into()))
     }
 
-    /// The secret [`JOB_SECRET_VAR`] gives in the process environment, if
-    /// set: `Inval` naming the variable when it is set but too short (or
-    /// not UTF-8).
+    /// The secret the process environment gives ([`from_vars`](Self::from_vars)).
     pub fn from_env() -> crate::Result<Option<JobSecret>> {
         Self::from_vars(&crate::config::ProcessEnv)
     }
 
-    /// As [`from_env`](Self::from_env), from `vars`.
+    /// The secret `vars` give: the value of [`JOB_SECRET_VAR`], or the
+    /// contents of the file [`JOB_SECRET_FILE_VAR`] names (one trailing
+    /// newline dropped); `None` when neither is set.
+    ///
+    /// # Errors
+    /// `Inval` naming the variable (and never showing the secret): both
+    /// are set; the value is not UTF-8, is blank, has whitespace at either
+    /// end or a control character, or is shorter than [`MIN_SECRET_LEN`];
+    /// the file cannot be read, is not a regular file, may be accessed by
+    /// group or others (it must be `chmod 600` or `400`), or holds fewer
+    /// than [`MIN_SECRET_LEN`] bytes, only whitespace, or more than 4096.
     pub fn from_vars(vars: &dyn crate::config::VarSource) -> crate::Result<Option<JobSecret>> {
-        let Some(v) = vars.var_os(JOB_SECRET_VAR) else {
-            return Ok(None);
-        };
-        match v.into_string() {
-            Err(_) => Err(crate::Error::new(
-                crate::ErrorKind::Inval,
-                format!("{JOB_SECRET_VAR} is not valid UTF-8"),
-            )),
-            Ok(v) => JobSecret::new(v.into_bytes()).map(Some).map_err(|e| {
-                crate::Error::new(
-                    crate::ErrorKind::Inval,
-                    format!("{JOB_SECRET_VAR}: {}", e.message()),
-                )
-            }),
-        }
+        let bytes = crate::config::secret::read_secret(
+            vars,
+            JOB_SECRET_VAR,
+            JOB_SECRET_FILE_VAR,
+            MIN_SECRET_LEN,
+        )?;
+        bytes.map(JobSecret::new).transpose()
     }
 
     /// The secret's bytes, as an HMAC key (link keys are derived under

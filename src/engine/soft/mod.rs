@@ -111,7 +111,7 @@ pub use endpoint::{SoftEndpoint, SoftStats};
 pub use engine::{SoftConfig, SoftEngine};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
 pub(crate) use job_secret::{new_nonce, MAC_LEN, NONCE_LEN};
-pub use job_secret::{JobSecret, JOB_SECRET_VAR, MIN_SECRET_LEN};
+pub use job_secret::{JobSecret, JOB_SECRET_FILE_VAR, JOB_SECRET_VAR, MIN_SECRET_LEN};
 pub use protocol::CoreStats;
 pub use wire::ENTRY_OVERHEAD;
 // The internals' names (see above).

@@ -1,7 +1,9 @@
 //! Which engine discovery picks: the hints' [`EngineChoice`], else
 //! `PSMRAIL_ENGINE`, else `auto`; `auto` takes the native engine when the
 //! PSM library loads and a device passes the preflight
-//! ([`NativeEngine::load`]), and the soft engine otherwise.
+//! ([`NativeEngine::load`]), and the soft engine otherwise, except when
+//! the native engine's own variables are malformed (`Inval`): that is an
+//! error whichever engine would have been picked.
 //!
 //! The decision is a pure function of the choice and the outcome of a probe
 //! ([`decide`]), so both outcomes are testable on any machine.
@@ -29,10 +31,9 @@ pub(crate) enum ChoiceSource {
 /// # Errors
 /// `Inval` naming the variable for any other value (including non-UTF-8).
 pub(crate) fn choice_from_vars<V: VarSource + ?Sized>(vars: &V) -> Result<Option<EngineChoice>> {
-    let Some(raw) = vars.var_os(ENGINE_VAR) else {
+    let Some(text) = crate::config::read_var(vars, ENGINE_VAR)? else {
         return Ok(None);
     };
-    let text = raw.to_string_lossy();
     text.parse::<EngineChoice>().map(Some).map_err(|_| {
         ConfigError::new(
             ENGINE_VAR,
@@ -64,7 +65,8 @@ pub(crate) fn resolve<V: VarSource + ?Sized>(
 ///
 /// # Errors
 /// `NoData` when `Native` was chosen and the probe failed, carrying the
-/// probe's message.
+/// probe's message; the probe's `Inval` (a malformed variable) for `Auto`
+/// too.
 pub(crate) fn decide(
     choice: EngineChoice,
     source: ChoiceSource,
@@ -74,6 +76,7 @@ pub(crate) fn decide(
         EngineChoice::Soft => Ok(EngineKind::Soft),
         EngineChoice::Auto => Ok(match probe() {
             Ok(()) => EngineKind::Native,
+            Err(e) if e.kind() == ErrorKind::Inval => return Err(e),
             Err(e) => {
                 tracing::debug!("engine auto: native unavailable, using soft: {e}");
                 EngineKind::Soft
@@ -125,6 +128,9 @@ mod tests {
             decide(EngineChoice::Auto, src, no_psm).unwrap(),
             EngineKind::Soft
         );
+        let malformed = || Err(Error::new(ErrorKind::Inval, "PSMRAIL_PSM_LIB=\"\": empty"));
+        let e = decide(EngineChoice::Auto, src, malformed).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval);
         assert_eq!(
             decide(EngineChoice::Native, src, || Ok(())).unwrap(),
             EngineKind::Native
@@ -150,6 +156,20 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::Inval);
             assert!(e.to_string().contains("PSMRAIL_ENGINE="), "{e}");
         }
+        use std::os::unix::ffi::OsStringExt;
+        let raw = [(
+            ENGINE_VAR,
+            std::ffi::OsString::from_vec(b"soft\xff".to_vec()),
+        )];
+        let e = choice_from_vars(&raw).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval);
+        assert!(
+            e.to_string().contains(
+                "PSMRAIL_ENGINE=\"soft\u{fffd}\": item \"\u{fffd}\" at byte 4: \
+                 the value is not valid UTF-8"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -168,10 +168,11 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
         ));
     }
     let n = config.rails().len();
+    let var = config.addr_var();
     if n > MAX_RAILS {
         return Err(Error::new(
             ErrorKind::NoData,
-            format!("ofi_mrail: {n} rails in FI_OFI_MRAIL_ADDR; at most {MAX_RAILS} are supported"),
+            format!("ofi_mrail: {n} rails in {var}; at most {MAX_RAILS} are supported"),
         ));
     }
     let rails = match info.engine {
@@ -179,7 +180,7 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
             return Err(Error::new(
                 ErrorKind::NoData,
                 format!(
-                    "ofi_mrail: FI_OFI_MRAIL_ADDR names {n} rails, but the native engine opens \
+                    "ofi_mrail: {var} names {n} rails, but the native engine opens \
                      one PSM endpoint per process on this machine (the PSM library gives every \
                      endpoint of a process the same epid), so it serves one rail; use the soft \
                      engine for several rails"
@@ -196,7 +197,7 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
             })
             .collect(),
         EngineKind::Soft => {
-            let resolved = crate::config::rail_resolve::resolve_rails(config.rails())?;
+            let resolved = crate::config::rail_resolve::resolve_config_rails(&config)?;
             config
                 .rails()
                 .iter()
@@ -210,11 +211,25 @@ pub(super) fn into_mrail(mut info: Info, hints: &Hints, vars: &dyn VarSource) ->
         }
     };
     if let Some(rates) = config.rail_rates() {
+        if let Some(bad) = rates
+            .iter()
+            .find(|&&r| r == 0 || r > crate::config::MAX_RAIL_RATE)
+        {
+            return Err(Error::new(
+                ErrorKind::Inval,
+                format!(
+                    "ofi_mrail: {} (set in code) includes {bad} Mbit/s; expected rates from 1 \
+                     to {} Mbit/s",
+                    crate::config::MRAIL_RATES_VAR,
+                    crate::config::MAX_RAIL_RATE
+                ),
+            ));
+        }
         if rates.len() != n {
             return Err(Error::new(
                 ErrorKind::Inval,
                 format!(
-                    "ofi_mrail: {} gives {} rates for {n} rails",
+                    "ofi_mrail: {} gives {} rates for the {n} rails of {var}",
                     crate::config::MRAIL_RATES_VAR,
                     rates.len()
                 ),

@@ -11,10 +11,13 @@
 //! `PSMRAIL_WATCH_HOST`, when set, is mixed into the host hash: processes
 //! with different values count as on different hosts (for tests of the
 //! keepalive path on one machine, and for hosts that share a boot id and a
-//! pid namespace without sharing processes).
+//! pid namespace without sharing processes). Its value is a label of text
+//! ([`host_label`]); a malformed one keeps domains from opening.
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
+
+use crate::config::{ConfigError, ProcessEnv, VarSource};
 
 /// A process and its host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,10 +97,31 @@ fn fnv(h: u64, bytes: &[u8]) -> u64 {
 /// The environment variable mixed into the host hash (module docs).
 pub(crate) const HOST_VAR: &str = "PSMRAIL_WATCH_HOST";
 
+/// Longest [`HOST_VAR`] value (a host name's limit).
+const MAX_HOST_LABEL: usize = 255;
+
+/// The value of [`HOST_VAR`] in `vars`, checked: text of 1 to 255 bytes
+/// without control characters or whitespace at either end; `None` when
+/// unset.
+///
+/// # Errors
+/// A [`ConfigError`] naming [`HOST_VAR`] for any other value (empty,
+/// blank, padded, with a control character, not UTF-8, too long).
+pub(crate) fn host_label<V: VarSource + ?Sized>(vars: &V) -> Result<Option<String>, ConfigError> {
+    crate::config::text::read_text_var(
+        vars,
+        HOST_VAR,
+        MAX_HOST_LABEL,
+        "a label of 1 to 255 bytes of text, without control characters or whitespace at \
+         either end (processes with different labels count as on different hosts)",
+    )
+}
+
 /// The boot id, the host name and the pid namespace (device and inode of
 /// `/proc/self/ns/pid`: containers on one host share the boot id but not,
 /// usually, the pid namespace), and [`HOST_VAR`]. `None` when the boot id
-/// or namespace cannot be read.
+/// or namespace cannot be read, or [`HOST_VAR`] is malformed (domains do
+/// not open then: [`host_label`]).
 fn host_hash() -> Option<u64> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let ns = std::fs::metadata("/proc/self/ns/pid").ok()?;
@@ -117,9 +141,9 @@ fn host_hash() -> Option<u64> {
     h = fnv(h, name);
     h = fnv(h, &ns.dev().to_le_bytes());
     h = fnv(h, &ns.ino().to_le_bytes());
-    if let Some(v) = std::env::var_os(HOST_VAR) {
+    if let Some(label) = host_label(&ProcessEnv).ok()? {
         h = fnv(h, &[1]);
-        h = fnv(h, v.as_encoded_bytes());
+        h = fnv(h, label.as_bytes());
     }
     Some(h.max(1))
 }
@@ -195,6 +219,18 @@ mod tests {
 
     const STAT: &str =
         "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+
+    #[test]
+    fn the_host_label_is_checked_text() {
+        let label = |v: &str| host_label(&[(HOST_VAR, v)]);
+        assert_eq!(label("elsewhere"), Ok(Some("elsewhere".to_owned())));
+        assert_eq!(host_label(&[("X", "y")]), Ok(None));
+        for bad in ["", " ", "a ", " a", "a\nb", "a\u{7f}", &"h".repeat(256)] {
+            let e = label(bad).unwrap_err();
+            assert_eq!(e.var(), HOST_VAR, "{bad:?}");
+            assert_eq!(e.value(), bad);
+        }
+    }
 
     #[test]
     fn stat_fields_are_counted_after_the_command() {
