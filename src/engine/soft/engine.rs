@@ -136,8 +136,9 @@ pub struct SoftConfig {
     /// A secret every endpoint of the job shares: both sides of every
     /// handshake prove they know it (HMAC-SHA256 challenges), and a side
     /// without it is refused. See [`JobSecret`](super::JobSecret) for what it protects and
-    /// what not. `getinfo` fills it from `PSMRAIL_JOB_SECRET` when the
-    /// hints give none. Default none.
+    /// what not. `getinfo` fills it from `PSMRAIL_JOB_SECRET`, or the
+    /// owner-only file `PSMRAIL_JOB_SECRET_FILE` names, when the hints
+    /// give none. Default none.
     pub job_secret: Option<super::JobSecret>,
 }
 

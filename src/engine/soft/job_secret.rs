@@ -4,7 +4,8 @@
 //! `FI_PSM_UUID` is a job *key*: it keeps jobs apart, but anyone who reads
 //! it (it travels in every Hello, in clear) can join the job. For links
 //! that cross networks one does not trust, every process of a job can be
-//! given one secret as well (`PSMRAIL_JOB_SECRET`, or
+//! given one secret as well (`PSMRAIL_JOB_SECRET`, the owner-only file
+//! `PSMRAIL_JOB_SECRET_FILE` names, or
 //! [`SoftConfig::job_secret`](super::SoftConfig::job_secret)). Both sides
 //! of every connection then prove they know it before anything else
 //! happens: the acceptor sends a random challenge, the dialer answers with
