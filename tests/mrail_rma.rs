@@ -168,8 +168,16 @@ fn refused_writes_change_no_byte_of_the_target() {
             "{what}: the target is unchanged"
         );
     };
-    // Past the end: the first stripe alone would fit.
-    let (r, _) = run(&n, ep.write(peer, big.clone(), (REGION - 1000) as u64, key));
+    // Past the end: the first stripe alone would fit. The error names
+    // the write as posted (not the zero-length check that found it).
+    let at = (REGION - 1000) as u64;
+    let (r, _) = run(&n, ep.write(peer, big.clone(), at, key));
+    let e = r.as_ref().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("write of {} bytes at offset {at:#x}", 4 << 20)),
+        "names the operation's length and offset: {e}"
+    );
+    assert!(!e.contains("of 0 bytes"), "{e}");
     expect_eacces("range past the end", r);
     // A remote offset whose end overflows.
     let (r, _) = run(&n, ep.write(peer, big.clone(), u64::MAX - 10, key));

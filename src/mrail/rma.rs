@@ -134,6 +134,10 @@ struct Stripes {
     pieces: Vec<RmaPiece>,
     /// A write's checks, as zero-length pieces.
     checks: Vec<RmaPiece>,
+    /// Where the operation's first remote range starts, and its key (what
+    /// an error names: a check's own offset and length are not the
+    /// user's).
+    remote_start: Option<(u64, u64)>,
     /// Per remote range: its rail keys.
     keys: Vec<RailKeys>,
     shared: Arc<SharedBuffer>,
@@ -173,6 +177,20 @@ fn on_rail(rail: usize, e: Error) -> Error {
 }
 
 impl Stripes {
+    /// A write's check failed with `e`: the error names the operation
+    /// the user posted (its length, where it starts, its key), then what
+    /// the rail's target said.
+    #[cold]
+    fn refused(&self, e: Error) -> Error {
+        let (offset, key) = self.remote_start.unwrap_or_default();
+        let message = format!(
+            "RMA write of {} bytes at offset {offset:#x} of key {key:#x} refused before any byte moved: {}",
+            self.end.len,
+            e.message()
+        );
+        Error::with_source(e.kind(), message, e)
+    }
+
     /// Starts piece `p` on `rail` (a check when `check`).
     fn issue(&self, p: &RmaPiece, rail: usize, check: bool) -> RailRma {
         let (kind, window) = if check {
@@ -332,6 +350,7 @@ impl Future for MrailRmaOp {
                     match joined_result(joined) {
                         Ok(()) => this.state = stripes.launch(),
                         Err(e) => {
+                            let e = stripes.refused(e);
                             let Stripes { shared, end, .. } = *stripes;
                             return Poll::Ready(end.finish(Err(e), reclaim(shared)));
                         }
@@ -670,6 +689,7 @@ impl MrailEndpoint {
             kind,
             pieces,
             checks: Vec::new(),
+            remote_start: remote.first().map(|r| (r.offset, r.key)),
             keys,
             shared,
             peer,

@@ -133,6 +133,13 @@ impl SendPayloads for NoPayloads {
 /// placements (events and payloads taken over with `take_direct`) stay
 /// inside the posted receive; the unexpected queue and credit stay within
 /// the budget; everything the core transmits decodes.
+///
+/// Then `data` is fed twice more: as what a stranger sends to the
+/// listener of a core dialing [`FUZZ_PEER`] (a Proof answers only a
+/// Challenge from the peer's address naming the dial's link, at most
+/// once), and as a resumption of link [`FUZZ_RESUMED_LINK`], detached at an
+/// acceptor (the link resumes only for a Session proving its key with a
+/// new generation, and is untouched otherwise).
 pub fn fuzz_handshake(data: &[u8]) {
     let config = fuzz_config();
     let split = data
@@ -272,7 +279,8 @@ fn fuzz_challenge(data: &[u8], config: &ProtocolConfig) {
     assert!(proofs <= usize::from(genuine), "{proofs} Proofs answered");
 }
 
-/// The link [`fuzz_resumption`]'s acceptor holds with [`FUZZ_PEER`].
+/// The link the resumption check of [`fuzz_handshake`] has its acceptor
+/// hold with [`FUZZ_PEER`].
 pub const FUZZ_RESUMED_LINK: u64 = 0x7e57_11e5_0000_0077;
 
 /// An acceptor core holding link [`FUZZ_RESUMED_LINK`] with

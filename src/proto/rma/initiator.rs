@@ -156,11 +156,18 @@ impl RmaOp {
         let kind = kind_of(status);
         let s = at.unwrap_or(&self.segs[0]);
         let why = refusal_of(status).map_or(String::new(), |r| format!(": {r}"));
+        // A zero-length operation is a check of a key and an offset (mrail
+        // checks a striped write's ranges so); its length says nothing.
+        let what = if self.total == 0 {
+            format!("RMA {} check", self.kind)
+        } else {
+            format!("RMA {} of {} bytes", self.kind, self.total)
+        };
         Error::new(
             kind,
             format!(
-                "RMA {} of {} bytes: the target refused bytes at offset {:#x} of key {:#x} ({kind}{why})",
-                self.kind, self.total, s.remote_off, s.key
+                "{what}: the target refused bytes at offset {:#x} of key {:#x} ({kind}{why})",
+                s.remote_off, s.key
             ),
         )
     }
