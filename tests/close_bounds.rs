@@ -154,9 +154,9 @@ fn close_alone(test: &str, delay: Duration, timeout: Duration) -> Duration {
     took
 }
 
-/// How long a native domain connected to a live peer, with a send stuck in
-/// flight towards it, takes to close.
-fn close_connected(test: &str, delay: Duration, timeout: Duration) -> Duration {
+/// A closer and a peer, connected both ways, the closer's send stuck in
+/// flight.
+fn connected_pair(test: &str, delay: Duration, timeout: Duration) -> (Peer, Peer) {
     let env = child_env(delay, timeout);
     let mut closer = spawn(test, "closer", &env);
     let mut peer = spawn(test, "peer", &env);
@@ -166,6 +166,13 @@ fn close_connected(test: &str, delay: Duration, timeout: Duration) -> Duration {
     peer.send_line(&format!("peer {}", closer_addr.trim_start_matches("addr ")));
     assert_eq!(closer.recv_line(LINE), "connected");
     assert_eq!(peer.recv_line(LINE), "connected");
+    (closer, peer)
+}
+
+/// How long a native domain connected to a live peer, with a send stuck in
+/// flight towards it, takes to close.
+fn close_connected(test: &str, delay: Duration, timeout: Duration) -> Duration {
+    let (mut closer, mut peer) = connected_pair(test, delay, timeout);
     closer.send_line("close");
     let took = parse_closed(&closer.recv_line(LINE));
     closer.send_line("bye");
@@ -179,15 +186,7 @@ fn close_connected(test: &str, delay: Duration, timeout: Duration) -> Duration {
 /// As [`close_connected`], with the peer killed (no disconnect, nothing
 /// answers) before the close.
 fn close_after_peer_died(test: &str, delay: Duration, timeout: Duration) -> Duration {
-    let env = child_env(delay, timeout);
-    let mut closer = spawn(test, "closer", &env);
-    let mut peer = spawn(test, "peer", &env);
-    let closer_addr = closer.recv_line(LINE);
-    let peer_addr = peer.recv_line(LINE);
-    closer.send_line(&format!("peer {}", peer_addr.trim_start_matches("addr ")));
-    peer.send_line(&format!("peer {}", closer_addr.trim_start_matches("addr ")));
-    assert_eq!(closer.recv_line(LINE), "connected");
-    assert_eq!(peer.recv_line(LINE), "connected");
+    let (mut closer, peer) = connected_pair(test, delay, timeout);
     peer.kill();
     std::thread::sleep(Duration::from_millis(100));
     closer.send_line("close");

@@ -11,7 +11,10 @@
 //! port 0) so tests run in parallel; only `default_uuid_port` touches the
 //! UUID-derived port, and it tolerates finding it in use.
 
-use std::io::{self, Read, Write};
+mod support;
+use support::ns_raw::{raw, read_to_close, T};
+
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::thread;
@@ -23,35 +26,12 @@ use psmrail::fabric::name_server::wire::{Reply, Request, STATUS_NEEDS_SESSION, S
 use psmrail::fabric::name_server::{port_for, query, NameServer, Service, MAX_CONNECTIONS};
 use psmrail::ErrorKind;
 
-/// Generous bound for anything that should succeed (never a speed claim).
-const T: Duration = Duration::from_secs(20);
-
 fn server() -> (NameServer, u16) {
     let ns = NameServer::start_on("127.0.0.1:0".parse().unwrap()).unwrap();
     assert!(ns.is_serving());
     let port = ns.local_addr().port();
     assert_ne!(port, 0);
     (ns, port)
-}
-
-fn raw(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
-    s
-}
-
-/// Everything the server sends until it closes the connection.
-fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return got,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return got,
-            Err(e) => panic!("the server did not close the connection: {e}"),
-        }
-    }
 }
 
 fn assert_serves(port: u16) {

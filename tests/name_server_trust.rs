@@ -7,6 +7,7 @@
 //! free for the next one.
 
 mod support;
+use support::ns_raw::{raw, read_to_close, T};
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -23,9 +24,6 @@ use psmrail::fabric::name_server::wire::{
 use psmrail::fabric::name_server::{query, NameServer, Service};
 use psmrail::ErrorKind;
 use support::peer::{self, Peer};
-
-/// Generous bound for anything that should succeed (never a speed claim).
-const T: Duration = Duration::from_secs(20);
 
 /// The attacker's epid.
 const BAD: u64 = 0xbad0_bad0_bad0_bad0;
@@ -57,26 +55,6 @@ fn joined(port: u16, secret: Option<JobSecret>) -> NameServer {
     ns
 }
 
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
-    s
-}
-
-/// Everything the server sends until it closes the connection.
-fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return got,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return got,
-            Err(e) => panic!("the server did not close the connection: {e}"),
-        }
-    }
-}
-
 /// The bytes of a version-0 (C) ADD (op 0) or DEL (op 1), built by hand as
 /// an attacker would.
 fn c_frame(op: u8, service: u32, epid: u64) -> Vec<u8> {
@@ -88,7 +66,7 @@ fn c_frame(op: u8, service: u32, epid: u64) -> Vec<u8> {
 
 /// A C-style command: connect, send, read until the server closes.
 fn c_command(port: u16, frame: &[u8]) -> Vec<u8> {
-    let mut s = connect(port);
+    let mut s = raw(port);
     s.write_all(frame).unwrap();
     read_to_close(&mut s)
 }
@@ -107,7 +85,7 @@ fn session_frame(op: u8, service: u32, epid: u64, proof: Option<[u8; 32]>) -> Ve
 /// `frame` on it; returns what the server answered: a challenge and an ACK
 /// (32 bytes), or whatever came before it closed the connection.
 fn session_command(port: u16, frame: &[u8]) -> Vec<u8> {
-    let mut s = connect(port);
+    let mut s = raw(port);
     s.write_all(&[1, 4, 0, 0, 0, 0, 0, 0]).unwrap();
     // A server that knows owning sessions answers with a challenge; one
     // that does not closes the connection.
@@ -284,7 +262,7 @@ fn with_a_secret_a_local_stranger_cannot_delete_replace_or_register() {
 #[test]
 fn with_a_secret_a_session_that_proves_nothing_is_closed() {
     let (_ns, port) = server_with(secret(SECRET));
-    let mut s = connect(port);
+    let mut s = raw(port);
     s.write_all(&[1, 4, 0, 0, 0, 0, 0, 0]).unwrap();
     s.write_all(&session_frame(0, 7, BAD, Some([9; 32])))
         .unwrap();
@@ -362,7 +340,7 @@ fn capture(port: u16, secret: Option<JobSecret>, service: u32, epid: Epid) -> Ve
 /// Replays `frames` (a HELLO and requests) on a new connection: the
 /// statuses of the requests' ACKs.
 fn replay(port: u16, frames: &[&[u8]]) -> Vec<i32> {
-    let mut s = connect(port);
+    let mut s = raw(port);
     let mut statuses = Vec::new();
     for (i, frame) in frames.iter().enumerate() {
         s.write_all(frame).unwrap();

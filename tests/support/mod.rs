@@ -5,7 +5,7 @@
 //! spinning multi-process tests from running at the same time
 //! (`spin_lock`), payloads and the one byte pattern (`payload`), atomic
 //! test values (`atomic_values`), a raw soft-engine client for
-//! hostile-peer tests (`soft_raw`), the multi-rail rig (network namespaces
+//! hostile-peer tests (`soft_raw`), raw name-server clients (`ns_raw`), the multi-rail rig (network namespaces
 //! joined by veth pairs: `rig`, `hosts`, `mrail_nodes`) and a `tracing`
 //! subscriber that records what it sees (`trace_capture`).
 #![allow(dead_code)]
@@ -14,6 +14,7 @@ pub(crate) mod atomic_values;
 pub(crate) mod fabric;
 pub(crate) mod hosts;
 pub(crate) mod mrail_nodes;
+pub(crate) mod ns_raw;
 pub(crate) mod payload;
 pub(crate) mod peer;
 pub(crate) mod remote;

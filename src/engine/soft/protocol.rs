@@ -445,7 +445,7 @@ pub struct CoreStats {
     pub peers: usize,
     /// Bytes of unexpected messages whose peers went down: they stay
     /// receivable, outside the budget the peers still here share, up to
-    /// one budget more ([`SoftCore`]'s module docs, "Credit").
+    /// one budget more (the protocol core's module docs, "Credit").
     pub departed_bytes: u64,
     /// Unexpected messages dropped because departed peers held more than
     /// that, oldest departure first.
