@@ -899,9 +899,26 @@ fn attack_figures() {
     }
 
     if phase("handshaken") {
-        let idle: Vec<RawPeer> = (0..4096)
-            .map_while(|i| RawPeer::try_handshake(addr, 10_000 + i))
-            .collect();
+        // The good client measures while the 4,096 connect.
+        let (idle, during) = std::thread::scope(|scope| {
+            let crowd = scope.spawn(|| {
+                (0..4096)
+                    .map_while(|i| RawPeer::try_handshake(addr, 10_000 + i))
+                    .collect::<Vec<RawPeer>>()
+            });
+            let mut during = Vec::new();
+            while !crowd.is_finished() {
+                during.extend(pingpong(&client, peer, 200));
+            }
+            (crowd.join().unwrap(), during)
+        });
+        if !during.is_empty() {
+            let (p, p99, worst) = spread(during);
+            println!(
+                "while 4,096 peers handshake: p50 {p:?} ({:.2}x), p99 {p99:?}, worst {worst:?}",
+                p.as_secs_f64() / base.as_secs_f64()
+            );
+        }
         // Idle long enough for their buffers to go.
         std::thread::sleep(Duration::from_millis(500));
         report(&format!("{} handshaken idle connections", idle.len()));
