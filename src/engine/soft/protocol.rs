@@ -2857,6 +2857,15 @@ impl SoftCore {
         shrink_map(&mut self.peers);
         shrink_map(&mut self.by_epid);
         shrink_map(&mut self.ops);
+        shrink_map(&mut self.dials);
+        shrink_map(&mut self.departed);
+        if self.departed_order.len() > self.departed.len() {
+            let departed = &self.departed;
+            self.departed_order.retain(|p| departed.contains_key(p));
+        }
+        if self.departed_order.capacity() > 4 * self.departed_order.len() + 64 {
+            self.departed_order.shrink_to_fit();
+        }
         self.prune_credit_queues();
         for q in [&mut self.credit_active, &mut self.credit_new] {
             if q.capacity() > 4 * q.len() + 64 {
