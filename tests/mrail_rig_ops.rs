@@ -1379,6 +1379,7 @@ fn every_policy_carries_every_size_over_real_rails() {
             // of one speed get equal parts unless their measured rates
             // differ by a quarter or more).
             let msg = tagged(64 * MIB, 64);
+            let (sa, sb) = (a.stats(), b.stats());
             let before = a_links(&rig);
             let b_before = b_links(&rig);
             let start = Instant::now();
@@ -1386,12 +1387,28 @@ fn every_policy_carries_every_size_over_real_rails() {
             let wall = start.elapsed();
             let after = a_links(&rig);
             let b_after = b_links(&rig);
+            let (sa2, sb2) = (a.stats(), b.stats());
             for r in 0..rig.rails() {
                 let tx = after[r].tx - before[r].tx;
                 let rx = b_after[r].rx - b_before[r].rx;
                 assert!(
                     tx.min(rx) >= 16 * MIB as u64,
                     "rail {r} carried only {tx} bytes (A sent) / {rx} (B got) of a striped 64 MiB message"
+                );
+                // Each side's per-rail bytes are what its link moved (its
+                // headers and control frames aside).
+                let sent = sa2.rails[r][1] - sa.rails[r][1];
+                let got = sb2.rails[r][3] - sb.rails[r][3];
+                for (who, counted, link) in [("A sent", sent, tx), ("B received", got, rx)] {
+                    let off = (link as f64 - counted as f64).abs() / link as f64;
+                    assert!(
+                        off <= 0.02,
+                        "rail {r}: {who} {counted} bytes by its statistics, {link} by its link ({:.1} % apart)",
+                        off * 100.0
+                    );
+                }
+                println!(
+                    "rail {r}: A's statistics {sent} bytes sent, its link {tx}; B's {got} received, its link {rx}"
                 );
             }
             println!(

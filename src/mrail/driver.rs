@@ -2499,6 +2499,11 @@ impl Driver {
         for (rail, bytes, took) in self.load.take_samples() {
             st.rates.sample(rail, bytes, took);
         }
+        for p in &joined.parts {
+            if let Some(rs) = self.stats.rails.get(p.rail) {
+                bump(&rs.bytes_received, p.bytes as u64);
+            }
+        }
         let result = match &joined.error {
             Some(e) => Err(Error::new(e.kind(), e.message().to_owned())),
             None if x.accepted < x.msg_len => Err(Error::truncated(
