@@ -2925,6 +2925,11 @@ impl Driver {
             event.reason
         );
         self.events.push(event);
+        if event.state != RailState::Rejoining {
+            // What the rail was measured at says nothing of it now.
+            st.rates.forget(event.rail);
+            self.load.forget(event.rail);
+        }
         let tokens: Vec<u64> = st
             .peers
             .iter()
