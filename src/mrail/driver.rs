@@ -72,13 +72,45 @@
 //! * RMA stripes that fail because their rail lost the peer start again
 //!   on another rail (`rma`).
 //!
-//! A rail whose link comes back rejoins after a back-off
+//! A post that fails because its rail lost the peer (the rail's
+//! connection to it ended) takes the rail out for that peer and goes on
+//! another. A rail whose link comes back rejoins after a back-off
 //! ([`RailHealth`]); the rail events go to the domain's queue. With no
 //! rail left for a peer its transfers fail with `FI_EIO` naming the rails.
 //! A peer lost on a rail for good (its rail's peer book) is not tried
 //! there again. An attempt given up on a rail that comes back later
 //! completes against nothing: a send waits in its engine until the
 //! endpoint closes, a receive is cancelled.
+//!
+//! # Every rail lost
+//!
+//! With no rail left to a peer (every link down, every rail disabled, or
+//! the peer lost on each), its transfers fail with `FI_EIO` at once, and
+//! both sides keep what they need to go on, with the same addresses, once
+//! a rail serves again:
+//!
+//! * the sender withdraws the requests to send it gave up
+//!   ([`Frame::Withdraw`]): a receiver that holds one drops it (and fails
+//!   a receive that matched it meanwhile), one that never got it fills its
+//!   sequence number with the withdrawal, so no receive takes a message
+//!   nobody sends;
+//! * the receiver drops the requests that waited unmatched, and refuses
+//!   them ([`Frame::Nack`]) with those whose receives failed, so that a
+//!   sender that kept a rail does not wait for them;
+//! * every frame not acknowledged yet goes again (a rail's connection may
+//!   have been given up with what it held); the receiver drops the copies
+//!   it has;
+//! * each side holds the peer's sequenced frames, neither delivered nor
+//!   acknowledged, until the peer's [`Frame::Resync`] says it has sent
+//!   again everything before it (on the rail the Resync comes on, before
+//!   it). The Resync asks for the other side's in turn; it is asked for
+//!   again every [`RESYNC_AGAIN`] while a rail serves and none came. So a
+//!   request sent before the loss, which its sender may have given up,
+//!   cannot match a receive before its withdrawal is in.
+//!
+//! Rail notices are numbered, so one that waited on a stalled connection
+//! cannot undo a later one, and a rail that comes back is announced on
+//! itself too (the peer may know no other rail of ours to be up).
 //!
 //! [`StripeJoin`]: super::stripe_join::StripeJoin
 //!
@@ -314,16 +346,48 @@ struct PeerState {
     dead: u64,
     /// Rails the peer told us are out of service ([`Frame::RailNotice`]).
     peer_down: u64,
+    /// The number of the last notice taken from the peer, per rail (0:
+    /// none yet).
+    notices: Vec<u32>,
     /// The peer's address vector entry, once it is known.
     entry: Option<Arc<PeerEntry>>,
+    /// Every rail to the peer was lost (its transfers failed): its
+    /// sequenced frames are held, not delivered, until its
+    /// [`Resync`](Frame::Resync) says it sent again what we had not
+    /// acknowledged (module docs, "Every rail lost").
+    hold: bool,
+    /// When we last asked for the peer's Resync (while holding).
+    asked: Option<Instant>,
+    /// The peer asked for our Resync and has not had it yet.
+    answer_owed: bool,
+    /// The requests to send of the peer's messages whose receives failed
+    /// when every rail was lost: refused ([`Frame::Nack`]) with the
+    /// Resync, so that a sender that kept its rails does not wait for
+    /// them.
+    owed_nacks: Vec<u64>,
+    /// Our requests to send (sequence number, send id) whose sends failed
+    /// when every rail was lost: withdrawn ([`Frame::Withdraw`]) with the
+    /// Resync, acknowledged or not (the peer may hold them unmatched).
+    withdraws: Vec<(u32, u64)>,
 }
 
 /// A sequenced frame kept for resending: its bytes and the rail it last
-/// went on.
+/// went on ([`NO_RAIL`]: none that still serves, so it goes again on the
+/// next rail that does).
 struct Logged {
     rail: std::cell::Cell<usize>,
     frame: Vec<u8>,
+    /// A request to send's send id.
+    send_id: Option<u64>,
+    /// The send gave up: a [`Frame::Withdraw`] goes in its place.
+    withdrawn: std::cell::Cell<bool>,
 }
+
+/// [`Logged::rail`] of a frame whose rail was lost with every other.
+const NO_RAIL: usize = usize::MAX;
+
+/// How often a peer whose Resync we wait for is asked again.
+const RESYNC_AGAIN: Duration = Duration::from_millis(500);
 
 impl PeerState {
     fn new() -> Self {
@@ -336,13 +400,37 @@ impl PeerState {
             ack_queued: false,
             dead: 0,
             peer_down: 0,
+            notices: Vec::new(),
             entry: None,
+            hold: false,
+            asked: None,
+            answer_owed: false,
+            owed_nacks: Vec::new(),
+            withdraws: Vec::new(),
         }
     }
 
     /// The rails usable towards the peer among `live`.
     fn rails(&self, live: u64) -> u64 {
         live & !(self.dead | self.peer_down)
+    }
+
+    /// Whether notice `number` about `rail` is newer than the last one
+    /// taken (then it is recorded as taken). Number 0 is always taken.
+    fn take_notice(&mut self, rail: usize, number: u32) -> bool {
+        if number == 0 {
+            return true;
+        }
+        if self.notices.len() <= rail {
+            self.notices.resize(rail + 1, 0);
+        }
+        let last = self.notices[rail];
+        let ahead = number.wrapping_sub(last);
+        if last != 0 && (ahead == 0 || ahead >= 1 << 31) {
+            return false;
+        }
+        self.notices[rail] = number;
+        true
     }
 }
 
@@ -351,6 +439,8 @@ struct SendXfer {
     /// Tells the send when its peer dies on a rail.
     watch: Vec<Arc<PeerDeath>>,
     entry: Arc<PeerEntry>,
+    /// The request's sequence number.
+    seq: u32,
     class: MsgClass,
     len: u64,
     rails: u64,
@@ -689,6 +779,12 @@ struct State {
     inbound: Vec<Inbound>,
     /// Turns among rails for failover choices.
     next_failover: usize,
+    /// The number of the last rail notice sent (they are numbered, all
+    /// rails and peers together).
+    notices: u32,
+    /// Peers whose frames are held until their Resync (some may have been
+    /// released since).
+    holding: Vec<u64>,
 }
 
 impl State {
@@ -818,6 +914,8 @@ impl Driver {
                 ack_now: false,
                 inbound: Vec::new(),
                 next_failover: 0,
+                notices: 0,
+                holding: Vec::new(),
             }),
             ready,
             table: Arc::new(CompletionTable::new()),
@@ -1067,40 +1165,78 @@ impl Driver {
             return Err((closed_error(), buf));
         }
         let token = entry.addr.token();
-        let live = match self.peer_rails(&mut st, token, &entry) {
-            Some(l) => l,
-            None => return Err((no_rail_error(), buf)),
-        };
-        let Some(choice) = st.chooser.choose(len as u64, live) else {
-            return Err((no_rail_error(), buf));
-        };
-        let seq = match st.peer(token, true) {
-            Some(ps) => ps.tx.next(),
-            None => return Err((no_rail_error(), buf)),
-        };
-        let result = match choice {
-            RailChoice::One(r) if len <= EAGER_MAX => {
-                self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink)
-            }
-            RailChoice::One(r) => {
-                self.send_rts(&mut st, entry, r, 1 << r, seq, class, tag, buf, sink)
-            }
-            RailChoice::All(mask) => {
-                let fixed = st.chooser.fixed_rail();
-                let via = if mask & (1 << fixed) != 0 {
-                    fixed
-                } else {
-                    mask.trailing_zeros() as usize
-                };
-                self.send_rts(&mut st, entry, via, mask, seq, class, tag, buf, sink)
-            }
-        };
-        if result.is_err() {
+        let mut buf = buf;
+        let mut tries = 0;
+        let result = loop {
+            let live = match self.peer_rails(&mut st, token, &entry) {
+                Some(l) => l,
+                None => break Err((no_rail_error(), buf)),
+            };
+            let Some(choice) = st.chooser.choose(len as u64, live) else {
+                break Err((no_rail_error(), buf));
+            };
+            let seq = match st.peer(token, true) {
+                Some(ps) => ps.tx.next(),
+                None => break Err((no_rail_error(), buf)),
+            };
+            let (rail, result) = match choice {
+                RailChoice::One(r) if len <= EAGER_MAX => (
+                    r,
+                    self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink),
+                ),
+                RailChoice::One(r) => (
+                    r,
+                    self.send_rts(
+                        &mut st,
+                        entry.clone(),
+                        r,
+                        1 << r,
+                        seq,
+                        class,
+                        tag,
+                        buf,
+                        sink,
+                    ),
+                ),
+                RailChoice::All(mask) => {
+                    let fixed = st.chooser.fixed_rail();
+                    let via = if mask & (1 << fixed) != 0 {
+                        fixed
+                    } else {
+                        mask.trailing_zeros() as usize
+                    };
+                    (
+                        via,
+                        self.send_rts(
+                            &mut st,
+                            entry.clone(),
+                            via,
+                            mask,
+                            seq,
+                            class,
+                            tag,
+                            buf,
+                            sink,
+                        ),
+                    )
+                }
+            };
+            let Err((e, back)) = result else {
+                break Ok(());
+            };
             // Nothing left: the peer must not wait for this number.
             if let Some(ps) = st.peer(token, true) {
                 ps.tx = TxSequence::with_start(seq);
             }
-        }
+            if !rail_lost(e.kind()) || tries >= self.rails.len() {
+                break Err((e, back));
+            }
+            // The rail lost the peer (its connection there ended): another
+            // may still reach it.
+            tries += 1;
+            buf = back;
+            self.peer_lost_rails(&mut st, token, rail_bit(rail));
+        };
         drop(st);
         self.notify();
         result
@@ -1125,53 +1261,62 @@ impl Driver {
             return Err(closed_error());
         }
         let token = entry.addr.token();
-        let Some(live) = self.peer_rails(&mut st, token, &entry) else {
-            return Err(no_rail_error());
-        };
-        let rail = match st.chooser.choose(data.len() as u64, live) {
-            Some(RailChoice::One(r)) => r,
-            Some(RailChoice::All(mask)) => {
-                let fixed = st.chooser.fixed_rail();
-                if mask & (1 << fixed) != 0 {
-                    fixed
-                } else {
-                    mask.trailing_zeros() as usize
+        let mut tries = 0;
+        let (rail, frame) = loop {
+            let Some(live) = self.peer_rails(&mut st, token, &entry) else {
+                return Err(no_rail_error());
+            };
+            let rail = match st.chooser.choose(data.len() as u64, live) {
+                Some(RailChoice::One(r)) => r,
+                Some(RailChoice::All(mask)) => {
+                    let fixed = st.chooser.fixed_rail();
+                    if mask & (1 << fixed) != 0 {
+                        fixed
+                    } else {
+                        mask.trailing_zeros() as usize
+                    }
                 }
-            }
-            None => return Err(no_rail_error()),
-        };
-        let Some(ps) = st.peer(token, true) else {
-            return Err(no_rail_error());
-        };
-        let seq = ps.tx.next();
-        let frame = Frame::Eager {
-            class,
-            seq,
-            source: self.token,
-            tag,
-        };
-        let mut wire = [0u8; RAIL_INJECT];
-        let sent = frame
-            .write_to(&mut wire)
-            .map_err(header_error)
-            .and_then(|hl| {
-                let end = hl + data.len();
-                let room = wire.get_mut(hl..end).ok_or_else(|| {
-                    Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
-                })?;
-                room.copy_from_slice(data);
-                self.rail_domain(rail)
-                    .direct()
-                    .inject(entry.rails[rail], CTRL_TAG, &wire[..end])
-                    .map_err(|e| rail_error(rail, "inject", e))
-            });
-        if let Err(e) = sent {
+                None => return Err(no_rail_error()),
+            };
+            let Some(ps) = st.peer(token, true) else {
+                return Err(no_rail_error());
+            };
+            let seq = ps.tx.next();
+            let frame = Frame::Eager {
+                class,
+                seq,
+                source: self.token,
+                tag,
+            };
+            let mut wire = [0u8; RAIL_INJECT];
+            let sent = frame
+                .write_to(&mut wire)
+                .map_err(header_error)
+                .and_then(|hl| {
+                    let end = hl + data.len();
+                    let room = wire.get_mut(hl..end).ok_or_else(|| {
+                        Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
+                    })?;
+                    room.copy_from_slice(data);
+                    self.rail_domain(rail)
+                        .direct()
+                        .inject(entry.rails[rail], CTRL_TAG, &wire[..end])
+                        .map_err(|e| rail_error(rail, "inject", e))
+                });
+            let Err(e) = sent else {
+                break (rail, frame);
+            };
             // Nothing left: the peer must not wait for this number.
             if let Some(ps) = st.peer(token, true) {
                 ps.tx = TxSequence::with_start(seq);
             }
-            return Err(e);
-        }
+            if !rail_lost(e.kind()) || tries >= self.rails.len() {
+                return Err(e);
+            }
+            // The rail lost the peer: another may still reach it.
+            tries += 1;
+            self.peer_lost_rails(&mut st, token, rail_bit(rail));
+        };
         log_frame(&mut st, token, rail, &frame, data);
         drop(st);
         let rs = &self.stats.rails[rail];
@@ -1288,6 +1433,7 @@ impl Driver {
         let xfer = SendXfer {
             watch: Vec::new(),
             entry,
+            seq,
             class,
             len,
             rails,
@@ -1715,18 +1861,40 @@ impl Driver {
             accepted,
             weights,
         };
-        if let Err(e) = self.send_control(reply, entry.rails[reply], &cts) {
-            drop(parts);
-            let x = st.recvs.remove(recv_id).expect("just inserted");
-            self.finish(
-                x.sink,
-                Dir::Recv,
-                x.class,
-                Err(e),
-                reclaim_or_empty(x.shared),
-            );
-            return;
+        // On another usable rail if the reply's lost the peer.
+        let others = (0..self.rails.len()).filter(|&r| r != reply && usable & rail_bit(r) != 0);
+        let mut answered = Err(None);
+        for r in std::iter::once(reply).chain(others) {
+            match self.send_control(r, entry.rails[r], &cts) {
+                Ok(()) => {
+                    answered = Ok(r);
+                    break;
+                }
+                Err(e) => {
+                    let lost = rail_lost(e.kind());
+                    answered = Err(Some(e));
+                    if !lost {
+                        break;
+                    }
+                }
+            }
         }
+        let reply = match answered {
+            Ok(r) => r,
+            Err(e) => {
+                drop(parts);
+                let x = st.recvs.remove(recv_id).expect("just inserted");
+                let e = e.unwrap_or_else(no_rail_error);
+                self.finish(
+                    x.sink,
+                    Dir::Recv,
+                    x.class,
+                    Err(e),
+                    reclaim_or_empty(x.shared),
+                );
+                return;
+            }
+        };
         for s in plan.iter() {
             bump(&self.stats.rails[s.rail].stripes, 1);
         }
@@ -1737,6 +1905,7 @@ impl Driver {
             x.waker = waker;
             x.watch = watch;
             x.cts = cts;
+            x.via = reply;
         }
         for r in (0..self.rails.len()).filter(|r| broken & (1 << r) != 0) {
             self.rail_broken(st, r);
@@ -1993,7 +2162,18 @@ impl Driver {
                 part,
                 rail,
             } => self.on_reroute(st, source, send_id, recv_id, part, rail),
-            Frame::RailNotice { source, rail, up } => self.on_rail_notice(st, source, rail, up),
+            Frame::RailNotice {
+                source,
+                rail,
+                up,
+                number,
+            } => self.on_rail_notice(st, source, rail, up, number),
+            Frame::Withdraw {
+                seq,
+                source,
+                send_id,
+            } => self.on_withdraw(st, source, seq, send_id),
+            Frame::Resync { source, upto, ask } => self.on_resync(st, source, upto, ask),
             Frame::PartQuery {
                 source,
                 send_id,
@@ -2129,7 +2309,7 @@ impl Driver {
     ) -> bool {
         let in_order = st
             .peer(token, true)
-            .is_some_and(|ps| ps.rx.expected() == seq && ps.rx.held() == 0);
+            .is_some_and(|ps| ps.rx.expected() == seq && ps.rx.held() == 0 && !ps.hold);
         if !in_order {
             return false;
         }
@@ -2175,7 +2355,7 @@ impl Driver {
     }
 
     /// Takes frame `seq` of peer `p` into its reorder buffer and delivers
-    /// every frame now in order.
+    /// every frame now in order (none while the peer is held).
     fn sequenced(
         &self,
         st: &mut State,
@@ -2189,7 +2369,9 @@ impl Driver {
         let Some(ps) = st.peer(token, known) else {
             return;
         };
-        if ps.rx.expected() != seq {
+        // Its bytes count as held unless it is delivered at once.
+        let held = ps.hold || ps.rx.expected() != seq;
+        if held {
             if ps.held_bytes + bytes > REORDER_BYTES {
                 bump(&self.stats.beyond_window, 1);
                 tracing::warn!("mrail: peer {token:#x}: more than {REORDER_BYTES} bytes out of order; frame {seq} dropped");
@@ -2200,7 +2382,7 @@ impl Driver {
         match ps.rx.accept(seq, arrival.map(|a| (spec, a))) {
             Ok(()) => {}
             Err(ReorderError::Duplicate(_)) => {
-                if ps.rx.expected() != seq {
+                if held {
                     ps.held_bytes -= bytes;
                 }
                 bump(&self.stats.duplicates, 1);
@@ -2219,13 +2401,23 @@ impl Driver {
                 return;
             }
         }
+        if ps.hold {
+            return;
+        }
+        self.drain_ready(st, token, (!held).then_some(seq), known);
+    }
+
+    /// Delivers the peer's frames that are in order now; `uncounted` is
+    /// one whose bytes were not counted as held. Acknowledges them if the
+    /// peer is known.
+    fn drain_ready(&self, st: &mut State, token: u64, uncounted: Option<u32>, known: bool) {
         let mut n = 0u32;
         while let Some((s, item)) = st.peers.get_mut(&token).and_then(|ps| ps.rx.pop_ready()) {
             n += 1;
             let Some((spec, arrival)) = item else {
                 continue;
             };
-            if s != seq {
+            if Some(s) != uncounted {
                 if let Some(ps) = st.peers.get_mut(&token) {
                     ps.held_bytes -= arrival.held_bytes();
                 }
@@ -2345,11 +2537,13 @@ impl Driver {
         Ok(RailPart::new(domain.clone(), key, rail, false, stint))
     }
 
+    /// The receiver refused a request to send: before its answer, or,
+    /// after it lost every rail to us, once its parts were under way.
     fn on_nack(&self, st: &mut State, source: u64, send_id: u64, reason: NackReason) {
         let fits = st
             .sends
             .get(send_id)
-            .is_some_and(|x| x.entry.addr.token() == source && x.striped.is_none());
+            .is_some_and(|x| x.entry.addr.token() == source);
         if !fits {
             bump(&self.stats.stale, 1);
             return;
@@ -2362,13 +2556,8 @@ impl Driver {
                 send_name(x.class)
             ),
         );
-        self.finish(
-            x.sink,
-            Dir::Send,
-            x.class,
-            Err(e),
-            reclaim_or_empty(x.shared),
-        );
+        let buf = give_back(x.striped, x.shared);
+        self.finish(x.sink, Dir::Send, x.class, Err(e), buf);
     }
 
     /// The receiver asks for part `part` again on `rail` (failover).
@@ -2606,7 +2795,8 @@ impl Driver {
     /// Sends what is in flight towards `token` on rails it can no longer
     /// use again on the ones it can: its unacknowledged frames, and the
     /// parts of the messages it is sending us. With no rail left, its
-    /// transfers fail.
+    /// transfers fail; once a rail serves again after that, the two sides
+    /// resynchronise ([`resync`](Self::resync)).
     fn fail_over(&self, st: &mut State, token: u64) {
         let Some(ps) = st.peers.get(&token) else {
             return;
@@ -2620,7 +2810,11 @@ impl Driver {
             self.fail_peer(st, token, lost & st.chooser.all_rails_mask());
             return;
         }
-        self.resend_log(st, token, &entry, usable);
+        if ps.hold || ps.answer_owed {
+            self.resync(st, token, &entry, usable);
+        } else {
+            self.resend_log(st, token, &entry, usable);
+        }
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
             self.reroute_recv(st, id, usable);
         }
@@ -2714,11 +2908,11 @@ impl Driver {
             return;
         };
         let mut n = 0u64;
-        for (_, _, logged) in ps.log.iter() {
-            if usable & (1 << logged.rail.get()) != 0 {
+        for (pos, _, logged) in ps.log.iter() {
+            if usable & rail_bit(logged.rail.get()) != 0 {
                 continue;
             }
-            if let Err(e) = self.send_raw(to, entry.rails[to], &logged.frame) {
+            if let Err(e) = self.send_logged(to, entry.rails[to], pos, logged) {
                 tracing::warn!("mrail: resending a frame on rail {to}: {e}");
                 break;
             }
@@ -2728,6 +2922,23 @@ impl Driver {
         if n > 0 {
             bump(&self.stats.rails[to].retransmits, n);
             tracing::debug!("mrail: {n} frames to peer {token:#x} sent again on rail {to}");
+        }
+    }
+
+    /// Sends the logged frame at position `pos` again on `rail`: its bytes,
+    /// or the [`Frame::Withdraw`] of a request whose send gave up.
+    fn send_logged(&self, rail: usize, peer: PeerAddr, pos: u64, logged: &Logged) -> Result<()> {
+        match logged.send_id.filter(|_| logged.withdrawn.get()) {
+            Some(send_id) => self.send_control(
+                rail,
+                peer,
+                &Frame::Withdraw {
+                    seq: pos as u32,
+                    source: self.token,
+                    send_id,
+                },
+            ),
+            None => self.send_raw(rail, peer, &logged.frame),
         }
     }
 
@@ -2845,22 +3056,251 @@ impl Driver {
                 ),
             )
         };
+        let mut gave_up = Vec::new();
         for id in st.sends.ids_where(|x| x.entry.addr.token() == token) {
             if let Some(x) = st.sends.remove(id) {
+                gave_up.push((x.seq, id));
                 let buf = give_back(x.striped, x.shared);
                 self.finish(x.sink, Dir::Send, x.class, Err(error()), buf);
             }
         }
+        let mut refused = Vec::new();
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
             if let Some(x) = st.recvs.remove(id) {
+                refused.push(x.send_id);
                 let buf = give_back(x.striped, x.shared);
                 self.finish(x.sink, Dir::Recv, x.class, Err(error()), buf);
             }
         }
+        // Its requests to send that wait unmatched go too: its sends of
+        // them failed as well (or hear the refusal), so no receive posted
+        // later may take them.
+        if let Some(p) = self.av.index_of_token(token) {
+            let waiting = st
+                .matcher
+                .take_unexpected(|spec, a| spec.source == p && matches!(a, Arrival::Rts { .. }));
+            refused.extend(waiting.into_iter().filter_map(|(_, a)| match a {
+                Arrival::Rts { send_id, .. } => Some(send_id),
+                Arrival::Eager(_) => None,
+            }));
+        }
+        // When a rail is back, the peer hears what we gave up and gets
+        // again what it may have lost; until then its frames wait.
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        if !ps.hold {
+            tracing::info!(
+                peer = %format_args!("{token:#x}"),
+                "mrail: no rail is left to the peer; its transfers failed, the rest waits for a rail"
+            );
+            st.holding.push(token);
+        }
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        ps.hold = true;
+        ps.asked = None;
+        ps.owed_nacks.extend(refused);
+        for (_, _, logged) in ps.log.iter() {
+            logged.rail.set(NO_RAIL);
+            if logged
+                .send_id
+                .is_some_and(|id| gave_up.iter().any(|g| g.1 == id))
+            {
+                logged.withdrawn.set(true);
+            }
+        }
+        ps.withdraws.extend(gave_up);
     }
 
-    /// Tells the peer `token` that our rail `rail` is out of service or
-    /// back (on a rail it can use).
+    /// Every rail to the peer `token` was lost and `usable` serves it
+    /// again (or it asked): sends again, on one rail of `usable`, every
+    /// frame it has not acknowledged (a [`Frame::Withdraw`] for each
+    /// request whose send gave up), the refusals owed, then our
+    /// [`Frame::Resync`] (asking for the peer's while we hold its frames).
+    /// On the same rail, so the peer has all of it before the Resync.
+    fn resync(&self, st: &mut State, token: u64, entry: &PeerEntry, usable: u64) {
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let peer = entry.rails[to];
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        let mut n = 0u64;
+        for (pos, _, logged) in ps.log.iter() {
+            if let Err(e) = self.send_logged(to, peer, pos, logged) {
+                // The next rail event or the next ask tries again.
+                tracing::warn!("mrail: resynchronising with peer {token:#x} on rail {to}: {e}");
+                return;
+            }
+            logged.rail.set(to);
+            n += 1;
+        }
+        for &(seq, send_id) in &ps.withdraws {
+            let w = Frame::Withdraw {
+                seq,
+                source: self.token,
+                send_id,
+            };
+            let _ = self.send_control(to, peer, &w);
+        }
+        if !ps.hold {
+            // An answer: the peer's Resync came, it has these by now.
+            ps.withdraws.clear();
+        }
+        for send_id in std::mem::take(&mut ps.owed_nacks) {
+            let nack = Frame::Nack {
+                source: self.token,
+                send_id,
+                reason: NackReason::Cancelled,
+            };
+            let _ = self.send_control(to, peer, &nack);
+        }
+        let frame = Frame::Resync {
+            source: self.token,
+            upto: ps.tx.peek(),
+            ask: ps.hold,
+        };
+        if let Err(e) = self.send_control(to, peer, &frame) {
+            tracing::warn!("mrail: resynchronising with peer {token:#x} on rail {to}: {e}");
+            return;
+        }
+        ps.answer_owed = false;
+        if ps.hold {
+            ps.asked = Some(Instant::now());
+        }
+        if n > 0 {
+            bump(&self.stats.rails[to].retransmits, n);
+        }
+        tracing::debug!(
+            "mrail: {n} frames to peer {token:#x} sent again on rail {to}, then a resync"
+        );
+    }
+
+    /// The peer's Resync: it sent again what we had not acknowledged, so
+    /// its frames we held are delivered (if nothing is missing before
+    /// `upto`); it asks for ours with `ask`.
+    fn on_resync(&self, st: &mut State, source: u64, upto: u32, ask: bool) {
+        let Some(entry) = self.entry_of(st, source) else {
+            return;
+        };
+        let live = st.live;
+        let Some(ps) = st.peers.get_mut(&source) else {
+            return;
+        };
+        if ask {
+            ps.answer_owed = true;
+        }
+        if ps.hold {
+            if ps.rx.ready_to(upto) {
+                ps.hold = false;
+                if ps.asked.take().is_some() {
+                    // Our withdrawals went before our ask, which it heard.
+                    ps.withdraws.clear();
+                }
+                tracing::info!(
+                    peer = %format_args!("{source:#x}"),
+                    "mrail: resynchronised with the peer"
+                );
+                self.drain_ready(st, source, None, true);
+            } else {
+                // Something it sent again is not here yet: ask again soon.
+                ps.asked = None;
+            }
+        }
+        let Some(ps) = st.peers.get(&source) else {
+            return;
+        };
+        if ps.answer_owed {
+            let usable = ps.rails(live);
+            self.resync(st, source, &entry, usable);
+        }
+    }
+
+    /// The peer gave up its request to send `send_id` (sequence number
+    /// `seq`): it takes the request's place, or, if the request came
+    /// already, the request is dropped and a receive it matched fails.
+    fn on_withdraw(&self, st: &mut State, source: u64, seq: u32, send_id: u64) {
+        let Some(p) = self.known(source) else {
+            return;
+        };
+        let Some(ps) = st.peer(source, true) else {
+            return;
+        };
+        match ps.rx.accept(seq, None) {
+            Ok(()) => {
+                if !ps.hold {
+                    self.drain_ready(st, source, None, true);
+                }
+                return;
+            }
+            Err(ReorderError::TooFar(_)) => {
+                bump(&self.stats.beyond_window, 1);
+                return;
+            }
+            Err(ReorderError::Duplicate(_)) => {}
+        }
+        let is_it = |a: &Arrival| matches!(a, Arrival::Rts { send_id: id, .. } if *id == send_id);
+        // Held, not delivered yet: it becomes a gap filled.
+        let held = match ps.rx.get_mut(seq) {
+            Some(item) => {
+                if item.as_ref().is_some_and(|(_, a)| is_it(a)) {
+                    *item = None;
+                }
+                true
+            }
+            None => false,
+        };
+        if !held
+            && st
+                .matcher
+                .take_unexpected(|spec, a| spec.source == p && is_it(a))
+                .is_empty()
+        {
+            let matched = st
+                .recvs
+                .ids_where(|x| x.entry.addr.token() == source && x.send_id == send_id);
+            for id in matched {
+                if let Some(x) = st.recvs.remove(id) {
+                    let e = Error::new(
+                        ErrorKind::Io,
+                        format!(
+                            "{}: the sender gave up the message (no rail was left to it)",
+                            recv_name(x.class)
+                        ),
+                    );
+                    let buf = give_back(x.striped, x.shared);
+                    self.finish(x.sink, Dir::Recv, x.class, Err(e), buf);
+                }
+            }
+        }
+        // Sent again: the sender waits to hear.
+        self.delivered(st, source, 1, true);
+    }
+
+    /// The peer `token`'s state with its address vector entry (made, and
+    /// the entry looked up, if need be); `None` for a peer that is not in
+    /// the address vector.
+    fn entry_of(&self, st: &mut State, token: u64) -> Option<Arc<PeerEntry>> {
+        if let Some(e) = st.peers.get(&token).and_then(|ps| ps.entry.clone()) {
+            return Some(e);
+        }
+        let entry = self
+            .av
+            .index_of_token(token)
+            .and_then(|i| self.av.entry(i))?;
+        let ps = st.peer(token, true)?;
+        ps.entry = Some(entry.clone());
+        Some(entry)
+    }
+
+    /// Tells the peer `token` that our rail `rail` is out of service (on a
+    /// rail it can use) or back (on that rail itself, and on another it
+    /// can use: the peer may have had no other news of us). Notices are
+    /// numbered, so one that waited on a stalled rail cannot undo a later
+    /// one.
     fn notice(&self, st: &mut State, token: u64, rail: usize, up: bool) {
         let Some(ps) = st.peers.get(&token) else {
             return;
@@ -2869,45 +3309,60 @@ impl Driver {
             return;
         };
         let usable = ps.rails(st.live);
-        let Some(to) = Self::pick(st, usable) else {
-            return;
-        };
+        let itself = up && ps.dead & rail_bit(rail) == 0 && st.live & rail_bit(rail) != 0;
+        let other = Self::pick(st, usable & !rail_bit(rail));
+        st.notices = st.notices.wrapping_add(1).max(1);
         let frame = Frame::RailNotice {
             source: self.token,
             rail: rail as u8,
             up,
+            number: st.notices,
+        };
+        let to = match (itself, other) {
+            (true, Some(other)) => {
+                let _ = self.send_control(rail, entry.rails[rail], &frame);
+                other
+            }
+            (true, None) => rail,
+            (false, Some(other)) => other,
+            (false, None) => match Self::pick(st, usable) {
+                Some(r) => r,
+                None => return,
+            },
         };
         let _ = self.send_control(to, entry.rails[to], &frame);
     }
 
-    /// The peer says its rail `rail` is out of service (or back).
-    fn on_rail_notice(&self, st: &mut State, source: u64, rail: u8, up: bool) {
+    /// The peer says its rail `rail` is out of service (or back), in its
+    /// notice `number`.
+    fn on_rail_notice(&self, st: &mut State, source: u64, rail: u8, up: bool, number: u32) {
         let rail = usize::from(rail);
         if rail >= self.rails.len() || self.known(source).is_none() {
             return;
         }
-        if st.peers.get(&source).is_some_and(|ps| ps.entry.is_none())
-            || !st.peers.contains_key(&source)
-        {
-            let entry = self
-                .av
-                .index_of_token(source)
-                .and_then(|i| self.av.entry(i));
-            if let (Some(entry), Some(ps)) = (entry, st.peer(source, true)) {
-                ps.entry = Some(entry);
-            }
+        if self.entry_of(st, source).is_none() {
+            return;
         }
         let Some(ps) = st.peers.get_mut(&source) else {
             return;
         };
+        if !ps.take_notice(rail, number) {
+            // Older than one already taken (it waited on a rail).
+            return;
+        }
+        let bit = rail_bit(rail);
         if up {
-            ps.peer_down &= !(1 << rail);
+            if ps.peer_down & bit != 0 {
+                ps.peer_down &= !bit;
+                // What waits for a rail to the peer goes now.
+                self.fail_over(st, source);
+            }
             return;
         }
-        if ps.peer_down & (1 << rail) != 0 {
+        if ps.peer_down & bit != 0 {
             return;
         }
-        ps.peer_down |= 1 << rail;
+        ps.peer_down |= bit;
         self.fail_over(st, source);
     }
 
@@ -3147,7 +3602,37 @@ impl Driver {
             self.apply(st, e);
             moved = true;
         }
+        if !st.holding.is_empty() {
+            moved |= self.ask_again(st, now);
+        }
         moved
+    }
+
+    /// Asks again the peers whose Resync we wait for and have not asked
+    /// lately (an ask, or the frames before it, may wait on a rail that
+    /// has just come back); forgets those no longer held.
+    fn ask_again(&self, st: &mut State, now: Instant) -> bool {
+        let mut holding = std::mem::take(&mut st.holding);
+        holding.retain(|t| st.peers.get(t).is_some_and(|ps| ps.hold));
+        let live = st.live;
+        let mut asked = false;
+        for &t in &holding {
+            let Some(ps) = st.peers.get(&t) else {
+                continue;
+            };
+            let due = ps
+                .asked
+                .is_none_or(|at| now.saturating_duration_since(at) >= RESYNC_AGAIN);
+            let usable = ps.rails(live);
+            let Some(entry) = ps.entry.clone().filter(|_| due && usable != 0) else {
+                continue;
+            };
+            self.resync(st, t, &entry, usable);
+            asked = true;
+        }
+        holding.append(&mut st.holding);
+        st.holding = holding;
+        asked
     }
 
     // ----- closing ---------------------------------------------------------
@@ -3310,11 +3795,17 @@ fn log_frame(st: &mut State, token: u64, rail: usize, frame: &Frame, payload: &[
         return;
     }
     bytes.extend_from_slice(payload);
+    let send_id = match *frame {
+        Frame::Rts { send_id, .. } => Some(send_id),
+        _ => None,
+    };
     ps.log.push(
         1,
         Logged {
             rail: std::cell::Cell::new(rail),
             frame: bytes,
+            send_id,
+            withdrawn: std::cell::Cell::new(false),
         },
     );
 }
