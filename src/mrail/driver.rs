@@ -70,15 +70,21 @@
 //!   assembled from the parts that landed (sends too: a copy of the bytes
 //!   when a lost rail still reads the buffer);
 //! * RMA stripes that fail because their rail lost the peer start again
-//!   on another rail (`rma`).
+//!   on another rail (`rma`);
+//! * a sequenced frame not acknowledged [`RESEND_AFTER`] after it went
+//!   goes again, on another rail if one serves: a rail's connection may
+//!   have been given up with what it held, and made anew, without any
+//!   post failing.
 //!
 //! A post that fails because its rail lost the peer (the rail's
 //! connection to it ended) takes the rail out for that peer and goes on
 //! another. A rail whose link comes back rejoins after a back-off
 //! ([`RailHealth`]); the rail events go to the domain's queue. With no
 //! rail left for a peer its transfers fail with `FI_EIO` naming the rails.
-//! A peer lost on a rail for good (its rail's peer book) is not tried
-//! there again. An attempt given up on a rail that comes back later
+//! A peer lost on a rail for good (its endpoint closed or its process is
+//! gone, as the rail's peer book says) is not tried there again; a rail
+//! that lost a peer otherwise connects to it again ("Reconnecting" below).
+//! An attempt given up on a rail that comes back later
 //! completes against nothing: a send waits in its engine until the
 //! endpoint closes, a receive is cancelled.
 //!
@@ -111,6 +117,21 @@
 //! Rail notices are numbered, so one that waited on a stalled connection
 //! cannot undo a later one, and a rail that comes back is announced on
 //! itself too (the peer may know no other rail of ours to be up).
+//!
+//! # Reconnecting
+//!
+//! A rail that did not connect to a peer when the peer was inserted (its
+//! link was down, or its connect failed while another rail's worked:
+//! [`MrailAv`](super::MrailAv) inserts the peer with the rails that did),
+//! and a rail that lost a peer otherwise than for good (its connection
+//! there ended, as a failed post or the rail's peer book says), is
+//! connected to the peer again while the rail is in service: at once when
+//! the rail comes up, else after a back-off from [`RECONNECT_MIN`]
+//! doubling to [`RECONNECT_MAX`]. A connect waits for its handshakes, so
+//! each rail's run on a thread of their own, whose results the next
+//! housekeeping takes in. A rail that connects serves the peer again: its
+//! peer book forgets the peer's death, the peer hears the rail is up, and
+//! what waited for a rail to it goes (a resync first if none was left).
 //!
 //! [`StripeJoin`]: super::stripe_join::StripeJoin
 //!
@@ -160,7 +181,7 @@ use super::link_watch::LinkWatch;
 use super::rail_events::RailEventQueue;
 use super::region::SharedBuffer;
 use super::stripe_join::{rail_lost, Joined, PartOutput, RailPart, Striped};
-use crate::engine::{MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
+use crate::engine::{Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
     FiAddr, OpCounters,
@@ -369,6 +390,14 @@ struct PeerState {
     /// when every rail was lost: withdrawn ([`Frame::Withdraw`]) with the
     /// Resync, acknowledged or not (the peer may hold them unmatched).
     withdraws: Vec<(u32, u64)>,
+    /// Since when no rail serves the peer while one is coming (a rail of
+    /// ours rejoining, or connecting to it again): its transfers wait, up
+    /// to `FI_PSM_TIMEOUT`, instead of failing.
+    stranded: Option<Instant>,
+    /// Rails whose peer book declared the peer dead (it waited
+    /// `FI_PSM_TIMEOUT` already, or has proof): a reconnect there is no
+    /// reason to wait longer.
+    judged: u64,
 }
 
 /// A sequenced frame kept for resending: its bytes and the rail it last
@@ -376,10 +405,12 @@ struct PeerState {
 /// next rail that does).
 struct Logged {
     rail: std::cell::Cell<usize>,
+    /// When it last went.
+    sent: std::cell::Cell<Instant>,
     frame: Vec<u8>,
     /// A request to send's send id.
     send_id: Option<u64>,
-    /// The send gave up: a [`Frame::Withdraw`] goes in its place.
+    /// Its send failed: a [`Frame::Withdraw`] goes in its place.
     withdrawn: std::cell::Cell<bool>,
 }
 
@@ -388,6 +419,17 @@ const NO_RAIL: usize = usize::MAX;
 
 /// How often a peer whose Resync we wait for is asked again.
 const RESYNC_AGAIN: Duration = Duration::from_millis(500);
+
+/// A rail event asks again sooner, but not within this of the last ask.
+const RESYNC_SOON: Duration = Duration::from_millis(50);
+
+/// A sequenced frame not acknowledged this long after it went goes again
+/// (on another rail if one serves): a rail's connection may have been
+/// given up with it, and come back, without a post failing.
+const RESEND_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the resend logs are looked at for such frames.
+const RESEND_CHECK: Duration = Duration::from_millis(100);
 
 impl PeerState {
     fn new() -> Self {
@@ -407,12 +449,16 @@ impl PeerState {
             answer_owed: false,
             owed_nacks: Vec::new(),
             withdraws: Vec::new(),
+            stranded: None,
+            judged: 0,
         }
     }
 
-    /// The rails usable towards the peer among `live`.
+    /// The rails usable towards the peer among `live` (connected to it,
+    /// not lost for it, not out of service at its end).
     fn rails(&self, live: u64) -> u64 {
-        live & !(self.dead | self.peer_down)
+        let connected = self.entry.as_ref().map_or(u64::MAX, |e| e.connected());
+        live & connected & !(self.dead | self.peer_down)
     }
 
     /// Whether notice `number` about `rail` is newer than the last one
@@ -432,6 +478,18 @@ impl PeerState {
         self.notices[rail] = number;
         true
     }
+}
+
+/// A send that found no rail to its peer while one was coming (a rail of
+/// ours rejoining, or connecting to the peer again): it waits, behind the
+/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most.
+struct WaitingSend {
+    entry: Arc<PeerEntry>,
+    class: MsgClass,
+    tag: u64,
+    buf: OpBuffer,
+    sink: Sink,
+    until: Instant,
 }
 
 /// A large send: waiting for its CTS, then its parts.
@@ -489,29 +547,26 @@ struct PeerDeath {
     task: u64,
     rail: usize,
     queue: Arc<ReadyQueue>,
-    error: OnceLock<Error>,
+    death: OnceLock<Arc<Death>>,
 }
 
 impl Doomed for PeerDeath {
     fn peer_died(&self, death: &Arc<Death>) -> bool {
-        let _ = self.error.set(death.error("mrail striped transfer"));
+        let _ = self.death.set(death.clone());
         self.queue.push(self.task);
         true
     }
 }
 
 impl PeerDeath {
-    /// The rails (a mask) on which the peer died, and the first error.
-    fn deaths(watch: &[Arc<PeerDeath>]) -> (u64, Option<Error>) {
-        let mut mask = 0;
-        let mut first = None;
-        for w in watch {
-            if let Some(e) = w.error.get() {
-                mask |= 1 << w.rail;
-                first.get_or_insert_with(|| Error::new(e.kind(), e.message().to_owned()));
-            }
-        }
-        (mask, first)
+    /// The rails (a mask) on which the peer died, as far as `in_force`
+    /// says a rail's book still holds the death (a rail that reconnected
+    /// revived the peer).
+    fn deaths(watch: &[Arc<PeerDeath>], in_force: impl Fn(usize, &Arc<Death>) -> bool) -> u64 {
+        watch
+            .iter()
+            .filter(|w| w.death.get().is_some_and(|d| in_force(w.rail, d)))
+            .fold(0, |m, w| m | rail_bit(w.rail))
     }
 }
 
@@ -601,6 +656,10 @@ impl RecvXfer {
 
 /// An eager message sent as a rail send (above the inject size).
 struct EagerSend {
+    /// The peer's identity token.
+    token: u64,
+    /// Its sequence number.
+    seq: u32,
     class: MsgClass,
     len: usize,
     buf: OpBuffer,
@@ -785,6 +844,15 @@ struct State {
     /// Peers whose frames are held until their Resync (some may have been
     /// released since).
     holding: Vec<u64>,
+    /// Rails to connect to peers.
+    reconnects: Vec<Reconnect>,
+    /// Sends waiting for a rail to their peer, oldest first.
+    waiting: std::collections::VecDeque<WaitingSend>,
+    /// Peers whose transfers wait for a rail (some may be served again
+    /// since).
+    stranded: Vec<u64>,
+    /// When the resend logs are looked at next ([`RESEND_CHECK`]).
+    next_resend_check: Instant,
 }
 
 impl State {
@@ -814,6 +882,33 @@ pub(crate) struct Bindings {
     pub(crate) recv_counter: Option<Counter>,
     pub(crate) write_counter: Option<Counter>,
     pub(crate) read_counter: Option<Counter>,
+}
+
+/// The first wait before a rail is tried again towards a peer it did not
+/// connect to, or lost; it doubles up to [`RECONNECT_MAX`].
+const RECONNECT_MIN: Duration = Duration::from_millis(200);
+/// The longest wait between two tries.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// A rail to connect to a peer: it did not connect when the peer was
+/// inserted, or it lost the peer (the connection there ended). Tried while
+/// the rail is in service, again after a back-off (module docs,
+/// "Reconnecting").
+struct Reconnect {
+    token: u64,
+    entry: Arc<PeerEntry>,
+    rail: usize,
+    /// When it may be tried; `None` while a try is under way.
+    due: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Connects made on threads of their own (each waits for its handshakes):
+/// what they gave, (token, rail, the peer's handle there), and the rails
+/// whose thread runs.
+struct Connects {
+    done: Mutex<Vec<(u64, usize, Result<PeerAddr>)>>,
+    running: Vec<AtomicBool>,
 }
 
 /// What failover needs from the endpoint: the rails' IPv4 addresses (to
@@ -853,6 +948,12 @@ pub(crate) struct Driver {
     chores_due: AtomicBool,
     /// Control frames the rails' hooks could not handle on the spot.
     inbox: Inbox,
+    /// Rails connecting to peers, and what they gave.
+    connects: Arc<Connects>,
+    /// (peer token, rail) of control frames that failed because the rail
+    /// lost the peer ([`note_lost`](Self::note_lost)).
+    lost: Mutex<Vec<(u64, usize)>>,
+    lost_any: AtomicBool,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -916,6 +1017,10 @@ impl Driver {
                 next_failover: 0,
                 notices: 0,
                 holding: Vec::new(),
+                reconnects: Vec::new(),
+                waiting: std::collections::VecDeque::new(),
+                stranded: Vec::new(),
+                next_resend_check: Instant::now(),
             }),
             ready,
             table: Arc::new(CompletionTable::new()),
@@ -936,6 +1041,12 @@ impl Driver {
             steps: AtomicUsize::new(0),
             chores_due: AtomicBool::new(false),
             inbox: Inbox::default(),
+            connects: Arc::new(Connects {
+                done: Mutex::new(Vec::new()),
+                running: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            }),
+            lost: Mutex::new(Vec::new()),
+            lost_any: AtomicBool::new(false),
         });
         // Control frames come straight from the engines that can hand them
         // over; the others (and rendezvous-borne frames) fill the pools.
@@ -1159,44 +1270,69 @@ impl Driver {
             Ok(v) => v,
             Err(e) => return Err((e, buf)),
         };
-        let len = buf.len();
         let mut st = relock(&self.state);
         if st.closed {
             return Err((closed_error(), buf));
         }
         let token = entry.addr.token();
+        // Behind the peer's sends that wait for a rail; or waiting itself
+        // when no rail serves the peer now but one is coming.
+        let usable = self.peer_rails(&mut st, token, &entry).unwrap_or(0);
+        let queued = st.waiting.iter().any(|w| w.entry.addr.token() == token);
+        if queued || (usable == 0 && self.rail_coming(&st, token)) {
+            let until = Instant::now() + self.rail_domain(0).config().timeout();
+            st.waiting.push_back(WaitingSend {
+                entry,
+                class,
+                tag,
+                buf,
+                sink,
+                until,
+            });
+            drop(st);
+            self.notify();
+            return Ok(());
+        }
+        let result = self.send_now(&mut st, &entry, class, tag, buf, sink);
+        drop(st);
+        self.notify();
+        result
+    }
+
+    /// Sends `buf` to `entry`'s peer now, on the rails that serve it (a
+    /// rail that turns out to have lost the peer is left for another).
+    fn send_now(
+        &self,
+        st: &mut State,
+        entry: &Arc<PeerEntry>,
+        class: MsgClass,
+        tag: u64,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let len = buf.len();
+        let token = entry.addr.token();
         let mut buf = buf;
         let mut tries = 0;
-        let result = loop {
-            let live = match self.peer_rails(&mut st, token, &entry) {
+        loop {
+            let live = match self.peer_rails(st, token, entry) {
                 Some(l) => l,
-                None => break Err((no_rail_error(), buf)),
+                None => return Err((no_rail_error(), buf)),
             };
             let Some(choice) = st.chooser.choose(len as u64, live) else {
-                break Err((no_rail_error(), buf));
+                return Err((no_rail_error(), buf));
             };
             let seq = match st.peer(token, true) {
                 Some(ps) => ps.tx.next(),
-                None => break Err((no_rail_error(), buf)),
+                None => return Err((no_rail_error(), buf)),
             };
             let (rail, result) = match choice {
-                RailChoice::One(r) if len <= EAGER_MAX => (
-                    r,
-                    self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink),
-                ),
+                RailChoice::One(r) if len <= EAGER_MAX => {
+                    (r, self.send_eager(st, entry, r, seq, class, tag, buf, sink))
+                }
                 RailChoice::One(r) => (
                     r,
-                    self.send_rts(
-                        &mut st,
-                        entry.clone(),
-                        r,
-                        1 << r,
-                        seq,
-                        class,
-                        tag,
-                        buf,
-                        sink,
-                    ),
+                    self.send_rts(st, entry.clone(), r, 1 << r, seq, class, tag, buf, sink),
                 ),
                 RailChoice::All(mask) => {
                     let fixed = st.chooser.fixed_rail();
@@ -1207,39 +1343,78 @@ impl Driver {
                     };
                     (
                         via,
-                        self.send_rts(
-                            &mut st,
-                            entry.clone(),
-                            via,
-                            mask,
-                            seq,
-                            class,
-                            tag,
-                            buf,
-                            sink,
-                        ),
+                        self.send_rts(st, entry.clone(), via, mask, seq, class, tag, buf, sink),
                     )
                 }
             };
             let Err((e, back)) = result else {
-                break Ok(());
+                return Ok(());
             };
             // Nothing left: the peer must not wait for this number.
             if let Some(ps) = st.peer(token, true) {
                 ps.tx = TxSequence::with_start(seq);
             }
             if !rail_lost(e.kind()) || tries >= self.rails.len() {
-                break Err((e, back));
+                return Err((e, back));
             }
             // The rail lost the peer (its connection there ended): another
             // may still reach it.
             tries += 1;
             buf = back;
-            self.peer_lost_rails(&mut st, token, rail_bit(rail));
-        };
-        drop(st);
-        self.notify();
-        result
+            self.peer_lost_rails(st, token, rail_bit(rail));
+        }
+    }
+
+    /// Whether a rail may soon serve the peer `token`: one of ours is
+    /// rejoining, or one in service is connecting to the peer again after
+    /// its connection there ended (not after its peer book judged it
+    /// dead: that took `FI_PSM_TIMEOUT` already).
+    fn rail_coming(&self, st: &State, token: u64) -> bool {
+        let judged = st.peers.get(&token).map_or(0, |ps| ps.judged);
+        (0..self.rails.len()).any(|r| match st.health.state(r) {
+            RailState::Rejoining => true,
+            RailState::Up => {
+                judged & rail_bit(r) == 0
+                    && st
+                        .reconnects
+                        .iter()
+                        .any(|x| x.token == token && x.rail == r)
+            }
+            RailState::Down => false,
+        })
+    }
+
+    /// The sends that wait for a rail ([`WaitingSend`]), in order per
+    /// peer: sent once a rail serves their peer, failed with `FI_EIO` once
+    /// none is coming any more or `FI_PSM_TIMEOUT` has passed.
+    fn send_waiting(&self, st: &mut State, now: Instant) -> bool {
+        if st.waiting.is_empty() {
+            return false;
+        }
+        let mut waiting = std::mem::take(&mut st.waiting);
+        let mut blocked: Vec<u64> = Vec::new();
+        let mut moved = false;
+        while let Some(w) = waiting.pop_front() {
+            let token = w.entry.addr.token();
+            if blocked.contains(&token) {
+                st.waiting.push_back(w);
+                continue;
+            }
+            let usable = self.peer_rails(st, token, &w.entry).unwrap_or(0);
+            if usable != 0 {
+                moved = true;
+                if let Err((e, buf)) = self.send_now(st, &w.entry, w.class, w.tag, w.buf, w.sink) {
+                    self.finish(w.sink, Dir::Send, w.class, Err(e), buf);
+                }
+            } else if now >= w.until || !self.rail_coming(st, token) {
+                moved = true;
+                self.finish(w.sink, Dir::Send, w.class, Err(no_rail_error()), w.buf);
+            } else {
+                blocked.push(token);
+                st.waiting.push_back(w);
+            }
+        }
+        moved
     }
 
     /// An inject (`data` at most the rails' inject size less the header)
@@ -1298,9 +1473,10 @@ impl Driver {
                         Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
                     })?;
                     room.copy_from_slice(data);
+                    let peer = entry.on_rail(rail)?;
                     self.rail_domain(rail)
                         .direct()
-                        .inject(entry.rails[rail], CTRL_TAG, &wire[..end])
+                        .inject(peer, CTRL_TAG, &wire[..end])
                         .map_err(|e| rail_error(rail, "inject", e))
                 });
             let Err(e) = sent else {
@@ -1348,7 +1524,10 @@ impl Driver {
             tag,
         };
         let len = buf.len();
-        let peer = entry.rails[rail];
+        let peer = match entry.on_rail(rail) {
+            Ok(p) => p,
+            Err(e) => return Err((e, buf)),
+        };
         let direct = self.rail_domain(rail).direct();
         let rs = &self.stats.rails[rail];
         if EAGER_HEADER_LEN + len <= RAIL_INJECT {
@@ -1391,6 +1570,8 @@ impl Driver {
         bump(&rs.bytes_sent, len as u64);
         let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false, None);
         let placeholder = EagerSend {
+            token: entry.addr.token(),
+            seq,
             class,
             len,
             buf,
@@ -1425,7 +1606,10 @@ impl Driver {
         sink: Sink,
     ) -> std::result::Result<(), (Error, OpBuffer)> {
         let len = buf.len() as u64;
-        let peer = entry.rails[via];
+        let peer = match entry.on_rail(via) {
+            Ok(p) => p,
+            Err(e) => return Err((e, buf)),
+        };
         let shared = match SharedBuffer::share(buf, false) {
             Ok(s) => s,
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
@@ -1484,6 +1668,41 @@ impl Driver {
             log_frame(st, token, via, &frame, &[]);
         }
         Ok(())
+    }
+
+    /// Sends a control frame to `entry`'s peer on `rail` (`Io` when the
+    /// rail is not connected to it).
+    /// A failure that says the rail lost the peer is noted, so that the
+    /// rail leaves the peer's service ([`take_lost`](Self::take_lost)).
+    fn ctrl(&self, rail: usize, entry: &PeerEntry, frame: &Frame) -> Result<()> {
+        let r = self.send_control(rail, entry.on_rail(rail)?, frame);
+        if let Err(e) = &r {
+            self.note_lost(entry.addr.token(), rail, e);
+        }
+        r
+    }
+
+    /// A post to the peer `token` on `rail` failed with `e`: if that says
+    /// the rail lost the peer (its connection there ended), the rail is
+    /// taken out for it at the end of the step.
+    fn note_lost(&self, token: u64, rail: usize, e: &Error) {
+        if rail_lost(e.kind()) {
+            relock(&self.lost).push((token, rail));
+            self.lost_any.store(true, Ordering::Release);
+        }
+    }
+
+    /// The rails noted as having lost their peers leave those peers'
+    /// service (and reconnect).
+    fn take_lost(&self, st: &mut State) -> bool {
+        if !self.lost_any.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let lost = std::mem::take(&mut *relock(&self.lost));
+        for &(token, rail) in &lost {
+            self.peer_lost_rails(st, token, rail_bit(rail));
+        }
+        !lost.is_empty()
     }
 
     /// Sends a control frame (no payload) on `rail` with an inject.
@@ -1556,21 +1775,21 @@ impl Driver {
     /// `entry`'s peer there.
     fn watch_peer(&self, task: u64, entry: &PeerEntry, rails: u64) -> Vec<Arc<PeerDeath>> {
         let mut watch = Vec::with_capacity(rails.count_ones() as usize);
-        for (r, peer) in entry.rails.iter().enumerate() {
-            if rails & (1 << r) == 0 {
+        for r in 0..self.rails.len() {
+            let Some(peer) = entry.rail(r).filter(|_| rails & rail_bit(r) != 0) else {
                 continue;
-            }
+            };
             let token = Arc::new(PeerDeath {
                 task,
                 rail: r,
                 queue: self.ready.clone(),
-                error: OnceLock::new(),
+                death: OnceLock::new(),
             });
             let weak: Weak<dyn Doomed> = Arc::downgrade(&token) as Weak<PeerDeath>;
             if let Some(death) = self
                 .rail_domain(r)
                 .peers()
-                .wait_for(PeerRef::Peer(*peer), weak)
+                .wait_for(PeerRef::Peer(peer), weak)
             {
                 token.peer_died(&death);
             }
@@ -1728,9 +1947,9 @@ impl Driver {
         };
         let Some(plan) = plan else {
             self.malformed("an RTS names rails this endpoint does not have");
-            let _ = self.send_control(
+            let _ = self.ctrl(
                 via,
-                entry.rails[via],
+                &entry,
                 &Frame::Nack {
                     source: self.token,
                     send_id,
@@ -1835,9 +2054,9 @@ impl Driver {
         drop(shared);
         if let Some(e) = failed {
             drop(parts);
-            let _ = self.send_control(
+            let _ = self.ctrl(
                 reply,
-                entry.rails[reply],
+                &entry,
                 &Frame::Nack {
                     source: self.token,
                     send_id,
@@ -1865,7 +2084,7 @@ impl Driver {
         let others = (0..self.rails.len()).filter(|&r| r != reply && usable & rail_bit(r) != 0);
         let mut answered = Err(None);
         for r in std::iter::once(reply).chain(others) {
-            match self.send_control(r, entry.rails[r], &cts) {
+            match self.ctrl(r, &entry, &cts) {
                 Ok(()) => {
                     answered = Ok(r);
                     break;
@@ -1978,6 +2197,7 @@ impl Driver {
         if st.reposts.len() >= REPOST_BATCH {
             self.repost_pool(st);
         }
+        made |= self.take_lost(st);
         if house && self.housekeeping(st, Instant::now()) {
             return true;
         }
@@ -2226,7 +2446,7 @@ impl Driver {
             data,
             len,
         };
-        self.send_control(rail, peer.rails[rail], &frame)?;
+        self.ctrl(rail, peer, &frame)?;
         self.notify();
         Ok(())
     }
@@ -2529,7 +2749,7 @@ impl Driver {
         let stint = timed.then(|| RailLoad::begin(&self.load, rail, Instant::now()));
         let key = domain
             .direct()
-            .isend_keyed(entry.rails[rail], tag, SendMode::Standard, window)
+            .isend_keyed(entry.on_rail(rail)?, tag, SendMode::Standard, window)
             .map_err(|e| rail_error(rail, "part send", e.error))?;
         let rs = &self.stats.rails[rail];
         bump(&rs.stripes, 1);
@@ -2626,9 +2846,12 @@ impl Driver {
     /// The rails on which a transfer's peer died since it last looked
     /// (its peer books): they are lost for that peer.
     fn note_deaths(&self, st: &mut State, token: u64, watch: &[Arc<PeerDeath>]) {
-        let (mask, _) = PeerDeath::deaths(watch);
+        let mask = PeerDeath::deaths(watch, |r, d| self.rail_domain(r).peers().in_force(d));
         let known = st.peers.get(&token).map_or(0, |ps| ps.dead);
         if mask & !known != 0 {
+            if let Some(ps) = st.peers.get_mut(&token) {
+                ps.judged |= mask;
+            }
             self.peer_lost_rails(st, token, mask & !known);
         }
     }
@@ -2724,12 +2947,37 @@ impl Driver {
             return;
         };
         let waker = x.waker.clone();
-        let Poll::Ready(PartOutput { result, .. }) =
+        let Poll::Ready(PartOutput { rail, result }) =
             std::pin::Pin::new(part).poll(&mut Context::from_waker(&waker))
         else {
             return;
         };
         let x = st.eagers.remove(id).expect("present");
+        let result = match result {
+            Err(e) if rail_lost(e.kind()) => {
+                self.peer_lost_rails(st, x.token, rail_bit(rail));
+                // The frame is in the resend log: it goes again on another
+                // rail that serves the peer, or that comes back to it.
+                let served = st
+                    .peers
+                    .get(&x.token)
+                    .is_some_and(|ps| ps.rails(st.live) != 0 || ps.stranded.is_some());
+                if served {
+                    Ok(0)
+                } else {
+                    // It failed: it must not arrive once a rail is back.
+                    if let Some(ps) = st.peers.get(&x.token) {
+                        for (pos, _, logged) in ps.log.iter() {
+                            if pos as u32 == x.seq {
+                                logged.withdrawn.set(true);
+                            }
+                        }
+                    }
+                    Err(e)
+                }
+            }
+            r => r,
+        };
         let result = result.map(|_| Done {
             len: x.len,
             tag: 0,
@@ -2789,6 +3037,14 @@ impl Driver {
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             self.notice(st, token, r, false);
         }
+        if let Some(entry) = st.peers.get(&token).and_then(|ps| ps.entry.clone()) {
+            // At once on a rail in service (the next housekeeping), else
+            // when it comes back.
+            let now = Instant::now();
+            for r in (0..self.rails.len()).filter(|r| new & rail_bit(*r) != 0) {
+                self.want_connect(st, &entry, r, now);
+            }
+        }
         self.fail_over(st, token);
     }
 
@@ -2806,13 +3062,39 @@ impl Driver {
         };
         let usable = ps.rails(st.live);
         if usable == 0 {
-            let lost = ps.dead | ps.peer_down | !st.live;
-            self.fail_peer(st, token, lost & st.chooser.all_rails_mask());
+            let lost = (ps.dead | ps.peer_down | !st.live) & st.chooser.all_rails_mask();
+            let since = ps.stranded;
+            let now = Instant::now();
+            let patience = self.rail_domain(0).config().timeout();
+            let waited = since.is_some_and(|t| now.saturating_duration_since(t) >= patience);
+            if self.rail_coming(st, token) && !waited {
+                // A rail may serve it again soon: what is in flight waits.
+                if since.is_none() {
+                    if let Some(ps) = st.peers.get_mut(&token) {
+                        ps.stranded = Some(now);
+                    }
+                    st.stranded.push(token);
+                }
+                return;
+            }
+            if let Some(ps) = st.peers.get_mut(&token) {
+                ps.stranded = None;
+            }
+            self.fail_peer(st, token, lost);
             return;
         }
-        if ps.hold || ps.answer_owed {
+        if let Some(ps) = st.peers.get_mut(&token) {
+            ps.stranded = None;
+        }
+        let Some(ps) = st.peers.get(&token) else {
+            return;
+        };
+        // Asked lately: the answer is on its way (a storm of asks would
+        // only repeat it).
+        let asked_lately = ps.asked.is_some_and(|t| t.elapsed() < RESYNC_SOON);
+        if ps.answer_owed || (ps.hold && !asked_lately) {
             self.resync(st, token, &entry, usable);
-        } else {
+        } else if !ps.hold {
             self.resend_log(st, token, &entry, usable);
         }
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
@@ -2849,7 +3131,7 @@ impl Driver {
                 recv_id,
                 part: k as u8,
             };
-            if let Err(e) = self.send_control(to, entry.rails[to], &q) {
+            if let Err(e) = self.ctrl(to, &entry, &q) {
                 tracing::warn!("mrail: asking after part {k} of send {id:#x}: {e}");
             }
         }
@@ -2894,7 +3176,7 @@ impl Driver {
             part,
             rail: header::LANDED,
         };
-        let _ = self.send_control(to, entry.rails[to], &answer);
+        let _ = self.ctrl(to, &entry, &answer);
     }
 
     /// Sends the peer's unacknowledged frames that went on a rail outside
@@ -2912,11 +3194,16 @@ impl Driver {
             if usable & rail_bit(logged.rail.get()) != 0 {
                 continue;
             }
-            if let Err(e) = self.send_logged(to, entry.rails[to], pos, logged) {
+            let sent = entry
+                .on_rail(to)
+                .and_then(|peer| self.send_logged(to, peer, pos, logged));
+            if let Err(e) = sent {
+                self.note_lost(token, to, &e);
                 tracing::warn!("mrail: resending a frame on rail {to}: {e}");
                 break;
             }
             logged.rail.set(to);
+            logged.sent.set(Instant::now());
             n += 1;
         }
         if n > 0 {
@@ -2928,18 +3215,17 @@ impl Driver {
     /// Sends the logged frame at position `pos` again on `rail`: its bytes,
     /// or the [`Frame::Withdraw`] of a request whose send gave up.
     fn send_logged(&self, rail: usize, peer: PeerAddr, pos: u64, logged: &Logged) -> Result<()> {
-        match logged.send_id.filter(|_| logged.withdrawn.get()) {
-            Some(send_id) => self.send_control(
-                rail,
-                peer,
-                &Frame::Withdraw {
-                    seq: pos as u32,
-                    source: self.token,
-                    send_id,
-                },
-            ),
-            None => self.send_raw(rail, peer, &logged.frame),
+        if !logged.withdrawn.get() {
+            return self.send_raw(rail, peer, &logged.frame);
         }
+        // Send ids are never 0 (their generations start at 1): 0 names an
+        // eager message.
+        let frame = Frame::Withdraw {
+            seq: pos as u32,
+            source: self.token,
+            send_id: logged.send_id.unwrap_or(0),
+        };
+        self.send_control(rail, peer, &frame)
     }
 
     /// Sends `frame` (a whole control frame) on `rail`: an inject when it
@@ -2986,7 +3272,7 @@ impl Driver {
         let entry = x.entry.clone();
         if cts_lost {
             let to = rails[parts.len()];
-            if self.send_control(to, entry.rails[to], &x.cts).is_ok() {
+            if self.ctrl(to, &entry, &x.cts).is_ok() {
                 x.via = to;
                 bump(&self.stats.rails[to].retransmits, 1);
             }
@@ -3029,7 +3315,7 @@ impl Driver {
                 part: stripe.part,
                 rail: to as u8,
             };
-            if let Err(e) = self.send_control(to, entry.rails[to], &frame) {
+            if let Err(e) = self.ctrl(to, &entry, &frame) {
                 tracing::warn!("mrail: asking for part {k} on rail {to}: {e}");
             }
             bump(&self.stats.rails[to].retransmits, 1);
@@ -3124,19 +3410,30 @@ impl Driver {
         let Some(to) = Self::pick(st, usable) else {
             return;
         };
-        let peer = entry.rails[to];
+        let Ok(peer) = entry.on_rail(to) else {
+            return;
+        };
         let Some(ps) = st.peers.get_mut(&token) else {
             return;
         };
+        if ps.hold {
+            // Asked again only after a while, whatever happens now.
+            ps.asked = Some(Instant::now());
+        }
         let mut n = 0u64;
+        let mut failed = None;
         for (pos, _, logged) in ps.log.iter() {
             if let Err(e) = self.send_logged(to, peer, pos, logged) {
-                // The next rail event or the next ask tries again.
-                tracing::warn!("mrail: resynchronising with peer {token:#x} on rail {to}: {e}");
-                return;
+                failed = Some(e);
+                break;
             }
             logged.rail.set(to);
+            logged.sent.set(Instant::now());
             n += 1;
+        }
+        if let Some(e) = failed {
+            self.resync_failed(st, token, to, e);
+            return;
         }
         for &(seq, send_id) in &ps.withdraws {
             let w = Frame::Withdraw {
@@ -3164,19 +3461,28 @@ impl Driver {
             ask: ps.hold,
         };
         if let Err(e) = self.send_control(to, peer, &frame) {
-            tracing::warn!("mrail: resynchronising with peer {token:#x} on rail {to}: {e}");
+            self.resync_failed(st, token, to, e);
             return;
         }
         ps.answer_owed = false;
-        if ps.hold {
-            ps.asked = Some(Instant::now());
-        }
         if n > 0 {
             bump(&self.stats.rails[to].retransmits, n);
         }
         tracing::debug!(
             "mrail: {n} frames to peer {token:#x} sent again on rail {to}, then a resync"
         );
+        // What it heard of our rails meanwhile may be stale.
+        self.announce(st, token);
+    }
+
+    /// A resync with the peer `token` failed on `rail` with `e`: a rail
+    /// that lost the peer is out for it (another is tried, and the rail
+    /// reconnects); anything else waits for the next ask.
+    fn resync_failed(&self, st: &mut State, token: u64, rail: usize, e: Error) {
+        tracing::debug!("mrail: resynchronising with peer {token:#x} on rail {rail}: {e}");
+        if rail_lost(e.kind()) {
+            self.peer_lost_rails(st, token, rail_bit(rail));
+        }
     }
 
     /// The peer's Resync: it sent again what we had not acknowledged, so
@@ -3219,9 +3525,10 @@ impl Driver {
         }
     }
 
-    /// The peer gave up its request to send `send_id` (sequence number
-    /// `seq`): it takes the request's place, or, if the request came
-    /// already, the request is dropped and a receive it matched fails.
+    /// The peer gave up its message `seq` (its request to send `send_id`,
+    /// or an eager message: `send_id` 0): the withdrawal takes the
+    /// message's place, or, if the message came already, a request that
+    /// waits is dropped and a receive that matched it fails.
     fn on_withdraw(&self, st: &mut State, source: u64, seq: u32, send_id: u64) {
         let Some(p) = self.known(source) else {
             return;
@@ -3243,17 +3550,19 @@ impl Driver {
             Err(ReorderError::Duplicate(_)) => {}
         }
         let is_it = |a: &Arrival| matches!(a, Arrival::Rts { send_id: id, .. } if *id == send_id);
-        // Held, not delivered yet: it becomes a gap filled.
+        // Held, not delivered yet: it becomes a gap filled (its sequence
+        // number is the message's own).
         let held = match ps.rx.get_mut(seq) {
             Some(item) => {
-                if item.as_ref().is_some_and(|(_, a)| is_it(a)) {
-                    *item = None;
+                if let Some((_, a)) = item.take() {
+                    ps.held_bytes -= a.held_bytes();
                 }
                 true
             }
             None => false,
         };
         if !held
+            && send_id != 0
             && st
                 .matcher
                 .take_unexpected(|spec, a| spec.source == p && is_it(a))
@@ -3309,7 +3618,10 @@ impl Driver {
             return;
         };
         let usable = ps.rails(st.live);
-        let itself = up && ps.dead & rail_bit(rail) == 0 && st.live & rail_bit(rail) != 0;
+        let itself = up
+            && ps.dead & rail_bit(rail) == 0
+            && st.live & rail_bit(rail) != 0
+            && entry.rail(rail).is_some();
         let other = Self::pick(st, usable & !rail_bit(rail));
         st.notices = st.notices.wrapping_add(1).max(1);
         let frame = Frame::RailNotice {
@@ -3320,7 +3632,7 @@ impl Driver {
         };
         let to = match (itself, other) {
             (true, Some(other)) => {
-                let _ = self.send_control(rail, entry.rails[rail], &frame);
+                let _ = self.ctrl(rail, &entry, &frame);
                 other
             }
             (true, None) => rail,
@@ -3330,7 +3642,7 @@ impl Driver {
                 None => return,
             },
         };
-        let _ = self.send_control(to, entry.rails[to], &frame);
+        let _ = self.ctrl(to, &entry, &frame);
     }
 
     /// The peer says its rail `rail` is out of service (or back), in its
@@ -3407,6 +3719,13 @@ impl Driver {
                 }
             }
             RailState::Up => {
+                // Rails to connect to peers on it: now.
+                for r in st.reconnects.iter_mut().filter(|r| r.rail == event.rail) {
+                    if r.due.is_some() {
+                        r.due = Some(event.at);
+                        r.backoff = RECONNECT_MIN;
+                    }
+                }
                 for &t in &tokens {
                     self.notice(st, t, event.rail, true);
                     // Frames left on rails that were all lost go now.
@@ -3487,9 +3806,9 @@ impl Driver {
                 None => return,
             }
         };
-        let _ = self.send_control(
+        let _ = self.ctrl(
             to,
-            entry.rails[to],
+            &entry,
             &Frame::Ack {
                 source: self.token,
                 seq,
@@ -3605,7 +3924,249 @@ impl Driver {
         if !st.holding.is_empty() {
             moved |= self.ask_again(st, now);
         }
+        moved |= self.reconnect(st, now);
+        if !st.stranded.is_empty() {
+            // Served again, still waiting, or waited long enough.
+            for t in std::mem::take(&mut st.stranded) {
+                if st.peers.get(&t).is_some_and(|ps| ps.stranded.is_some()) {
+                    self.fail_over(st, t);
+                }
+                if st.peers.get(&t).is_some_and(|ps| ps.stranded.is_some())
+                    && !st.stranded.contains(&t)
+                {
+                    st.stranded.push(t);
+                }
+            }
+        }
+        moved |= self.send_waiting(st, now);
+        if now >= st.next_resend_check {
+            st.next_resend_check = now + RESEND_CHECK;
+            moved |= self.resend_overdue(st, now);
+        }
         moved
+    }
+
+    /// Sends again the frames not acknowledged [`RESEND_AFTER`] after they
+    /// went, on another rail of their peer's if one serves (module docs,
+    /// "Failover"); the receiver drops the copies it has.
+    fn resend_overdue(&self, st: &mut State, now: Instant) -> bool {
+        let overdue = |l: &Logged| now.saturating_duration_since(l.sent.get()) >= RESEND_AFTER;
+        let late: Vec<u64> = st
+            .peers
+            .iter()
+            .filter(|(_, ps)| {
+                ps.entry.is_some() && ps.log.iter().next().is_some_and(|(_, _, l)| overdue(l))
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let mut moved = false;
+        for token in late {
+            let Some(ps) = st.peers.get(&token) else {
+                continue;
+            };
+            let (Some(entry), usable) = (ps.entry.clone(), ps.rails(st.live)) else {
+                continue;
+            };
+            let first = ps
+                .log
+                .iter()
+                .next()
+                .map_or(NO_RAIL, |(_, _, l)| l.rail.get());
+            let Some(to) =
+                Self::pick(st, usable & !rail_bit(first)).or_else(|| Self::pick(st, usable))
+            else {
+                continue;
+            };
+            let Ok(peer) = entry.on_rail(to) else {
+                continue;
+            };
+            let Some(ps) = st.peers.get(&token) else {
+                continue;
+            };
+            let mut n = 0u64;
+            for (pos, _, logged) in ps.log.iter() {
+                if !overdue(logged) {
+                    continue;
+                }
+                if let Err(e) = self.send_logged(to, peer, pos, logged) {
+                    self.note_lost(token, to, &e);
+                    break;
+                }
+                logged.rail.set(to);
+                logged.sent.set(now);
+                n += 1;
+            }
+            if n > 0 {
+                moved = true;
+                bump(&self.stats.rails[to].retransmits, n);
+                tracing::debug!(
+                    "mrail: {n} frames to peer {token:#x} not acknowledged after {RESEND_AFTER:?}; sent again on rail {to}"
+                );
+            }
+        }
+        moved
+    }
+
+    /// Rail `rail` is to be connected to `entry`'s peer, tried from `due`
+    /// on (sooner if it was already to be). Not for a peer whose death on
+    /// the rail is for good (its endpoint closed, its process is gone).
+    fn want_connect(&self, st: &mut State, entry: &Arc<PeerEntry>, rail: usize, due: Instant) {
+        let token = entry.addr.token();
+        if let Some(r) = st
+            .reconnects
+            .iter_mut()
+            .find(|r| r.token == token && r.rail == rail)
+        {
+            if let Some(d) = r.due.as_mut() {
+                *d = (*d).min(due);
+            }
+            return;
+        }
+        let lasting = entry.rail(rail).is_some_and(|p| {
+            self.rail_domain(rail)
+                .peers()
+                .death_of(PeerRef::Peer(p))
+                .is_some_and(|d| d.lasting())
+        });
+        if lasting {
+            return;
+        }
+        st.reconnects.push(Reconnect {
+            token,
+            entry: entry.clone(),
+            rail,
+            due: Some(due),
+            backoff: RECONNECT_MIN,
+        });
+    }
+
+    /// Rails to connect to peers (module docs, "Reconnecting"): takes the
+    /// address vector's entries with rails that did not connect, what the
+    /// connects under way gave, and starts those due on rails in service.
+    fn reconnect(&self, st: &mut State, now: Instant) -> bool {
+        for entry in self.av.take_incomplete() {
+            for r in 0..self.rails.len() {
+                if entry.rail(r).is_none() {
+                    self.want_connect(st, &entry, r, now);
+                }
+            }
+        }
+        let done = std::mem::take(&mut *relock(&self.connects.done));
+        let moved = !done.is_empty();
+        for (token, rail, result) in done {
+            self.connected(st, token, rail, result, now);
+        }
+        if st.reconnects.is_empty() {
+            return moved;
+        }
+        let av = &self.av;
+        st.reconnects
+            .retain(|r| av.index_of_token(r.token).is_some());
+        for rail in 0..self.rails.len() {
+            if st.health.state(rail) != RailState::Up
+                || self.connects.running[rail].load(Ordering::Acquire)
+            {
+                continue;
+            }
+            let mut job = Vec::new();
+            for r in st.reconnects.iter_mut() {
+                if r.rail == rail && r.due.is_some_and(|d| d <= now) {
+                    r.due = None;
+                    job.push((r.token, r.entry.addr.rails()[rail]));
+                }
+            }
+            if !job.is_empty() {
+                self.spawn_connect(st, rail, job, now);
+            }
+        }
+        moved
+    }
+
+    /// Connects rail `rail` to the peers of `job` (token, epid) on a
+    /// thread of its own, whose results the next housekeeping takes in.
+    fn spawn_connect(&self, st: &mut State, rail: usize, job: Vec<(u64, Epid)>, now: Instant) {
+        let engine = self.rail_domain(rail).engine().clone();
+        let timeout = self.av.connect_timeout();
+        let connects = self.connects.clone();
+        let reactor = self.rail_domain(rail).reactor().clone();
+        connects.running[rail].store(true, Ordering::Release);
+        let tokens: Vec<u64> = job.iter().map(|j| j.0).collect();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mrail-connect-{rail}"))
+            .spawn(move || {
+                let epids: Vec<Epid> = job.iter().map(|j| j.1).collect();
+                let out = engine.connect(&epids, timeout);
+                let results = job.iter().zip(out).map(|(j, r)| (j.0, rail, r));
+                relock(&connects.done).extend(results);
+                connects.running[rail].store(false, Ordering::Release);
+                reactor.notify();
+            });
+        if let Err(e) = spawned {
+            self.connects.running[rail].store(false, Ordering::Release);
+            tracing::warn!("mrail: rail {rail}: cannot start connecting to peers: {e}");
+            for t in tokens {
+                let error = Error::new(ErrorKind::Again, format!("no thread to connect: {e}"));
+                self.connected(st, t, rail, Err(error), now);
+            }
+        }
+    }
+
+    /// Rail `rail`'s connect to the peer `token` gave `result`: connected,
+    /// the rail serves the peer (again), the peer hears it, and what waits
+    /// for a rail to it goes; else it is tried again after its back-off.
+    fn connected(
+        &self,
+        st: &mut State,
+        token: u64,
+        rail: usize,
+        result: Result<PeerAddr>,
+        now: Instant,
+    ) {
+        let Some(i) = st
+            .reconnects
+            .iter()
+            .position(|r| r.token == token && r.rail == rail)
+        else {
+            return;
+        };
+        let peer = match result {
+            Ok(p) => p,
+            Err(e) => {
+                let r = &mut st.reconnects[i];
+                tracing::debug!(
+                    "mrail: rail {rail} did not connect to peer {token:#x}: {e}; again in {:?}",
+                    r.backoff
+                );
+                r.due = Some(now + r.backoff);
+                r.backoff = (r.backoff * 2).min(RECONNECT_MAX);
+                return;
+            }
+        };
+        let r = st.reconnects.swap_remove(i);
+        r.entry.set_rail(rail, peer);
+        self.rail_domain(rail).peers().revive(peer);
+        if let Some(ps) = st.peers.get_mut(&token) {
+            ps.dead &= !rail_bit(rail);
+            ps.judged &= !rail_bit(rail);
+        }
+        tracing::info!(
+            rail,
+            peer = %format_args!("{token:#x}"),
+            "mrail: rail {rail} connected to peer {token:#x}"
+        );
+        if self.entry_of(st, token).is_some() {
+            self.announce(st, token);
+            self.fail_over(st, token);
+        }
+    }
+
+    /// Tells the peer `token` every rail's state (a rail of ours serves it
+    /// again: notices sent meanwhile may not have reached it).
+    fn announce(&self, st: &mut State, token: u64) {
+        for r in 0..self.rails.len() {
+            let up = st.health.state(r) == RailState::Up;
+            self.notice(st, token, r, up);
+        }
     }
 
     /// Asks again the peers whose Resync we wait for and have not asked
@@ -3665,6 +4226,7 @@ impl Driver {
         let sends: Vec<u64> = st.sends.ids_where(|_| true);
         let recvs: Vec<u64> = st.recvs.ids_where(|_| true);
         let eagers: Vec<u64> = st.eagers.ids_where(|_| true);
+        let waiting = std::mem::take(&mut st.waiting);
         let closing = || Error::new(ErrorKind::Canceled, "the mrail endpoint closed");
         for id in sends {
             if let Some(x) = st.sends.remove(id) {
@@ -3682,6 +4244,9 @@ impl Driver {
             if let Some(x) = st.eagers.remove(id) {
                 self.finish(x.sink, Dir::Send, x.class, Err(closing()), x.buf);
             }
+        }
+        for w in waiting {
+            self.finish(w.sink, Dir::Send, w.class, Err(closing()), w.buf);
         }
         drop(st);
         for (class, recv) in pending {
@@ -3803,6 +4368,7 @@ fn log_frame(st: &mut State, token: u64, rail: usize, frame: &Frame, payload: &[
         1,
         Logged {
             rail: std::cell::Cell::new(rail),
+            sent: std::cell::Cell::new(Instant::now()),
             frame: bytes,
             send_id,
             withdrawn: std::cell::Cell::new(false),

@@ -331,16 +331,17 @@ pub enum Frame {
         /// on a rail while the link was down does not undo a later one.
         number: u32,
     },
-    /// The sender gave up the message of its request to send `send_id`
-    /// (sequence number `seq`): no rail was left to the receiver. It takes
-    /// the request's place in the sequence; a receiver that got the
-    /// request drops it, and fails the receive that matched it.
+    /// The sender gave up its message with sequence number `seq` (its
+    /// request to send `send_id`, or an eager message: `send_id` 0): no
+    /// rail was left to the receiver. It takes the message's place in the
+    /// sequence; a receiver that got the request drops it, and fails the
+    /// receive that matched it.
     Withdraw {
-        /// The sender's sequence number of the request.
+        /// The sender's sequence number of the message.
         seq: u32,
         /// The sender's identity token.
         source: u64,
-        /// The sender's id of the request.
+        /// The sender's id of the request (0 for an eager message).
         send_id: u64,
     },
     /// After every rail between two endpoints was lost: the sender has
