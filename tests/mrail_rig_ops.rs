@@ -3,8 +3,10 @@
 //! traffic checked on each rail's link; larger and smaller receive
 //! buffers, tagged/untagged matching and directed receives; send order
 //! across rails of different delays; progress made by counters alone;
-//! automatic progress; futures dropped mid-transfer; and a peer that is
-//! not in the address vector.
+//! automatic progress; futures dropped mid-transfer; a peer that is not in
+//! the address vector; per-rail statistics against the links' counters;
+//! every rail lost under a striped stream and back, in several orders and
+//! for short and long outages; and a rail down when the peers connect.
 //!
 //! # How a test runs
 //! The test process builds a [`RailRig`] (namespaces A and B joined by one
@@ -31,9 +33,17 @@
 //!   lengths and the prefix placed);
 //! * `ctrsend`/`ctrrecv` do the same with `post_*` and contexts, waiting
 //!   only on the endpoint's send or receive counter, then read the CQ;
+//! * `send-each`/`recv-each` post the same specs and wait for every one,
+//!   however it ends, answering each outcome in order (`ok` or the error
+//!   kind, with the wall-clock time it ended);
 //! * `recvdrop <len> <tag> <bytes>` drops a receive once its host's rails
-//!   received that many bytes; `inject`, `insert`, `insert-self`, `stats`,
-//!   `events` (the rail events so far, with wall-clock times), `quit`.
+//!   received that many bytes; `inject`, `insert` (again: a fresh insert,
+//!   whose address the later sends use), `insert-self`, `stats`, `states`
+//!   (the rail states), `events` (the rail events so far, with wall-clock
+//!   times), `quit`.
+//!
+//! `RIG_STEP_LIMIT_MS` lowers a child's limit for one command, so that a
+//! hang shows sooner.
 //!
 //! Payloads differ per message (the first 8 bytes carry the message's
 //! seed, so a receiver names the message it got instead). Children spin in
@@ -2276,30 +2286,39 @@ fn outage_round(
     set_links(rig, up, true);
     let up_a = wait_states(a, "up,up", back_at, Duration::from_secs(8));
     let up_b = wait_states(b, "up,up", back_at, Duration::from_secs(8));
-    // The same addresses carry again, both ways, on both rails.
-    let before = a_links(rig);
-    // The same tag as the stream: nothing of it is left to match.
+    // The same addresses carry again, both ways (the same tag as the
+    // stream: nothing of it is left to match)...
     carry(
         b,
         a,
         &[tagged(64 * MIB, 3), tagged(100, 3), tagged(20_000, 3)],
     );
     let carried = unix_ms() - back_at;
-    let after = a_links(rig);
     carry(a, b, &[tagged(8 * MIB, 3), tagged(10, 3)]);
     let both_ways = unix_ms() - back_at;
-    for r in 0..rig.rails() {
-        let tx = after[r].tx - before[r].tx;
+    // ... and soon on every rail (a rail whose connections were given up
+    // meanwhile connects again).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let every_rail = loop {
+        let before = a_links(rig);
+        carry(b, a, &[tagged(64 * MIB, 3)]);
+        let after = a_links(rig);
+        let shares: Vec<u64> = (0..rig.rails())
+            .map(|r| after[r].tx - before[r].tx)
+            .collect();
+        if shares.iter().all(|&tx| tx >= 16 * MIB as u64) {
+            break unix_ms() - back_at;
+        }
         assert!(
-            tx >= 16 * MIB as u64,
-            "after the outage rail {r} carried only {tx} bytes of a striped 64 MiB message"
+            Instant::now() < deadline,
+            "8 s after the outage a striped 64 MiB message still leaves a rail out: {shares:?}"
         );
-    }
+    };
     println!(
         "every rail down ({down:?}, {} ms, back {up:?}): {} of 6 sends and {} of 2 receives \
          failed, the last {slowest} ms after the last link went; rails up again {up_a} ms (A) / \
          {up_b} ms (B) after the first link came back; A to B carried {carried} ms after it, both \
-         ways {both_ways} ms",
+         ways {both_ways} ms, on every rail {every_rail} ms",
         outage.as_millis(),
         sent.iter().filter(|(w, _)| w != "ok").count(),
         got.iter().filter(|(w, _)| w != "ok").count(),
@@ -2368,7 +2387,135 @@ fn rails_lost_and_back_one_after_the_other_the_pair_talks_again() {
         "rails_lost_and_back_one_after_the_other_the_pair_talks_again",
         &[
             (&[&[0], &[1]], Duration::from_millis(1000), &[&[0], &[1]]),
-            (&[&[1], &[0]], Duration::from_millis(4000), &[&[0, 1]]),
+            // Back long after it: the rails' connections were given up.
+            (&[&[1], &[0]], Duration::from_millis(15000), &[&[0, 1]]),
         ],
+    );
+}
+
+// ----- a rail down at connect --------------------------------------------------
+
+/// Rail 1's link is down when the peers insert each other (with
+/// `before_open`, already when the endpoints open): the inserts succeed
+/// at once on rail 0, and striped and small messages flow there; once the
+/// link is up, rail 1 comes into service on both sides and carries its
+/// share of the stripes.
+fn a_rail_down_at_connect_joins_later(test: &str, before_open: bool) {
+    let shapes = [RailShape::rate(1000), RailShape::rate(1000)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    if before_open {
+        rig.link_down(1);
+    }
+    let opts = Opts {
+        a_inserts: false,
+        b_inserts: false,
+        env: OUTAGE_ENV,
+        ..Opts::manual(DEFAULT_POLICY)
+    };
+    let mut p = Pair::start(&rig, test, opts);
+    let Pair { a, b } = &mut p;
+    let down_at = unix_ms();
+    if !before_open {
+        rig.link_down(1);
+    }
+    for h in [&mut *a, &mut *b] {
+        wait_states(h, "up,down", down_at, Duration::from_secs(5));
+    }
+    // Both insert at once (each insert needs the other's progress).
+    let start = Instant::now();
+    a.say("insert");
+    b.say("insert");
+    let (ra, rb) = (a.ok("inserting B"), b.ok("inserting A"));
+    let inserted = start.elapsed();
+    assert!(
+        ra.starts_with("inserted") && rb.starts_with("inserted"),
+        "{ra} / {rb}"
+    );
+    assert!(
+        inserted < Duration::from_secs(2),
+        "the inserts took {inserted:?}"
+    );
+    // Messages flow on rail 0 at once.
+    let start = Instant::now();
+    let before = a_links(&rig);
+    carry(
+        b,
+        a,
+        &[tagged(16 * MIB, 1), tagged(100, 1), tagged(20_000, 1)],
+    );
+    carry(a, b, &[tagged(MIB, 2), untagged(8)]);
+    let flowed = start.elapsed();
+    let after = a_links(&rig);
+    assert!(
+        after[0].tx - before[0].tx >= 16 * MIB as u64,
+        "{before:?} {after:?}"
+    );
+    assert!(
+        after[1].tx - before[1].tx < 64 * KIB as u64,
+        "{before:?} {after:?}"
+    );
+    // The link comes up: rail 1 comes into service, and carries stripes.
+    let up_at = unix_ms();
+    rig.link_up(1);
+    let up_a = wait_states(a, "up,up", up_at, Duration::from_secs(8));
+    let up_b = wait_states(b, "up,up", up_at, Duration::from_secs(8));
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let joined = loop {
+        let before = a_links(&rig);
+        carry(b, a, &[tagged(64 * MIB, 3)]);
+        let after = a_links(&rig);
+        if after[1].tx - before[1].tx >= 16 * MIB as u64 {
+            break unix_ms() - up_at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rail 1 carries no share of the stripes 8 s after its link came up: {before:?} {after:?}"
+        );
+    };
+    carry(a, b, &[tagged(64 * MIB, 4), tagged(10, 4)]);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(
+        sa.rails[1][4] > 0 && sb.rails[1][4] > 0,
+        "stripes on rail 1: {sa:?} {sb:?}"
+    );
+    println!(
+        "rail 1 down {}: both inserts took {inserted:?}, messages flowed on rail 0 in {flowed:?}; \
+         its link up, rail 1 was up again {up_a} ms (A) / {up_b} ms (B) after, and carried its \
+         share of a striped message {joined} ms after",
+        if before_open {
+            "before the endpoints opened"
+        } else {
+            "before the inserts"
+        }
+    );
+    for s in [&sa, &sb] {
+        for k in ["unknown", "malformed", "beyond"] {
+            assert_eq!(s.get(k), 0, "{k}: {s:?}");
+        }
+    }
+    p.quit();
+}
+
+#[test]
+fn a_rail_down_when_the_peers_connect_joins_when_its_link_comes_up() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    a_rail_down_at_connect_joins_later(
+        "a_rail_down_when_the_peers_connect_joins_when_its_link_comes_up",
+        false,
+    );
+}
+
+#[test]
+fn a_rail_down_before_the_endpoints_open_joins_when_its_link_comes_up() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    a_rail_down_at_connect_joins_later(
+        "a_rail_down_before_the_endpoints_open_joins_when_its_link_comes_up",
+        true,
     );
 }
