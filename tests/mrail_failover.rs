@@ -3,7 +3,7 @@
 //! (on the sending or the receiving side) loses nothing and delivers
 //! nothing twice; the domain reports the rail's events; the rail rejoins;
 //! with no rail left, operations fail with `FI_EIO`. Links really going
-//! down, in separate processes, are in `mrail_rig_failover.rs`.
+//! down, in separate processes, are in `mrail_rig_ops.rs`.
 
 mod support;
 

@@ -3,8 +3,10 @@
 //! traffic checked on each rail's link; larger and smaller receive
 //! buffers, tagged/untagged matching and directed receives; send order
 //! across rails of different delays; progress made by counters alone;
-//! automatic progress; futures dropped mid-transfer; and a peer that is
-//! not in the address vector.
+//! automatic progress; futures dropped mid-transfer; a peer that is not in
+//! the address vector; per-rail statistics against the links' counters;
+//! every rail lost under a striped stream and back, in several orders and
+//! for short and long outages; and a rail down when the peers connect.
 //!
 //! # How a test runs
 //! The test process builds a [`RailRig`] (namespaces A and B joined by one
@@ -31,9 +33,17 @@
 //!   lengths and the prefix placed);
 //! * `ctrsend`/`ctrrecv` do the same with `post_*` and contexts, waiting
 //!   only on the endpoint's send or receive counter, then read the CQ;
+//! * `send-each`/`recv-each` post the same specs and wait for every one,
+//!   however it ends, answering each outcome in order (`ok` or the error
+//!   kind, with the wall-clock time it ended);
 //! * `recvdrop <len> <tag> <bytes>` drops a receive once its host's rails
-//!   received that many bytes; `inject`, `insert`, `insert-self`, `stats`,
-//!   `events` (the rail events so far, with wall-clock times), `quit`.
+//!   received that many bytes; `inject`, `insert` (again: a fresh insert,
+//!   whose address the later sends use), `insert-self`, `stats`, `states`
+//!   (the rail states), `events` (the rail events so far, with wall-clock
+//!   times), `quit`.
+//!
+//! `RIG_STEP_LIMIT_MS` lowers a child's limit for one command, so that a
+//! hang shows sooner.
 //!
 //! Payloads differ per message (the first 8 bytes carry the message's
 //! seed, so a receiver names the message it got instead). Children spin in
@@ -69,7 +79,8 @@ use support::spin_lock::{spin_lock, SpinLock};
 /// How long the parent waits for any line of a child.
 const LINE: Duration = Duration::from_secs(60);
 /// How long a child lets one command run before answering `err timeout`
-/// (below [`LINE`], so the parent hears why).
+/// (below [`LINE`], so the parent hears why), unless `RIG_STEP_LIMIT_MS`
+/// says less ([`step_limit`]).
 const STEP_LIMIT: Duration = Duration::from_secs(40);
 /// The default policy table.
 const DEFAULT_POLICY: &str = "16384:fixed,ULONG_MAX:striping";
@@ -86,6 +97,19 @@ fn first_difference(got: &[u8], want: &[u8]) -> Option<usize> {
         return None;
     }
     got.iter().zip(want).position(|(a, b)| a != b)
+}
+
+/// The child's limit for one command: [`STEP_LIMIT`], or
+/// `RIG_STEP_LIMIT_MS` (a test that must not wait long for a hang).
+fn step_limit() -> Duration {
+    static LIMIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("RIG_STEP_LIMIT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(STEP_LIMIT, Duration::from_millis)
+            .min(STEP_LIMIT)
+    })
 }
 
 // ----- command specs (both sides) ----------------------------------------------
@@ -221,7 +245,11 @@ struct Side {
     recvs: Counter,
     manual: bool,
     peer_name: Option<String>,
+    /// The peer's address from the last insert (sends go there).
     peer: Option<FiAddr>,
+    /// Its address from the first insert: what receives name as their
+    /// source (an address vector names a peer by its first entry).
+    source: Option<FiAddr>,
     me: Option<FiAddr>,
     events: psmrail::mrail::RailEvents,
     /// The region `rmareg` registered, for peers' RMA.
@@ -231,6 +259,12 @@ struct Side {
 impl Side {
     fn peer(&self) -> Result<FiAddr, String> {
         self.peer
+            .ok_or_else(|| "the peer is not inserted".to_owned())
+    }
+
+    /// The source address the peer's messages come with.
+    fn source(&self) -> Result<FiAddr, String> {
+        self.source
             .ok_or_else(|| "the peer is not inserted".to_owned())
     }
 }
@@ -274,6 +308,7 @@ fn open_side() -> psmrail::Result<Side> {
         manual,
         peer_name: None,
         peer: None,
+        source: None,
         me: None,
         events,
         region: None,
@@ -332,6 +367,9 @@ fn child(_role: &str) {
             }
             "send" => parse_specs(rest).and_then(|s| cmd_send(&side, &s)),
             "recv" => parse_specs(rest).and_then(|s| cmd_recv(&side, &s)),
+            "send-each" => parse_specs(rest).and_then(|s| cmd_send_each(&side, &s)),
+            "recv-each" => parse_specs(rest).and_then(|s| cmd_recv_each(&side, &s)),
+            "states" => Ok(states_line(&side.ep)),
             "ctrsend" => parse_specs(rest).and_then(|s| cmd_ctrsend(&side, &s)),
             "ctrrecv" => parse_specs(rest).and_then(|s| cmd_ctrrecv(&side, &s)),
             "recvdrop" => cmd_recvdrop(&side, rest),
@@ -373,6 +411,7 @@ fn cmd_insert(side: &mut Side) -> Result<String, String> {
     let name = side.peer_name.as_deref().ok_or("no peer address yet")?;
     let a = side.av.insert_str(name).map_err(|e| e.to_string())?;
     side.peer = Some(a);
+    side.source.get_or_insert(a);
     Ok(format!("inserted {}", a.0))
 }
 
@@ -465,14 +504,15 @@ fn cmd_send(side: &Side, specs: &[SendSpec]) -> Result<String, String> {
     }
     say("posted");
     let mut outs: Vec<Option<_>> = specs.iter().map(|_| None).collect();
-    let done = run_until(side, STEP_LIMIT, |cx| poll_all(&mut futs, &mut outs, cx));
+    let done = run_until(side, step_limit(), |cx| poll_all(&mut futs, &mut outs, cx));
     let took = start.elapsed();
     if done.is_none() {
         let left: Vec<usize> = (0..specs.len())
             .filter(|&i| futs[i].is_some() && outs[i].is_none())
             .collect();
         return Err(format!(
-            "timeout: sends {left:?} not complete after {STEP_LIMIT:?}"
+            "timeout: sends {left:?} not complete after {:?}",
+            step_limit()
         ));
     }
     for (i, (s, o)) in specs.iter().zip(outs).enumerate() {
@@ -612,13 +652,16 @@ fn cmd_recv(side: &Side, specs: &[RecvSpec]) -> Result<String, String> {
         }
     }
     let mut outs: Vec<Option<_>> = specs.iter().map(|_| None).collect();
-    let done = run_until(side, STEP_LIMIT, |cx| poll_all(&mut waited, &mut outs, cx));
+    let done = run_until(side, step_limit(), |cx| {
+        poll_all(&mut waited, &mut outs, cx)
+    });
     if done.is_none() {
         let left: Vec<usize> = (0..specs.len())
             .filter(|&i| waited[i].is_some() && outs[i].is_none())
             .collect();
         return Err(format!(
-            "timeout: receives {left:?} not complete after {STEP_LIMIT:?}"
+            "timeout: receives {left:?} not complete after {:?}",
+            step_limit()
         ));
     }
     let mut cx = Context::from_waker(std::task::Waker::noop());
@@ -633,10 +676,118 @@ fn cmd_recv(side: &Side, specs: &[RecvSpec]) -> Result<String, String> {
     drop(pending);
     for (i, (s, o)) in specs.iter().zip(outs).enumerate() {
         if let Some(o) = o {
-            check_received(i, s, o, peer)?;
+            check_received(i, s, o, side.source()?)?;
         }
     }
     Ok(specs.len().to_string())
+}
+
+/// Wall-clock milliseconds of `at` (comparable across processes).
+fn unix_ms_of(at: Instant) -> u128 {
+    let ago = Instant::now().saturating_duration_since(at);
+    (std::time::SystemTime::now() - ago)
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Waits for every future in `futs` whatever its outcome, noting when
+/// each finished; `None` after the step limit.
+fn each_outcome<T>(side: &Side, futs: &mut [Boxed<'_, T>]) -> Option<Vec<(T, Instant)>> {
+    let mut outs: Vec<Option<(T, Instant)>> = futs.iter().map(|_| None).collect();
+    run_until(side, step_limit(), |cx| {
+        let mut all = true;
+        for (f, o) in futs.iter_mut().zip(outs.iter_mut()) {
+            if o.is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                Poll::Ready(v) => *o = Some((v, Instant::now())),
+                Poll::Pending => all = false,
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })?;
+    Some(
+        outs.into_iter()
+            .map(|o| o.expect("every one is done"))
+            .collect(),
+    )
+}
+
+/// `send-each <spec>...`: posts the sends, answers `posted`, waits for
+/// every one to complete or fail, then answers each outcome in order:
+/// `ok@<unix ms>` or `<error kind>@<unix ms>`.
+fn cmd_send_each(side: &Side, specs: &[SendSpec]) -> Result<String, String> {
+    let peer = side.peer()?;
+    let mut futs: Vec<Boxed<'_, OpOutput<Sent>>> = specs
+        .iter()
+        .map(|s| {
+            let d = pattern(s.len, s.seed);
+            let f: Boxed<'_, OpOutput<Sent>> = if s.tagged {
+                Box::pin(side.ep.tsend(peer, s.tag, d))
+            } else {
+                Box::pin(side.ep.send(peer, d))
+            };
+            f
+        })
+        .collect();
+    say("posted");
+    let outs = each_outcome(side, &mut futs)
+        .ok_or_else(|| format!("timeout: sends not all done after {:?}", step_limit()))?;
+    let mut line = Vec::with_capacity(specs.len());
+    for (i, ((r, buf), at)) in outs.into_iter().enumerate() {
+        if buf.len() != specs[i].len {
+            return Err(format!("send {i}: a {}-byte buffer came back", buf.len()));
+        }
+        let what = match r {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        line.push(format!("{what}@{}", unix_ms_of(at)));
+    }
+    Ok(line.join(","))
+}
+
+/// `recv-each <spec>...`: as `send-each`, for receives; each one that
+/// completes is checked as `recv` checks it.
+fn cmd_recv_each(side: &Side, specs: &[RecvSpec]) -> Result<String, String> {
+    let peer = side.peer()?;
+    let mut futs: Vec<Boxed<'_, OpOutput<Received>>> = Vec::with_capacity(specs.len());
+    for s in specs {
+        let buf = vec![FILL; s.room];
+        let f: Boxed<'_, OpOutput<Received>> = match s.post {
+            Post::Tagged { tag, ignore } => Box::pin(side.ep.trecv(buf, tag, ignore)),
+            Post::Untagged => Box::pin(side.ep.recv(buf)),
+            Post::FromPeer => Box::pin(side.ep.recv_from(peer, buf)),
+            Post::FromSelf => Box::pin(side.ep.recv_from(side.me.ok_or("insert-self first")?, buf)),
+        };
+        futs.push(f);
+    }
+    say("posted");
+    let outs = each_outcome(side, &mut futs)
+        .ok_or_else(|| format!("timeout: receives not all done after {:?}", step_limit()))?;
+    let mut line = Vec::with_capacity(specs.len());
+    for (i, (out, at)) in outs.into_iter().enumerate() {
+        let what = match &out.0 {
+            Ok(_) => {
+                check_received(i, &specs[i], out, side.source()?)?;
+                "ok".to_owned()
+            }
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        line.push(format!("{what}@{}", unix_ms_of(at)));
+    }
+    Ok(line.join(","))
+}
+
+/// The rail states, in rail order: `up,down`, ...
+fn states_line(ep: &MrailEndpoint) -> String {
+    let states: Vec<String> = ep.rail_states().iter().map(|s| s.to_string()).collect();
+    states.join(",")
 }
 
 /// Reads `n` CQ entries (they follow the counter closely).
@@ -679,7 +830,7 @@ fn cmd_ctrsend(side: &Side, specs: &[SendSpec]) -> Result<String, String> {
     say("posted");
     let n = specs.len() as u64;
     side.sends
-        .wait(base + n, Some(STEP_LIMIT))
+        .wait(base + n, Some(step_limit()))
         .map_err(|e| format!("send counter at {} of {}: {e}", side.sends.read() - base, n))?;
     let mut seen = vec![false; specs.len()];
     for e in read_cq(side, specs.len())? {
@@ -714,7 +865,7 @@ fn cmd_ctrsend(side: &Side, specs: &[SendSpec]) -> Result<String, String> {
 /// counter, then reads the CQ and checks every byte.
 fn cmd_ctrrecv(side: &Side, specs: &[RecvSpec]) -> Result<String, String> {
     let ep = &side.ep;
-    let peer = side.peer()?;
+    let peer = side.source()?;
     let base = side.recvs.read();
     for (i, s) in specs.iter().enumerate() {
         let buf = vec![FILL; s.room];
@@ -732,7 +883,7 @@ fn cmd_ctrrecv(side: &Side, specs: &[RecvSpec]) -> Result<String, String> {
     }
     say("posted");
     let n = specs.len() as u64;
-    side.recvs.wait(base + n, Some(STEP_LIMIT)).map_err(|e| {
+    side.recvs.wait(base + n, Some(step_limit())).map_err(|e| {
         format!(
             "receive counter at {} of {n}: {e}",
             side.recvs.read() - base
@@ -826,7 +977,7 @@ fn cmd_recvdrop(side: &Side, rest: &str) -> Result<String, String> {
     let mut fut = Box::pin(side.ep.trecv(vec![0u8; len as usize], tag, 0));
     say("posted");
     let mut looked = Instant::now();
-    let r = run_until(side, STEP_LIMIT, |cx| {
+    let r = run_until(side, step_limit(), |cx| {
         if let Poll::Ready((r, _)) = fut.as_mut().poll(cx) {
             return Poll::Ready(Err(format!(
                 "the receive completed ({r:?}) before {bytes} bytes were seen"
@@ -915,7 +1066,7 @@ fn cmd_rma(side: &Side, rest: &str) -> Result<String, String> {
         other => return Err(format!("rma {other}?")),
     };
     let mut op = Box::pin(op);
-    let out = run_until(side, STEP_LIMIT, |cx| op.as_mut().poll(cx)).ok_or("timeout")?;
+    let out = run_until(side, step_limit(), |cx| op.as_mut().poll(cx)).ok_or("timeout")?;
     let _ = side.domain.unmap_key(key);
     match out {
         (Ok(()), buf) => {
@@ -1190,8 +1341,12 @@ impl Stats {
 struct Opts {
     policy: &'static str,
     auto: bool,
+    /// Whether A inserts B when told B's address.
+    a_inserts: bool,
     /// Whether B inserts A when told A's address.
     b_inserts: bool,
+    /// More environment for both children.
+    env: &'static [(&'static str, &'static str)],
 }
 
 impl Opts {
@@ -1199,7 +1354,9 @@ impl Opts {
         Opts {
             policy,
             auto: false,
+            a_inserts: true,
             b_inserts: true,
+            env: &[],
         }
     }
 }
@@ -1213,7 +1370,7 @@ struct Pair {
 impl Pair {
     fn start(rig: &RailRig, test: &str, opts: Opts) -> Pair {
         let spawn = |ns: &str, label: &'static str, addr: String, insert: bool| {
-            let env = [
+            let mut env = vec![
                 ("FI_OFI_MRAIL_ADDR", addr.as_str()),
                 ("FI_OFI_MRAIL_CONFIG", opts.policy),
                 ("PSMRAIL_ENGINE", "soft"),
@@ -1222,6 +1379,7 @@ impl Pair {
                 ("RIG_PROGRESS", if opts.auto { "auto" } else { "manual" }),
                 ("RIG_INSERT_PEER", if insert { "1" } else { "0" }),
             ];
+            env.extend_from_slice(opts.env);
             let mut peer = Peer::spawn_in(ns, test, label, &env);
             let line = peer.recv_line(LINE);
             let w: Vec<&str> = line.split_whitespace().collect();
@@ -1237,7 +1395,7 @@ impl Pair {
                 fixed_rail: fixed.parse().expect("fixed rail"),
             }
         };
-        let mut a = spawn(rig.a(), "a", rig.mrail_addr_a(), true);
+        let mut a = spawn(rig.a(), "a", rig.mrail_addr_a(), opts.a_inserts);
         let mut b = spawn(rig.b(), "b", rig.mrail_addr_b(), opts.b_inserts);
         // Both insert at once: each side's insert needs the other's
         // progress.
@@ -1246,13 +1404,9 @@ impl Pair {
         b.say(&format!("peer {a_name}"));
         let ra = a.ok("inserting B");
         let rb = b.ok("inserting A");
-        assert!(ra.starts_with("inserted"), "a: {ra}");
-        let want_b = if opts.b_inserts {
-            "inserted"
-        } else {
-            "deferred"
-        };
-        assert!(rb.starts_with(want_b), "b: {rb}");
+        let want = |inserts| if inserts { "inserted" } else { "deferred" };
+        assert!(ra.starts_with(want(opts.a_inserts)), "a: {ra}");
+        assert!(rb.starts_with(want(opts.b_inserts)), "b: {rb}");
         Pair { a, b }
     }
 
@@ -1379,6 +1533,7 @@ fn every_policy_carries_every_size_over_real_rails() {
             // of one speed get equal parts unless their measured rates
             // differ by a quarter or more).
             let msg = tagged(64 * MIB, 64);
+            let (sa, sb) = (a.stats(), b.stats());
             let before = a_links(&rig);
             let b_before = b_links(&rig);
             let start = Instant::now();
@@ -1386,12 +1541,28 @@ fn every_policy_carries_every_size_over_real_rails() {
             let wall = start.elapsed();
             let after = a_links(&rig);
             let b_after = b_links(&rig);
+            let (sa2, sb2) = (a.stats(), b.stats());
             for r in 0..rig.rails() {
                 let tx = after[r].tx - before[r].tx;
                 let rx = b_after[r].rx - b_before[r].rx;
                 assert!(
                     tx.min(rx) >= 16 * MIB as u64,
                     "rail {r} carried only {tx} bytes (A sent) / {rx} (B got) of a striped 64 MiB message"
+                );
+                // Each side's per-rail bytes are what its link moved (its
+                // headers and control frames aside).
+                let sent = sa2.rails[r][1] - sa.rails[r][1];
+                let got = sb2.rails[r][3] - sb.rails[r][3];
+                for (who, counted, link) in [("A sent", sent, tx), ("B received", got, rx)] {
+                    let off = (link as f64 - counted as f64).abs() / link as f64;
+                    assert!(
+                        off <= 0.02,
+                        "rail {r}: {who} {counted} bytes by its statistics, {link} by its link ({:.1} % apart)",
+                        off * 100.0
+                    );
+                }
+                println!(
+                    "rail {r}: A's statistics {sent} bytes sent, its link {tx}; B's {got} received, its link {rx}"
                 );
             }
             println!(
@@ -1988,4 +2159,363 @@ fn striped_rma_across_processes_over_real_rails() {
     assert!(e.starts_with("Access"), "{e}");
     assert_eq!(b.call(&format!("rmacheck {tail} 1000 zero")), "same");
     p.quit();
+}
+
+// ----- every rail lost, and back ---------------------------------------------
+
+/// `FI_PSM_TIMEOUT` of the outage tests, and their children's limit for
+/// one command (a hang shows within it).
+const OUTAGE_ENV: &[(&str, &str)] = &[("FI_PSM_TIMEOUT", "3"), ("RIG_STEP_LIMIT_MS", "12000")];
+/// `FI_PSM_TIMEOUT` there.
+const OUTAGE_TIMEOUT_MS: u128 = 3000;
+/// The pause between two groups of links going down or coming up.
+const GROUP_PAUSE: Duration = Duration::from_millis(300);
+
+/// A `send-each` or `recv-each` answer: per operation, `ok` or the error
+/// kind, and when it ended (unix ms).
+fn outcomes(line: &str) -> Vec<(String, u128)> {
+    line.split(',')
+        .map(|o| {
+            let (what, at) = o.split_once('@').expect("<outcome>@<ms>");
+            (what.to_owned(), at.parse().expect("ms"))
+        })
+        .collect()
+}
+
+/// Waits until `h`'s rail states read `want` (`up,up`); how long after
+/// `since` (unix ms) that was seen.
+fn wait_states(h: &mut Host, want: &str, since: u128, limit: Duration) -> u128 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let got = h.call("states");
+        if got == want {
+            return unix_ms().saturating_sub(since);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: rail states {got} after {limit:?}, expected {want}",
+            h.label
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Takes the rails of each group down (or up) at once, the groups one
+/// after the other; when the last group went.
+fn set_links(rig: &RailRig, groups: &[&[usize]], up: bool) -> u128 {
+    let mut at = 0;
+    for (k, group) in groups.iter().enumerate() {
+        if k > 0 {
+            std::thread::sleep(GROUP_PAUSE);
+        }
+        at = unix_ms();
+        for &r in *group {
+            if up {
+                rig.link_up(r);
+            } else {
+                rig.link_down(r);
+            }
+        }
+    }
+    at
+}
+
+/// One outage of every rail under a striped stream from A to B: the links
+/// go down by `down` (groups of rails, one group after the other), stay
+/// down `outage`, come back by `up`. What was in flight fails with
+/// `FI_EIO` within `FI_PSM_TIMEOUT` of the last link going, a send
+/// posted meanwhile fails at once, and once the rails are up again both
+/// ways carry striped and small messages to the same addresses within a
+/// few seconds, on every rail. Prints the figures; returns the slowest
+/// failure (ms after the last link went) and the recovery (ms after the
+/// first link came back until both ways carried).
+fn outage_round(
+    rig: &RailRig,
+    p: &mut Pair,
+    down: &[&[usize]],
+    outage: Duration,
+    up: &[&[usize]],
+) -> (u128, u128) {
+    let Pair { a, b } = p;
+    // Six striped sends, receives for the first two: the other requests
+    // wait at B, unmatched, when the links go.
+    let stream: Vec<Msg> = (0..6).map(|_| tagged(64 * MIB, 3)).collect();
+    let recvs: Vec<String> = stream[..2].iter().map(Msg::recv).collect();
+    let sends: Vec<String> = stream.iter().map(Msg::send).collect();
+    b.posted(&format!("recv-each {}", recvs.join(" ")));
+    a.posted(&format!("send-each {}", sends.join(" ")));
+    std::thread::sleep(Duration::from_millis(150));
+    let gone_at = set_links(rig, down, false);
+    let sent = outcomes(&a.ok("the stream's sends"));
+    let got = outcomes(&b.ok("the stream's receives"));
+    let mut slowest = 0;
+    for (who, list) in [("send", &sent), ("receive", &got)] {
+        for (i, (what, at)) in list.iter().enumerate() {
+            if what == "ok" {
+                continue;
+            }
+            assert_eq!(what, "Io", "{who} {i} failed with {what}: {list:?}");
+            let after = at.saturating_sub(gone_at);
+            assert!(
+                after <= OUTAGE_TIMEOUT_MS,
+                "{who} {i} failed {after} ms after the last link went down: {list:?}"
+            );
+            slowest = slowest.max(after);
+        }
+        assert!(
+            list.iter().any(|(w, _)| w != "ok"),
+            "no {who} of the stream failed: {list:?}"
+        );
+    }
+    // Meanwhile a send fails at once.
+    let lone = tagged(MIB, 4);
+    let start = Instant::now();
+    a.posted(&format!("send-each {}", lone.send()));
+    let o = outcomes(&a.ok("a send with every rail down"));
+    assert_eq!(o[0].0, "Io", "a send with every rail down: {o:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    let rest = outage.saturating_sub(Duration::from_millis(
+        unix_ms().saturating_sub(gone_at) as u64
+    ));
+    std::thread::sleep(rest);
+    let back_at = unix_ms();
+    set_links(rig, up, true);
+    let up_a = wait_states(a, "up,up", back_at, Duration::from_secs(8));
+    let up_b = wait_states(b, "up,up", back_at, Duration::from_secs(8));
+    // The same addresses carry again, both ways (the same tag as the
+    // stream: nothing of it is left to match)...
+    carry(
+        b,
+        a,
+        &[tagged(64 * MIB, 3), tagged(100, 3), tagged(20_000, 3)],
+    );
+    let carried = unix_ms() - back_at;
+    carry(a, b, &[tagged(8 * MIB, 3), tagged(10, 3)]);
+    let both_ways = unix_ms() - back_at;
+    // ... and soon on every rail (a rail whose connections were given up
+    // meanwhile connects again).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let every_rail = loop {
+        let before = a_links(rig);
+        carry(b, a, &[tagged(64 * MIB, 3)]);
+        let after = a_links(rig);
+        let shares: Vec<u64> = (0..rig.rails())
+            .map(|r| after[r].tx - before[r].tx)
+            .collect();
+        if shares.iter().all(|&tx| tx >= 16 * MIB as u64) {
+            break unix_ms() - back_at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "8 s after the outage a striped 64 MiB message still leaves a rail out: {shares:?}"
+        );
+    };
+    println!(
+        "every rail down ({down:?}, {} ms, back {up:?}): {} of 6 sends and {} of 2 receives \
+         failed, the last {slowest} ms after the last link went; rails up again {up_a} ms (A) / \
+         {up_b} ms (B) after the first link came back; A to B carried {carried} ms after it, both \
+         ways {both_ways} ms, on every rail {every_rail} ms",
+        outage.as_millis(),
+        sent.iter().filter(|(w, _)| w != "ok").count(),
+        got.iter().filter(|(w, _)| w != "ok").count(),
+    );
+    (slowest, both_ways)
+}
+
+/// Groups of rails whose links go (or come) together, one group after
+/// the other.
+type Groups = &'static [&'static [usize]];
+
+/// Rounds of [`outage_round`] on one pair (links down by the first
+/// groups, for the duration, back by the second), then a fresh insert of
+/// the peer on each side, which carries too.
+fn outages(test: &str, rounds: &[(Groups, Duration, Groups)]) {
+    let shapes = [RailShape::rate(1000), RailShape::rate(1000)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    let opts = Opts {
+        env: OUTAGE_ENV,
+        ..Opts::manual(DEFAULT_POLICY)
+    };
+    let mut p = Pair::start(&rig, test, opts);
+    carry(&mut p.b, &mut p.a, &[tagged(4 * MIB, 1)]);
+    for &(down, outage, up) in rounds {
+        outage_round(&rig, &mut p, down, outage, up);
+    }
+    let Pair { a, b } = &mut p;
+    for h in [&mut *a, &mut *b] {
+        let r = h.call("insert");
+        assert!(r.starts_with("inserted"), "{}: {r}", h.label);
+    }
+    carry(b, a, &[tagged(64 * MIB, 9), tagged(100, 9)]);
+    carry(a, b, &[tagged(MIB, 10), untagged(50)]);
+    for s in [a.stats(), b.stats()] {
+        for k in ["unknown", "malformed", "beyond"] {
+            assert_eq!(s.get(k), 0, "{k}: {s:?}");
+        }
+    }
+    p.quit();
+}
+
+#[test]
+fn every_rail_down_at_once_and_back_the_pair_talks_again() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    outages(
+        "every_rail_down_at_once_and_back_the_pair_talks_again",
+        &[
+            // Back within FI_PSM_TIMEOUT, both at once.
+            (&[&[0, 1]], Duration::from_millis(1000), &[&[0, 1]]),
+            // Back after it, one then the other.
+            (&[&[0, 1]], Duration::from_millis(4000), &[&[1], &[0]]),
+        ],
+    );
+}
+
+#[test]
+fn rails_lost_and_back_one_after_the_other_the_pair_talks_again() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    outages(
+        "rails_lost_and_back_one_after_the_other_the_pair_talks_again",
+        &[
+            (&[&[0], &[1]], Duration::from_millis(1000), &[&[0], &[1]]),
+            // Back long after it: the rails' connections were given up.
+            (&[&[1], &[0]], Duration::from_millis(15000), &[&[0, 1]]),
+        ],
+    );
+}
+
+// ----- a rail down at connect --------------------------------------------------
+
+/// Rail 1's link is down when the peers insert each other (with
+/// `before_open`, already when the endpoints open): the inserts succeed
+/// at once on rail 0, and striped and small messages flow there; once the
+/// link is up, rail 1 comes into service on both sides and carries its
+/// share of the stripes.
+fn a_rail_down_at_connect_joins_later(test: &str, before_open: bool) {
+    let shapes = [RailShape::rate(1000), RailShape::rate(1000)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    if before_open {
+        rig.link_down(1);
+    }
+    let opts = Opts {
+        a_inserts: false,
+        b_inserts: false,
+        env: OUTAGE_ENV,
+        ..Opts::manual(DEFAULT_POLICY)
+    };
+    let mut p = Pair::start(&rig, test, opts);
+    let Pair { a, b } = &mut p;
+    let down_at = unix_ms();
+    if !before_open {
+        rig.link_down(1);
+    }
+    for h in [&mut *a, &mut *b] {
+        wait_states(h, "up,down", down_at, Duration::from_secs(5));
+    }
+    // Both insert at once (each insert needs the other's progress).
+    let start = Instant::now();
+    a.say("insert");
+    b.say("insert");
+    let (ra, rb) = (a.ok("inserting B"), b.ok("inserting A"));
+    let inserted = start.elapsed();
+    assert!(
+        ra.starts_with("inserted") && rb.starts_with("inserted"),
+        "{ra} / {rb}"
+    );
+    assert!(
+        inserted < Duration::from_secs(2),
+        "the inserts took {inserted:?}"
+    );
+    // Messages flow on rail 0 at once.
+    let start = Instant::now();
+    let before = a_links(&rig);
+    carry(
+        b,
+        a,
+        &[tagged(16 * MIB, 1), tagged(100, 1), tagged(20_000, 1)],
+    );
+    carry(a, b, &[tagged(MIB, 2), untagged(8)]);
+    let flowed = start.elapsed();
+    let after = a_links(&rig);
+    assert!(
+        after[0].tx - before[0].tx >= 16 * MIB as u64,
+        "{before:?} {after:?}"
+    );
+    assert!(
+        after[1].tx - before[1].tx < 64 * KIB as u64,
+        "{before:?} {after:?}"
+    );
+    // The link comes up: rail 1 comes into service, and carries stripes.
+    let up_at = unix_ms();
+    rig.link_up(1);
+    let up_a = wait_states(a, "up,up", up_at, Duration::from_secs(8));
+    let up_b = wait_states(b, "up,up", up_at, Duration::from_secs(8));
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let joined = loop {
+        let before = a_links(&rig);
+        carry(b, a, &[tagged(64 * MIB, 3)]);
+        let after = a_links(&rig);
+        if after[1].tx - before[1].tx >= 16 * MIB as u64 {
+            break unix_ms() - up_at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rail 1 carries no share of the stripes 8 s after its link came up: {before:?} {after:?}"
+        );
+    };
+    carry(a, b, &[tagged(64 * MIB, 4), tagged(10, 4)]);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(
+        sa.rails[1][4] > 0 && sb.rails[1][4] > 0,
+        "stripes on rail 1: {sa:?} {sb:?}"
+    );
+    println!(
+        "rail 1 down {}: both inserts took {inserted:?}, messages flowed on rail 0 in {flowed:?}; \
+         its link up, rail 1 was up again {up_a} ms (A) / {up_b} ms (B) after, and carried its \
+         share of a striped message {joined} ms after",
+        if before_open {
+            "before the endpoints opened"
+        } else {
+            "before the inserts"
+        }
+    );
+    for s in [&sa, &sb] {
+        for k in ["unknown", "malformed", "beyond"] {
+            assert_eq!(s.get(k), 0, "{k}: {s:?}");
+        }
+    }
+    p.quit();
+}
+
+#[test]
+fn a_rail_down_when_the_peers_connect_joins_when_its_link_comes_up() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    a_rail_down_at_connect_joins_later(
+        "a_rail_down_when_the_peers_connect_joins_when_its_link_comes_up",
+        false,
+    );
+}
+
+#[test]
+fn a_rail_down_before_the_endpoints_open_joins_when_its_link_comes_up() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    a_rail_down_at_connect_joins_later(
+        "a_rail_down_before_the_endpoints_open_joins_when_its_link_comes_up",
+        true,
+    );
 }

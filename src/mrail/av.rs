@@ -8,25 +8,91 @@
 //! messages whatever rail they come on. C asserted that every rail's AV
 //! gave the same index; here the rails' indices never matter.
 //!
+//! A rail whose link is down is not tried (unless every rail's is), and
+//! a rail that does not connect does not fail the insert while another
+//! does: the peer is inserted with the rails that connected, and the
+//! endpoint connects the others once their links serve (the rail's
+//! connect, by the endpoint's driver, fills the entry in). The insert
+//! fails only when no rail connects.
+//!
 //! Removing an entry (`fi_av_remove`) forgets the peer: its later messages
 //! count as coming from an unknown peer, and operations naming its address
 //! fail with `FI_EINVAL`. Indices are never reused.
 
 use super::addr::MrailAddr;
 use super::domain::MrailDomainCore;
+use super::link_watch::LinkWatch;
 use crate::engine::PeerAddr;
 use crate::fabric::{AddressVector, AvAttr, AvType, FiAddr};
 use crate::{Error, ErrorKind, Result};
 use rustc_hash::FxHashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+/// [`PeerEntry`]'s mark of a rail not connected yet.
+const UNCONNECTED: u64 = u64::MAX;
 
 /// One peer of the table.
-#[derive(Clone, Debug)]
 pub(crate) struct PeerEntry {
     pub(crate) addr: MrailAddr,
-    /// The peer on each rail, in rail order.
-    pub(crate) rails: Vec<PeerAddr>,
+    /// The peer's engine handle on each rail, in rail order
+    /// ([`UNCONNECTED`] until the rail connects).
+    rails: Vec<AtomicU64>,
+}
+
+impl fmt::Debug for PeerEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerEntry")
+            .field("addr", &self.addr.to_string())
+            .field("connected", &format_args!("{:#x}", self.connected()))
+            .finish()
+    }
+}
+
+impl PeerEntry {
+    /// An entry with the rails of `rails` that are `Some` connected.
+    pub(crate) fn new(addr: MrailAddr, rails: &[Option<PeerAddr>]) -> Self {
+        PeerEntry {
+            addr,
+            rails: rails
+                .iter()
+                .map(|p| AtomicU64::new(p.map_or(UNCONNECTED, |p| p.0)))
+                .collect(),
+        }
+    }
+
+    /// The peer on rail `rail`, once connected there.
+    pub(crate) fn rail(&self, rail: usize) -> Option<PeerAddr> {
+        let p = self.rails.get(rail)?.load(Ordering::Acquire);
+        (p != UNCONNECTED).then_some(PeerAddr(p))
+    }
+
+    /// The peer on rail `rail`, or `Io` naming the rail when it is not
+    /// connected there (yet).
+    pub(crate) fn on_rail(&self, rail: usize) -> Result<PeerAddr> {
+        self.rail(rail).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("rail {rail}: not connected to peer {} (yet)", self.addr),
+            )
+        })
+    }
+
+    /// The rails connected, as a mask.
+    pub(crate) fn connected(&self) -> u64 {
+        (0..self.rails.len().min(64))
+            .filter(|&r| self.rail(r).is_some())
+            .fold(0, |m, r| m | 1 << r)
+    }
+
+    /// Rail `rail` connected to the peer as `peer`.
+    pub(crate) fn set_rail(&self, rail: usize, peer: PeerAddr) {
+        if let Some(slot) = self.rails.get(rail) {
+            slot.store(peer.0, Ordering::Release);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -43,6 +109,11 @@ pub(crate) struct MrailAvCore {
     rails: Vec<AddressVector>,
     table: RwLock<Table>,
     insert: Mutex<()>,
+    connect_timeout: Duration,
+    /// Entries inserted with rails not connected, for the endpoint to
+    /// connect later ([`take_incomplete`](MrailAvCore::take_incomplete)).
+    incomplete: Mutex<Vec<Arc<PeerEntry>>>,
+    any_incomplete: AtomicBool,
 }
 
 impl fmt::Debug for MrailAvCore {
@@ -76,6 +147,25 @@ impl MrailAvCore {
         let t = self.table.read().unwrap_or_else(PoisonError::into_inner);
         t.entries.get(i as usize)?.clone()
     }
+
+    /// The entries inserted since the last call with a rail that did not
+    /// connect (one relaxed load when there are none).
+    pub(crate) fn take_incomplete(&self) -> Vec<Arc<PeerEntry>> {
+        if !self.any_incomplete.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(
+            &mut *self
+                .incomplete
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// How long a rail's connect waits for the peer.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
 }
 
 #[cold]
@@ -100,6 +190,7 @@ pub struct MrailAv {
 
 impl MrailAv {
     pub(crate) fn open(domain: Arc<MrailDomainCore>, attr: AvAttr) -> Result<MrailAv> {
+        let connect_timeout = attr.connect_timeout;
         let rail_attr = AvAttr {
             av_type: AvType::Table,
             ..attr
@@ -115,6 +206,9 @@ impl MrailAv {
                 rails,
                 table: RwLock::new(Table::default()),
                 insert: Mutex::new(()),
+                connect_timeout,
+                incomplete: Mutex::new(Vec::new()),
+                any_incomplete: AtomicBool::new(false),
             }),
         })
     }
@@ -127,12 +221,15 @@ impl MrailAv {
 
     /// Inserts peers (`fi_av_insert`): connects every rail of each, all
     /// rails side by side, and gives one result per address, in order.
+    /// Rails whose links are down are not tried (unless every rail's is);
+    /// a peer is inserted with the rails that connected, the endpoint
+    /// connecting the others once their links serve (module docs).
     ///
     /// # Errors (per address)
     /// `Inval` when the address has another number of rails than this
-    /// domain; otherwise the first failing rail's insert error, naming
-    /// the rail (`TimedOut`, `ConnRefused`, ...). A failed insert leaves a
-    /// hole at its index, as a psm table does.
+    /// domain; when no rail connects, the first failing rail's insert
+    /// error, naming the rail (`TimedOut`, `ConnRefused`, ...). A failed
+    /// insert leaves a hole at its index, as a psm table does.
     pub fn insert(&self, addrs: &[MrailAddr]) -> Vec<Result<FiAddr>> {
         let core = &*self.core;
         let _guard = core.insert.lock().unwrap_or_else(PoisonError::into_inner);
@@ -144,6 +241,13 @@ impl MrailAv {
             .filter(|(_, v)| **v)
             .map(|(a, _)| a)
             .collect();
+        // Rails whose links are down now: tried only if every rail's is.
+        let ips: Vec<_> = core.domain.attr().rails.iter().map(|r| r.ip).collect();
+        let links = LinkWatch::new(&ips).sample(std::time::Instant::now());
+        let down: Vec<bool> = (0..n)
+            .map(|i| links.get(i).copied().flatten() == Some(false))
+            .collect();
+        let skip = |i: usize| down[i] && !down.iter().all(|d| *d);
         // Every rail's inserts run on a thread of their own: each waits for
         // its handshakes, and the rails are independent.
         let per_rail: Vec<Vec<Result<FiAddr>>> = std::thread::scope(|s| {
@@ -153,7 +257,12 @@ impl MrailAv {
                 .enumerate()
                 .map(|(i, av)| {
                     let epids: Vec<_> = wanted.iter().map(|a| a.rails()[i]).collect();
-                    s.spawn(move || av.insert(&epids))
+                    s.spawn(move || {
+                        if skip(i) {
+                            return epids.iter().map(|_| Err(link_down(i))).collect();
+                        }
+                        av.insert(&epids)
+                    })
                 })
                 .collect();
             handles
@@ -185,15 +294,27 @@ impl MrailAv {
             let mut rails = Vec::with_capacity(n);
             let mut failed = None;
             for (i, results) in per_rail.iter().enumerate() {
-                match &results[k] {
-                    Ok(fi) => match core.rails[i].core.resolve(*fi) {
-                        Ok(p) => rails.push(p),
-                        Err(e) => {
-                            failed.get_or_insert_with(|| rail_error(i, addr, &e));
-                        }
-                    },
+                let peer = results[k]
+                    .as_ref()
+                    .map_err(|e| rail_error(i, addr, e))
+                    .and_then(|fi| {
+                        core.rails[i]
+                            .core
+                            .resolve(*fi)
+                            .map_err(|e| rail_error(i, addr, &e))
+                    });
+                match peer {
+                    Ok(p) => rails.push(Some(p)),
                     Err(e) => {
-                        failed.get_or_insert_with(|| rail_error(i, addr, e));
+                        // The error told is a rail's that was tried.
+                        if !skip(i) {
+                            tracing::warn!("{e}; the endpoint connects it later");
+                            if failed.as_ref().is_some_and(|(tried, _)| !tried) {
+                                failed = None;
+                            }
+                        }
+                        failed.get_or_insert((!skip(i), e));
+                        rails.push(None);
                     }
                 }
             }
@@ -207,16 +328,38 @@ impl MrailAv {
                 continue;
             };
             match failed {
-                Some(e) => {
+                Some((_, e)) if rails.iter().all(Option::is_none) => {
                     table.entries.push(None);
                     out.push(Err(e));
                 }
-                None => {
+                _ => {
+                    // An address inserted before shares its entry, so that
+                    // every index of the peer sees each rail connect.
+                    let earlier = table
+                        .by_token
+                        .get(&addr.token())
+                        .and_then(|&i| table.entries.get(i as usize).cloned().flatten())
+                        .filter(|e| e.addr == *addr);
+                    let entry = match earlier {
+                        Some(e) => {
+                            for (r, p) in rails.iter().enumerate() {
+                                if let Some(p) = p {
+                                    e.set_rail(r, *p);
+                                }
+                            }
+                            e
+                        }
+                        None => Arc::new(PeerEntry::new(addr.clone(), &rails)),
+                    };
+                    if (0..n).any(|r| entry.rail(r).is_none()) {
+                        core.incomplete
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(entry.clone());
+                        core.any_incomplete.store(true, Ordering::Release);
+                    }
                     table.by_token.entry(addr.token()).or_insert(index32);
-                    table.entries.push(Some(Arc::new(PeerEntry {
-                        addr: addr.clone(),
-                        rails,
-                    })));
+                    table.entries.push(Some(entry));
                     out.push(Ok(FiAddr(index as u64)));
                 }
             }
@@ -298,6 +441,14 @@ impl MrailAv {
     pub fn same(&self, other: &MrailAv) -> bool {
         Arc::ptr_eq(&self.core, &other.core)
     }
+}
+
+/// Why a rail was not tried.
+fn link_down(rail: usize) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!("rail {rail}'s link is down (it connects once the link is up)"),
+    )
 }
 
 fn rail_error(rail: usize, addr: &MrailAddr, e: &Error) -> Error {

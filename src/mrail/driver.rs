@@ -70,15 +70,68 @@
 //!   assembled from the parts that landed (sends too: a copy of the bytes
 //!   when a lost rail still reads the buffer);
 //! * RMA stripes that fail because their rail lost the peer start again
-//!   on another rail (`rma`).
+//!   on another rail (`rma`);
+//! * a sequenced frame not acknowledged [`RESEND_AFTER`] after it went
+//!   goes again, on another rail if one serves: a rail's connection may
+//!   have been given up with what it held, and made anew, without any
+//!   post failing.
 //!
-//! A rail whose link comes back rejoins after a back-off
+//! A post that fails because its rail lost the peer (the rail's
+//! connection to it ended) takes the rail out for that peer and goes on
+//! another. A rail whose link comes back rejoins after a back-off
 //! ([`RailHealth`]); the rail events go to the domain's queue. With no
 //! rail left for a peer its transfers fail with `FI_EIO` naming the rails.
-//! A peer lost on a rail for good (its rail's peer book) is not tried
-//! there again. An attempt given up on a rail that comes back later
+//! A peer lost on a rail for good (its endpoint closed or its process is
+//! gone, as the rail's peer book says) is not tried there again; a rail
+//! that lost a peer otherwise connects to it again ("Reconnecting" below).
+//! An attempt given up on a rail that comes back later
 //! completes against nothing: a send waits in its engine until the
 //! endpoint closes, a receive is cancelled.
+//!
+//! # Every rail lost
+//!
+//! With no rail left to a peer (every link down, every rail disabled, or
+//! the peer lost on each), its transfers fail with `FI_EIO` at once, and
+//! both sides keep what they need to go on, with the same addresses, once
+//! a rail serves again:
+//!
+//! * the sender withdraws the requests to send it gave up
+//!   ([`Frame::Withdraw`]): a receiver that holds one drops it (and fails
+//!   a receive that matched it meanwhile), one that never got it fills its
+//!   sequence number with the withdrawal, so no receive takes a message
+//!   nobody sends;
+//! * the receiver drops the requests that waited unmatched, and refuses
+//!   them ([`Frame::Nack`]) with those whose receives failed, so that a
+//!   sender that kept a rail does not wait for them;
+//! * every frame not acknowledged yet goes again (a rail's connection may
+//!   have been given up with what it held); the receiver drops the copies
+//!   it has;
+//! * each side holds the peer's sequenced frames, neither delivered nor
+//!   acknowledged, until the peer's [`Frame::Resync`] says it has sent
+//!   again everything before it (on the rail the Resync comes on, before
+//!   it). The Resync asks for the other side's in turn; it is asked for
+//!   again every [`RESYNC_AGAIN`] while a rail serves and none came. So a
+//!   request sent before the loss, which its sender may have given up,
+//!   cannot match a receive before its withdrawal is in.
+//!
+//! Rail notices are numbered, so one that waited on a stalled connection
+//! cannot undo a later one, and a rail that comes back is announced on
+//! itself too (the peer may know no other rail of ours to be up).
+//!
+//! # Reconnecting
+//!
+//! A rail that did not connect to a peer when the peer was inserted (its
+//! link was down, or its connect failed while another rail's worked:
+//! [`MrailAv`](super::MrailAv) inserts the peer with the rails that did),
+//! and a rail that lost a peer otherwise than for good (its connection
+//! there ended, as a failed post or the rail's peer book says), is
+//! connected to the peer again while the rail is in service: at once when
+//! the rail comes up, else after a back-off from [`RECONNECT_MIN`]
+//! doubling to [`RECONNECT_MAX`]. A connect waits for its handshakes, so
+//! each rail's run on a thread of their own, whose results the next
+//! housekeeping takes in. A rail that connects serves the peer again: its
+//! peer book forgets the peer's death, the peer hears the rail is up, and
+//! what waited for a rail to it goes (a resync first if none was left).
 //!
 //! [`StripeJoin`]: super::stripe_join::StripeJoin
 //!
@@ -128,7 +181,7 @@ use super::link_watch::LinkWatch;
 use super::rail_events::RailEventQueue;
 use super::region::SharedBuffer;
 use super::stripe_join::{rail_lost, Joined, PartOutput, RailPart, Striped};
-use crate::engine::{MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
+use crate::engine::{Epid, MqCompletion, OpBuffer, PeerAddr, SendMode, TagHook, TagMatch};
 use crate::fabric::{
     CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, DomainCore, EndpointCore,
     FiAddr, OpCounters,
@@ -314,16 +367,69 @@ struct PeerState {
     dead: u64,
     /// Rails the peer told us are out of service ([`Frame::RailNotice`]).
     peer_down: u64,
+    /// The number of the last notice taken from the peer, per rail (0:
+    /// none yet).
+    notices: Vec<u32>,
     /// The peer's address vector entry, once it is known.
     entry: Option<Arc<PeerEntry>>,
+    /// Every rail to the peer was lost (its transfers failed): its
+    /// sequenced frames are held, not delivered, until its
+    /// [`Resync`](Frame::Resync) says it sent again what we had not
+    /// acknowledged (module docs, "Every rail lost").
+    hold: bool,
+    /// When we last asked for the peer's Resync (while holding).
+    asked: Option<Instant>,
+    /// The peer asked for our Resync and has not had it yet.
+    answer_owed: bool,
+    /// The requests to send of the peer's messages whose receives failed
+    /// when every rail was lost: refused ([`Frame::Nack`]) with the
+    /// Resync, so that a sender that kept its rails does not wait for
+    /// them.
+    owed_nacks: Vec<u64>,
+    /// Our requests to send (sequence number, send id) whose sends failed
+    /// when every rail was lost: withdrawn ([`Frame::Withdraw`]) with the
+    /// Resync, acknowledged or not (the peer may hold them unmatched).
+    withdraws: Vec<(u32, u64)>,
+    /// Since when no rail serves the peer while one is coming (a rail of
+    /// ours rejoining, or connecting to it again): its transfers wait, up
+    /// to `FI_PSM_TIMEOUT`, instead of failing.
+    stranded: Option<Instant>,
+    /// Rails whose peer book declared the peer dead (it waited
+    /// `FI_PSM_TIMEOUT` already, or has proof): a reconnect there is no
+    /// reason to wait longer.
+    judged: u64,
 }
 
 /// A sequenced frame kept for resending: its bytes and the rail it last
-/// went on.
+/// went on ([`NO_RAIL`]: none that still serves, so it goes again on the
+/// next rail that does).
 struct Logged {
     rail: std::cell::Cell<usize>,
+    /// When it last went.
+    sent: std::cell::Cell<Instant>,
     frame: Vec<u8>,
+    /// A request to send's send id.
+    send_id: Option<u64>,
+    /// Its send failed: a [`Frame::Withdraw`] goes in its place.
+    withdrawn: std::cell::Cell<bool>,
 }
+
+/// [`Logged::rail`] of a frame whose rail was lost with every other.
+const NO_RAIL: usize = usize::MAX;
+
+/// How often a peer whose Resync we wait for is asked again.
+const RESYNC_AGAIN: Duration = Duration::from_millis(500);
+
+/// A rail event asks again sooner, but not within this of the last ask.
+const RESYNC_SOON: Duration = Duration::from_millis(50);
+
+/// A sequenced frame not acknowledged this long after it went goes again
+/// (on another rail if one serves): a rail's connection may have been
+/// given up with it, and come back, without a post failing.
+const RESEND_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the resend logs are looked at for such frames.
+const RESEND_CHECK: Duration = Duration::from_millis(100);
 
 impl PeerState {
     fn new() -> Self {
@@ -336,14 +442,54 @@ impl PeerState {
             ack_queued: false,
             dead: 0,
             peer_down: 0,
+            notices: Vec::new(),
             entry: None,
+            hold: false,
+            asked: None,
+            answer_owed: false,
+            owed_nacks: Vec::new(),
+            withdraws: Vec::new(),
+            stranded: None,
+            judged: 0,
         }
     }
 
-    /// The rails usable towards the peer among `live`.
+    /// The rails usable towards the peer among `live` (connected to it,
+    /// not lost for it, not out of service at its end).
     fn rails(&self, live: u64) -> u64 {
-        live & !(self.dead | self.peer_down)
+        let connected = self.entry.as_ref().map_or(u64::MAX, |e| e.connected());
+        live & connected & !(self.dead | self.peer_down)
     }
+
+    /// Whether notice `number` about `rail` is newer than the last one
+    /// taken (then it is recorded as taken). Number 0 is always taken.
+    fn take_notice(&mut self, rail: usize, number: u32) -> bool {
+        if number == 0 {
+            return true;
+        }
+        if self.notices.len() <= rail {
+            self.notices.resize(rail + 1, 0);
+        }
+        let last = self.notices[rail];
+        let ahead = number.wrapping_sub(last);
+        if last != 0 && (ahead == 0 || ahead >= 1 << 31) {
+            return false;
+        }
+        self.notices[rail] = number;
+        true
+    }
+}
+
+/// A send that found no rail to its peer while one was coming (a rail of
+/// ours rejoining, or connecting to the peer again): it waits, behind the
+/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most.
+struct WaitingSend {
+    entry: Arc<PeerEntry>,
+    class: MsgClass,
+    tag: u64,
+    buf: OpBuffer,
+    sink: Sink,
+    until: Instant,
 }
 
 /// A large send: waiting for its CTS, then its parts.
@@ -351,6 +497,8 @@ struct SendXfer {
     /// Tells the send when its peer dies on a rail.
     watch: Vec<Arc<PeerDeath>>,
     entry: Arc<PeerEntry>,
+    /// The request's sequence number.
+    seq: u32,
     class: MsgClass,
     len: u64,
     rails: u64,
@@ -399,29 +547,26 @@ struct PeerDeath {
     task: u64,
     rail: usize,
     queue: Arc<ReadyQueue>,
-    error: OnceLock<Error>,
+    death: OnceLock<Arc<Death>>,
 }
 
 impl Doomed for PeerDeath {
     fn peer_died(&self, death: &Arc<Death>) -> bool {
-        let _ = self.error.set(death.error("mrail striped transfer"));
+        let _ = self.death.set(death.clone());
         self.queue.push(self.task);
         true
     }
 }
 
 impl PeerDeath {
-    /// The rails (a mask) on which the peer died, and the first error.
-    fn deaths(watch: &[Arc<PeerDeath>]) -> (u64, Option<Error>) {
-        let mut mask = 0;
-        let mut first = None;
-        for w in watch {
-            if let Some(e) = w.error.get() {
-                mask |= 1 << w.rail;
-                first.get_or_insert_with(|| Error::new(e.kind(), e.message().to_owned()));
-            }
-        }
-        (mask, first)
+    /// The rails (a mask) on which the peer died, as far as `in_force`
+    /// says a rail's book still holds the death (a rail that reconnected
+    /// revived the peer).
+    fn deaths(watch: &[Arc<PeerDeath>], in_force: impl Fn(usize, &Arc<Death>) -> bool) -> u64 {
+        watch
+            .iter()
+            .filter(|w| w.death.get().is_some_and(|d| in_force(w.rail, d)))
+            .fold(0, |m, w| m | rail_bit(w.rail))
     }
 }
 
@@ -511,6 +656,10 @@ impl RecvXfer {
 
 /// An eager message sent as a rail send (above the inject size).
 struct EagerSend {
+    /// The peer's identity token.
+    token: u64,
+    /// Its sequence number.
+    seq: u32,
     class: MsgClass,
     len: usize,
     buf: OpBuffer,
@@ -689,6 +838,21 @@ struct State {
     inbound: Vec<Inbound>,
     /// Turns among rails for failover choices.
     next_failover: usize,
+    /// The number of the last rail notice sent (they are numbered, all
+    /// rails and peers together).
+    notices: u32,
+    /// Peers whose frames are held until their Resync (some may have been
+    /// released since).
+    holding: Vec<u64>,
+    /// Rails to connect to peers.
+    reconnects: Vec<Reconnect>,
+    /// Sends waiting for a rail to their peer, oldest first.
+    waiting: std::collections::VecDeque<WaitingSend>,
+    /// Peers whose transfers wait for a rail (some may be served again
+    /// since).
+    stranded: Vec<u64>,
+    /// When the resend logs are looked at next ([`RESEND_CHECK`]).
+    next_resend_check: Instant,
 }
 
 impl State {
@@ -718,6 +882,33 @@ pub(crate) struct Bindings {
     pub(crate) recv_counter: Option<Counter>,
     pub(crate) write_counter: Option<Counter>,
     pub(crate) read_counter: Option<Counter>,
+}
+
+/// The first wait before a rail is tried again towards a peer it did not
+/// connect to, or lost; it doubles up to [`RECONNECT_MAX`].
+const RECONNECT_MIN: Duration = Duration::from_millis(200);
+/// The longest wait between two tries.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// A rail to connect to a peer: it did not connect when the peer was
+/// inserted, or it lost the peer (the connection there ended). Tried while
+/// the rail is in service, again after a back-off (module docs,
+/// "Reconnecting").
+struct Reconnect {
+    token: u64,
+    entry: Arc<PeerEntry>,
+    rail: usize,
+    /// When it may be tried; `None` while a try is under way.
+    due: Option<Instant>,
+    backoff: Duration,
+}
+
+/// Connects made on threads of their own (each waits for its handshakes):
+/// what they gave, (token, rail, the peer's handle there), and the rails
+/// whose thread runs.
+struct Connects {
+    done: Mutex<Vec<(u64, usize, Result<PeerAddr>)>>,
+    running: Vec<AtomicBool>,
 }
 
 /// What failover needs from the endpoint: the rails' IPv4 addresses (to
@@ -757,6 +948,12 @@ pub(crate) struct Driver {
     chores_due: AtomicBool,
     /// Control frames the rails' hooks could not handle on the spot.
     inbox: Inbox,
+    /// Rails connecting to peers, and what they gave.
+    connects: Arc<Connects>,
+    /// (peer token, rail) of control frames that failed because the rail
+    /// lost the peer ([`note_lost`](Self::note_lost)).
+    lost: Mutex<Vec<(u64, usize)>>,
+    lost_any: AtomicBool,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -818,6 +1015,12 @@ impl Driver {
                 ack_now: false,
                 inbound: Vec::new(),
                 next_failover: 0,
+                notices: 0,
+                holding: Vec::new(),
+                reconnects: Vec::new(),
+                waiting: std::collections::VecDeque::new(),
+                stranded: Vec::new(),
+                next_resend_check: Instant::now(),
             }),
             ready,
             table: Arc::new(CompletionTable::new()),
@@ -838,6 +1041,12 @@ impl Driver {
             steps: AtomicUsize::new(0),
             chores_due: AtomicBool::new(false),
             inbox: Inbox::default(),
+            connects: Arc::new(Connects {
+                done: Mutex::new(Vec::new()),
+                running: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            }),
+            lost: Mutex::new(Vec::new()),
+            lost_any: AtomicBool::new(false),
         });
         // Control frames come straight from the engines that can hand them
         // over; the others (and rendezvous-borne frames) fill the pools.
@@ -1061,49 +1270,151 @@ impl Driver {
             Ok(v) => v,
             Err(e) => return Err((e, buf)),
         };
-        let len = buf.len();
         let mut st = relock(&self.state);
         if st.closed {
             return Err((closed_error(), buf));
         }
         let token = entry.addr.token();
-        let live = match self.peer_rails(&mut st, token, &entry) {
-            Some(l) => l,
-            None => return Err((no_rail_error(), buf)),
-        };
-        let Some(choice) = st.chooser.choose(len as u64, live) else {
-            return Err((no_rail_error(), buf));
-        };
-        let seq = match st.peer(token, true) {
-            Some(ps) => ps.tx.next(),
-            None => return Err((no_rail_error(), buf)),
-        };
-        let result = match choice {
-            RailChoice::One(r) if len <= EAGER_MAX => {
-                self.send_eager(&mut st, &entry, r, seq, class, tag, buf, sink)
-            }
-            RailChoice::One(r) => {
-                self.send_rts(&mut st, entry, r, 1 << r, seq, class, tag, buf, sink)
-            }
-            RailChoice::All(mask) => {
-                let fixed = st.chooser.fixed_rail();
-                let via = if mask & (1 << fixed) != 0 {
-                    fixed
-                } else {
-                    mask.trailing_zeros() as usize
-                };
-                self.send_rts(&mut st, entry, via, mask, seq, class, tag, buf, sink)
-            }
-        };
-        if result.is_err() {
+        // Behind the peer's sends that wait for a rail; or waiting itself
+        // when no rail serves the peer now but one is coming.
+        let usable = self.peer_rails(&mut st, token, &entry).unwrap_or(0);
+        let queued = st.waiting.iter().any(|w| w.entry.addr.token() == token);
+        if queued || (usable == 0 && self.rail_coming(&st, token)) {
+            let until = Instant::now() + self.rail_domain(0).config().timeout();
+            st.waiting.push_back(WaitingSend {
+                entry,
+                class,
+                tag,
+                buf,
+                sink,
+                until,
+            });
+            drop(st);
+            self.notify();
+            return Ok(());
+        }
+        let result = self.send_now(&mut st, &entry, class, tag, buf, sink);
+        drop(st);
+        self.notify();
+        result
+    }
+
+    /// Sends `buf` to `entry`'s peer now, on the rails that serve it (a
+    /// rail that turns out to have lost the peer is left for another).
+    fn send_now(
+        &self,
+        st: &mut State,
+        entry: &Arc<PeerEntry>,
+        class: MsgClass,
+        tag: u64,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let len = buf.len();
+        let token = entry.addr.token();
+        let mut buf = buf;
+        let mut tries = 0;
+        loop {
+            let live = match self.peer_rails(st, token, entry) {
+                Some(l) => l,
+                None => return Err((no_rail_error(), buf)),
+            };
+            let Some(choice) = st.chooser.choose(len as u64, live) else {
+                return Err((no_rail_error(), buf));
+            };
+            let seq = match st.peer(token, true) {
+                Some(ps) => ps.tx.next(),
+                None => return Err((no_rail_error(), buf)),
+            };
+            let (rail, result) = match choice {
+                RailChoice::One(r) if len <= EAGER_MAX => {
+                    (r, self.send_eager(st, entry, r, seq, class, tag, buf, sink))
+                }
+                RailChoice::One(r) => (
+                    r,
+                    self.send_rts(st, entry.clone(), r, 1 << r, seq, class, tag, buf, sink),
+                ),
+                RailChoice::All(mask) => {
+                    let fixed = st.chooser.fixed_rail();
+                    let via = if mask & (1 << fixed) != 0 {
+                        fixed
+                    } else {
+                        mask.trailing_zeros() as usize
+                    };
+                    (
+                        via,
+                        self.send_rts(st, entry.clone(), via, mask, seq, class, tag, buf, sink),
+                    )
+                }
+            };
+            let Err((e, back)) = result else {
+                return Ok(());
+            };
             // Nothing left: the peer must not wait for this number.
             if let Some(ps) = st.peer(token, true) {
                 ps.tx = TxSequence::with_start(seq);
             }
+            if !rail_lost(e.kind()) || tries >= self.rails.len() {
+                return Err((e, back));
+            }
+            // The rail lost the peer (its connection there ended): another
+            // may still reach it.
+            tries += 1;
+            buf = back;
+            self.peer_lost_rails(st, token, rail_bit(rail));
         }
-        drop(st);
-        self.notify();
-        result
+    }
+
+    /// Whether a rail may soon serve the peer `token`: one of ours is
+    /// rejoining, or one in service is connecting to the peer again after
+    /// its connection there ended (not after its peer book judged it
+    /// dead: that took `FI_PSM_TIMEOUT` already).
+    fn rail_coming(&self, st: &State, token: u64) -> bool {
+        let judged = st.peers.get(&token).map_or(0, |ps| ps.judged);
+        (0..self.rails.len()).any(|r| match st.health.state(r) {
+            RailState::Rejoining => true,
+            RailState::Up => {
+                judged & rail_bit(r) == 0
+                    && st
+                        .reconnects
+                        .iter()
+                        .any(|x| x.token == token && x.rail == r)
+            }
+            RailState::Down => false,
+        })
+    }
+
+    /// The sends that wait for a rail ([`WaitingSend`]), in order per
+    /// peer: sent once a rail serves their peer, failed with `FI_EIO` once
+    /// none is coming any more or `FI_PSM_TIMEOUT` has passed.
+    fn send_waiting(&self, st: &mut State, now: Instant) -> bool {
+        if st.waiting.is_empty() {
+            return false;
+        }
+        let mut waiting = std::mem::take(&mut st.waiting);
+        let mut blocked: Vec<u64> = Vec::new();
+        let mut moved = false;
+        while let Some(w) = waiting.pop_front() {
+            let token = w.entry.addr.token();
+            if blocked.contains(&token) {
+                st.waiting.push_back(w);
+                continue;
+            }
+            let usable = self.peer_rails(st, token, &w.entry).unwrap_or(0);
+            if usable != 0 {
+                moved = true;
+                if let Err((e, buf)) = self.send_now(st, &w.entry, w.class, w.tag, w.buf, w.sink) {
+                    self.finish(w.sink, Dir::Send, w.class, Err(e), buf);
+                }
+            } else if now >= w.until || !self.rail_coming(st, token) {
+                moved = true;
+                self.finish(w.sink, Dir::Send, w.class, Err(no_rail_error()), w.buf);
+            } else {
+                blocked.push(token);
+                st.waiting.push_back(w);
+            }
+        }
+        moved
     }
 
     /// An inject (`data` at most the rails' inject size less the header)
@@ -1125,53 +1436,63 @@ impl Driver {
             return Err(closed_error());
         }
         let token = entry.addr.token();
-        let Some(live) = self.peer_rails(&mut st, token, &entry) else {
-            return Err(no_rail_error());
-        };
-        let rail = match st.chooser.choose(data.len() as u64, live) {
-            Some(RailChoice::One(r)) => r,
-            Some(RailChoice::All(mask)) => {
-                let fixed = st.chooser.fixed_rail();
-                if mask & (1 << fixed) != 0 {
-                    fixed
-                } else {
-                    mask.trailing_zeros() as usize
+        let mut tries = 0;
+        let (rail, frame) = loop {
+            let Some(live) = self.peer_rails(&mut st, token, &entry) else {
+                return Err(no_rail_error());
+            };
+            let rail = match st.chooser.choose(data.len() as u64, live) {
+                Some(RailChoice::One(r)) => r,
+                Some(RailChoice::All(mask)) => {
+                    let fixed = st.chooser.fixed_rail();
+                    if mask & (1 << fixed) != 0 {
+                        fixed
+                    } else {
+                        mask.trailing_zeros() as usize
+                    }
                 }
-            }
-            None => return Err(no_rail_error()),
-        };
-        let Some(ps) = st.peer(token, true) else {
-            return Err(no_rail_error());
-        };
-        let seq = ps.tx.next();
-        let frame = Frame::Eager {
-            class,
-            seq,
-            source: self.token,
-            tag,
-        };
-        let mut wire = [0u8; RAIL_INJECT];
-        let sent = frame
-            .write_to(&mut wire)
-            .map_err(header_error)
-            .and_then(|hl| {
-                let end = hl + data.len();
-                let room = wire.get_mut(hl..end).ok_or_else(|| {
-                    Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
-                })?;
-                room.copy_from_slice(data);
-                self.rail_domain(rail)
-                    .direct()
-                    .inject(entry.rails[rail], CTRL_TAG, &wire[..end])
-                    .map_err(|e| rail_error(rail, "inject", e))
-            });
-        if let Err(e) = sent {
+                None => return Err(no_rail_error()),
+            };
+            let Some(ps) = st.peer(token, true) else {
+                return Err(no_rail_error());
+            };
+            let seq = ps.tx.next();
+            let frame = Frame::Eager {
+                class,
+                seq,
+                source: self.token,
+                tag,
+            };
+            let mut wire = [0u8; RAIL_INJECT];
+            let sent = frame
+                .write_to(&mut wire)
+                .map_err(header_error)
+                .and_then(|hl| {
+                    let end = hl + data.len();
+                    let room = wire.get_mut(hl..end).ok_or_else(|| {
+                        Error::new(ErrorKind::MsgSize, "inject: larger than a rail inject")
+                    })?;
+                    room.copy_from_slice(data);
+                    let peer = entry.on_rail(rail)?;
+                    self.rail_domain(rail)
+                        .direct()
+                        .inject(peer, CTRL_TAG, &wire[..end])
+                        .map_err(|e| rail_error(rail, "inject", e))
+                });
+            let Err(e) = sent else {
+                break (rail, frame);
+            };
             // Nothing left: the peer must not wait for this number.
             if let Some(ps) = st.peer(token, true) {
                 ps.tx = TxSequence::with_start(seq);
             }
-            return Err(e);
-        }
+            if !rail_lost(e.kind()) || tries >= self.rails.len() {
+                return Err(e);
+            }
+            // The rail lost the peer: another may still reach it.
+            tries += 1;
+            self.peer_lost_rails(&mut st, token, rail_bit(rail));
+        };
         log_frame(&mut st, token, rail, &frame, data);
         drop(st);
         let rs = &self.stats.rails[rail];
@@ -1203,7 +1524,10 @@ impl Driver {
             tag,
         };
         let len = buf.len();
-        let peer = entry.rails[rail];
+        let peer = match entry.on_rail(rail) {
+            Ok(p) => p,
+            Err(e) => return Err((e, buf)),
+        };
         let direct = self.rail_domain(rail).direct();
         let rs = &self.stats.rails[rail];
         if EAGER_HEADER_LEN + len <= RAIL_INJECT {
@@ -1246,6 +1570,8 @@ impl Driver {
         bump(&rs.bytes_sent, len as u64);
         let part = RailPart::new(self.rail_domain(rail).clone(), key, rail, false, None);
         let placeholder = EagerSend {
+            token: entry.addr.token(),
+            seq,
             class,
             len,
             buf,
@@ -1280,7 +1606,10 @@ impl Driver {
         sink: Sink,
     ) -> std::result::Result<(), (Error, OpBuffer)> {
         let len = buf.len() as u64;
-        let peer = entry.rails[via];
+        let peer = match entry.on_rail(via) {
+            Ok(p) => p,
+            Err(e) => return Err((e, buf)),
+        };
         let shared = match SharedBuffer::share(buf, false) {
             Ok(s) => s,
             Err(buf) => return Err((Error::new(ErrorKind::Inval, "send: buffer"), buf)),
@@ -1288,6 +1617,7 @@ impl Driver {
         let xfer = SendXfer {
             watch: Vec::new(),
             entry,
+            seq,
             class,
             len,
             rails,
@@ -1338,6 +1668,41 @@ impl Driver {
             log_frame(st, token, via, &frame, &[]);
         }
         Ok(())
+    }
+
+    /// Sends a control frame to `entry`'s peer on `rail` (`Io` when the
+    /// rail is not connected to it).
+    /// A failure that says the rail lost the peer is noted, so that the
+    /// rail leaves the peer's service ([`take_lost`](Self::take_lost)).
+    fn ctrl(&self, rail: usize, entry: &PeerEntry, frame: &Frame) -> Result<()> {
+        let r = self.send_control(rail, entry.on_rail(rail)?, frame);
+        if let Err(e) = &r {
+            self.note_lost(entry.addr.token(), rail, e);
+        }
+        r
+    }
+
+    /// A post to the peer `token` on `rail` failed with `e`: if that says
+    /// the rail lost the peer (its connection there ended), the rail is
+    /// taken out for it at the end of the step.
+    fn note_lost(&self, token: u64, rail: usize, e: &Error) {
+        if rail_lost(e.kind()) {
+            relock(&self.lost).push((token, rail));
+            self.lost_any.store(true, Ordering::Release);
+        }
+    }
+
+    /// The rails noted as having lost their peers leave those peers'
+    /// service (and reconnect).
+    fn take_lost(&self, st: &mut State) -> bool {
+        if !self.lost_any.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let lost = std::mem::take(&mut *relock(&self.lost));
+        for &(token, rail) in &lost {
+            self.peer_lost_rails(st, token, rail_bit(rail));
+        }
+        !lost.is_empty()
     }
 
     /// Sends a control frame (no payload) on `rail` with an inject.
@@ -1410,21 +1775,21 @@ impl Driver {
     /// `entry`'s peer there.
     fn watch_peer(&self, task: u64, entry: &PeerEntry, rails: u64) -> Vec<Arc<PeerDeath>> {
         let mut watch = Vec::with_capacity(rails.count_ones() as usize);
-        for (r, peer) in entry.rails.iter().enumerate() {
-            if rails & (1 << r) == 0 {
+        for r in 0..self.rails.len() {
+            let Some(peer) = entry.rail(r).filter(|_| rails & rail_bit(r) != 0) else {
                 continue;
-            }
+            };
             let token = Arc::new(PeerDeath {
                 task,
                 rail: r,
                 queue: self.ready.clone(),
-                error: OnceLock::new(),
+                death: OnceLock::new(),
             });
             let weak: Weak<dyn Doomed> = Arc::downgrade(&token) as Weak<PeerDeath>;
             if let Some(death) = self
                 .rail_domain(r)
                 .peers()
-                .wait_for(PeerRef::Peer(*peer), weak)
+                .wait_for(PeerRef::Peer(peer), weak)
             {
                 token.peer_died(&death);
             }
@@ -1582,9 +1947,9 @@ impl Driver {
         };
         let Some(plan) = plan else {
             self.malformed("an RTS names rails this endpoint does not have");
-            let _ = self.send_control(
+            let _ = self.ctrl(
                 via,
-                entry.rails[via],
+                &entry,
                 &Frame::Nack {
                     source: self.token,
                     send_id,
@@ -1689,9 +2054,9 @@ impl Driver {
         drop(shared);
         if let Some(e) = failed {
             drop(parts);
-            let _ = self.send_control(
+            let _ = self.ctrl(
                 reply,
-                entry.rails[reply],
+                &entry,
                 &Frame::Nack {
                     source: self.token,
                     send_id,
@@ -1715,18 +2080,40 @@ impl Driver {
             accepted,
             weights,
         };
-        if let Err(e) = self.send_control(reply, entry.rails[reply], &cts) {
-            drop(parts);
-            let x = st.recvs.remove(recv_id).expect("just inserted");
-            self.finish(
-                x.sink,
-                Dir::Recv,
-                x.class,
-                Err(e),
-                reclaim_or_empty(x.shared),
-            );
-            return;
+        // On another usable rail if the reply's lost the peer.
+        let others = (0..self.rails.len()).filter(|&r| r != reply && usable & rail_bit(r) != 0);
+        let mut answered = Err(None);
+        for r in std::iter::once(reply).chain(others) {
+            match self.ctrl(r, &entry, &cts) {
+                Ok(()) => {
+                    answered = Ok(r);
+                    break;
+                }
+                Err(e) => {
+                    let lost = rail_lost(e.kind());
+                    answered = Err(Some(e));
+                    if !lost {
+                        break;
+                    }
+                }
+            }
         }
+        let reply = match answered {
+            Ok(r) => r,
+            Err(e) => {
+                drop(parts);
+                let x = st.recvs.remove(recv_id).expect("just inserted");
+                let e = e.unwrap_or_else(no_rail_error);
+                self.finish(
+                    x.sink,
+                    Dir::Recv,
+                    x.class,
+                    Err(e),
+                    reclaim_or_empty(x.shared),
+                );
+                return;
+            }
+        };
         for s in plan.iter() {
             bump(&self.stats.rails[s.rail].stripes, 1);
         }
@@ -1737,6 +2124,7 @@ impl Driver {
             x.waker = waker;
             x.watch = watch;
             x.cts = cts;
+            x.via = reply;
         }
         for r in (0..self.rails.len()).filter(|r| broken & (1 << r) != 0) {
             self.rail_broken(st, r);
@@ -1809,6 +2197,7 @@ impl Driver {
         if st.reposts.len() >= REPOST_BATCH {
             self.repost_pool(st);
         }
+        made |= self.take_lost(st);
         if house && self.housekeeping(st, Instant::now()) {
             return true;
         }
@@ -1993,7 +2382,18 @@ impl Driver {
                 part,
                 rail,
             } => self.on_reroute(st, source, send_id, recv_id, part, rail),
-            Frame::RailNotice { source, rail, up } => self.on_rail_notice(st, source, rail, up),
+            Frame::RailNotice {
+                source,
+                rail,
+                up,
+                number,
+            } => self.on_rail_notice(st, source, rail, up, number),
+            Frame::Withdraw {
+                seq,
+                source,
+                send_id,
+            } => self.on_withdraw(st, source, seq, send_id),
+            Frame::Resync { source, upto, ask } => self.on_resync(st, source, upto, ask),
             Frame::PartQuery {
                 source,
                 send_id,
@@ -2046,7 +2446,7 @@ impl Driver {
             data,
             len,
         };
-        self.send_control(rail, peer.rails[rail], &frame)?;
+        self.ctrl(rail, peer, &frame)?;
         self.notify();
         Ok(())
     }
@@ -2129,7 +2529,7 @@ impl Driver {
     ) -> bool {
         let in_order = st
             .peer(token, true)
-            .is_some_and(|ps| ps.rx.expected() == seq && ps.rx.held() == 0);
+            .is_some_and(|ps| ps.rx.expected() == seq && ps.rx.held() == 0 && !ps.hold);
         if !in_order {
             return false;
         }
@@ -2175,7 +2575,7 @@ impl Driver {
     }
 
     /// Takes frame `seq` of peer `p` into its reorder buffer and delivers
-    /// every frame now in order.
+    /// every frame now in order (none while the peer is held).
     fn sequenced(
         &self,
         st: &mut State,
@@ -2189,7 +2589,9 @@ impl Driver {
         let Some(ps) = st.peer(token, known) else {
             return;
         };
-        if ps.rx.expected() != seq {
+        // Its bytes count as held unless it is delivered at once.
+        let held = ps.hold || ps.rx.expected() != seq;
+        if held {
             if ps.held_bytes + bytes > REORDER_BYTES {
                 bump(&self.stats.beyond_window, 1);
                 tracing::warn!("mrail: peer {token:#x}: more than {REORDER_BYTES} bytes out of order; frame {seq} dropped");
@@ -2200,7 +2602,7 @@ impl Driver {
         match ps.rx.accept(seq, arrival.map(|a| (spec, a))) {
             Ok(()) => {}
             Err(ReorderError::Duplicate(_)) => {
-                if ps.rx.expected() != seq {
+                if held {
                     ps.held_bytes -= bytes;
                 }
                 bump(&self.stats.duplicates, 1);
@@ -2219,13 +2621,23 @@ impl Driver {
                 return;
             }
         }
+        if ps.hold {
+            return;
+        }
+        self.drain_ready(st, token, (!held).then_some(seq), known);
+    }
+
+    /// Delivers the peer's frames that are in order now; `uncounted` is
+    /// one whose bytes were not counted as held. Acknowledges them if the
+    /// peer is known.
+    fn drain_ready(&self, st: &mut State, token: u64, uncounted: Option<u32>, known: bool) {
         let mut n = 0u32;
         while let Some((s, item)) = st.peers.get_mut(&token).and_then(|ps| ps.rx.pop_ready()) {
             n += 1;
             let Some((spec, arrival)) = item else {
                 continue;
             };
-            if s != seq {
+            if Some(s) != uncounted {
                 if let Some(ps) = st.peers.get_mut(&token) {
                     ps.held_bytes -= arrival.held_bytes();
                 }
@@ -2337,7 +2749,7 @@ impl Driver {
         let stint = timed.then(|| RailLoad::begin(&self.load, rail, Instant::now()));
         let key = domain
             .direct()
-            .isend_keyed(entry.rails[rail], tag, SendMode::Standard, window)
+            .isend_keyed(entry.on_rail(rail)?, tag, SendMode::Standard, window)
             .map_err(|e| rail_error(rail, "part send", e.error))?;
         let rs = &self.stats.rails[rail];
         bump(&rs.stripes, 1);
@@ -2345,11 +2757,13 @@ impl Driver {
         Ok(RailPart::new(domain.clone(), key, rail, false, stint))
     }
 
+    /// The receiver refused a request to send: before its answer, or,
+    /// after it lost every rail to us, once its parts were under way.
     fn on_nack(&self, st: &mut State, source: u64, send_id: u64, reason: NackReason) {
         let fits = st
             .sends
             .get(send_id)
-            .is_some_and(|x| x.entry.addr.token() == source && x.striped.is_none());
+            .is_some_and(|x| x.entry.addr.token() == source);
         if !fits {
             bump(&self.stats.stale, 1);
             return;
@@ -2362,13 +2776,8 @@ impl Driver {
                 send_name(x.class)
             ),
         );
-        self.finish(
-            x.sink,
-            Dir::Send,
-            x.class,
-            Err(e),
-            reclaim_or_empty(x.shared),
-        );
+        let buf = give_back(x.striped, x.shared);
+        self.finish(x.sink, Dir::Send, x.class, Err(e), buf);
     }
 
     /// The receiver asks for part `part` again on `rail` (failover).
@@ -2437,9 +2846,12 @@ impl Driver {
     /// The rails on which a transfer's peer died since it last looked
     /// (its peer books): they are lost for that peer.
     fn note_deaths(&self, st: &mut State, token: u64, watch: &[Arc<PeerDeath>]) {
-        let (mask, _) = PeerDeath::deaths(watch);
+        let mask = PeerDeath::deaths(watch, |r, d| self.rail_domain(r).peers().in_force(d));
         let known = st.peers.get(&token).map_or(0, |ps| ps.dead);
         if mask & !known != 0 {
+            if let Some(ps) = st.peers.get_mut(&token) {
+                ps.judged |= mask;
+            }
             self.peer_lost_rails(st, token, mask & !known);
         }
     }
@@ -2499,6 +2911,11 @@ impl Driver {
         for (rail, bytes, took) in self.load.take_samples() {
             st.rates.sample(rail, bytes, took);
         }
+        for p in &joined.parts {
+            if let Some(rs) = self.stats.rails.get(p.rail) {
+                bump(&rs.bytes_received, p.bytes as u64);
+            }
+        }
         let result = match &joined.error {
             Some(e) => Err(Error::new(e.kind(), e.message().to_owned())),
             None if x.accepted < x.msg_len => Err(Error::truncated(
@@ -2530,12 +2947,37 @@ impl Driver {
             return;
         };
         let waker = x.waker.clone();
-        let Poll::Ready(PartOutput { result, .. }) =
+        let Poll::Ready(PartOutput { rail, result }) =
             std::pin::Pin::new(part).poll(&mut Context::from_waker(&waker))
         else {
             return;
         };
         let x = st.eagers.remove(id).expect("present");
+        let result = match result {
+            Err(e) if rail_lost(e.kind()) => {
+                self.peer_lost_rails(st, x.token, rail_bit(rail));
+                // The frame is in the resend log: it goes again on another
+                // rail that serves the peer, or that comes back to it.
+                let served = st
+                    .peers
+                    .get(&x.token)
+                    .is_some_and(|ps| ps.rails(st.live) != 0 || ps.stranded.is_some());
+                if served {
+                    Ok(0)
+                } else {
+                    // It failed: it must not arrive once a rail is back.
+                    if let Some(ps) = st.peers.get(&x.token) {
+                        for (pos, _, logged) in ps.log.iter() {
+                            if pos as u32 == x.seq {
+                                logged.withdrawn.set(true);
+                            }
+                        }
+                    }
+                    Err(e)
+                }
+            }
+            r => r,
+        };
         let result = result.map(|_| Done {
             len: x.len,
             tag: 0,
@@ -2595,13 +3037,22 @@ impl Driver {
         for r in (0..self.rails.len()).filter(|r| new & (1 << r) != 0) {
             self.notice(st, token, r, false);
         }
+        if let Some(entry) = st.peers.get(&token).and_then(|ps| ps.entry.clone()) {
+            // At once on a rail in service (the next housekeeping), else
+            // when it comes back.
+            let now = Instant::now();
+            for r in (0..self.rails.len()).filter(|r| new & rail_bit(*r) != 0) {
+                self.want_connect(st, &entry, r, now);
+            }
+        }
         self.fail_over(st, token);
     }
 
     /// Sends what is in flight towards `token` on rails it can no longer
     /// use again on the ones it can: its unacknowledged frames, and the
     /// parts of the messages it is sending us. With no rail left, its
-    /// transfers fail.
+    /// transfers fail; once a rail serves again after that, the two sides
+    /// resynchronise ([`resync`](Self::resync)).
     fn fail_over(&self, st: &mut State, token: u64) {
         let Some(ps) = st.peers.get(&token) else {
             return;
@@ -2611,11 +3062,41 @@ impl Driver {
         };
         let usable = ps.rails(st.live);
         if usable == 0 {
-            let lost = ps.dead | ps.peer_down | !st.live;
-            self.fail_peer(st, token, lost & st.chooser.all_rails_mask());
+            let lost = (ps.dead | ps.peer_down | !st.live) & st.chooser.all_rails_mask();
+            let since = ps.stranded;
+            let now = Instant::now();
+            let patience = self.rail_domain(0).config().timeout();
+            let waited = since.is_some_and(|t| now.saturating_duration_since(t) >= patience);
+            if self.rail_coming(st, token) && !waited {
+                // A rail may serve it again soon: what is in flight waits.
+                if since.is_none() {
+                    if let Some(ps) = st.peers.get_mut(&token) {
+                        ps.stranded = Some(now);
+                    }
+                    st.stranded.push(token);
+                }
+                return;
+            }
+            if let Some(ps) = st.peers.get_mut(&token) {
+                ps.stranded = None;
+            }
+            self.fail_peer(st, token, lost);
             return;
         }
-        self.resend_log(st, token, &entry, usable);
+        if let Some(ps) = st.peers.get_mut(&token) {
+            ps.stranded = None;
+        }
+        let Some(ps) = st.peers.get(&token) else {
+            return;
+        };
+        // Asked lately: the answer is on its way (a storm of asks would
+        // only repeat it).
+        let asked_lately = ps.asked.is_some_and(|t| t.elapsed() < RESYNC_SOON);
+        if ps.answer_owed || (ps.hold && !asked_lately) {
+            self.resync(st, token, &entry, usable);
+        } else if !ps.hold {
+            self.resend_log(st, token, &entry, usable);
+        }
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
             self.reroute_recv(st, id, usable);
         }
@@ -2650,7 +3131,7 @@ impl Driver {
                 recv_id,
                 part: k as u8,
             };
-            if let Err(e) = self.send_control(to, entry.rails[to], &q) {
+            if let Err(e) = self.ctrl(to, &entry, &q) {
                 tracing::warn!("mrail: asking after part {k} of send {id:#x}: {e}");
             }
         }
@@ -2695,7 +3176,7 @@ impl Driver {
             part,
             rail: header::LANDED,
         };
-        let _ = self.send_control(to, entry.rails[to], &answer);
+        let _ = self.ctrl(to, &entry, &answer);
     }
 
     /// Sends the peer's unacknowledged frames that went on a rail outside
@@ -2709,21 +3190,42 @@ impl Driver {
             return;
         };
         let mut n = 0u64;
-        for (_, _, logged) in ps.log.iter() {
-            if usable & (1 << logged.rail.get()) != 0 {
+        for (pos, _, logged) in ps.log.iter() {
+            if usable & rail_bit(logged.rail.get()) != 0 {
                 continue;
             }
-            if let Err(e) = self.send_raw(to, entry.rails[to], &logged.frame) {
+            let sent = entry
+                .on_rail(to)
+                .and_then(|peer| self.send_logged(to, peer, pos, logged));
+            if let Err(e) = sent {
+                self.note_lost(token, to, &e);
                 tracing::warn!("mrail: resending a frame on rail {to}: {e}");
                 break;
             }
             logged.rail.set(to);
+            logged.sent.set(Instant::now());
             n += 1;
         }
         if n > 0 {
             bump(&self.stats.rails[to].retransmits, n);
             tracing::debug!("mrail: {n} frames to peer {token:#x} sent again on rail {to}");
         }
+    }
+
+    /// Sends the logged frame at position `pos` again on `rail`: its bytes,
+    /// or the [`Frame::Withdraw`] of a request whose send gave up.
+    fn send_logged(&self, rail: usize, peer: PeerAddr, pos: u64, logged: &Logged) -> Result<()> {
+        if !logged.withdrawn.get() {
+            return self.send_raw(rail, peer, &logged.frame);
+        }
+        // Send ids are never 0 (their generations start at 1): 0 names an
+        // eager message.
+        let frame = Frame::Withdraw {
+            seq: pos as u32,
+            source: self.token,
+            send_id: logged.send_id.unwrap_or(0),
+        };
+        self.send_control(rail, peer, &frame)
     }
 
     /// Sends `frame` (a whole control frame) on `rail`: an inject when it
@@ -2770,7 +3272,7 @@ impl Driver {
         let entry = x.entry.clone();
         if cts_lost {
             let to = rails[parts.len()];
-            if self.send_control(to, entry.rails[to], &x.cts).is_ok() {
+            if self.ctrl(to, &entry, &x.cts).is_ok() {
                 x.via = to;
                 bump(&self.stats.rails[to].retransmits, 1);
             }
@@ -2813,7 +3315,7 @@ impl Driver {
                 part: stripe.part,
                 rail: to as u8,
             };
-            if let Err(e) = self.send_control(to, entry.rails[to], &frame) {
+            if let Err(e) = self.ctrl(to, &entry, &frame) {
                 tracing::warn!("mrail: asking for part {k} on rail {to}: {e}");
             }
             bump(&self.stats.rails[to].retransmits, 1);
@@ -2840,22 +3342,274 @@ impl Driver {
                 ),
             )
         };
+        let mut gave_up = Vec::new();
         for id in st.sends.ids_where(|x| x.entry.addr.token() == token) {
             if let Some(x) = st.sends.remove(id) {
+                gave_up.push((x.seq, id));
                 let buf = give_back(x.striped, x.shared);
                 self.finish(x.sink, Dir::Send, x.class, Err(error()), buf);
             }
         }
+        let mut refused = Vec::new();
         for id in st.recvs.ids_where(|x| x.entry.addr.token() == token) {
             if let Some(x) = st.recvs.remove(id) {
+                refused.push(x.send_id);
                 let buf = give_back(x.striped, x.shared);
                 self.finish(x.sink, Dir::Recv, x.class, Err(error()), buf);
             }
         }
+        // Its requests to send that wait unmatched go too: its sends of
+        // them failed as well (or hear the refusal), so no receive posted
+        // later may take them.
+        if let Some(p) = self.av.index_of_token(token) {
+            let waiting = st
+                .matcher
+                .take_unexpected(|spec, a| spec.source == p && matches!(a, Arrival::Rts { .. }));
+            refused.extend(waiting.into_iter().filter_map(|(_, a)| match a {
+                Arrival::Rts { send_id, .. } => Some(send_id),
+                Arrival::Eager(_) => None,
+            }));
+        }
+        // When a rail is back, the peer hears what we gave up and gets
+        // again what it may have lost; until then its frames wait.
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        if !ps.hold {
+            tracing::info!(
+                peer = %format_args!("{token:#x}"),
+                "mrail: no rail is left to the peer; its transfers failed, the rest waits for a rail"
+            );
+            st.holding.push(token);
+        }
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        ps.hold = true;
+        ps.asked = None;
+        ps.owed_nacks.extend(refused);
+        for (_, _, logged) in ps.log.iter() {
+            logged.rail.set(NO_RAIL);
+            if logged
+                .send_id
+                .is_some_and(|id| gave_up.iter().any(|g| g.1 == id))
+            {
+                logged.withdrawn.set(true);
+            }
+        }
+        ps.withdraws.extend(gave_up);
     }
 
-    /// Tells the peer `token` that our rail `rail` is out of service or
-    /// back (on a rail it can use).
+    /// Every rail to the peer `token` was lost and `usable` serves it
+    /// again (or it asked): sends again, on one rail of `usable`, every
+    /// frame it has not acknowledged (a [`Frame::Withdraw`] for each
+    /// request whose send gave up), the refusals owed, then our
+    /// [`Frame::Resync`] (asking for the peer's while we hold its frames).
+    /// On the same rail, so the peer has all of it before the Resync.
+    fn resync(&self, st: &mut State, token: u64, entry: &PeerEntry, usable: u64) {
+        let Some(to) = Self::pick(st, usable) else {
+            return;
+        };
+        let Ok(peer) = entry.on_rail(to) else {
+            return;
+        };
+        let Some(ps) = st.peers.get_mut(&token) else {
+            return;
+        };
+        if ps.hold {
+            // Asked again only after a while, whatever happens now.
+            ps.asked = Some(Instant::now());
+        }
+        let mut n = 0u64;
+        let mut failed = None;
+        for (pos, _, logged) in ps.log.iter() {
+            if let Err(e) = self.send_logged(to, peer, pos, logged) {
+                failed = Some(e);
+                break;
+            }
+            logged.rail.set(to);
+            logged.sent.set(Instant::now());
+            n += 1;
+        }
+        if let Some(e) = failed {
+            self.resync_failed(st, token, to, e);
+            return;
+        }
+        for &(seq, send_id) in &ps.withdraws {
+            let w = Frame::Withdraw {
+                seq,
+                source: self.token,
+                send_id,
+            };
+            let _ = self.send_control(to, peer, &w);
+        }
+        if !ps.hold {
+            // An answer: the peer's Resync came, it has these by now.
+            ps.withdraws.clear();
+        }
+        for send_id in std::mem::take(&mut ps.owed_nacks) {
+            let nack = Frame::Nack {
+                source: self.token,
+                send_id,
+                reason: NackReason::Cancelled,
+            };
+            let _ = self.send_control(to, peer, &nack);
+        }
+        let frame = Frame::Resync {
+            source: self.token,
+            upto: ps.tx.peek(),
+            ask: ps.hold,
+        };
+        if let Err(e) = self.send_control(to, peer, &frame) {
+            self.resync_failed(st, token, to, e);
+            return;
+        }
+        ps.answer_owed = false;
+        if n > 0 {
+            bump(&self.stats.rails[to].retransmits, n);
+        }
+        tracing::debug!(
+            "mrail: {n} frames to peer {token:#x} sent again on rail {to}, then a resync"
+        );
+        // What it heard of our rails meanwhile may be stale.
+        self.announce(st, token);
+    }
+
+    /// A resync with the peer `token` failed on `rail` with `e`: a rail
+    /// that lost the peer is out for it (another is tried, and the rail
+    /// reconnects); anything else waits for the next ask.
+    fn resync_failed(&self, st: &mut State, token: u64, rail: usize, e: Error) {
+        tracing::debug!("mrail: resynchronising with peer {token:#x} on rail {rail}: {e}");
+        if rail_lost(e.kind()) {
+            self.peer_lost_rails(st, token, rail_bit(rail));
+        }
+    }
+
+    /// The peer's Resync: it sent again what we had not acknowledged, so
+    /// its frames we held are delivered (if nothing is missing before
+    /// `upto`); it asks for ours with `ask`.
+    fn on_resync(&self, st: &mut State, source: u64, upto: u32, ask: bool) {
+        let Some(entry) = self.entry_of(st, source) else {
+            return;
+        };
+        let live = st.live;
+        let Some(ps) = st.peers.get_mut(&source) else {
+            return;
+        };
+        if ask {
+            ps.answer_owed = true;
+        }
+        if ps.hold {
+            if ps.rx.ready_to(upto) {
+                ps.hold = false;
+                if ps.asked.take().is_some() {
+                    // Our withdrawals went before our ask, which it heard.
+                    ps.withdraws.clear();
+                }
+                tracing::info!(
+                    peer = %format_args!("{source:#x}"),
+                    "mrail: resynchronised with the peer"
+                );
+                self.drain_ready(st, source, None, true);
+            } else {
+                // Something it sent again is not here yet: ask again soon.
+                ps.asked = None;
+            }
+        }
+        let Some(ps) = st.peers.get(&source) else {
+            return;
+        };
+        if ps.answer_owed {
+            let usable = ps.rails(live);
+            self.resync(st, source, &entry, usable);
+        }
+    }
+
+    /// The peer gave up its message `seq` (its request to send `send_id`,
+    /// or an eager message: `send_id` 0): the withdrawal takes the
+    /// message's place, or, if the message came already, a request that
+    /// waits is dropped and a receive that matched it fails.
+    fn on_withdraw(&self, st: &mut State, source: u64, seq: u32, send_id: u64) {
+        let Some(p) = self.known(source) else {
+            return;
+        };
+        let Some(ps) = st.peer(source, true) else {
+            return;
+        };
+        match ps.rx.accept(seq, None) {
+            Ok(()) => {
+                if !ps.hold {
+                    self.drain_ready(st, source, None, true);
+                }
+                return;
+            }
+            Err(ReorderError::TooFar(_)) => {
+                bump(&self.stats.beyond_window, 1);
+                return;
+            }
+            Err(ReorderError::Duplicate(_)) => {}
+        }
+        let is_it = |a: &Arrival| matches!(a, Arrival::Rts { send_id: id, .. } if *id == send_id);
+        // Held, not delivered yet: it becomes a gap filled (its sequence
+        // number is the message's own).
+        let held = match ps.rx.get_mut(seq) {
+            Some(item) => {
+                if let Some((_, a)) = item.take() {
+                    ps.held_bytes -= a.held_bytes();
+                }
+                true
+            }
+            None => false,
+        };
+        if !held
+            && send_id != 0
+            && st
+                .matcher
+                .take_unexpected(|spec, a| spec.source == p && is_it(a))
+                .is_empty()
+        {
+            let matched = st
+                .recvs
+                .ids_where(|x| x.entry.addr.token() == source && x.send_id == send_id);
+            for id in matched {
+                if let Some(x) = st.recvs.remove(id) {
+                    let e = Error::new(
+                        ErrorKind::Io,
+                        format!(
+                            "{}: the sender gave up the message (no rail was left to it)",
+                            recv_name(x.class)
+                        ),
+                    );
+                    let buf = give_back(x.striped, x.shared);
+                    self.finish(x.sink, Dir::Recv, x.class, Err(e), buf);
+                }
+            }
+        }
+        // Sent again: the sender waits to hear.
+        self.delivered(st, source, 1, true);
+    }
+
+    /// The peer `token`'s state with its address vector entry (made, and
+    /// the entry looked up, if need be); `None` for a peer that is not in
+    /// the address vector.
+    fn entry_of(&self, st: &mut State, token: u64) -> Option<Arc<PeerEntry>> {
+        if let Some(e) = st.peers.get(&token).and_then(|ps| ps.entry.clone()) {
+            return Some(e);
+        }
+        let entry = self
+            .av
+            .index_of_token(token)
+            .and_then(|i| self.av.entry(i))?;
+        let ps = st.peer(token, true)?;
+        ps.entry = Some(entry.clone());
+        Some(entry)
+    }
+
+    /// Tells the peer `token` that our rail `rail` is out of service (on a
+    /// rail it can use) or back (on that rail itself, and on another it
+    /// can use: the peer may have had no other news of us). Notices are
+    /// numbered, so one that waited on a stalled rail cannot undo a later
+    /// one.
     fn notice(&self, st: &mut State, token: u64, rail: usize, up: bool) {
         let Some(ps) = st.peers.get(&token) else {
             return;
@@ -2864,45 +3618,63 @@ impl Driver {
             return;
         };
         let usable = ps.rails(st.live);
-        let Some(to) = Self::pick(st, usable) else {
-            return;
-        };
+        let itself = up
+            && ps.dead & rail_bit(rail) == 0
+            && st.live & rail_bit(rail) != 0
+            && entry.rail(rail).is_some();
+        let other = Self::pick(st, usable & !rail_bit(rail));
+        st.notices = st.notices.wrapping_add(1).max(1);
         let frame = Frame::RailNotice {
             source: self.token,
             rail: rail as u8,
             up,
+            number: st.notices,
         };
-        let _ = self.send_control(to, entry.rails[to], &frame);
+        let to = match (itself, other) {
+            (true, Some(other)) => {
+                let _ = self.ctrl(rail, &entry, &frame);
+                other
+            }
+            (true, None) => rail,
+            (false, Some(other)) => other,
+            (false, None) => match Self::pick(st, usable) {
+                Some(r) => r,
+                None => return,
+            },
+        };
+        let _ = self.ctrl(to, &entry, &frame);
     }
 
-    /// The peer says its rail `rail` is out of service (or back).
-    fn on_rail_notice(&self, st: &mut State, source: u64, rail: u8, up: bool) {
+    /// The peer says its rail `rail` is out of service (or back), in its
+    /// notice `number`.
+    fn on_rail_notice(&self, st: &mut State, source: u64, rail: u8, up: bool, number: u32) {
         let rail = usize::from(rail);
         if rail >= self.rails.len() || self.known(source).is_none() {
             return;
         }
-        if st.peers.get(&source).is_some_and(|ps| ps.entry.is_none())
-            || !st.peers.contains_key(&source)
-        {
-            let entry = self
-                .av
-                .index_of_token(source)
-                .and_then(|i| self.av.entry(i));
-            if let (Some(entry), Some(ps)) = (entry, st.peer(source, true)) {
-                ps.entry = Some(entry);
-            }
+        if self.entry_of(st, source).is_none() {
+            return;
         }
         let Some(ps) = st.peers.get_mut(&source) else {
             return;
         };
+        if !ps.take_notice(rail, number) {
+            // Older than one already taken (it waited on a rail).
+            return;
+        }
+        let bit = rail_bit(rail);
         if up {
-            ps.peer_down &= !(1 << rail);
+            if ps.peer_down & bit != 0 {
+                ps.peer_down &= !bit;
+                // What waits for a rail to the peer goes now.
+                self.fail_over(st, source);
+            }
             return;
         }
-        if ps.peer_down & (1 << rail) != 0 {
+        if ps.peer_down & bit != 0 {
             return;
         }
-        ps.peer_down |= 1 << rail;
+        ps.peer_down |= bit;
         self.fail_over(st, source);
     }
 
@@ -2920,6 +3692,11 @@ impl Driver {
             event.reason
         );
         self.events.push(event);
+        if event.state != RailState::Rejoining {
+            // What the rail was measured at says nothing of it now.
+            st.rates.forget(event.rail);
+            self.load.forget(event.rail);
+        }
         let tokens: Vec<u64> = st
             .peers
             .iter()
@@ -2942,6 +3719,13 @@ impl Driver {
                 }
             }
             RailState::Up => {
+                // Rails to connect to peers on it: now.
+                for r in st.reconnects.iter_mut().filter(|r| r.rail == event.rail) {
+                    if r.due.is_some() {
+                        r.due = Some(event.at);
+                        r.backoff = RECONNECT_MIN;
+                    }
+                }
                 for &t in &tokens {
                     self.notice(st, t, event.rail, true);
                     // Frames left on rails that were all lost go now.
@@ -3022,9 +3806,9 @@ impl Driver {
                 None => return,
             }
         };
-        let _ = self.send_control(
+        let _ = self.ctrl(
             to,
-            entry.rails[to],
+            &entry,
             &Frame::Ack {
                 source: self.token,
                 seq,
@@ -3137,7 +3921,279 @@ impl Driver {
             self.apply(st, e);
             moved = true;
         }
+        if !st.holding.is_empty() {
+            moved |= self.ask_again(st, now);
+        }
+        moved |= self.reconnect(st, now);
+        if !st.stranded.is_empty() {
+            // Served again, still waiting, or waited long enough.
+            for t in std::mem::take(&mut st.stranded) {
+                if st.peers.get(&t).is_some_and(|ps| ps.stranded.is_some()) {
+                    self.fail_over(st, t);
+                }
+                if st.peers.get(&t).is_some_and(|ps| ps.stranded.is_some())
+                    && !st.stranded.contains(&t)
+                {
+                    st.stranded.push(t);
+                }
+            }
+        }
+        moved |= self.send_waiting(st, now);
+        if now >= st.next_resend_check {
+            st.next_resend_check = now + RESEND_CHECK;
+            moved |= self.resend_overdue(st, now);
+        }
         moved
+    }
+
+    /// Sends again the frames not acknowledged [`RESEND_AFTER`] after they
+    /// went, on another rail of their peer's if one serves (module docs,
+    /// "Failover"); the receiver drops the copies it has.
+    fn resend_overdue(&self, st: &mut State, now: Instant) -> bool {
+        let overdue = |l: &Logged| now.saturating_duration_since(l.sent.get()) >= RESEND_AFTER;
+        let late: Vec<u64> = st
+            .peers
+            .iter()
+            .filter(|(_, ps)| {
+                ps.entry.is_some() && ps.log.iter().next().is_some_and(|(_, _, l)| overdue(l))
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let mut moved = false;
+        for token in late {
+            let Some(ps) = st.peers.get(&token) else {
+                continue;
+            };
+            let (Some(entry), usable) = (ps.entry.clone(), ps.rails(st.live)) else {
+                continue;
+            };
+            let first = ps
+                .log
+                .iter()
+                .next()
+                .map_or(NO_RAIL, |(_, _, l)| l.rail.get());
+            let Some(to) =
+                Self::pick(st, usable & !rail_bit(first)).or_else(|| Self::pick(st, usable))
+            else {
+                continue;
+            };
+            let Ok(peer) = entry.on_rail(to) else {
+                continue;
+            };
+            let Some(ps) = st.peers.get(&token) else {
+                continue;
+            };
+            let mut n = 0u64;
+            for (pos, _, logged) in ps.log.iter() {
+                if !overdue(logged) {
+                    continue;
+                }
+                if let Err(e) = self.send_logged(to, peer, pos, logged) {
+                    self.note_lost(token, to, &e);
+                    break;
+                }
+                logged.rail.set(to);
+                logged.sent.set(now);
+                n += 1;
+            }
+            if n > 0 {
+                moved = true;
+                bump(&self.stats.rails[to].retransmits, n);
+                tracing::debug!(
+                    "mrail: {n} frames to peer {token:#x} not acknowledged after {RESEND_AFTER:?}; sent again on rail {to}"
+                );
+            }
+        }
+        moved
+    }
+
+    /// Rail `rail` is to be connected to `entry`'s peer, tried from `due`
+    /// on (sooner if it was already to be). Not for a peer whose death on
+    /// the rail is for good (its endpoint closed, its process is gone).
+    fn want_connect(&self, st: &mut State, entry: &Arc<PeerEntry>, rail: usize, due: Instant) {
+        let token = entry.addr.token();
+        if let Some(r) = st
+            .reconnects
+            .iter_mut()
+            .find(|r| r.token == token && r.rail == rail)
+        {
+            if let Some(d) = r.due.as_mut() {
+                *d = (*d).min(due);
+            }
+            return;
+        }
+        let lasting = entry.rail(rail).is_some_and(|p| {
+            self.rail_domain(rail)
+                .peers()
+                .death_of(PeerRef::Peer(p))
+                .is_some_and(|d| d.lasting())
+        });
+        if lasting {
+            return;
+        }
+        st.reconnects.push(Reconnect {
+            token,
+            entry: entry.clone(),
+            rail,
+            due: Some(due),
+            backoff: RECONNECT_MIN,
+        });
+    }
+
+    /// Rails to connect to peers (module docs, "Reconnecting"): takes the
+    /// address vector's entries with rails that did not connect, what the
+    /// connects under way gave, and starts those due on rails in service.
+    fn reconnect(&self, st: &mut State, now: Instant) -> bool {
+        for entry in self.av.take_incomplete() {
+            for r in 0..self.rails.len() {
+                if entry.rail(r).is_none() {
+                    self.want_connect(st, &entry, r, now);
+                }
+            }
+        }
+        let done = std::mem::take(&mut *relock(&self.connects.done));
+        let moved = !done.is_empty();
+        for (token, rail, result) in done {
+            self.connected(st, token, rail, result, now);
+        }
+        if st.reconnects.is_empty() {
+            return moved;
+        }
+        let av = &self.av;
+        st.reconnects
+            .retain(|r| av.index_of_token(r.token).is_some());
+        for rail in 0..self.rails.len() {
+            if st.health.state(rail) != RailState::Up
+                || self.connects.running[rail].load(Ordering::Acquire)
+            {
+                continue;
+            }
+            let mut job = Vec::new();
+            for r in st.reconnects.iter_mut() {
+                if r.rail == rail && r.due.is_some_and(|d| d <= now) {
+                    r.due = None;
+                    job.push((r.token, r.entry.addr.rails()[rail]));
+                }
+            }
+            if !job.is_empty() {
+                self.spawn_connect(st, rail, job, now);
+            }
+        }
+        moved
+    }
+
+    /// Connects rail `rail` to the peers of `job` (token, epid) on a
+    /// thread of its own, whose results the next housekeeping takes in.
+    fn spawn_connect(&self, st: &mut State, rail: usize, job: Vec<(u64, Epid)>, now: Instant) {
+        let engine = self.rail_domain(rail).engine().clone();
+        let timeout = self.av.connect_timeout();
+        let connects = self.connects.clone();
+        let reactor = self.rail_domain(rail).reactor().clone();
+        connects.running[rail].store(true, Ordering::Release);
+        let tokens: Vec<u64> = job.iter().map(|j| j.0).collect();
+        let spawned = std::thread::Builder::new()
+            .name(format!("mrail-connect-{rail}"))
+            .spawn(move || {
+                let epids: Vec<Epid> = job.iter().map(|j| j.1).collect();
+                let out = engine.connect(&epids, timeout);
+                let results = job.iter().zip(out).map(|(j, r)| (j.0, rail, r));
+                relock(&connects.done).extend(results);
+                connects.running[rail].store(false, Ordering::Release);
+                reactor.notify();
+            });
+        if let Err(e) = spawned {
+            self.connects.running[rail].store(false, Ordering::Release);
+            tracing::warn!("mrail: rail {rail}: cannot start connecting to peers: {e}");
+            for t in tokens {
+                let error = Error::new(ErrorKind::Again, format!("no thread to connect: {e}"));
+                self.connected(st, t, rail, Err(error), now);
+            }
+        }
+    }
+
+    /// Rail `rail`'s connect to the peer `token` gave `result`: connected,
+    /// the rail serves the peer (again), the peer hears it, and what waits
+    /// for a rail to it goes; else it is tried again after its back-off.
+    fn connected(
+        &self,
+        st: &mut State,
+        token: u64,
+        rail: usize,
+        result: Result<PeerAddr>,
+        now: Instant,
+    ) {
+        let Some(i) = st
+            .reconnects
+            .iter()
+            .position(|r| r.token == token && r.rail == rail)
+        else {
+            return;
+        };
+        let peer = match result {
+            Ok(p) => p,
+            Err(e) => {
+                let r = &mut st.reconnects[i];
+                tracing::debug!(
+                    "mrail: rail {rail} did not connect to peer {token:#x}: {e}; again in {:?}",
+                    r.backoff
+                );
+                r.due = Some(now + r.backoff);
+                r.backoff = (r.backoff * 2).min(RECONNECT_MAX);
+                return;
+            }
+        };
+        let r = st.reconnects.swap_remove(i);
+        r.entry.set_rail(rail, peer);
+        self.rail_domain(rail).peers().revive(peer);
+        if let Some(ps) = st.peers.get_mut(&token) {
+            ps.dead &= !rail_bit(rail);
+            ps.judged &= !rail_bit(rail);
+        }
+        tracing::info!(
+            rail,
+            peer = %format_args!("{token:#x}"),
+            "mrail: rail {rail} connected to peer {token:#x}"
+        );
+        if self.entry_of(st, token).is_some() {
+            self.announce(st, token);
+            self.fail_over(st, token);
+        }
+    }
+
+    /// Tells the peer `token` every rail's state (a rail of ours serves it
+    /// again: notices sent meanwhile may not have reached it).
+    fn announce(&self, st: &mut State, token: u64) {
+        for r in 0..self.rails.len() {
+            let up = st.health.state(r) == RailState::Up;
+            self.notice(st, token, r, up);
+        }
+    }
+
+    /// Asks again the peers whose Resync we wait for and have not asked
+    /// lately (an ask, or the frames before it, may wait on a rail that
+    /// has just come back); forgets those no longer held.
+    fn ask_again(&self, st: &mut State, now: Instant) -> bool {
+        let mut holding = std::mem::take(&mut st.holding);
+        holding.retain(|t| st.peers.get(t).is_some_and(|ps| ps.hold));
+        let live = st.live;
+        let mut asked = false;
+        for &t in &holding {
+            let Some(ps) = st.peers.get(&t) else {
+                continue;
+            };
+            let due = ps
+                .asked
+                .is_none_or(|at| now.saturating_duration_since(at) >= RESYNC_AGAIN);
+            let usable = ps.rails(live);
+            let Some(entry) = ps.entry.clone().filter(|_| due && usable != 0) else {
+                continue;
+            };
+            self.resync(st, t, &entry, usable);
+            asked = true;
+        }
+        holding.append(&mut st.holding);
+        st.holding = holding;
+        asked
     }
 
     // ----- closing ---------------------------------------------------------
@@ -3170,6 +4226,7 @@ impl Driver {
         let sends: Vec<u64> = st.sends.ids_where(|_| true);
         let recvs: Vec<u64> = st.recvs.ids_where(|_| true);
         let eagers: Vec<u64> = st.eagers.ids_where(|_| true);
+        let waiting = std::mem::take(&mut st.waiting);
         let closing = || Error::new(ErrorKind::Canceled, "the mrail endpoint closed");
         for id in sends {
             if let Some(x) = st.sends.remove(id) {
@@ -3187,6 +4244,9 @@ impl Driver {
             if let Some(x) = st.eagers.remove(id) {
                 self.finish(x.sink, Dir::Send, x.class, Err(closing()), x.buf);
             }
+        }
+        for w in waiting {
+            self.finish(w.sink, Dir::Send, w.class, Err(closing()), w.buf);
         }
         drop(st);
         for (class, recv) in pending {
@@ -3300,11 +4360,18 @@ fn log_frame(st: &mut State, token: u64, rail: usize, frame: &Frame, payload: &[
         return;
     }
     bytes.extend_from_slice(payload);
+    let send_id = match *frame {
+        Frame::Rts { send_id, .. } => Some(send_id),
+        _ => None,
+    };
     ps.log.push(
         1,
         Logged {
             rail: std::cell::Cell::new(rail),
+            sent: std::cell::Cell::new(Instant::now()),
             frame: bytes,
+            send_id,
+            withdrawn: std::cell::Cell::new(false),
         },
     );
 }

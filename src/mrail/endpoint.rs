@@ -166,7 +166,9 @@ pub struct RailTraffic {
     /// Control frames received (eager messages among them), from known
     /// peers or not.
     pub msgs_received: u64,
-    /// Eager payload bytes that arrived, and bytes RMA reads fetched.
+    /// Payload bytes that arrived: eager payloads, the parts of striped
+    /// messages that landed on this rail (counted when their message
+    /// completes), and bytes RMA reads fetched.
     pub bytes_received: u64,
     /// Parts of striped messages sent or received, and rail operations
     /// of RMA operations.

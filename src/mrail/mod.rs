@@ -86,7 +86,10 @@
 //!   endpoint reports it: [`MrailEndpoint::rail_states`], the domain's
 //!   [`rail_events`](MrailDomain::rail_events), per-rail `errors` and
 //!   `retransmits` in [`MrailStats`]. Operations fail (`FI_EIO`, naming
-//!   the rails) only when no rail is left.
+//!   the rails) only when no rail is left; once a rail serves again the
+//!   two sides resynchronise and talk again over the same addresses, a
+//!   rail that lost a peer (or never connected to it: a peer is inserted
+//!   with the rails that connect) connecting to it while in service.
 //! * The sans-IO core ([`core`]): header codec, stripe plans, rail choice,
 //!   rail health, sequence numbers and reorder buffer, matching — plain
 //!   data structures, unit- and property-tested, fuzzed.

@@ -171,6 +171,22 @@ impl Future for RailRma {
     }
 }
 
+/// The rail operation of one piece on `rail` (failed at once when the
+/// rail is not connected to the peer).
+fn rail_rma(
+    ep: &MrailEndpointCore,
+    rail: usize,
+    kind: RmaKind,
+    peer: &PeerEntry,
+    buf: OpBuffer,
+    iov: RmaIov,
+) -> RmaOp {
+    match peer.on_rail(rail) {
+        Ok(p) => ep.rails[rail].rma_to_peer(kind, p, buf, &[iov]),
+        Err(e) => RmaOp::failed(e, buf),
+    }
+}
+
 #[cold]
 fn on_rail(rail: usize, e: Error) -> Error {
     Error::with_source(e.kind(), format!("rail {rail}: {}", e.message()), e)
@@ -214,7 +230,7 @@ impl Stripes {
         RailRma {
             rail,
             len: p.len as usize,
-            op: self.end.ep.rails[rail].rma_to_peer(kind, self.peer.rails[rail], window, &[iov]),
+            op: rail_rma(&self.end.ep, rail, kind, &self.peer, window, iov),
         }
     }
 
@@ -317,12 +333,7 @@ impl Future for MrailRmaOp {
                                 key: again.keys[p.iov][to],
                             };
                             end.ep.driver.count_retransmit(to);
-                            *op = end.ep.rails[to].rma_to_peer(
-                                again.kind,
-                                again.peer.rails[to],
-                                buffer,
-                                &[iov],
-                            );
+                            *op = rail_rma(&end.ep, to, again.kind, &again.peer, buffer, iov);
                             *rail = to;
                             continue;
                         }
@@ -649,7 +660,7 @@ impl MrailEndpoint {
                 key: keys[p.iov][p.rail],
             };
             self.core.driver.count_rma_part(p.rail, p.len, write);
-            let op = self.core.rails[p.rail].rma_to_peer(kind, peer.rails[p.rail], buf, &[iov]);
+            let op = rail_rma(&self.core, p.rail, kind, &peer, buf, iov);
             return MrailRmaOp {
                 state: State::Single {
                     op,

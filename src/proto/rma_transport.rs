@@ -693,6 +693,11 @@ impl RmaTransport {
         out.extend(st.atomics.values().map(|p| p.peer));
     }
 
+    /// `peer`, declared dead, is there again ([`PeerBook::revive`](crate::proto::peer_watch::PeerBook::revive)).
+    pub(crate) fn revive(&self, peer: PeerAddr) {
+        relock(&self.shared.state).dead.remove(&peer);
+    }
+
     /// Ends every RMA and atomic towards `peer` with `death`'s error (the
     /// domain's watch declared it dead): short operations at once; a long
     /// read once its receive is cancelled; a long write whose MQ send is

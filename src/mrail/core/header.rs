@@ -23,10 +23,10 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0 | [`VERSION`] |
-//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice, 8 PartQuery |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice, 8 PartQuery, 9 Withdraw, 10 Resync |
 //! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
 //! | 3 | zero |
-//! | 4..8 | sequence number (Eager, Rts and Ack; zero for the others) |
+//! | 4..8 | sequence number (Eager, Rts, Ack and Withdraw), the first sequence number not sent (Resync), the notice's number (RailNotice); zero for the others |
 //! | 8..16 | source: the sender's identity token |
 //!
 //! followed by the kind's fields:
@@ -42,6 +42,8 @@
 //! | Reroute | send_id, recv_id, part (u8), rail (u8), zero (6 bytes) | 40 |
 //! | RailNotice | rail (u8), up (u8: 0 or 1), zero (6 bytes) | 24 |
 //! | PartQuery | send_id, recv_id, part (u8), zero (7 bytes) | 40 |
+//! | Withdraw | send_id | 24 |
+//! | Resync | ask (u8: 0 or 1), zero (7 bytes) | 24 |
 //!
 //! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
 //! reserved field or flag, a short input, and trailing bytes after a frame
@@ -73,6 +75,8 @@ const ACK_LEN: usize = 24;
 const WRITE_DATA_LEN: usize = 32;
 const REROUTE_LEN: usize = 40;
 const RAIL_NOTICE_LEN: usize = 24;
+const WITHDRAW_LEN: usize = 24;
+const RESYNC_LEN: usize = 24;
 
 const KIND_EAGER: u8 = 0;
 const KIND_RTS: u8 = 1;
@@ -83,6 +87,8 @@ const KIND_WRITE_DATA: u8 = 5;
 const KIND_REROUTE: u8 = 6;
 const KIND_RAIL_NOTICE: u8 = 7;
 const KIND_PART_QUERY: u8 = 8;
+const KIND_WITHDRAW: u8 = 9;
+const KIND_RESYNC: u8 = 10;
 
 const FLAG_TAGGED: u8 = 0x01;
 
@@ -319,6 +325,38 @@ pub enum Frame {
         rail: u8,
         /// Whether it is in service.
         up: bool,
+        /// The sender numbers its notices, all rails together (wrapping,
+        /// 0 unused): a receiver takes a notice only when it is newer
+        /// than the last one it took about that rail, so one that waited
+        /// on a rail while the link was down does not undo a later one.
+        number: u32,
+    },
+    /// The sender gave up its message with sequence number `seq` (its
+    /// request to send `send_id`, or an eager message: `send_id` 0): no
+    /// rail was left to the receiver. It takes the message's place in the
+    /// sequence; a receiver that got the request drops it, and fails the
+    /// receive that matched it.
+    Withdraw {
+        /// The sender's sequence number of the message.
+        seq: u32,
+        /// The sender's identity token.
+        source: u64,
+        /// The sender's id of the request (0 for an eager message).
+        send_id: u64,
+    },
+    /// After every rail between two endpoints was lost: the sender has
+    /// sent again every sequenced frame the receiver has not acknowledged
+    /// (given up requests as [`Withdraw`](Frame::Withdraw)s), on the rail
+    /// this frame comes on, before it. With `ask`, the sender lost its
+    /// rails too and waits for the receiver's own Resync before it takes
+    /// the receiver's frames again.
+    Resync {
+        /// The sender's identity token.
+        source: u64,
+        /// The first sequence number the sender has not sent.
+        upto: u32,
+        /// Whether the receiver must answer with a Resync of its own.
+        ask: bool,
     },
 }
 
@@ -339,6 +377,8 @@ impl Frame {
             Frame::Reroute { .. } => KIND_REROUTE,
             Frame::RailNotice { .. } => KIND_RAIL_NOTICE,
             Frame::PartQuery { .. } => KIND_PART_QUERY,
+            Frame::Withdraw { .. } => KIND_WITHDRAW,
+            Frame::Resync { .. } => KIND_RESYNC,
         }
     }
 
@@ -358,7 +398,9 @@ impl Frame {
             | Frame::WriteData { source, .. }
             | Frame::Reroute { source, .. }
             | Frame::RailNotice { source, .. }
-            | Frame::PartQuery { source, .. } => source,
+            | Frame::PartQuery { source, .. }
+            | Frame::Withdraw { source, .. }
+            | Frame::Resync { source, .. } => source,
         }
     }
 
@@ -403,12 +445,13 @@ impl Frame {
             Frame::Eager { class, seq, .. } | Frame::Rts { class, seq, .. } => {
                 (class_flags(class), seq)
             }
-            Frame::Ack { seq, .. } => (0, seq),
+            Frame::Ack { seq, .. } | Frame::Withdraw { seq, .. } => (0, seq),
+            Frame::Resync { upto, .. } => (0, upto),
+            Frame::RailNotice { number, .. } => (0, number),
             Frame::Cts { .. }
             | Frame::Nack { .. }
             | Frame::WriteData { .. }
             | Frame::Reroute { .. }
-            | Frame::RailNotice { .. }
             | Frame::PartQuery { .. } => (0, 0),
         };
         out[0] = VERSION;
@@ -481,6 +524,8 @@ impl Frame {
                 put_u64(out, 24, recv_id);
                 out[32] = part;
             }
+            Frame::Withdraw { send_id, .. } => put_u64(out, 16, send_id),
+            Frame::Resync { ask, .. } => out[16] = u8::from(ask),
         }
         Ok(len)
     }
@@ -532,7 +577,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
         return Err(HeaderError::Version(common[0]));
     }
     let kind = common[1];
-    if kind > KIND_PART_QUERY {
+    if kind > KIND_RESYNC {
         return Err(HeaderError::UnknownKind(kind));
     }
     let name = kind_name(kind);
@@ -572,7 +617,12 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
     };
     let seq = get_u32(h, 4);
     let source = get_u64(h, 8);
-    if seq != 0 && !matches!(kind, KIND_EAGER | KIND_RTS | KIND_ACK) {
+    if seq != 0
+        && !matches!(
+            kind,
+            KIND_EAGER | KIND_RTS | KIND_ACK | KIND_WITHDRAW | KIND_RESYNC | KIND_RAIL_NOTICE
+        )
+    {
         return Err(HeaderError::Reserved {
             kind: name,
             offset: 4,
@@ -661,6 +711,25 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
                 source,
                 rail: h[16],
                 up: h[17] == 1,
+                number: seq,
+            }
+        }
+        KIND_WITHDRAW => Frame::Withdraw {
+            seq,
+            source,
+            send_id: get_u64(h, 16),
+        },
+        KIND_RESYNC => {
+            if h[16] > 1 || h[17..24].iter().any(|&b| b != 0) {
+                return Err(HeaderError::Reserved {
+                    kind: name,
+                    offset: 16,
+                });
+            }
+            Frame::Resync {
+                source,
+                upto: seq,
+                ask: h[16] == 1,
             }
         }
         _ => {
@@ -749,7 +818,9 @@ const fn kind_name(kind: u8) -> &'static str {
         KIND_WRITE_DATA => "WriteData",
         KIND_REROUTE => "Reroute",
         KIND_RAIL_NOTICE => "RailNotice",
-        _ => "PartQuery",
+        KIND_PART_QUERY => "PartQuery",
+        KIND_WITHDRAW => "Withdraw",
+        _ => "Resync",
     }
 }
 
@@ -763,7 +834,9 @@ const fn header_len(kind: u8) -> usize {
         KIND_WRITE_DATA => WRITE_DATA_LEN,
         KIND_REROUTE => REROUTE_LEN,
         KIND_RAIL_NOTICE => RAIL_NOTICE_LEN,
-        _ => REROUTE_LEN,
+        KIND_PART_QUERY => REROUTE_LEN,
+        KIND_WITHDRAW => WITHDRAW_LEN,
+        _ => RESYNC_LEN,
     }
 }
 
@@ -873,6 +946,7 @@ mod tests {
                 source: 9,
                 rail: 2,
                 up: true,
+                number: 7,
             },
             Frame::PartQuery {
                 source: 9,
@@ -880,13 +954,23 @@ mod tests {
                 recv_id: 6,
                 part: 1,
             },
+            Frame::Withdraw {
+                seq: u32::MAX,
+                source: 9,
+                send_id: 3,
+            },
+            Frame::Resync {
+                source: 9,
+                upto: 12,
+                ask: true,
+            },
         ]
     }
 
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24, 40]);
+        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24, 40, 24, 24]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -916,7 +1000,7 @@ mod tests {
             decode(&b).unwrap_err()
         };
         assert_eq!(bad(0, 2), HeaderError::Version(2));
-        assert_eq!(bad(1, 9), HeaderError::UnknownKind(9));
+        assert_eq!(bad(1, 11), HeaderError::UnknownKind(11));
         assert_eq!(
             bad(2, 1),
             HeaderError::Flags {
@@ -948,6 +1032,15 @@ mod tests {
         let mut rts = encode(&every_kind()[1]);
         rts[40..48].fill(0);
         assert_eq!(decode(&rts), Err(HeaderError::NoRails));
+        let mut resync = encode(&every_kind()[10]);
+        resync[16] = 2;
+        assert!(matches!(
+            decode(&resync),
+            Err(HeaderError::Reserved { offset: 16, .. })
+        ));
+        resync[16] = 0;
+        resync[23] = 1;
+        assert!(decode(&resync).is_err());
         let mut cts = encode(&every_kind()[2]);
         cts[29] = 0x20;
         assert!(matches!(decode(&cts), Err(HeaderError::RecvIdTooLarge(_))));
@@ -1072,8 +1165,14 @@ mod tests {
                     part,
                     rail
                 }),
-            (any::<u64>(), any::<u8>(), any::<bool>())
-                .prop_map(|(source, rail, up)| Frame::RailNotice { source, rail, up }),
+            (any::<u64>(), any::<u8>(), any::<bool>(), any::<u32>()).prop_map(
+                |(source, rail, up, number)| Frame::RailNotice {
+                    source,
+                    rail,
+                    up,
+                    number
+                }
+            ),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<u8>()).prop_map(
                 |(source, send_id, recv_id, part)| Frame::PartQuery {
                     source,
@@ -1082,6 +1181,15 @@ mod tests {
                     part
                 }
             ),
+            (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(seq, source, send_id)| {
+                Frame::Withdraw {
+                    seq,
+                    source,
+                    send_id,
+                }
+            }),
+            (any::<u64>(), any::<u32>(), any::<bool>())
+                .prop_map(|(source, upto, ask)| Frame::Resync { source, upto, ask }),
         ]
     }
 
@@ -1100,7 +1208,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic_and_reencode(
-            kind in 0u8..6,
+            kind in 0u8..12,
             flags in prop_oneof![Just(0u8), Just(1u8), any::<u8>()],
             mut bytes in proptest::collection::vec(any::<u8>(), 0..64),
         ) {

@@ -25,8 +25,10 @@
 //! completion can come early when its bytes fit in a socket buffer.
 //!
 //! The counters are per rail under a small lock; stints end wherever a
-//! part completes or is dropped. Times are passed in (no clock is read
-//! here).
+//! part completes or is dropped. A rail that goes out of service is
+//! measured afresh ([`RailLoad::forget`]): parts still in flight on it
+//! then teach nothing, as a part held up by a lost link says nothing of
+//! its pace. Times are passed in (no clock is read here).
 
 use super::rail_rates::MIN_SAMPLE_BYTES;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -67,6 +69,8 @@ pub struct RailLoad {
 #[derive(Debug, Default)]
 struct RailCounters {
     busy: u32,
+    /// Bumped by [`RailLoad::forget`]: stints begun before count nothing.
+    epoch: u64,
     /// When the last part completed.
     last_done: Option<Instant>,
     /// Bytes and service time gathered towards the next sample.
@@ -81,6 +85,7 @@ pub struct RailStint {
     load: Arc<RailLoad>,
     rail: usize,
     posted: Instant,
+    epoch: u64,
     ended: bool,
 }
 
@@ -100,14 +105,43 @@ impl RailLoad {
     /// A part is posted on `rail` at `now` (a rail beyond the counters
     /// never counts).
     pub fn begin(load: &Arc<RailLoad>, rail: usize, now: Instant) -> RailStint {
+        let mut epoch = 0;
         if let Some(c) = load.rails.get(rail) {
-            relock(c).busy += 1;
+            let mut c = relock(c);
+            c.busy += 1;
+            epoch = c.epoch;
         }
         RailStint {
             load: Arc::clone(load),
             rail,
             posted: now,
+            epoch,
             ended: false,
+        }
+    }
+
+    /// Forgets what `rail`'s parts taught so far, and what the parts now
+    /// in flight on it will (the rail went out of service or came back).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::rail_load::RailLoad;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let t = Instant::now();
+    /// let load = RailLoad::new(1);
+    /// let stalled = RailLoad::begin(&load, 0, t);
+    /// load.forget(0);
+    /// stalled.end(t + Duration::from_secs(3), 8 << 20);
+    /// assert!(load.take_samples().is_empty());
+    /// assert_eq!(load.busy(0), 0);
+    /// ```
+    pub fn forget(&self, rail: usize) {
+        if let Some(c) = self.rails.get(rail) {
+            let mut c = relock(c);
+            c.epoch += 1;
+            c.last_done = None;
+            c.bytes = 0;
+            c.time = Duration::ZERO;
         }
     }
 
@@ -138,8 +172,9 @@ impl RailStint {
         };
         let mut c = relock(c);
         c.busy -= 1;
-        let Some((now, bytes)) = done else {
-            // Dropped: nothing to learn from it.
+        let Some((now, bytes)) = done.filter(|_| self.epoch == c.epoch) else {
+            // Dropped, or from before the rail was forgotten: nothing to
+            // learn from it.
             return;
         };
         let from = c.last_done.map_or(self.posted, |d| d.max(self.posted));

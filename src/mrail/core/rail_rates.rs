@@ -17,8 +17,10 @@
 //! early on a fast rail give it a higher estimate, so it gets a larger
 //! share next time; the shares settle where every part takes as long as
 //! the others, which is when they are in proportion to the rails' rates.
-//! Until every rail of a plan has a rate, plans are equal. Configured
-//! rates are used as they are and never replaced by samples.
+//! Until every rail of a plan has a rate, plans are equal. A rail that
+//! goes out of service is measured afresh when it is back
+//! ([`RailRates::forget`]). Configured rates are used as they are and
+//! never replaced by samples.
 //!
 //! The receiver cuts its receives by these weights and sends them back in
 //! its answer, 4 bits per rail ([`Frame::Cts`](super::header::Frame::Cts)),
@@ -118,6 +120,31 @@ impl RailRates {
         }
         window.push_back(bytes as f64 / took.as_secs_f64());
         *slot = (window.len() >= MIN_SAMPLES).then(|| median(window));
+    }
+
+    /// Forgets `rail`'s learned rate and samples (it went out of service:
+    /// it is measured afresh). Configured rates stay.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::rail_rates::RailRates;
+    /// use std::time::Duration;
+    ///
+    /// let mut r = RailRates::learning(1);
+    /// for _ in 0..3 {
+    ///     r.sample(0, 1 << 20, Duration::from_millis(8));
+    /// }
+    /// assert!(r.rate(0).is_some());
+    /// r.forget(0);
+    /// assert_eq!(r.rate(0), None);
+    /// ```
+    pub fn forget(&mut self, rail: usize) {
+        if self.fixed {
+            return;
+        }
+        if let (Some(slot), Some(window)) = (self.rates.get_mut(rail), self.samples.get_mut(rail)) {
+            *slot = None;
+            window.clear();
+        }
     }
 
     /// The rate of `rail` in bytes per second, if known.

@@ -203,6 +203,54 @@ impl<T> Reorder<T> {
     pub fn window(&self) -> u32 {
         self.window
     }
+
+    /// The item held for `seq`, if one is (ready, or waiting for a gap to
+    /// fill): to change it before its turn.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::sequence::Reorder;
+    ///
+    /// let mut r = Reorder::new(8);
+    /// r.accept(2, "c").unwrap();
+    /// *r.get_mut(2).unwrap() = "C";
+    /// assert!(r.get_mut(1).is_none());
+    /// r.accept(0, "a").unwrap();
+    /// r.accept(1, "b").unwrap();
+    /// let out: Vec<_> = std::iter::from_fn(|| r.pop_ready()).map(|(_, x)| x).collect();
+    /// assert_eq!(out, ["a", "b", "C"]);
+    /// assert!(r.get_mut(2).is_none(), "handed out");
+    /// ```
+    pub fn get_mut(&mut self, seq: u32) -> Option<&mut T> {
+        let d = seq.wrapping_sub(self.expected);
+        if d >= HALF {
+            return None;
+        }
+        let d = u64::from(d);
+        match usize::try_from(d) {
+            Ok(i) if i < self.ready.len() => self.ready.get_mut(i),
+            _ => self.ahead.get_mut(&(self.base + d)),
+        }
+    }
+
+    /// Whether every sequence number before `upto` was handed out or is
+    /// ready to be (no gap below it). A `upto` behind
+    /// [`expected`](Self::expected) is.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::sequence::Reorder;
+    ///
+    /// let mut r = Reorder::new(8);
+    /// r.accept(0, ()).unwrap();
+    /// r.accept(2, ()).unwrap();
+    /// assert!(r.ready_to(1) && !r.ready_to(2) && !r.ready_to(3));
+    /// r.accept(1, ()).unwrap();
+    /// assert!(r.ready_to(3) && !r.ready_to(4));
+    /// assert!(r.ready_to(u32::MAX), "behind");
+    /// ```
+    pub fn ready_to(&self, upto: u32) -> bool {
+        let d = upto.wrapping_sub(self.expected);
+        d >= HALF || u64::from(d) <= self.ready.len() as u64
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,11 @@
 //! The hot path is one relaxed load: while no peer of the domain has died,
 //! [`PeerBook::refuse`] and [`PeerBook::death_of`] look at a counter and
 //! return; the maps behind the lock are only read once some peer died.
+//!
+//! A death is for the domain's lifetime, with one exception: the
+//! multi-rail provider, whose rail lost a peer that is there again (its
+//! rail reconnected after the link came back), revives it
+//! ([`PeerBook::revive`]); the watch then watches it afresh.
 
 use super::core::Evidence;
 use crate::engine::{Epid, PeerAddr};
@@ -51,6 +56,19 @@ impl Death {
         }
     }
 
+    /// Whether it is for good: the peer's endpoint closed or its process
+    /// is gone, not a silence or an engine's error, which a peer that is
+    /// there again (a link back) can end.
+    pub(crate) fn lasting(&self) -> bool {
+        matches!(
+            self.evidence,
+            Evidence::Bye
+                | Evidence::Exited { .. }
+                | Evidence::Zombie { .. }
+                | Evidence::PidReused { .. }
+        )
+    }
+
     /// The error an operation `what` towards this peer ends with (`Io`).
     pub(crate) fn error(&self, what: &str) -> Error {
         Error::new(ErrorKind::Io, format!("{what}: {self}"))
@@ -86,9 +104,10 @@ struct Known {
     /// Connected peers (from the gate's connects).
     epids: HashMap<PeerAddr, Epid>,
     peers: HashMap<u64, PeerAddr>,
-    /// For the watch: deaths to act on, peers to greet.
+    /// For the watch: deaths to act on, peers to greet, peers revived.
     fresh_deaths: Vec<Arc<Death>>,
     fresh_peers: Vec<PeerAddr>,
+    fresh_revivals: Vec<PeerAddr>,
 }
 
 /// What happened since the watch last looked.
@@ -96,6 +115,7 @@ struct Known {
 pub(crate) struct News {
     pub deaths: Vec<Arc<Death>>,
     pub peers: Vec<PeerAddr>,
+    pub revivals: Vec<PeerAddr>,
 }
 
 /// The domain's record of dead peers and of operations waiting for peers.
@@ -228,7 +248,42 @@ impl PeerBook {
         News {
             deaths: std::mem::take(&mut k.fresh_deaths),
             peers: std::mem::take(&mut k.fresh_peers),
+            revivals: std::mem::take(&mut k.fresh_revivals),
         }
+    }
+
+    /// `peer`, declared dead, is there again (its connection was made
+    /// anew): posts towards it are no longer refused, and its death ends
+    /// no operation any more. Whether it was dead.
+    pub(crate) fn revive(&self, peer: PeerAddr) -> bool {
+        if !self.any_dead() {
+            return false;
+        }
+        let mut k = relock(&self.known);
+        let Some(death) = k.dead.remove(&peer) else {
+            return false;
+        };
+        if let Some(e) = death.epid {
+            if k.dead_epids
+                .get(&masked(e))
+                .is_some_and(|d| Arc::ptr_eq(d, &death))
+            {
+                k.dead_epids.remove(&masked(e));
+            }
+        }
+        k.fresh_deaths.retain(|d| !Arc::ptr_eq(d, &death));
+        k.fresh_revivals.push(peer);
+        self.news.store(true, Ordering::Release);
+        tracing::info!(peer = ?peer, "peer is back: {death} no more");
+        true
+    }
+
+    /// Whether `death` is still in force (its peer was not revived).
+    pub(crate) fn in_force(&self, death: &Arc<Death>) -> bool {
+        let k = relock(&self.known);
+        k.dead
+            .get(&death.peer)
+            .is_some_and(|d| Arc::ptr_eq(d, death))
     }
 
     /// Asks for another look at the news (an operation could not be ended
@@ -397,6 +452,28 @@ mod tests {
         drop(late);
         drop(c);
         assert_eq!(b.waiting(), 0, "finished operations are forgotten");
+    }
+
+    #[test]
+    fn a_revived_peer_is_refused_no_more_and_can_die_again() {
+        let b = PeerBook::new();
+        b.connected(Epid(0x42), P);
+        assert!(!b.revive(P), "not dead");
+        let d = b.declare(P, Evidence::Bye);
+        assert!(b.in_force(&d));
+        assert!(b.revive(P));
+        assert!(!b.in_force(&d));
+        assert!(b.refuse(P, "send").is_ok());
+        assert!(b.refuse_epid(0x42, "recv").is_ok());
+        let news = b.take_news();
+        assert!(news.deaths.is_empty(), "the revived death is not acted on");
+        assert_eq!(news.revivals, vec![P]);
+        let late = op(true);
+        assert!(b.wait_for(PeerRef::Peer(P), weak(&late)).is_none());
+        let again = b.declare(P, Evidence::Exited { pid: 1 });
+        assert!(!Arc::ptr_eq(&again, &d), "a new death");
+        assert!(b.fail_waiting(&again));
+        assert_eq!(late.told.load(Ordering::Relaxed), 1);
     }
 
     #[test]

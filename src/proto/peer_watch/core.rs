@@ -316,6 +316,16 @@ impl WatchCore {
         self.watched.remove(&peer);
     }
 
+    /// `peer`, declared dead, is there again: it is watched afresh, as if
+    /// just heard from at `now`.
+    pub(crate) fn revive(&mut self, peer: PeerAddr, now: Instant) {
+        if let Some(st) = self.peers.get_mut(&peer) {
+            st.dead = false;
+            st.awaiting = None;
+            st.last_heard = Some(now);
+        }
+    }
+
     fn kill(&mut self, peer: PeerAddr, evidence: Evidence) -> Option<Evidence> {
         let st = self.peers.entry(peer).or_default();
         if st.dead {

@@ -41,7 +41,9 @@
 //! the domain closes (PSM cannot cancel sends); a directed receive is
 //! cancelled and comes back with its buffer; CQ routes get error entries,
 //! counters error counts. Receives from any source stay posted. Dead is
-//! for the domain's lifetime (`fi_av_remove` is a no-op).
+//! for the domain's lifetime (`fi_av_remove` is a no-op), except on the
+//! rails of a multi-rail endpoint: a rail that reconnects to a peer it
+//! lost revives it in the rail's book ([`PeerBook::revive`]).
 //!
 //! # Cost on a live peer
 //! A post through the gate: one relaxed load and a thread-local store. An

@@ -285,8 +285,16 @@ impl PeerWatch {
             for d in &news.deaths {
                 core.mark_dead(d.peer);
             }
+            for &p in &news.revivals {
+                core.revive(p, now);
+            }
             for &p in &news.peers {
                 core.greet(p, now, &mut actions);
+            }
+        }
+        if let Some(rma) = &self.rma {
+            for &p in &news.revivals {
+                rma.revive(p);
             }
         }
         actions.extend(owed.into_iter().map(Action::Hello));
@@ -295,6 +303,10 @@ impl PeerWatch {
             self.fail_ops(d);
         }
         for d in &retry {
+            if !self.shared.book.in_force(d) {
+                // Revived meanwhile: its operations go on.
+                continue;
+            }
             if !self.shared.book.fail_waiting(d) {
                 relock(&self.retry).push(d.clone());
                 self.shared.book.retry_later();
