@@ -279,6 +279,15 @@ impl<R: Copy + Eq + Hash, U> TagMatcher<R, U> {
         seqs.into_iter().map(|s| self.take_unexpected(s)).collect()
     }
 
+    /// The bytes charged for the unexpected messages `pred` selects.
+    pub fn unexpected_charge_of(&self, mut pred: impl FnMut(&Unexpected<U>) -> bool) -> u64 {
+        self.unexpected
+            .values()
+            .filter(|u| pred(u))
+            .map(|u| u.charge)
+            .sum()
+    }
+
     /// Whether any unexpected message satisfies `pred`.
     pub fn any_unexpected(&self, pred: impl FnMut(&Unexpected<U>) -> bool) -> bool {
         self.unexpected.values().any(pred)

@@ -2500,15 +2500,9 @@ impl SoftCore {
     /// budget more; beyond it, the messages of those that left first are
     /// dropped.
     fn depart(&mut self, peer: PeerAddr) {
-        let mut held = 0u64;
-        if self.matcher.unexpected_len() > 0 {
-            self.matcher.any_unexpected(|u| {
-                if matches!(u.payload, Pending::Eager { source, .. } if source == peer) {
-                    held += u.charge;
-                }
-                false
-            });
-        }
+        let held = self.matcher.unexpected_charge_of(
+            |u| matches!(u.payload, Pending::Eager { source, .. } if source == peer),
+        );
         if held == 0 || self.departed.contains_key(&peer) {
             return;
         }
