@@ -233,8 +233,9 @@ fn a_client_handle_serves_nothing() {
     assert_eq!(a.listen_addrs(), [a.local_addr()]);
 }
 
-/// A raw C-style command sent from `source` (any loopback address).
-fn from_source(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
+/// A connection from `source` (any loopback address) to the server on
+/// `port`, with `frame` written.
+fn sent_from(source: [u8; 4], port: u16, frame: &[u8]) -> TcpStream {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
@@ -244,7 +245,12 @@ fn from_source(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
     let mut s: TcpStream = socket.into();
     s.set_read_timeout(Some(T)).unwrap();
     s.write_all(frame).unwrap();
-    read_to_close(&mut s)
+    s
+}
+
+/// A raw C-style command sent from `source` (any loopback address).
+fn from_source(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
+    read_to_close(&mut sent_from(source, port, frame))
 }
 
 #[test]
@@ -285,15 +291,7 @@ fn every_loopback_source_opens_sessions_but_c_registrations_are_refused() {
 
 /// Sends `frame` from `source` and reads one reply, then closes.
 fn from_source_then_close(source: [u8; 4], port: u16, frame: &[u8]) -> Vec<u8> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
-    socket
-        .connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)).into(), T)
-        .unwrap();
-    let mut s: TcpStream = socket.into();
-    s.set_read_timeout(Some(T)).unwrap();
-    s.write_all(frame).unwrap();
+    let mut s = sent_from(source, port, frame);
     let mut header = [0u8; 8];
     s.read_exact(&mut header).unwrap();
     let len = Reply::frame_len(&header).unwrap();
