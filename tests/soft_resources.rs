@@ -14,7 +14,13 @@
 //! figure. Each figure gives the median, 99th percentile and worst round
 //! trip; `crowd` measures while identities handshake and reset
 //! (`FIGURES_VERIFY=1`: with the server checking identities, as by
-//! default, so that they only send their Hello and reset).
+//! default, so that they only send their Hello and reset;
+//! `FIGURES_CROWD_THREADS` attackers at once, 1 by default). The server
+//! drives the engine directly and spins, unless `FIGURES_SERVER=auto` or
+//! `manual`: then it is an application of the public fabric API awaiting
+//! each exchange with `block_on`, its domain in that progress mode. Each
+//! report also gives the server's data size (`VmData`: its writable
+//! address space, resident or not).
 //!
 //! After the attackers leave, the live heap comes back to its baseline
 //! (within 0.02 MiB), and the RSS to within 4 % of it (four runs):
@@ -198,26 +204,53 @@ fn rss_anon() -> u64 {
     kib * 1024
 }
 
+/// The process's data segment and anonymous mappings (heap address space
+/// included, resident or not), in bytes.
+fn vm_data() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmData:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
 /// The test binary's allocator: the system's, counting the bytes live.
 struct Live;
 
 static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+static LIVE_SMALL: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+static LIVE_SMALL_N: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
 // SAFETY: forwards every call to the system allocator unchanged; the
 // counter is an atomic touched without allocating.
 unsafe impl std::alloc::GlobalAlloc for Live {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        if layout.size() < 4096 {
+            LIVE_SMALL.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            LIVE_SMALL_N.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: same contract as ours.
         unsafe { std::alloc::System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        if layout.size() < 4096 {
+            LIVE_SMALL.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+            LIVE_SMALL_N.fetch_sub(1, Ordering::Relaxed);
+        }
         // SAFETY: same contract as ours.
         unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as i64 - layout.size() as i64, Ordering::Relaxed);
+        if layout.size() < 4096 {
+            LIVE_SMALL.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+            LIVE_SMALL_N.fetch_sub(1, Ordering::Relaxed);
+        }
+        if new < 4096 {
+            LIVE_SMALL.fetch_add(new as i64, Ordering::Relaxed);
+            LIVE_SMALL_N.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: same contract as ours.
         unsafe { std::alloc::System.realloc(ptr, layout, new) }
     }
@@ -741,6 +774,77 @@ fn peers_that_left_are_forgotten_and_their_handles_refused() {
     assert_eq!(server.ep.peer_epid(named), Some(client.epid()));
 }
 
+/// A crowd of one-shot identities, each remembered for a while and then
+/// forgotten, leaves the server's address space as it found it: the
+/// tables that held their records had mappings of their own, gone once
+/// the tables shrank. (Kept in the C heap, the tables' high-water mark,
+/// some 10 MiB here, stayed mapped for good.) The server is a child
+/// process, so its mappings are its own.
+#[test]
+fn forgotten_identities_give_their_address_space_back() {
+    if support::peer::role().as_deref() == Some("server") {
+        return figures_server();
+    }
+    let _lock = spin_lock();
+    let mut child = support::peer::Peer::spawn(
+        "forgotten_identities_give_their_address_space_back",
+        "server",
+        &[],
+    );
+    let line = child.recv_line(Duration::from_secs(20));
+    let server_epid = psmrail::engine::Epid(
+        u64::from_str_radix(line.strip_prefix("epid ").expect("epid line"), 16).unwrap(),
+    );
+    let addr = SoftEpid::try_from(server_epid).unwrap().socket_addr();
+    // A few identities first, so that what the first crowd makes once
+    // (the allocator's arenas, code paged in) is in the baseline.
+    for i in 0..2_000 {
+        reset(RawPeer::handshake(addr, 500_000 + i).s);
+    }
+    assert!(eventually(Duration::from_secs(20), || server_stats(
+        &mut child
+    )[7] >= 2_000));
+    let before = server_stats(&mut child)[10];
+    let maps_before = ask(&mut child, "maps");
+    let n = 30_000u32;
+    for i in 0..n {
+        reset(RawPeer::handshake(addr, 600_000 + i).s);
+    }
+    let peak = server_stats(&mut child)[2];
+    let all = 2_000 + u64::from(n);
+    assert!(
+        eventually(Duration::from_secs(30), || server_stats(&mut child)[7]
+            >= all),
+        "the crowd was not forgotten: {:?}",
+        server_stats(&mut child)
+    );
+    let grew = server_stats(&mut child)[10].saturating_sub(before);
+    assert!(
+        grew < 1 << 20,
+        "{n} identities (up to {peak} remembered at once) left {grew} bytes of address space \
+         ({} B each); {}; before {maps_before}; after {}",
+        grew / u64::from(n),
+        ask(&mut child, "mallinfo"),
+        ask(&mut child, "maps"),
+    );
+    child.send_line("quit");
+    assert!(child.wait(Duration::from_secs(20)).success());
+}
+
+/// The answer of `figures_server` to `what`.
+fn ask(child: &mut support::peer::Peer, what: &str) -> String {
+    child.send_line(what);
+    child.recv_line(Duration::from_secs(20))
+}
+
+/// The counters of `figures_server` (see its `stats`).
+fn server_stats(child: &mut support::peer::Peer) -> Vec<u64> {
+    ask(child, "stats")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
 // ----- figures -------------------------------------------------------------------
 
 /// Whether phase `name` of `attack_figures` runs (`ATTACKS=a,b,...`; all
@@ -820,23 +924,25 @@ fn attack_figures() {
     let st0 = stats();
     let (rss0, anon0) = (st0[0], st0[8]);
     println!(
-        "baseline: p50 {base:?}, server rss {:.2} MiB (anonymous {:.2} MiB, heap live {:.3} MiB)",
+        "baseline: p50 {base:?}, server rss {:.2} MiB (anonymous {:.2} MiB, heap live {:.3} MiB, data {:.2} MiB)",
         mib(rss0),
         mib(anon0),
-        mib(st0[9])
+        mib(st0[9]),
+        mib(st0[10])
     );
     let report = |what: &str| {
         let links = stats()[1];
         let (p, p99, worst) = spread(pingpong(&client, peer, rounds));
         let st = stats();
         println!(
-            "{what}: server links {links}; p50 {p:?} ({:.2}x), p99 {p99:?}, worst {worst:?}; server rss {:.2} MiB ({:+.1} %; anonymous {:+.1} %; heap live {:.3} MiB); \
+            "{what}: server links {links}; p50 {p:?} ({:.2}x), p99 {p99:?}, worst {worst:?}; server rss {:.2} MiB ({:+.1} %; anonymous {:+.1} %; heap live {:.3} MiB, data {:.2} MiB); \
              peers {}, evicted {}, stalled {}, rejected {}, dropped {}, forgotten {}",
             p.as_secs_f64() / base.as_secs_f64(),
             mib(st[0]),
             100.0 * (st[0] as f64 / rss0 as f64 - 1.0),
             100.0 * (st[8] as f64 / anon0 as f64 - 1.0),
             mib(st[9]),
+            mib(st[10]),
             st[2],
             st[3],
             st[4],
@@ -975,25 +1081,33 @@ fn attack_figures() {
         // client measures.
         let stop = AtomicBool::new(false);
         let made = std::sync::atomic::AtomicU32::new(0);
+        let next = std::sync::atomic::AtomicU32::new(0);
         let (p, p99, worst) = std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let mut i = 0u32;
-                while !stop.load(Ordering::Relaxed) && i < 10_000 {
-                    if cfg.verify_peers {
-                        // They cannot finish the handshake: Hello, then
-                        // a reset.
-                        if let Ok(mut s) = TcpStream::connect(addr) {
-                            let _ = s.write_all(&hello_bytes(300_000 + i));
-                            reset(s);
+            let threads: u32 =
+                std::env::var("FIGURES_CROWD_THREADS").map_or(1, |v| v.parse().unwrap());
+            for _ in 0..threads {
+                let (stop, made, next, cfg) = (&stop, &made, &next, &cfg);
+                scope.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if stop.load(Ordering::Relaxed) || i >= 10_000 {
+                            break;
+                        }
+                        if cfg.verify_peers {
+                            // They cannot finish the handshake: Hello, then
+                            // a reset.
+                            if let Ok(mut s) = TcpStream::connect(addr) {
+                                let _ = s.write_all(&hello_bytes(300_000 + i));
+                                reset(s);
+                                made.fetch_add(1, Ordering::Relaxed);
+                            }
+                        } else if let Some(p) = RawPeer::try_handshake(addr, 300_000 + i) {
+                            reset(p.s);
                             made.fetch_add(1, Ordering::Relaxed);
                         }
-                    } else if let Some(p) = RawPeer::try_handshake(addr, 300_000 + i) {
-                        reset(p.s);
-                        made.fetch_add(1, Ordering::Relaxed);
                     }
-                    i += 1;
-                }
-            });
+                });
+            }
             let r = spread(pingpong(&client, peer, rounds));
             stop.store(true, Ordering::Relaxed);
             r
@@ -1018,8 +1132,26 @@ fn attack_figures() {
         println!("{n} one-shot identities in {:?}", t.elapsed());
         wait_links(1, Duration::from_secs(5));
         report("right after them");
+        {
+            let mut c = child.borrow_mut();
+            c.send_line("mallinfo");
+            println!(
+                "  server allocator: {}",
+                c.recv_line(Duration::from_secs(20))
+            );
+            c.send_line("maps");
+            println!("  server maps: {}", c.recv_line(Duration::from_secs(20)));
+        }
         settle();
         report("after them, settled");
+        let mut c = child.borrow_mut();
+        c.send_line("mallinfo");
+        println!(
+            "  server allocator: {}",
+            c.recv_line(Duration::from_secs(20))
+        );
+        c.send_line("maps");
+        println!("  server maps: {}", c.recv_line(Duration::from_secs(20)));
     }
     let mut child = child.into_inner();
     child.send_line("quit");
@@ -1029,6 +1161,12 @@ fn attack_figures() {
 /// The server side of `attack_figures`: answers pings, names whom it is
 /// told to, reports its RSS and counters.
 fn figures_server() {
+    if let Some(progress) = std::env::var("FIGURES_SERVER")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        return figures_fabric_server(&progress);
+    }
     let engine = SoftEngine::new(figures_config()).unwrap();
     let ep = engine.open(&options()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -1050,10 +1188,11 @@ fn figures_server() {
                             .unwrap();
                         io.send_line("ok");
                     }
+                    Some(cmd @ ("maps" | "mallinfo")) => io.send_line(&allocator_report(cmd)),
                     Some("stats") => {
                         let st = ep.stats();
                         io.send_line(&format!(
-                            "{} {} {} {} {} {} {} {} {} {}",
+                            "{} {} {} {} {} {} {} {} {} {} {}",
                             rss(),
                             st.links,
                             st.core.peers,
@@ -1064,6 +1203,7 @@ fn figures_server() {
                             st.forgotten_peers,
                             rss_anon(),
                             live(),
+                            vm_data(),
                         ));
                     }
                     _ => break,
@@ -1074,6 +1214,135 @@ fn figures_server() {
     };
     serve(&ep, &stop);
     commands.join().unwrap();
+}
+
+/// `figures_server` as an application writes it: the public fabric API,
+/// each exchange awaited by `block_on`, the domain in `progress` mode
+/// (`auto` or `manual`).
+fn figures_fabric_server(progress: &str) {
+    use psmrail::config::PsmConfig;
+    use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Fabric, Hints, ProgressKind};
+    let kind = match progress {
+        "auto" => ProgressKind::Auto,
+        "manual" => ProgressKind::Manual,
+        other => panic!("FIGURES_SERVER={other:?}: auto or manual"),
+    };
+    let config = PsmConfig::builder_from_env()
+        .unwrap()
+        .name_server(false)
+        .uuid(psmrail::config::JobUuid::from_bytes(UUID))
+        .build()
+        .unwrap();
+    let hints = Hints::new()
+        .caps(Caps::TAGGED)
+        .engine(EngineChoice::Soft)
+        .soft_config(figures_config())
+        .progress(kind)
+        .config(config);
+    let info = getinfo(Some(&hints)).unwrap().remove(0);
+    let fabric = Fabric::open(&info).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let av = domain.av(AvAttr::new()).unwrap();
+    let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+    let mut io = support::peer::ChildIo::new();
+    io.send_line(&format!("epid {:x}", domain.epid().0));
+    let stop = AtomicBool::new(false);
+    let named = std::sync::OnceLock::new();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // Until the client is named, only the progress a manual
+            // application makes while it waits.
+            while named.get().is_none() {
+                domain.reactor().progress();
+            }
+            let client = *named.get().unwrap();
+            futures::executor::block_on(async {
+                while !stop.load(Ordering::Relaxed) {
+                    let (got, buf) = ep.trecv(vec![0u8; 64], PING, 0).await;
+                    let Ok(got) = got else { continue };
+                    let reply = buf.as_slice()[..got.len].to_vec();
+                    let _ = ep.tsend(client, PONG, reply).await;
+                }
+            })
+        });
+        let line = io.recv_line();
+        let epid = u64::from_str_radix(line.strip_prefix("name ").unwrap(), 16).unwrap();
+        let client = av.insert(&[psmrail::engine::Epid(epid)]).remove(0).unwrap();
+        named.set(client).unwrap();
+        io.send_line("ok");
+        loop {
+            let line = io.recv_line();
+            if line == "maps" || line == "mallinfo" {
+                io.send_line(&allocator_report(&line));
+                continue;
+            }
+            if line != "stats" {
+                break;
+            }
+            io.send_line(&format!(
+                "{} 0 0 0 0 0 0 0 {} {} {}",
+                rss(),
+                rss_anon(),
+                live(),
+                vm_data()
+            ));
+        }
+        stop.store(true, Ordering::Relaxed);
+        // The serving loop waits in a receive that nothing ends.
+        std::process::exit(0);
+    });
+}
+
+/// What the server's allocator holds (`mallinfo`: glibc's counters and
+/// this binary's small blocks) or where (`maps`: the threads and every
+/// writable mapping of 1 MiB or more).
+fn allocator_report(what: &str) -> String {
+    if what == "mallinfo" {
+        // SAFETY: mallinfo2 only reads the allocator's counters.
+        let m = unsafe { libc::mallinfo2() };
+        return format!(
+            "arena {} mapped {} in use {} free {} top {}; blocks under 4 KiB: {} B in {}",
+            m.arena,
+            m.hblkhd,
+            m.uordblks,
+            m.fordblks,
+            m.keepcost,
+            LIVE_SMALL.load(Ordering::Relaxed),
+            LIVE_SMALL_N.load(Ordering::Relaxed)
+        );
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let threads = status
+        .lines()
+        .find(|l| l.starts_with("Threads"))
+        .unwrap_or_default()
+        .replace('\t', " ");
+    let big: Vec<String> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, b) = f.next()?.split_once('-')?;
+            let n = u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?;
+            let writable = f.next()?.contains('w');
+            let name = f.nth(3).unwrap_or("anonymous");
+            (writable && n >= 64 << 10).then(|| format!("{a} {} KiB {name}", n >> 10))
+        })
+        .collect();
+    let (count, total) = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, b) = f.next()?.split_once('-')?;
+            let n = u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?;
+            f.next()?.contains('w').then_some(n)
+        })
+        .fold((0, 0), |(c, t), n| (c + 1, t + n));
+    format!(
+        "{threads}; {count} writable mappings, {} KiB; {}",
+        total >> 10,
+        big.join(", ")
+    )
 }
 
 /// The configuration `attack_figures` measures: the defaults, with the

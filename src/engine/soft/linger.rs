@@ -37,6 +37,10 @@ use std::time::{Duration, Instant};
 /// How often the lingerer looks at acknowledgements (which wake no
 /// `poll`) when nothing else happens.
 const TICK: Duration = Duration::from_millis(5);
+/// The lingerer's stack: its loop polls sockets and reads what a peer
+/// still sends into a scratch buffer on the stack, far below the 2 MiB a thread gets by default, which the C library
+/// keeps mapped for reuse after the thread ends.
+const LINGER_STACK: usize = 256 << 10;
 /// Most bytes dropped from one socket per look.
 const DISCARD_LIMIT: usize = 1 << 20;
 
@@ -155,6 +159,7 @@ pub(crate) fn close_when_safe(
     if !st.running {
         match std::thread::Builder::new()
             .name("psmrail-soft-linger".into())
+            .stack_size(LINGER_STACK)
             .spawn(run)
         {
             Ok(_) => st.running = true,

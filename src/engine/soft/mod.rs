@@ -90,6 +90,7 @@ pub mod protocol;
 mod protocol;
 mod reconnect;
 mod session;
+mod table_alloc;
 mod transport;
 mod verify;
 #[cfg(feature = "hooks")]

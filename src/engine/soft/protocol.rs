@@ -130,6 +130,7 @@ use super::job_secret::{new_nonce, JobSecret, ProofSide, Transcript, MAC_LEN, NO
 use super::link_key::{self, KeyHalf, LinkEnds, LinkKey, Resumption, Side};
 use super::matcher::{Arrival, TagMatcher};
 use super::session::Session;
+use super::table_alloc::Table;
 use super::wire::{
     check_hello, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, FrameLimits, HandshakeError,
     Hello, JobUuid, Refusal, WireError, ENTRY_OVERHEAD, NEW_LINK,
@@ -521,9 +522,9 @@ pub struct SoftCore {
     decoder: FrameDecoder,
     matcher: TagMatcher<OpId, Pending>,
     conns: BTreeMap<ConnId, Conn>,
-    peers: HashMap<PeerAddr, Peer>,
-    by_epid: HashMap<Epid, PeerAddr>,
-    ops: HashMap<OpId, OpState>,
+    peers: Table<PeerAddr, Peer>,
+    by_epid: Table<Epid, PeerAddr>,
+    ops: Table<OpId, OpState>,
     events: VecDeque<Event>,
     next_conn: u64,
     next_peer: u64,
@@ -557,10 +558,10 @@ pub struct SoftCore {
     hook_tag: Option<u64>,
     /// Dialer connections still in their handshake, by link id: where a
     /// Challenge naming the link is answered.
-    dials: HashMap<u64, ConnId>,
+    dials: Table<u64, ConnId>,
     /// Peers that went down holding unexpected messages, with the bytes
     /// those hold, and the order they went in.
-    departed: HashMap<PeerAddr, u64>,
+    departed: Table<PeerAddr, u64>,
     departed_order: VecDeque<PeerAddr>,
     departed_bytes: u64,
     departed_dropped: u64,
@@ -585,9 +586,9 @@ impl SoftCore {
             matcher: TagMatcher::new(config.unexpected_budget),
             config,
             conns: BTreeMap::new(),
-            peers: HashMap::new(),
-            by_epid: HashMap::new(),
-            ops: HashMap::new(),
+            peers: Table::default(),
+            by_epid: Table::default(),
+            ops: Table::default(),
             events: VecDeque::new(),
             next_conn: 0,
             next_peer: 1,
@@ -603,8 +604,8 @@ impl SoftCore {
             job_secret: None,
             rebound: None,
             hook_tag: None,
-            dials: HashMap::new(),
-            departed: HashMap::new(),
+            dials: Table::default(),
+            departed: Table::default(),
             departed_order: VecDeque::new(),
             departed_bytes: 0,
             departed_dropped: 0,
@@ -2877,7 +2878,7 @@ impl SoftCore {
 const MAX_HINTS: usize = 4096;
 
 /// Shrinks a map holding far fewer entries than it has room for.
-fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut Table<K, V>) {
     if m.capacity() > 4 * m.len() + 64 {
         m.shrink_to_fit();
     }

@@ -188,6 +188,7 @@
 
 use super::optable::{OpKind, OpTable};
 use super::protocol::{AmToken, ConnError, ConnId, CoreStats, Event, OpId};
+use super::table_alloc::{Table, TableSet};
 use super::transport::{
     dial_epid, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller, Stream,
     FIRST_READ, MIN_READ,
@@ -202,7 +203,7 @@ use crate::engine::{
 use crate::reactor::{CompletionTable, OpKey, Progress, ProgressSource};
 use crate::{Error, ErrorKind, Result};
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -338,30 +339,30 @@ pub(crate) struct Inner {
     /// Every peer ever connected and its epid (shared with the endpoint,
     /// which answers `peer_epid` from it without taking this state's
     /// lock).
-    pub peer_epids: Arc<RwLock<HashMap<PeerAddr, Epid>>>,
+    pub peer_epids: Arc<RwLock<Table<PeerAddr, Epid>>>,
     /// The current step left work for the next (a budget ran out).
     pub more: bool,
     /// A `salvage` runs: links that end meanwhile are lost after it.
     pub salvaging: bool,
     /// Connections whose link waits for a new transport
     /// (`reconnect.rs`).
-    pub detached: HashMap<ConnId, super::reconnect::Detached>,
+    pub detached: Table<ConnId, super::reconnect::Detached>,
     /// Sockets of open connections and of dials (and the listeners).
     pub hot: Poller,
     /// Sockets of accepted connections still in their handshake.
     pub cold: Poller,
     /// The links in `hot` (a step with fewer than two reads them
     /// directly).
-    pub hot_links: HashSet<LinkId>,
+    pub hot_links: TableSet<LinkId>,
     /// How many links `cold` holds.
     pub cold_links: usize,
     /// Accepted links in their handshake, oldest first (with entries of
     /// links that since finished or went: skipped when met).
     pub handshakes: VecDeque<LinkId>,
     /// Where each link is in `links` (checked on use; a miss searches).
-    pub slots: HashMap<LinkId, usize>,
+    pub slots: Table<LinkId, usize>,
     /// The link of each connection (checked on use; a miss searches).
-    pub by_conn: HashMap<ConnId, LinkId>,
+    pub by_conn: Table<ConnId, LinkId>,
     /// Links to look at every step whatever their socket says
     /// (`Inner::needs_watch`).
     pub watch: Vec<LinkId>,
@@ -376,9 +377,9 @@ pub(crate) struct Inner {
     /// Peers `connect` returned: the layers above may name them at any
     /// time, so they are never forgotten and their connections never
     /// closed to make room.
-    pub named: HashSet<PeerAddr>,
+    pub named: TableSet<PeerAddr>,
     /// Peers down, and since when.
-    pub down: HashMap<PeerAddr, Instant>,
+    pub down: Table<PeerAddr, Instant>,
     /// The same, in the order their unexpected messages are due to be
     /// dropped (`SoftConfig::dead_peer_messages`).
     pub down_messages: VecDeque<(Instant, PeerAddr)>,
@@ -418,7 +419,7 @@ pub struct SoftEndpoint {
     epid: Epid,
     limits: EngineLimits,
     completions: Arc<CompletionTable<MqCompletion>>,
-    peer_epids: Arc<RwLock<HashMap<PeerAddr, Epid>>>,
+    peer_epids: Arc<RwLock<Table<PeerAddr, Epid>>>,
     inner: Mutex<Inner>,
 }
 
@@ -492,7 +493,7 @@ impl SoftEndpoint {
         let limits = core.limits();
         let completions = Arc::new(CompletionTable::new());
         let id = NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed);
-        let peer_epids = Arc::new(RwLock::new(HashMap::new()));
+        let peer_epids = Arc::new(RwLock::new(Table::default()));
         Ok(SoftEndpoint {
             id,
             epid,
@@ -520,21 +521,21 @@ impl SoftEndpoint {
                 peer_epids: peer_epids.clone(),
                 more: false,
                 salvaging: false,
-                detached: HashMap::new(),
+                detached: Table::default(),
                 hot,
                 cold,
-                hot_links: HashSet::new(),
+                hot_links: TableSet::default(),
                 cold_links: 0,
                 handshakes: VecDeque::new(),
-                slots: HashMap::new(),
-                by_conn: HashMap::new(),
+                slots: Table::default(),
+                by_conn: Table::default(),
                 watch: Vec::new(),
                 dead: Vec::new(),
                 todo: Vec::new(),
                 hints: Vec::new(),
                 round: 0,
-                named: HashSet::new(),
-                down: HashMap::new(),
+                named: TableSet::default(),
+                down: Table::default(),
                 down_messages: VecDeque::new(),
                 down_forget: VecDeque::new(),
                 next_sweep: now + SWEEP_EVERY,
