@@ -116,8 +116,10 @@
 //!   `BENCHMARKING.md` (how it was measured, and the figures).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod compat;
 pub mod config;
 pub mod engine;

@@ -6,8 +6,10 @@
 //! let code be generic over both providers ([`MessageEndpoint`],
 //! [`RmaEndpoint`], [`DynEndpoint`]), the buffer type every operation
 //! takes and hands back ([`OpBuffer`]), the atomic enums, and the crate's
-//! error types. Each name stays where it is documented (`fabric`, `ops`,
-//! `mrail`, `engine`); this module only gathers them.
+//! error types; with feature `tokio`, the tokio adapters (`Channel`,
+//! `ChannelConfig`, `FramedChannel`, `ByteStream`). Each name stays where
+//! it is documented (`fabric`, `ops`, `mrail`, `engine`, `compat`); this
+//! module only gathers them.
 //!
 //! ```
 //! use psmrail::prelude::*;
@@ -30,6 +32,9 @@
 //! # Ok::<(), psmrail::Error>(())
 //! ```
 
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use crate::compat::{ByteStream, Channel, ChannelConfig, FramedChannel};
 pub use crate::engine::{Epid, OpBuffer, PostError};
 pub use crate::fabric::{
     getinfo, AddressVector, AvAttr, Caps, CompletionFlags, CompletionQueue, Counter, CounterAttr,

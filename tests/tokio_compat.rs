@@ -21,7 +21,9 @@ use bytes::{Bytes, BytesMut};
 use fabric::Cfg;
 use futures::{SinkExt, StreamExt};
 use payload::pattern;
-use psmrail::compat::{ByteStream, Channel, ChannelConfig, FramedChannel, DEFAULT_EOF_BIT};
+// The adapters come with the prelude, the end-of-stream bit from compat.
+use psmrail::compat::DEFAULT_EOF_BIT;
+use psmrail::prelude::{ByteStream, Channel, ChannelConfig, FramedChannel};
 use psmrail::fabric::{Caps, FiAddr};
 use psmrail::ops::MessageEndpoint;
 use psmrail::reactor::Reactor;
