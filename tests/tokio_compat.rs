@@ -23,9 +23,9 @@ use futures::{SinkExt, StreamExt};
 use payload::pattern;
 // The adapters come with the prelude, the end-of-stream bit from compat.
 use psmrail::compat::DEFAULT_EOF_BIT;
-use psmrail::prelude::{ByteStream, Channel, ChannelConfig, FramedChannel};
 use psmrail::fabric::{Caps, FiAddr};
 use psmrail::ops::MessageEndpoint;
+use psmrail::prelude::{ByteStream, Channel, ChannelConfig, FramedChannel};
 use psmrail::reactor::Reactor;
 use psmrail::ErrorKind;
 use std::future::Future;
