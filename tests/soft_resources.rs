@@ -1131,27 +1131,16 @@ fn attack_figures() {
         }
         println!("{n} one-shot identities in {:?}", t.elapsed());
         wait_links(1, Duration::from_secs(5));
-        report("right after them");
-        {
+        let allocator = || {
             let mut c = child.borrow_mut();
-            c.send_line("mallinfo");
-            println!(
-                "  server allocator: {}",
-                c.recv_line(Duration::from_secs(20))
-            );
-            c.send_line("maps");
-            println!("  server maps: {}", c.recv_line(Duration::from_secs(20)));
-        }
+            println!("  server allocator: {}", ask(&mut c, "mallinfo"));
+            println!("  server maps: {}", ask(&mut c, "maps"));
+        };
+        report("right after them");
+        allocator();
         settle();
         report("after them, settled");
-        let mut c = child.borrow_mut();
-        c.send_line("mallinfo");
-        println!(
-            "  server allocator: {}",
-            c.recv_line(Duration::from_secs(20))
-        );
-        c.send_line("maps");
-        println!("  server maps: {}", c.recv_line(Duration::from_secs(20)));
+        allocator();
     }
     let mut child = child.into_inner();
     child.send_line("quit");
