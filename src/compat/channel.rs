@@ -29,6 +29,14 @@
 //! error ([`Error::truncation`] gives both lengths) in its place, and the
 //! stream goes on with the next message.
 //!
+//! Receive buffers are made (and zeroed) once and used again: a message of
+//! up to half of `max_message` is copied out into a `BytesMut` of its own
+//! length, and its buffer goes straight back to a new receive; a larger
+//! one is handed out in its buffer, without a copy, and a new buffer is
+//! made for the receive that replaces it. So what the stream yields holds
+//! no more memory than the message needs (twice, at the most), and a
+//! stream of small messages allocates only their copies.
+//!
 //! # Back-pressure
 //! At most [`ChannelConfig::sends_in_flight`] sends are in flight:
 //! `poll_ready` is pending while that many have not completed, and
@@ -254,6 +262,9 @@ pub struct Channel<'a, E: MessageEndpoint> {
     max_message: usize,
     recv_depth: usize,
     recvs: Ring<E::RecvFuture<'a>>,
+    /// Receive buffers whose message was copied out, for the next receives
+    /// (each `max_message` bytes long).
+    spare: Vec<BytesMut>,
     sends: Ring<E::SendFuture<'a>>,
     send_state: SendState,
     recv_ended: bool,
@@ -294,6 +305,7 @@ impl<'a, E: MessageEndpoint> Channel<'a, E> {
             max_message: config.max_message,
             recv_depth: config.recv_depth,
             recvs: Ring::new(config.recv_depth),
+            spare: Vec::new(),
             sends: Ring::new(config.sends_in_flight),
             send_state: SendState::Open,
             recv_ended: false,
@@ -325,7 +337,10 @@ impl<'a, E: MessageEndpoint> Channel<'a, E> {
     }
 
     fn post_recv(&mut self) {
-        let buf = BytesMut::zeroed(self.max_message);
+        let buf = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| BytesMut::zeroed(self.max_message));
         let op = self.ep.trecv(buf, self.recv_tag, self.eof_bit);
         // The ring has `recv_depth` slots and is only topped up to that.
         let _ = self.recvs.push(op);
@@ -350,10 +365,12 @@ impl<'a, E: MessageEndpoint> Channel<'a, E> {
                 Poll::Ready(None)
             }
             Ok(r) => {
+                let msg = self.message_bytes(buf, r.len);
                 self.post_recv();
-                Poll::Ready(Some(Ok(message_bytes(buf, r.len))))
+                Poll::Ready(Some(Ok(msg)))
             }
             Err(e) => {
+                self.give_back(buf.into_owner());
                 self.post_recv();
                 Poll::Ready(Some(Err(e)))
             }
@@ -434,18 +451,37 @@ impl<'a, E: MessageEndpoint> Channel<'a, E> {
     }
 }
 
-/// The `len` bytes a receive placed in its buffer, as `BytesMut` (the
-/// channel posts `BytesMut` buffers, so this takes no copy).
-fn message_bytes(buf: OpBuffer, len: usize) -> BytesMut {
-    let len = len.min(buf.len());
-    match buf.into_owner() {
-        BufferOwner::BytesMut(mut b) => {
-            b.truncate(len);
-            b
+impl<E: MessageEndpoint> Channel<'_, E> {
+    /// The `len` bytes a receive placed in its buffer, as `BytesMut`: a
+    /// copy of its own length when it fills at most half of the buffer
+    /// (which goes back to [`spare`](Self::spare)), else the buffer itself
+    /// (see the module docs).
+    fn message_bytes(&mut self, buf: OpBuffer, len: usize) -> BytesMut {
+        let len = len.min(buf.len());
+        match buf.into_owner() {
+            BufferOwner::BytesMut(mut b) => {
+                if 2 * len <= b.len() {
+                    let copy = BytesMut::from(&b[..len]);
+                    self.give_back(BufferOwner::BytesMut(b));
+                    copy
+                } else {
+                    b.truncate(len);
+                    b
+                }
+            }
+            BufferOwner::Vec(v) => BytesMut::from(v.get(..len).unwrap_or_default()),
+            BufferOwner::Bytes(b) => BytesMut::from(b.get(..len).unwrap_or_default()),
+            BufferOwner::Region(_) => BytesMut::new(),
         }
-        BufferOwner::Vec(v) => BytesMut::from(v.get(..len).unwrap_or_default()),
-        BufferOwner::Bytes(b) => BytesMut::from(b.get(..len).unwrap_or_default()),
-        BufferOwner::Region(_) => BytesMut::new(),
+    }
+
+    /// Keeps a receive buffer that came back whole for the next receive.
+    fn give_back(&mut self, buf: BufferOwner) {
+        if let BufferOwner::BytesMut(b) = buf {
+            if b.len() == self.max_message && self.spare.len() < self.recv_depth {
+                self.spare.push(b);
+            }
+        }
     }
 }
 
