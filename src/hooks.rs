@@ -36,6 +36,11 @@ pub mod packets {
     pub use crate::proto::fuzzing::*;
 }
 
+/// The PMI wire protocol's fuzz entry point.
+pub mod bootstrap {
+    pub use crate::bootstrap::fuzzing::*;
+}
+
 /// The mrail header and reorder buffer.
 pub mod mrail {
     pub use crate::mrail::fuzzing::*;

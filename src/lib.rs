@@ -109,6 +109,7 @@
 //! * [`mrail`]: rails, policies, ordering, failover, what a peer costs;
 //! * [`config`]: every `FI_PSM_*` and `FI_OFI_MRAIL_*` variable, typed;
 //! * [`engine`]: the engine contract and the two engines;
+//! * [`bootstrap`]: starting under a launcher (PMI);
 //! * `compat` (feature `tokio`): `Stream`/`Sink` channels, codec frames
 //!   and `AsyncRead`/`AsyncWrite` over an endpoint;
 //! * the repository's `ARCHITECTURE.md` (layers and principles), `docs/`
@@ -118,6 +119,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod bootstrap;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod compat;

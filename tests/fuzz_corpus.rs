@@ -102,3 +102,8 @@ fn mrail_frame_corpus() {
 fn mrail_reorder_corpus() {
     replay_soft("mrail_reorder", psmrail::hooks::mrail::fuzz_reorder);
 }
+
+#[test]
+fn pmi_reply_corpus() {
+    replay("pmi_reply", psmrail::hooks::bootstrap::check_pmi_reply);
+}
