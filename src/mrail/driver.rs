@@ -174,6 +174,7 @@ use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
 use super::core::rail_health::{RailEvent, RailHealth, RailState};
 use super::core::rail_load::RailLoad;
+use super::core::rail_queue::{PartQueue, QueuedPart};
 use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
@@ -509,6 +510,9 @@ struct SendXfer {
     striped: Option<Striped>,
     /// Once the CTS came: the receiver's id and the plan of the parts.
     accepted: Option<(u64, StripePlan)>,
+    /// The parts waiting in their rails' queues (a bit per part), not
+    /// posted yet ([`Driver::pump`]).
+    queued: u64,
     waker: Waker,
 }
 
@@ -820,6 +824,10 @@ struct State {
     /// sent) does not pay for it, or until [`REPOST_BATCH`] are waiting.
     reposts: Vec<(usize, usize)>,
     scratch: Vec<u64>,
+    /// The striped sends' parts waiting for their rails.
+    queue: PartQueue,
+    /// Whether [`Driver::pump`] runs (it does not run inside itself).
+    pumping: bool,
     next_cq_id: u64,
     closed: bool,
     /// Which rails are in service, and why not.
@@ -939,6 +947,9 @@ pub(crate) struct Driver {
     fast_polls: AtomicUsize,
     /// The striped parts on each rail (which parts teach rates).
     load: Arc<RailLoad>,
+    /// The striped sends' parts on each rail, apart from the receives'
+    /// (their parts in flight decide when the next one goes).
+    send_load: Arc<RailLoad>,
     /// The domain's rail events.
     events: Arc<RailEventQueue>,
     /// Progress steps so far (housekeeping every [`HOUSEKEEPING_EVERY`]).
@@ -1005,6 +1016,8 @@ impl Driver {
                 pool,
                 reposts: Vec::new(),
                 scratch: Vec::new(),
+                queue: PartQueue::new(n),
+                pumping: false,
                 next_cq_id: 1,
                 closed: false,
                 health: RailHealth::new(n),
@@ -1037,6 +1050,7 @@ impl Driver {
             warm_rails: AtomicU64::new(1),
             fast_polls: AtomicUsize::new(0),
             load: RailLoad::new(n),
+            send_load: RailLoad::new(n),
             events: failover.events,
             steps: AtomicUsize::new(0),
             chores_due: AtomicBool::new(false),
@@ -1626,6 +1640,7 @@ impl Driver {
             sink,
             striped: None,
             accepted: None,
+            queued: 0,
             waker: futures::task::noop_waker(),
         };
         let send_id = match st.sends.insert(xfer) {
@@ -1941,7 +1956,7 @@ impl Driver {
             }
         };
         let plan = if rails & !all == 0 {
-            StripePlan::from_weights(accepted, rails, weights)
+            StripePlan::for_message(accepted, rails, weights)
         } else {
             None
         };
@@ -2029,7 +2044,7 @@ impl Driver {
                 break;
             };
             let tags = TagMatch::exact(data_tag(recv_id, s.part));
-            let stint = RailLoad::begin(&self.load, s.rail, Instant::now());
+            let stint = RailLoad::begin_sized(&self.load, s.rail, Instant::now(), s.len);
             match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
                 Ok(key) => parts.push(Ok(RailPart::new(
                     self.rail_domain(s.rail).clone(),
@@ -2675,7 +2690,7 @@ impl Driver {
             }
             return;
         }
-        let Some(plan) = StripePlan::from_weights(accepted, x.rails, weights) else {
+        let Some(plan) = StripePlan::for_message(accepted, x.rails, weights) else {
             self.malformed("a CTS whose weights do not fit its send's rails");
             return;
         };
@@ -2684,8 +2699,20 @@ impl Driver {
         let Some(x) = st.sends.get_mut(send_id) else {
             return;
         };
+        if plan.total() > x.len {
+            let class = x.class;
+            let x = st.sends.remove(send_id).expect("present");
+            let e = Error::new(ErrorKind::Other, "send: a part outside the buffer");
+            let buf = give_back(x.striped, x.shared);
+            self.finish(x.sink, Dir::Send, class, Err(e), buf);
+            return;
+        }
+        // Every part of a message striped over several rails waits in its
+        // rail's queue; the pump posts each rail's next ones as its parts
+        // in flight leave room. A message on one rail goes at once.
+        let single = x.rails.count_ones() == 1;
         let mut parts = Vec::with_capacity(plan.len());
-        let mut failed = None;
+        let mut queued = 0u64;
         let mut lost = 0u64;
         for s in plan.iter() {
             if usable & (1 << s.rail) == 0 {
@@ -2697,38 +2724,50 @@ impl Driver {
                 )));
                 continue;
             }
-            let Some(window) = x.shared.window(s.offset, s.len) else {
-                failed = Some(Error::new(
-                    ErrorKind::Other,
-                    "send: a part outside the buffer",
-                ));
-                break;
-            };
-            match self.post_part_send(&x.entry, s.rail, data_tag(recv_id, s.part), window, true) {
-                Ok(part) => parts.push(Ok(part)),
-                Err(e) if rail_lost(e.kind()) => {
-                    // Its rail lost the peer: the part waits for the
-                    // receiver to ask for it on another rail.
-                    lost |= 1 << s.rail;
-                    parts.push(Err(e));
+            if single {
+                let window = x.shared.window(s.offset, s.len);
+                let tag = data_tag(recv_id, s.part);
+                match window.map(|w| self.post_part_send(&x.entry, s.rail, tag, w, true)) {
+                    Some(Ok(part)) => parts.push(Ok(part)),
+                    Some(Err(e)) if rail_lost(e.kind()) => {
+                        // Its rail lost the peer: the part waits for the
+                        // receiver to ask for it on another rail.
+                        lost |= 1 << s.rail;
+                        parts.push(Err(e));
+                    }
+                    Some(Err(e)) => {
+                        let class = x.class;
+                        let x = st.sends.remove(send_id).expect("present");
+                        drop(parts);
+                        let buf = give_back(x.striped, x.shared);
+                        self.finish(x.sink, Dir::Send, class, Err(e), buf);
+                        return;
+                    }
+                    None => parts.push(Err(Error::new(
+                        ErrorKind::Other,
+                        "send: a part outside the buffer",
+                    ))),
                 }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+                continue;
             }
+            // Waiting for its turn on the rail: no attempt yet.
+            parts.push(Err(Error::new(
+                ErrorKind::Io,
+                format!("rail {}: part waiting for its turn", s.rail),
+            )));
+            queued |= 1 << s.part;
+            st.queue.push(
+                s.rail,
+                QueuedPart {
+                    xfer: send_id,
+                    part: s.part,
+                    len: s.len,
+                },
+            );
         }
-        // Parts already posted travel on; a failure is reported once they
-        // are done (the join waits for them), with the failing rail.
         x.striped = Some(Striped::with_stalled(parts));
         x.accepted = Some((recv_id, plan));
-        if let Some(e) = failed {
-            let class = x.class;
-            let x = st.sends.remove(send_id).expect("present");
-            let buf = drain_parts(x.striped, x.shared);
-            self.finish(x.sink, Dir::Send, class, Err(e), buf);
-            return;
-        }
+        x.queued = queued;
         if lost != 0 {
             self.peer_lost_rails(st, source, lost);
         }
@@ -2746,7 +2785,7 @@ impl Driver {
     ) -> Result<RailPart> {
         let len = window.len() as u64;
         let domain = self.rail_domain(rail);
-        let stint = timed.then(|| RailLoad::begin(&self.load, rail, Instant::now()));
+        let stint = timed.then(|| RailLoad::begin_sized(&self.send_load, rail, Instant::now(), len));
         let key = domain
             .direct()
             .isend_keyed(entry.on_rail(rail)?, tag, SendMode::Standard, window)
@@ -2809,6 +2848,8 @@ impl Driver {
             self.malformed("a Reroute of a part the send does not have");
             return;
         };
+        // Sent now (or landed), not from its rail's queue.
+        x.queued &= !(1u64 << part);
         if landed {
             // The receiver has the part: its send on a lost rail may
             // never complete, and need not.
@@ -2856,7 +2897,122 @@ impl Driver {
         }
     }
 
+    /// Polls send `id`'s parts, then posts the parts its rails now have
+    /// room for ([`pump`](Self::pump)).
     fn poll_send(&self, st: &mut State, id: u64) {
+        self.poll_send_parts(st, id);
+        self.pump(st);
+    }
+
+    /// Folds the rate samples of the parts that finished into the rates.
+    fn learn(&self, st: &mut State) {
+        for load in [&self.load, &self.send_load] {
+            for (rail, bytes, took) in load.take_samples() {
+                st.rates.sample(rail, bytes, took);
+            }
+        }
+    }
+
+    /// Posts the queued parts of striped sends that their rails have room
+    /// for ([`PartQueue`]): each rail's next parts, in order, while its
+    /// parts in flight leave room; then polls the sends that got parts
+    /// (which registers their wakers, and may finish them, leaving room
+    /// for more). A part whose rail no longer serves its peer is left to
+    /// the receiver, which asks for it on another rail.
+    fn pump(&self, st: &mut State) {
+        if st.pumping {
+            return;
+        }
+        st.pumping = true;
+        let mut posted: Vec<u64> = Vec::new();
+        let mut lost: Vec<(u64, u64)> = Vec::new();
+        loop {
+            if st.queue.is_empty() {
+                break;
+            }
+            for rail in 0..self.rails.len() {
+                while self.pump_one(st, rail, &mut posted, &mut lost) {}
+            }
+            if posted.is_empty() {
+                break;
+            }
+            posted.sort_unstable();
+            posted.dedup();
+            for id in std::mem::take(&mut posted) {
+                self.poll_send_parts(st, id);
+            }
+        }
+        st.pumping = false;
+        for (token, mask) in lost {
+            self.peer_lost_rails(st, token, mask);
+        }
+    }
+
+    /// Posts the next queued part on `rail` if it has room; whether it did
+    /// (or dropped a part that can no longer go there).
+    fn pump_one(
+        &self,
+        st: &mut State,
+        rail: usize,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        let in_flight = self.send_load.in_flight(rail);
+        let sends = &st.sends;
+        let next = st.queue.next(rail, in_flight, |p| {
+            sends
+                .get(p.xfer)
+                .is_some_and(|x| x.queued & (1 << p.part) != 0)
+        });
+        let Some(p) = next else {
+            return false;
+        };
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return true;
+        };
+        x.queued &= !(1 << p.part);
+        let token = x.entry.addr.token();
+        let usable = st.peers.get(&token).map_or(0, |ps| ps.rails(st.live));
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return true;
+        };
+        let target = x
+            .accepted
+            .as_ref()
+            .and_then(|(recv_id, plan)| Some((*recv_id, *plan.part(p.part)?)));
+        let Some((recv_id, stripe)) = target else {
+            return true;
+        };
+        if usable & rail_bit(rail) == 0 || stripe.rail != rail {
+            // Its rail lost the peer meanwhile: the receiver asks for the
+            // part elsewhere.
+            return true;
+        }
+        let Some(window) = x.shared.window(stripe.offset, stripe.len) else {
+            return true;
+        };
+        let sent = self.post_part_send(&x.entry, rail, data_tag(recv_id, p.part), window, true);
+        let Some(striped) = x.striped.as_mut() else {
+            return true;
+        };
+        match sent {
+            Ok(part) => {
+                // A part already done (the receiver said it landed) hands
+                // its attempt back: it is dropped, its send abandoned.
+                drop(striped.join.add_attempt(usize::from(p.part), part));
+            }
+            Err(e) if rail_lost(e.kind()) => lost.push((token, rail_bit(rail))),
+            Err(e) => {
+                // The send fails once its posted parts are done.
+                striped.join.fail_open(&e);
+                x.queued = 0;
+            }
+        }
+        posted.push(p.xfer);
+        true
+    }
+
+    fn poll_send_parts(&self, st: &mut State, id: u64) {
         let Some((token, watch)) = st
             .sends
             .get(id)
@@ -2865,14 +3021,14 @@ impl Driver {
             return;
         };
         self.note_deaths(st, token, &watch);
-        let Some(joined) = st.sends.get_mut(id).and_then(|x| x.poll()) else {
+        let joined = st.sends.get_mut(id).and_then(|x| x.poll());
+        // Parts that finished taught their rails' rates.
+        self.learn(st);
+        let Some(joined) = joined else {
             return;
         };
         let mut x = st.sends.remove(id).expect("present");
         x.spans.end(&joined);
-        for (rail, bytes, took) in self.load.take_samples() {
-            st.rates.sample(rail, bytes, took);
-        }
         let result = match joined.error {
             None => Ok(Done {
                 len: x.len as usize,
@@ -2903,14 +3059,13 @@ impl Driver {
             return;
         };
         self.note_deaths(st, token, &watch);
-        let Some(joined) = st.recvs.get_mut(id).and_then(|x| x.poll()) else {
+        let joined = st.recvs.get_mut(id).and_then(|x| x.poll());
+        self.learn(st);
+        let Some(joined) = joined else {
             return;
         };
         let mut x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
-        for (rail, bytes, took) in self.load.take_samples() {
-            st.rates.sample(rail, bytes, took);
-        }
         for p in &joined.parts {
             if let Some(rs) = self.stats.rails.get(p.rail) {
                 bump(&rs.bytes_received, p.bytes as u64);
@@ -3696,6 +3851,7 @@ impl Driver {
             // What the rail was measured at says nothing of it now.
             st.rates.forget(event.rail);
             self.load.forget(event.rail);
+            self.send_load.forget(event.rail);
         }
         let tokens: Vec<u64> = st
             .peers
