@@ -2785,7 +2785,8 @@ impl Driver {
     ) -> Result<RailPart> {
         let len = window.len() as u64;
         let domain = self.rail_domain(rail);
-        let stint = timed.then(|| RailLoad::begin_sized(&self.send_load, rail, Instant::now(), len));
+        let stint =
+            timed.then(|| RailLoad::begin_sized(&self.send_load, rail, Instant::now(), len));
         let key = domain
             .direct()
             .isend_keyed(entry.on_rail(rail)?, tag, SendMode::Standard, window)
