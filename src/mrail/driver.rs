@@ -2415,7 +2415,98 @@ impl Driver {
                 recv_id,
                 part,
             } => self.on_part_query(st, source, send_id, recv_id, part),
+            Frame::Moved {
+                source,
+                send_id,
+                recv_id,
+                part,
+                rail,
+            } => self.on_moved(st, source, send_id, recv_id, part, rail),
         }
+    }
+
+    /// The sender sends part `part` of receive `recv_id` on `rail`, not on
+    /// the planned one (that one had more to do): the part's receive moves
+    /// there. The planned rail's receive is cancelled first; it cannot
+    /// have matched, as the sender never sent the part there, but if it
+    /// did (or the part was asked for again after a failover), it stays,
+    /// and the new receive lands in a buffer of its own, as a rerouted
+    /// part's does.
+    fn on_moved(
+        &self,
+        st: &mut State,
+        source: u64,
+        send_id: u64,
+        recv_id: u64,
+        part: u8,
+        rail: u8,
+    ) {
+        let rail = usize::from(rail);
+        let Some(x) = st.recvs.get_mut(recv_id) else {
+            bump(&self.stats.stale, 1);
+            return;
+        };
+        if x.entry.addr.token() != source || x.send_id != send_id || rail >= self.rails.len() {
+            self.malformed("a Moved that does not fit its receive");
+            return;
+        }
+        let Some(stripe) = x.plan.part(part).copied() else {
+            self.malformed("a Moved of a part the receive does not have");
+            return;
+        };
+        let k = usize::from(part);
+        let Some(striped) = x.striped.as_mut() else {
+            return;
+        };
+        if !striped.join.is_open(k) || stripe.rail == rail {
+            bump(&self.stats.stale, 1);
+            return;
+        }
+        let rerouted = x.rerouted.iter().any(|&(p, _, _)| p == k);
+        let mut kept = Vec::new();
+        if !rerouted {
+            for attempt in striped.join.take_attempts(k) {
+                if let Err(live) = attempt.try_cancel() {
+                    kept.push(live);
+                }
+            }
+        }
+        let in_place = !rerouted && kept.is_empty();
+        for live in kept {
+            let _ = striped.join.add_attempt(k, live);
+        }
+        let (window, temp) = if in_place {
+            (x.shared.window(stripe.offset, stripe.len), None)
+        } else {
+            match SharedBuffer::share(OpBuffer::from(vec![0u8; stripe.len as usize]), true) {
+                Ok(temp) => (temp.window(0, stripe.len), Some(temp)),
+                Err(_) => (None, None),
+            }
+        };
+        let Some(window) = window else {
+            return;
+        };
+        let stint = RailLoad::begin_sized(&self.load, rail, Instant::now(), stripe.len);
+        let tags = TagMatch::exact(data_tag(recv_id, part));
+        let domain = self.rail_domain(rail);
+        match domain.direct().irecv_keyed(tags, window) {
+            Ok(key) => {
+                let p = RailPart::new(domain.clone(), key, rail, true, Some(stint));
+                if let Ok(attempt) = striped.join.add_attempt(k, p) {
+                    if let Some(temp) = temp {
+                        x.rerouted.push((k, attempt, temp));
+                    }
+                }
+                if in_place {
+                    x.plan.move_part(part, rail);
+                }
+            }
+            Err(e) => {
+                // The part waits; a failover asks for it again elsewhere.
+                tracing::warn!("mrail: part {part} moved to rail {rail}: {}", e.error);
+            }
+        }
+        self.poll_recv(st, recv_id);
     }
 
     /// A peer's striped write with remote CQ data has landed whole: one
@@ -2965,9 +3056,84 @@ impl Driver {
                 .get(p.xfer)
                 .is_some_and(|x| x.queued & (1 << p.part) != 0)
         });
-        let Some(p) = next else {
+        match next {
+            Some(p) => self.post_queued(st, rail, p, posted, lost),
+            None if in_flight.0 == 0 => self.steal_for(st, rail, posted, lost),
+            None => false,
+        }
+    }
+
+    /// `thief` has nothing in flight and nothing queued: it takes the part
+    /// another rail of the same peer would reach last
+    /// ([`PartQueue::steal`]), unless their rates say that rail would
+    /// still finish it first, tells the receiver
+    /// ([`Frame::Moved`]) and sends it. Whether it did.
+    fn steal_for(
+        &self,
+        st: &mut State,
+        thief: usize,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        let live = st.live;
+        let (sends, peers) = (&st.sends, &st.peers);
+        let stolen = st.queue.steal(thief, |from, p| {
+            let x = sends.get(p.xfer)?;
+            if x.queued & (1 << p.part) == 0 {
+                return None;
+            }
+            let usable = peers
+                .get(&x.entry.addr.token())
+                .map_or(0, |ps| ps.rails(live));
+            let both = rail_bit(thief) | rail_bit(from);
+            Some(x.rails & rail_bit(thief) != 0 && usable & both == both && x.accepted.is_some())
+        });
+        let Some((from, p)) = stolen else {
             return false;
         };
+        // The other rail reaches the part after what it has in flight and
+        // queued; the thief at once.
+        if let (Some(mine), Some(theirs)) = (st.rates.rate(thief), st.rates.rate(from)) {
+            let backlog =
+                self.send_load.in_flight(from).1 + st.queue.queued(from) as u64 * p.len + p.len;
+            if p.len as f64 / mine >= backlog as f64 / theirs {
+                st.queue.push(from, p);
+                return false;
+            }
+        }
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return false;
+        };
+        let Some((recv_id, plan)) = x.accepted.as_mut() else {
+            return false;
+        };
+        plan.move_part(p.part, thief);
+        let frame = Frame::Moved {
+            source: self.token,
+            send_id: p.xfer,
+            recv_id: *recv_id,
+            part: p.part,
+            // An endpoint has at most 64 rails.
+            rail: thief as u8,
+        };
+        if let Err(e) = self.ctrl(thief, &x.entry, &frame) {
+            tracing::debug!("mrail: moving part {} to rail {thief}: {e}", p.part);
+            plan.move_part(p.part, from);
+            st.queue.push(from, p);
+            return false;
+        }
+        self.post_queued(st, thief, p, posted, lost)
+    }
+
+    /// Posts queued part `p` on `rail`; whether it was still wanted.
+    fn post_queued(
+        &self,
+        st: &mut State,
+        rail: usize,
+        p: QueuedPart,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
         let Some(x) = st.sends.get_mut(p.xfer) else {
             return true;
         };

@@ -113,6 +113,59 @@ impl PartQueue {
         None
     }
 
+    /// A part for `thief`, whose own queue is empty, from the back of
+    /// another rail's queue (the part that rail would reach last): the
+    /// rail with the most parts queued that `wanted` accepts for `thief`,
+    /// and of its parts the last one `wanted` says may go to `thief`. The
+    /// rail it came from, and the part, taken off that queue; parts no
+    /// longer wanted at all (`wanted` gives `None`) are dropped on the
+    /// way.
+    ///
+    /// `wanted(from, part)`: `None` when the part is no longer wanted,
+    /// `Some(false)` when it may not go to `thief`, `Some(true)` when it
+    /// may.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::rail_queue::{PartQueue, QueuedPart};
+    ///
+    /// let mut q = PartQueue::new(3);
+    /// for part in 0..3 {
+    ///     q.push(1, QueuedPart { xfer: 1, part, len: 10 });
+    /// }
+    /// q.push(2, QueuedPart { xfer: 2, part: 0, len: 10 });
+    /// let (from, p) = q.steal(0, |_, _| Some(true)).unwrap();
+    /// assert_eq!((from, p.part), (1, 2));
+    /// // Nothing for a rail whose own queue holds a wanted part.
+    /// assert!(q.steal(2, |_, _| Some(true)).is_none());
+    /// ```
+    pub fn steal(
+        &mut self,
+        thief: usize,
+        mut wanted: impl FnMut(usize, &QueuedPart) -> Option<bool>,
+    ) -> Option<(usize, QueuedPart)> {
+        let own = self.rails.get_mut(thief)?;
+        own.retain(|p| wanted(thief, p).is_some());
+        if !own.is_empty() {
+            return None;
+        }
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (rail, q) in self.rails.iter_mut().enumerate() {
+            if rail == thief {
+                continue;
+            }
+            q.retain(|p| wanted(rail, p).is_some());
+            let Some(at) = q.iter().rposition(|p| wanted(rail, p) == Some(true)) else {
+                continue;
+            };
+            if best.is_none_or(|(_, _, n)| q.len() > n) {
+                best = Some((rail, at, q.len()));
+            }
+        }
+        let (rail, at, _) = best?;
+        let part = self.rails[rail].remove(at)?;
+        Some((rail, part))
+    }
+
     /// The parts queued on `rail` (wanted or not).
     pub fn queued(&self, rail: usize) -> usize {
         self.rails.get(rail).map_or(0, VecDeque::len)
@@ -149,6 +202,27 @@ mod tests {
         assert!(may_post(1, 1 << 20, 1 << 20));
         assert!(!may_post(1, 1 << 20, (1 << 20) + 1));
         assert!(may_post(31, 0, 64 << 10));
+    }
+
+    #[test]
+    fn an_idle_rail_takes_the_last_part_of_the_longest_queue() {
+        let mut q = PartQueue::new(3);
+        for k in 0..4 {
+            q.push(1, part(1, k, 10));
+        }
+        q.push(2, part(2, 0, 10));
+        q.push(2, part(2, 1, 10));
+        // Parts of transfer 1 may not go to rail 0 from part 3 on.
+        let ok = |_: usize, p: &QueuedPart| Some(!(p.xfer == 1 && p.part == 3));
+        assert_eq!(q.steal(0, ok), Some((1, part(1, 2, 10))));
+        assert_eq!(q.steal(0, ok), Some((1, part(1, 1, 10))));
+        // Rail 1 now holds 2 parts, rail 2 too: the first longest wins.
+        assert_eq!(q.steal(0, ok), Some((1, part(1, 0, 10))));
+        assert_eq!(q.steal(0, ok), Some((2, part(2, 1, 10))));
+        // Unwanted parts leave every queue on the way.
+        assert_eq!(q.steal(0, |_, p| (p.xfer == 1).then_some(false)), None);
+        assert_eq!((q.queued(1), q.queued(2)), (1, 0));
+        assert_eq!(q.steal(9, ok), None);
     }
 
     #[test]

@@ -224,6 +224,28 @@ impl StripePlan {
         Some(StripePlan::from_shares(cut.into_iter()))
     }
 
+    /// Gives part `part` to `rail` (the sender sent it there instead:
+    /// [`Frame::Moved`](super::header::Frame::Moved)); whether the plan
+    /// has that part.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::stripe::StripePlan;
+    ///
+    /// let mut plan = StripePlan::from_mask(10, 0b11).unwrap();
+    /// assert!(plan.move_part(1, 0));
+    /// assert_eq!(plan.part(1).unwrap().rail, 0);
+    /// assert!(!plan.move_part(2, 0));
+    /// ```
+    pub fn move_part(&mut self, part: u8, rail: usize) -> bool {
+        match self.stripes.get_mut(usize::from(part)) {
+            Some(s) => {
+                s.rail = rail;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The parts on `rail`, in order.
     pub fn on_rail(&self, rail: usize) -> impl Iterator<Item = &Stripe> + '_ {
         self.stripes.iter().filter(move |s| s.rail == rail)
