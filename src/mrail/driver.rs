@@ -26,7 +26,10 @@
 //!   the user's buffer ([`SharedBuffer`]), each with the data tag of its
 //!   receive id and part number, and answers CTS (receive id, bytes
 //!   accepted). The sender then sends each part on its rail with that data
-//!   tag. Parts are tagged rail messages, so the rail's own eager or
+//!   tag, each rail's parts a few at a time ([`PartQueue`]); a rail with
+//!   nothing left takes a busier rail's last waiting part and says so
+//!   ([`Frame::Moved`]), and the receiver moves that part's receive to it.
+//!   Parts are tagged rail messages, so the rail's own eager or
 //!   rendezvous protocol carries them, and nothing of a large message is
 //!   sent before its receive is there: no part is ever buffered whole, and
 //!   nothing is copied. Both sides join their parts with the mrail
