@@ -177,7 +177,7 @@ use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
 use super::core::rail_health::{RailEvent, RailHealth, RailState};
 use super::core::rail_load::RailLoad;
-use super::core::rail_queue::{PartQueue, QueuedPart};
+use super::core::rail_queue::{PartQueue, QueuedPart, QUEUE_FROM};
 use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
@@ -2803,8 +2803,9 @@ impl Driver {
         }
         // Every part of a message striped over several rails waits in its
         // rail's queue; the pump posts each rail's next ones as its parts
-        // in flight leave room. A message on one rail goes at once.
-        let single = x.rails.count_ones() == 1;
+        // in flight leave room. A message on one rail, or of small parts
+        // only, goes at once.
+        let single = x.rails.count_ones() == 1 || plan.iter().all(|s| s.len < QUEUE_FROM);
         let mut parts = Vec::with_capacity(plan.len());
         let mut queued = 0u64;
         let mut lost = 0u64;
@@ -2819,6 +2820,7 @@ impl Driver {
                 continue;
             }
             if single {
+                // Posted now.
                 let window = x.shared.window(s.offset, s.len);
                 let tag = data_tag(recv_id, s.part);
                 match window.map(|w| self.post_part_send(&x.entry, s.rail, tag, w, true)) {

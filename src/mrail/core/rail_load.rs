@@ -31,6 +31,7 @@
 //! its pace. Times are passed in (no clock is read here).
 
 use super::rail_rates::MIN_SAMPLE_BYTES;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,8 @@ pub const BUSY_SPAN: Duration = Duration::from_secs(1);
 pub struct RailLoad {
     rails: Vec<Mutex<RailCounters>>,
     samples: Mutex<Vec<(usize, u64, Duration)>>,
+    /// Whether `samples` may hold any (looked at without the lock).
+    sampled: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +107,7 @@ impl RailLoad {
         Arc::new(RailLoad {
             rails: (0..rails).map(|_| Mutex::default()).collect(),
             samples: Mutex::new(Vec::new()),
+            sampled: AtomicBool::new(false),
         })
     }
 
@@ -188,6 +192,9 @@ impl RailLoad {
 
     /// The samples gathered since the last call: `(rail, bytes, time)`.
     pub fn take_samples(&self) -> Vec<(usize, u64, Duration)> {
+        if !self.sampled.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
         std::mem::take(&mut *relock(&self.samples))
     }
 }
@@ -229,6 +236,7 @@ impl RailStint {
             c.time = Duration::ZERO;
             drop(c);
             relock(&self.load.samples).push(sample);
+            self.load.sampled.store(true, Ordering::Release);
         }
     }
 }

@@ -213,6 +213,9 @@ impl StripePlan {
             return Some(shares);
         }
         let chunk = PART_TARGET.max(len.div_ceil(room));
+        if shares.iter().all(|s| s.len <= chunk) {
+            return Some(shares);
+        }
         let mut cut = Vec::with_capacity(MAX_PARTS);
         for s in shares.iter() {
             let n = s.len.div_ceil(chunk);
