@@ -36,6 +36,11 @@
 //! * `send-each`/`recv-each` post the same specs and wait for every one,
 //!   however it ends, answering each outcome in order (`ok` or the error
 //!   kind, with the wall-clock time it ended);
+//! * `stream send|recv <len> <count> <window>` streams `count` tagged
+//!   messages of `len` bytes (unchecked), `window` in flight, answers
+//!   `posted`, then (the sender) `ok <ms> <bytes> <total ms> <rates>`: when
+//!   every rail's rate was first known, in ms and in the bytes the rails
+//!   had been given by then, the stream's time and the rates (Mbit/s);
 //! * `recvdrop <len> <tag> <bytes>` drops a receive once its host's rails
 //!   received that many bytes; `inject`, `insert` (again: a fresh insert,
 //!   whose address the later sends use), `insert-self`, `stats`, `states`
@@ -379,6 +384,7 @@ fn child(_role: &str) {
             "rmareg" => cmd_rmareg(&mut side, rest),
             "rma" => cmd_rma(&side, rest),
             "rmacheck" => cmd_rmacheck(&side, rest),
+            "stream" => cmd_stream(&side, rest),
             "quit" => {
                 let ep = side.ep.clone();
                 let r = ep.close().and_then(|()| side.domain.clone().close());
@@ -528,6 +534,93 @@ fn cmd_send(side: &Side, specs: &[SendSpec]) -> Result<String, String> {
         }
     }
     Ok(took.as_micros().to_string())
+}
+
+/// The tag of `stream`'s messages.
+const STREAM_TAG: u64 = 0x5757;
+
+/// `stream send|recv <len> <count> <window>` (module docs).
+fn cmd_stream(side: &Side, rest: &str) -> Result<String, String> {
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    let usage = || "stream send|recv <len> <count> <window>".to_owned();
+    let [dir, len, count, window] = w[..] else {
+        return Err(usage());
+    };
+    let num = |v: &str| v.parse::<usize>().map_err(|_| usage());
+    let (len, count, window) = (num(len)?, num(count)?, num(window)?.max(1));
+    let send = match dir {
+        "send" => true,
+        "recv" => false,
+        _ => return Err(usage()),
+    };
+    let ep = &side.ep;
+    let peer = if send { Some(side.peer()?) } else { None };
+    let post = |buf: Vec<u8>| -> Boxed<'_, Result<usize, String>> {
+        match peer {
+            Some(peer) => Box::pin(async move {
+                let (r, _) = ep.tsend(peer, STREAM_TAG, buf).await;
+                r.map(|s| s.len).map_err(|e| e.to_string())
+            }),
+            None => Box::pin(async move {
+                let (r, _) = ep.trecv(buf, STREAM_TAG, 0).await;
+                r.map(|r| r.len).map_err(|e| e.to_string())
+            }),
+        }
+    };
+    let given = || -> u64 { ep.stats().rails.iter().map(|r| r.bytes_sent).sum() };
+    let base = given();
+    let start = Instant::now();
+    let (mut posted, mut done) = (0usize, 0usize);
+    let mut flying: Vec<Boxed<'_, Result<usize, String>>> = Vec::new();
+    let mut known: Option<(u128, u64)> = None;
+    let mut looked = start;
+    say("posted");
+    let r = run_until(side, step_limit(), |cx| loop {
+        while flying.len() < window && posted < count {
+            flying.push(post(vec![0u8; len]));
+            posted += 1;
+        }
+        let before = done;
+        let mut i = 0;
+        while i < flying.len() {
+            match flying[i].as_mut().poll(cx) {
+                Poll::Ready(Ok(n)) if n == len => {
+                    drop(flying.swap_remove(i));
+                    done += 1;
+                }
+                Poll::Ready(Ok(n)) => return Poll::Ready(Err(format!("{n} of {len} bytes"))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => i += 1,
+            }
+        }
+        if send && known.is_none() && looked.elapsed() >= Duration::from_millis(1) {
+            looked = Instant::now();
+            let s = ep.stats();
+            if s.rails.iter().all(|r| r.rate_mbit.is_some()) {
+                known = Some((start.elapsed().as_millis(), given() - base));
+            }
+        }
+        if done == count {
+            return Poll::Ready(Ok(()));
+        }
+        if done == before {
+            return Poll::Pending;
+        }
+    });
+    let took = start.elapsed().as_millis();
+    match r {
+        None => return Err(format!("timeout: {done} of {count} done")),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(())) => {}
+    }
+    let rates: Vec<String> = ep
+        .stats()
+        .rails
+        .iter()
+        .map(|r| r.rate_mbit.unwrap_or(0).to_string())
+        .collect();
+    let (ms, bytes) = known.unwrap_or((0, 0));
+    Ok(format!("{ms} {bytes} {took} {}", rates.join(",")))
 }
 
 /// Checks receive `i`'s output against its spec.
@@ -1932,6 +2025,82 @@ fn learned_weights_follow_the_rails_speeds() {
     assert!(
         (0.68..0.82).contains(&last),
         "the last message is cut about 1:3: {shares:?}"
+    );
+    p.quit();
+}
+
+/// From a cold start over rails of 1 and 2.5 Gbit/s, two 64 MiB messages
+/// sent at once (so cut in equal parts) teach the sender both rails'
+/// rates within their first 80 MiB (each rail's parts of about 4 MiB
+/// finish one after the other; cutting parts per message, it took three
+/// whole windows), in the rails' ratio, and the fast rail, done with its
+/// own parts, takes the slow rail's last ones, so it carries about its
+/// share of both messages, not half; the next message is cut by the
+/// rates.
+#[test]
+fn learned_rates_come_from_the_first_parts_of_a_stream() {
+    if let Some(r) = role() {
+        return child(&r);
+    }
+    let shapes = [RailShape::rate(1000), RailShape::rate(2500)];
+    let Some((_lock, rig)) = setup(&shapes) else {
+        return;
+    };
+    let test = "learned_rates_come_from_the_first_parts_of_a_stream";
+    let mut p = Pair::start(&rig, test, Opts::manual("ULONG_MAX:striping"));
+    let Pair { a, b } = &mut p;
+    let len = 64 * MIB;
+    let cold = a.stats();
+    b.posted(&format!("stream recv {len} 2 2"));
+    a.posted(&format!("stream send {len} 2 2"));
+    let sent = a.ok("stream");
+    b.ok("stream");
+    let w: Vec<&str> = sent.split_whitespace().collect();
+    let [ms, bytes, total, rates] = w[..] else {
+        panic!("stream: {sent}");
+    };
+    let (ms, bytes, total): (u64, u64, u64) = (
+        ms.parse().unwrap(),
+        bytes.parse().unwrap(),
+        total.parse().unwrap(),
+    );
+    let rates: Vec<f64> = rates.split(',').map(|r| r.parse().unwrap()).collect();
+    let warm = a.stats();
+    let fast_share = |from: &Stats, to: &Stats| {
+        let sent = |r: usize| (to.rails[r][1] - from.rails[r][1]) as f64;
+        sent(1) / (sent(0) + sent(1))
+    };
+    let first = fast_share(&cold, &warm);
+    println!(
+        "rates known after {ms} ms and {} MiB of a {} MiB stream of {total} ms; rates {rates:?} Mbit/s; \
+         rail 1 carried {first:.3} of it",
+        bytes / MIB as u64,
+        2 * len / MIB
+    );
+    assert!(bytes > 0, "rates never known during the stream: {sent}");
+    assert!(
+        bytes <= 80 * MIB as u64,
+        "rates known only after {} MiB: {sent}",
+        bytes / MIB as u64
+    );
+    let ratio = rates[1] / rates[0];
+    assert!(
+        (1.9..3.1).contains(&ratio),
+        "rail 1 is 2.5 x as fast as rail 0: {rates:?}"
+    );
+    // Equal parts would give it 0.5; its share of the rates is 0.71.
+    assert!(
+        first > 0.64,
+        "rail 1 took over the slow rail's last parts: its share {first}"
+    );
+    // The next message is cut about 1:2.5 (weights 6 and 15).
+    let us = carry(b, a, &[tagged(len, 5)]);
+    let share = fast_share(&warm, &a.stats());
+    let mbit = mbit(len, us);
+    println!("next message: rail 1's share {share:.3}, {mbit:.0} Mbit/s");
+    assert!(
+        (0.66..0.77).contains(&share),
+        "the message is cut by the learned rates: {share}"
     );
     p.quit();
 }

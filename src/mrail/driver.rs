@@ -26,7 +26,10 @@
 //!   the user's buffer ([`SharedBuffer`]), each with the data tag of its
 //!   receive id and part number, and answers CTS (receive id, bytes
 //!   accepted). The sender then sends each part on its rail with that data
-//!   tag. Parts are tagged rail messages, so the rail's own eager or
+//!   tag, each rail's parts a few at a time ([`PartQueue`]); a rail with
+//!   nothing left takes a busier rail's last waiting part and says so
+//!   ([`Frame::Moved`]), and the receiver moves that part's receive to it.
+//!   Parts are tagged rail messages, so the rail's own eager or
 //!   rendezvous protocol carries them, and nothing of a large message is
 //!   sent before its receive is there: no part is ever buffered whole, and
 //!   nothing is copied. Both sides join their parts with the mrail
@@ -174,6 +177,7 @@ use super::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
 use super::core::rail_choice::{RailChoice, RailChooser};
 use super::core::rail_health::{RailEvent, RailHealth, RailState};
 use super::core::rail_load::RailLoad;
+use super::core::rail_queue::{PartQueue, QueuedPart, QUEUE_FROM};
 use super::core::rail_rates::RailRates;
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
@@ -509,6 +513,9 @@ struct SendXfer {
     striped: Option<Striped>,
     /// Once the CTS came: the receiver's id and the plan of the parts.
     accepted: Option<(u64, StripePlan)>,
+    /// The parts waiting in their rails' queues (a bit per part), not
+    /// posted yet ([`Driver::pump`]).
+    queued: u64,
     waker: Waker,
 }
 
@@ -820,6 +827,10 @@ struct State {
     /// sent) does not pay for it, or until [`REPOST_BATCH`] are waiting.
     reposts: Vec<(usize, usize)>,
     scratch: Vec<u64>,
+    /// The striped sends' parts waiting for their rails.
+    queue: PartQueue,
+    /// Whether [`Driver::pump`] runs (it does not run inside itself).
+    pumping: bool,
     next_cq_id: u64,
     closed: bool,
     /// Which rails are in service, and why not.
@@ -939,6 +950,9 @@ pub(crate) struct Driver {
     fast_polls: AtomicUsize,
     /// The striped parts on each rail (which parts teach rates).
     load: Arc<RailLoad>,
+    /// The striped sends' parts on each rail, apart from the receives'
+    /// (their parts in flight decide when the next one goes).
+    send_load: Arc<RailLoad>,
     /// The domain's rail events.
     events: Arc<RailEventQueue>,
     /// Progress steps so far (housekeeping every [`HOUSEKEEPING_EVERY`]).
@@ -1005,6 +1019,8 @@ impl Driver {
                 pool,
                 reposts: Vec::new(),
                 scratch: Vec::new(),
+                queue: PartQueue::new(n),
+                pumping: false,
                 next_cq_id: 1,
                 closed: false,
                 health: RailHealth::new(n),
@@ -1037,6 +1053,7 @@ impl Driver {
             warm_rails: AtomicU64::new(1),
             fast_polls: AtomicUsize::new(0),
             load: RailLoad::new(n),
+            send_load: RailLoad::new(n),
             events: failover.events,
             steps: AtomicUsize::new(0),
             chores_due: AtomicBool::new(false),
@@ -1626,6 +1643,7 @@ impl Driver {
             sink,
             striped: None,
             accepted: None,
+            queued: 0,
             waker: futures::task::noop_waker(),
         };
         let send_id = match st.sends.insert(xfer) {
@@ -1941,7 +1959,7 @@ impl Driver {
             }
         };
         let plan = if rails & !all == 0 {
-            StripePlan::from_weights(accepted, rails, weights)
+            StripePlan::for_message(accepted, rails, weights)
         } else {
             None
         };
@@ -2029,7 +2047,7 @@ impl Driver {
                 break;
             };
             let tags = TagMatch::exact(data_tag(recv_id, s.part));
-            let stint = RailLoad::begin(&self.load, s.rail, Instant::now());
+            let stint = RailLoad::begin_sized(&self.load, s.rail, Instant::now(), s.len);
             match self.rail_domain(s.rail).direct().irecv_keyed(tags, window) {
                 Ok(key) => parts.push(Ok(RailPart::new(
                     self.rail_domain(s.rail).clone(),
@@ -2400,7 +2418,98 @@ impl Driver {
                 recv_id,
                 part,
             } => self.on_part_query(st, source, send_id, recv_id, part),
+            Frame::Moved {
+                source,
+                send_id,
+                recv_id,
+                part,
+                rail,
+            } => self.on_moved(st, source, send_id, recv_id, part, rail),
         }
+    }
+
+    /// The sender sends part `part` of receive `recv_id` on `rail`, not on
+    /// the planned one (that one had more to do): the part's receive moves
+    /// there. The planned rail's receive is cancelled first; it cannot
+    /// have matched, as the sender never sent the part there, but if it
+    /// did (or the part was asked for again after a failover), it stays,
+    /// and the new receive lands in a buffer of its own, as a rerouted
+    /// part's does.
+    fn on_moved(
+        &self,
+        st: &mut State,
+        source: u64,
+        send_id: u64,
+        recv_id: u64,
+        part: u8,
+        rail: u8,
+    ) {
+        let rail = usize::from(rail);
+        let Some(x) = st.recvs.get_mut(recv_id) else {
+            bump(&self.stats.stale, 1);
+            return;
+        };
+        if x.entry.addr.token() != source || x.send_id != send_id || rail >= self.rails.len() {
+            self.malformed("a Moved that does not fit its receive");
+            return;
+        }
+        let Some(stripe) = x.plan.part(part).copied() else {
+            self.malformed("a Moved of a part the receive does not have");
+            return;
+        };
+        let k = usize::from(part);
+        let Some(striped) = x.striped.as_mut() else {
+            return;
+        };
+        if !striped.join.is_open(k) || stripe.rail == rail {
+            bump(&self.stats.stale, 1);
+            return;
+        }
+        let rerouted = x.rerouted.iter().any(|&(p, _, _)| p == k);
+        let mut kept = Vec::new();
+        if !rerouted {
+            for attempt in striped.join.take_attempts(k) {
+                if let Err(live) = attempt.try_cancel() {
+                    kept.push(live);
+                }
+            }
+        }
+        let in_place = !rerouted && kept.is_empty();
+        for live in kept {
+            let _ = striped.join.add_attempt(k, live);
+        }
+        let (window, temp) = if in_place {
+            (x.shared.window(stripe.offset, stripe.len), None)
+        } else {
+            match SharedBuffer::share(OpBuffer::from(vec![0u8; stripe.len as usize]), true) {
+                Ok(temp) => (temp.window(0, stripe.len), Some(temp)),
+                Err(_) => (None, None),
+            }
+        };
+        let Some(window) = window else {
+            return;
+        };
+        let stint = RailLoad::begin_sized(&self.load, rail, Instant::now(), stripe.len);
+        let tags = TagMatch::exact(data_tag(recv_id, part));
+        let domain = self.rail_domain(rail);
+        match domain.direct().irecv_keyed(tags, window) {
+            Ok(key) => {
+                let p = RailPart::new(domain.clone(), key, rail, true, Some(stint));
+                if let Ok(attempt) = striped.join.add_attempt(k, p) {
+                    if let Some(temp) = temp {
+                        x.rerouted.push((k, attempt, temp));
+                    }
+                }
+                if in_place {
+                    x.plan.move_part(part, rail);
+                }
+            }
+            Err(e) => {
+                // The part waits; a failover asks for it again elsewhere.
+                tracing::warn!("mrail: part {part} moved to rail {rail}: {}", e.error);
+            }
+        }
+        self.poll_recv(st, recv_id);
     }
 
     /// A peer's striped write with remote CQ data has landed whole: one
@@ -2675,7 +2784,7 @@ impl Driver {
             }
             return;
         }
-        let Some(plan) = StripePlan::from_weights(accepted, x.rails, weights) else {
+        let Some(plan) = StripePlan::for_message(accepted, x.rails, weights) else {
             self.malformed("a CTS whose weights do not fit its send's rails");
             return;
         };
@@ -2684,8 +2793,21 @@ impl Driver {
         let Some(x) = st.sends.get_mut(send_id) else {
             return;
         };
+        if plan.total() > x.len {
+            let class = x.class;
+            let x = st.sends.remove(send_id).expect("present");
+            let e = Error::new(ErrorKind::Other, "send: a part outside the buffer");
+            let buf = give_back(x.striped, x.shared);
+            self.finish(x.sink, Dir::Send, class, Err(e), buf);
+            return;
+        }
+        // Every part of a message striped over several rails waits in its
+        // rail's queue; the pump posts each rail's next ones as its parts
+        // in flight leave room. A message on one rail, or of small parts
+        // only, goes at once.
+        let single = x.rails.count_ones() == 1 || plan.iter().all(|s| s.len < QUEUE_FROM);
         let mut parts = Vec::with_capacity(plan.len());
-        let mut failed = None;
+        let mut queued = 0u64;
         let mut lost = 0u64;
         for s in plan.iter() {
             if usable & (1 << s.rail) == 0 {
@@ -2697,38 +2819,51 @@ impl Driver {
                 )));
                 continue;
             }
-            let Some(window) = x.shared.window(s.offset, s.len) else {
-                failed = Some(Error::new(
-                    ErrorKind::Other,
-                    "send: a part outside the buffer",
-                ));
-                break;
-            };
-            match self.post_part_send(&x.entry, s.rail, data_tag(recv_id, s.part), window, true) {
-                Ok(part) => parts.push(Ok(part)),
-                Err(e) if rail_lost(e.kind()) => {
-                    // Its rail lost the peer: the part waits for the
-                    // receiver to ask for it on another rail.
-                    lost |= 1 << s.rail;
-                    parts.push(Err(e));
+            if single {
+                // Posted now.
+                let window = x.shared.window(s.offset, s.len);
+                let tag = data_tag(recv_id, s.part);
+                match window.map(|w| self.post_part_send(&x.entry, s.rail, tag, w, true)) {
+                    Some(Ok(part)) => parts.push(Ok(part)),
+                    Some(Err(e)) if rail_lost(e.kind()) => {
+                        // Its rail lost the peer: the part waits for the
+                        // receiver to ask for it on another rail.
+                        lost |= 1 << s.rail;
+                        parts.push(Err(e));
+                    }
+                    Some(Err(e)) => {
+                        let class = x.class;
+                        let x = st.sends.remove(send_id).expect("present");
+                        drop(parts);
+                        let buf = give_back(x.striped, x.shared);
+                        self.finish(x.sink, Dir::Send, class, Err(e), buf);
+                        return;
+                    }
+                    None => parts.push(Err(Error::new(
+                        ErrorKind::Other,
+                        "send: a part outside the buffer",
+                    ))),
                 }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+                continue;
             }
+            // Waiting for its turn on the rail: no attempt yet.
+            parts.push(Err(Error::new(
+                ErrorKind::Io,
+                format!("rail {}: part waiting for its turn", s.rail),
+            )));
+            queued |= 1 << s.part;
+            st.queue.push(
+                s.rail,
+                QueuedPart {
+                    xfer: send_id,
+                    part: s.part,
+                    len: s.len,
+                },
+            );
         }
-        // Parts already posted travel on; a failure is reported once they
-        // are done (the join waits for them), with the failing rail.
         x.striped = Some(Striped::with_stalled(parts));
         x.accepted = Some((recv_id, plan));
-        if let Some(e) = failed {
-            let class = x.class;
-            let x = st.sends.remove(send_id).expect("present");
-            let buf = drain_parts(x.striped, x.shared);
-            self.finish(x.sink, Dir::Send, class, Err(e), buf);
-            return;
-        }
+        x.queued = queued;
         if lost != 0 {
             self.peer_lost_rails(st, source, lost);
         }
@@ -2746,7 +2881,8 @@ impl Driver {
     ) -> Result<RailPart> {
         let len = window.len() as u64;
         let domain = self.rail_domain(rail);
-        let stint = timed.then(|| RailLoad::begin(&self.load, rail, Instant::now()));
+        let stint =
+            timed.then(|| RailLoad::begin_sized(&self.send_load, rail, Instant::now(), len));
         let key = domain
             .direct()
             .isend_keyed(entry.on_rail(rail)?, tag, SendMode::Standard, window)
@@ -2809,6 +2945,8 @@ impl Driver {
             self.malformed("a Reroute of a part the send does not have");
             return;
         };
+        // Sent now (or landed), not from its rail's queue.
+        x.queued &= !(1u64 << part);
         if landed {
             // The receiver has the part: its send on a lost rail may
             // never complete, and need not.
@@ -2856,7 +2994,197 @@ impl Driver {
         }
     }
 
+    /// Polls send `id`'s parts, then posts the parts its rails now have
+    /// room for ([`pump`](Self::pump)).
     fn poll_send(&self, st: &mut State, id: u64) {
+        self.poll_send_parts(st, id);
+        self.pump(st);
+    }
+
+    /// Folds the rate samples of the parts that finished into the rates.
+    fn learn(&self, st: &mut State) {
+        for load in [&self.load, &self.send_load] {
+            for (rail, bytes, took) in load.take_samples() {
+                st.rates.sample(rail, bytes, took);
+            }
+        }
+    }
+
+    /// Posts the queued parts of striped sends that their rails have room
+    /// for ([`PartQueue`]): each rail's next parts, in order, while its
+    /// parts in flight leave room; then polls the sends that got parts
+    /// (which registers their wakers, and may finish them, leaving room
+    /// for more). A part whose rail no longer serves its peer is left to
+    /// the receiver, which asks for it on another rail.
+    fn pump(&self, st: &mut State) {
+        if st.pumping {
+            return;
+        }
+        st.pumping = true;
+        let mut posted: Vec<u64> = Vec::new();
+        let mut lost: Vec<(u64, u64)> = Vec::new();
+        loop {
+            if st.queue.is_empty() {
+                break;
+            }
+            for rail in 0..self.rails.len() {
+                while self.pump_one(st, rail, &mut posted, &mut lost) {}
+            }
+            if posted.is_empty() {
+                break;
+            }
+            posted.sort_unstable();
+            posted.dedup();
+            for id in std::mem::take(&mut posted) {
+                self.poll_send_parts(st, id);
+            }
+        }
+        st.pumping = false;
+        for (token, mask) in lost {
+            self.peer_lost_rails(st, token, mask);
+        }
+    }
+
+    /// Posts the next queued part on `rail` if it has room; whether it did
+    /// (or dropped a part that can no longer go there).
+    fn pump_one(
+        &self,
+        st: &mut State,
+        rail: usize,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        let in_flight = self.send_load.in_flight(rail);
+        let sends = &st.sends;
+        let next = st.queue.next(rail, in_flight, |p| {
+            sends
+                .get(p.xfer)
+                .is_some_and(|x| x.queued & (1 << p.part) != 0)
+        });
+        match next {
+            Some(p) => self.post_queued(st, rail, p, posted, lost),
+            None if in_flight.0 == 0 => self.steal_for(st, rail, posted, lost),
+            None => false,
+        }
+    }
+
+    /// `thief` has nothing in flight and nothing queued: it takes the part
+    /// another rail of the same peer would reach last
+    /// ([`PartQueue::steal`]), unless their rates say that rail would
+    /// still finish it first, tells the receiver
+    /// ([`Frame::Moved`]) and sends it. Whether it did.
+    fn steal_for(
+        &self,
+        st: &mut State,
+        thief: usize,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        let live = st.live;
+        let (sends, peers) = (&st.sends, &st.peers);
+        let stolen = st.queue.steal(thief, |from, p| {
+            let x = sends.get(p.xfer)?;
+            if x.queued & (1 << p.part) == 0 {
+                return None;
+            }
+            let usable = peers
+                .get(&x.entry.addr.token())
+                .map_or(0, |ps| ps.rails(live));
+            let both = rail_bit(thief) | rail_bit(from);
+            Some(x.rails & rail_bit(thief) != 0 && usable & both == both && x.accepted.is_some())
+        });
+        let Some((from, p)) = stolen else {
+            return false;
+        };
+        // The other rail reaches the part after what it has in flight and
+        // queued; the thief at once.
+        if let (Some(mine), Some(theirs)) = (st.rates.rate(thief), st.rates.rate(from)) {
+            let backlog =
+                self.send_load.in_flight(from).1 + st.queue.queued(from) as u64 * p.len + p.len;
+            if p.len as f64 / mine >= backlog as f64 / theirs {
+                st.queue.push(from, p);
+                return false;
+            }
+        }
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return false;
+        };
+        let Some((recv_id, plan)) = x.accepted.as_mut() else {
+            return false;
+        };
+        plan.move_part(p.part, thief);
+        let frame = Frame::Moved {
+            source: self.token,
+            send_id: p.xfer,
+            recv_id: *recv_id,
+            part: p.part,
+            // An endpoint has at most 64 rails.
+            rail: thief as u8,
+        };
+        if let Err(e) = self.ctrl(thief, &x.entry, &frame) {
+            tracing::debug!("mrail: moving part {} to rail {thief}: {e}", p.part);
+            plan.move_part(p.part, from);
+            st.queue.push(from, p);
+            return false;
+        }
+        self.post_queued(st, thief, p, posted, lost)
+    }
+
+    /// Posts queued part `p` on `rail`; whether it was still wanted.
+    fn post_queued(
+        &self,
+        st: &mut State,
+        rail: usize,
+        p: QueuedPart,
+        posted: &mut Vec<u64>,
+        lost: &mut Vec<(u64, u64)>,
+    ) -> bool {
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return true;
+        };
+        x.queued &= !(1 << p.part);
+        let token = x.entry.addr.token();
+        let usable = st.peers.get(&token).map_or(0, |ps| ps.rails(st.live));
+        let Some(x) = st.sends.get_mut(p.xfer) else {
+            return true;
+        };
+        let target = x
+            .accepted
+            .as_ref()
+            .and_then(|(recv_id, plan)| Some((*recv_id, *plan.part(p.part)?)));
+        let Some((recv_id, stripe)) = target else {
+            return true;
+        };
+        if usable & rail_bit(rail) == 0 || stripe.rail != rail {
+            // Its rail lost the peer meanwhile: the receiver asks for the
+            // part elsewhere.
+            return true;
+        }
+        let Some(window) = x.shared.window(stripe.offset, stripe.len) else {
+            return true;
+        };
+        let sent = self.post_part_send(&x.entry, rail, data_tag(recv_id, p.part), window, true);
+        let Some(striped) = x.striped.as_mut() else {
+            return true;
+        };
+        match sent {
+            Ok(part) => {
+                // A part already done (the receiver said it landed) hands
+                // its attempt back: it is dropped, its send abandoned.
+                drop(striped.join.add_attempt(usize::from(p.part), part));
+            }
+            Err(e) if rail_lost(e.kind()) => lost.push((token, rail_bit(rail))),
+            Err(e) => {
+                // The send fails once its posted parts are done.
+                striped.join.fail_open(&e);
+                x.queued = 0;
+            }
+        }
+        posted.push(p.xfer);
+        true
+    }
+
+    fn poll_send_parts(&self, st: &mut State, id: u64) {
         let Some((token, watch)) = st
             .sends
             .get(id)
@@ -2865,14 +3193,14 @@ impl Driver {
             return;
         };
         self.note_deaths(st, token, &watch);
-        let Some(joined) = st.sends.get_mut(id).and_then(|x| x.poll()) else {
+        let joined = st.sends.get_mut(id).and_then(|x| x.poll());
+        // Parts that finished taught their rails' rates.
+        self.learn(st);
+        let Some(joined) = joined else {
             return;
         };
         let mut x = st.sends.remove(id).expect("present");
         x.spans.end(&joined);
-        for (rail, bytes, took) in self.load.take_samples() {
-            st.rates.sample(rail, bytes, took);
-        }
         let result = match joined.error {
             None => Ok(Done {
                 len: x.len as usize,
@@ -2903,14 +3231,13 @@ impl Driver {
             return;
         };
         self.note_deaths(st, token, &watch);
-        let Some(joined) = st.recvs.get_mut(id).and_then(|x| x.poll()) else {
+        let joined = st.recvs.get_mut(id).and_then(|x| x.poll());
+        self.learn(st);
+        let Some(joined) = joined else {
             return;
         };
         let mut x = st.recvs.remove(id).expect("present");
         x.spans.end(&joined);
-        for (rail, bytes, took) in self.load.take_samples() {
-            st.rates.sample(rail, bytes, took);
-        }
         for p in &joined.parts {
             if let Some(rs) = self.stats.rails.get(p.rail) {
                 bump(&rs.bytes_received, p.bytes as u64);
@@ -3696,6 +4023,7 @@ impl Driver {
             // What the rail was measured at says nothing of it now.
             st.rates.forget(event.rail);
             self.load.forget(event.rail);
+            self.send_load.forget(event.rail);
         }
         let tokens: Vec<u64> = st
             .peers

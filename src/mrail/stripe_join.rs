@@ -89,6 +89,20 @@ impl RailPart {
         }
     }
 
+    /// Cancels the part, a receive that has not matched yet; the part back
+    /// when it cannot be (it matched, or it is a send).
+    pub(crate) fn try_cancel(mut self) -> Result<(), RailPart> {
+        let Some(key) = self.key else {
+            return Ok(());
+        };
+        if !self.receive || !matches!(self.domain.engine().cancel(key), Ok(true)) {
+            return Err(self);
+        }
+        self.key = None;
+        drop(self.domain.table().abandon(key));
+        Ok(())
+    }
+
     /// What the completion means for this part.
     fn output(&mut self, done: MqCompletion) -> PartOutput {
         let status = done.status;
@@ -307,6 +321,19 @@ impl<F: Future<Output = PartOutput> + Unpin> StripeJoin<F> {
                 Ok(slot.attempts.len() - 1)
             }
             _ => Err(attempt),
+        }
+    }
+
+    /// Takes out the pending attempts at part `part` (none once it has an
+    /// outcome): the part then waits for a new one.
+    pub(crate) fn take_attempts(&mut self, part: usize) -> Vec<F> {
+        match self.slots.get_mut(part) {
+            Some(slot) if slot.outcome.is_none() && !self.reported => slot
+                .attempts
+                .iter_mut()
+                .filter_map(|a| a.take().map(|t| t.inner))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 

@@ -23,7 +23,7 @@
 //! | bytes | field |
 //! |-------|-------|
 //! | 0 | [`VERSION`] |
-//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice, 8 PartQuery, 9 Withdraw, 10 Resync |
+//! | 1 | kind: 0 Eager, 1 Rts, 2 Cts, 3 Nack, 4 Ack, 5 WriteData, 6 Reroute, 7 RailNotice, 8 PartQuery, 9 Withdraw, 10 Resync, 11 Moved |
 //! | 2 | flags: bit 0 = [`MsgClass::Tagged`] (Eager and Rts only); other bits zero |
 //! | 3 | zero |
 //! | 4..8 | sequence number (Eager, Rts, Ack and Withdraw), the first sequence number not sent (Resync), the notice's number (RailNotice); zero for the others |
@@ -44,6 +44,7 @@
 //! | PartQuery | send_id, recv_id, part (u8), zero (7 bytes) | 40 |
 //! | Withdraw | send_id | 24 |
 //! | Resync | ask (u8: 0 or 1), zero (7 bytes) | 24 |
+//! | Moved | send_id, recv_id, part (u8), rail (u8), zero (6 bytes) | 40 |
 //!
 //! [`decode`] is strict: a wrong version, an unknown kind, a nonzero
 //! reserved field or flag, a short input, and trailing bytes after a frame
@@ -89,6 +90,7 @@ const KIND_RAIL_NOTICE: u8 = 7;
 const KIND_PART_QUERY: u8 = 8;
 const KIND_WITHDRAW: u8 = 9;
 const KIND_RESYNC: u8 = 10;
+const KIND_MOVED: u8 = 11;
 
 const FLAG_TAGGED: u8 = 0x01;
 
@@ -358,6 +360,22 @@ pub enum Frame {
         /// Whether the receiver must answer with a Resync of its own.
         ask: bool,
     },
+    /// The sender of a striped message sends part `part`, not yet sent,
+    /// on rail `rail` instead of the rail the plan gave it (that rail had
+    /// more to do than this one, which had nothing): the receiver posts
+    /// the part's receive there. Sent on `rail`, ahead of the part.
+    Moved {
+        /// The sender's identity token.
+        source: u64,
+        /// The sender's id for the message.
+        send_id: u64,
+        /// The receiver's id (from the Cts).
+        recv_id: u64,
+        /// The part.
+        part: u8,
+        /// The rail it comes on.
+        rail: u8,
+    },
 }
 
 impl Frame {
@@ -379,6 +397,7 @@ impl Frame {
             Frame::PartQuery { .. } => KIND_PART_QUERY,
             Frame::Withdraw { .. } => KIND_WITHDRAW,
             Frame::Resync { .. } => KIND_RESYNC,
+            Frame::Moved { .. } => KIND_MOVED,
         }
     }
 
@@ -400,7 +419,8 @@ impl Frame {
             | Frame::RailNotice { source, .. }
             | Frame::PartQuery { source, .. }
             | Frame::Withdraw { source, .. }
-            | Frame::Resync { source, .. } => source,
+            | Frame::Resync { source, .. }
+            | Frame::Moved { source, .. } => source,
         }
     }
 
@@ -452,7 +472,8 @@ impl Frame {
             | Frame::Nack { .. }
             | Frame::WriteData { .. }
             | Frame::Reroute { .. }
-            | Frame::PartQuery { .. } => (0, 0),
+            | Frame::PartQuery { .. }
+            | Frame::Moved { .. } => (0, 0),
         };
         out[0] = VERSION;
         out[1] = self.kind();
@@ -526,6 +547,18 @@ impl Frame {
             }
             Frame::Withdraw { send_id, .. } => put_u64(out, 16, send_id),
             Frame::Resync { ask, .. } => out[16] = u8::from(ask),
+            Frame::Moved {
+                send_id,
+                recv_id,
+                part,
+                rail,
+                ..
+            } => {
+                put_u64(out, 16, send_id);
+                put_u64(out, 24, recv_id);
+                out[32] = part;
+                out[33] = rail;
+            }
         }
         Ok(len)
     }
@@ -577,7 +610,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
         return Err(HeaderError::Version(common[0]));
     }
     let kind = common[1];
-    if kind > KIND_RESYNC {
+    if kind > KIND_MOVED {
         return Err(HeaderError::UnknownKind(kind));
     }
     let name = kind_name(kind);
@@ -671,19 +704,30 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), HeaderError> {
             data: get_u64(h, 16),
             len: get_u64(h, 24),
         },
-        KIND_REROUTE => {
+        KIND_REROUTE | KIND_MOVED => {
             if h[34..40].iter().any(|&b| b != 0) {
                 return Err(HeaderError::Reserved {
                     kind: name,
                     offset: 34,
                 });
             }
-            Frame::Reroute {
-                source,
-                send_id: get_u64(h, 16),
-                recv_id: get_u64(h, 24),
-                part: h[32],
-                rail: h[33],
+            let (send_id, recv_id, part, rail) = (get_u64(h, 16), get_u64(h, 24), h[32], h[33]);
+            if kind == KIND_MOVED {
+                Frame::Moved {
+                    source,
+                    send_id,
+                    recv_id,
+                    part,
+                    rail,
+                }
+            } else {
+                Frame::Reroute {
+                    source,
+                    send_id,
+                    recv_id,
+                    part,
+                    rail,
+                }
             }
         }
         KIND_PART_QUERY => {
@@ -820,7 +864,8 @@ const fn kind_name(kind: u8) -> &'static str {
         KIND_RAIL_NOTICE => "RailNotice",
         KIND_PART_QUERY => "PartQuery",
         KIND_WITHDRAW => "Withdraw",
-        _ => "Resync",
+        KIND_RESYNC => "Resync",
+        _ => "Moved",
     }
 }
 
@@ -836,7 +881,8 @@ const fn header_len(kind: u8) -> usize {
         KIND_RAIL_NOTICE => RAIL_NOTICE_LEN,
         KIND_PART_QUERY => REROUTE_LEN,
         KIND_WITHDRAW => WITHDRAW_LEN,
-        _ => RESYNC_LEN,
+        KIND_RESYNC => RESYNC_LEN,
+        _ => REROUTE_LEN,
     }
 }
 
@@ -964,13 +1010,20 @@ mod tests {
                 upto: 12,
                 ask: true,
             },
+            Frame::Moved {
+                source: 9,
+                send_id: 5,
+                recv_id: 6,
+                part: 7,
+                rail: 1,
+            },
         ]
     }
 
     #[test]
     fn lengths_and_common_bytes() {
         let lens: Vec<usize> = every_kind().iter().map(Frame::header_len).collect();
-        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24, 40, 24, 24]);
+        assert_eq!(lens, [24, 56, 48, 32, 24, 32, 40, 24, 40, 24, 24, 40]);
         for (kind, frame) in every_kind().iter().enumerate() {
             let b = encode(frame);
             assert_eq!(b.len(), frame.header_len());
@@ -1000,7 +1053,7 @@ mod tests {
             decode(&b).unwrap_err()
         };
         assert_eq!(bad(0, 2), HeaderError::Version(2));
-        assert_eq!(bad(1, 11), HeaderError::UnknownKind(11));
+        assert_eq!(bad(1, 12), HeaderError::UnknownKind(12));
         assert_eq!(
             bad(2, 1),
             HeaderError::Flags {
@@ -1190,6 +1243,20 @@ mod tests {
             }),
             (any::<u64>(), any::<u32>(), any::<bool>())
                 .prop_map(|(source, upto, ask)| Frame::Resync { source, upto, ask }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u8>(),
+                any::<u8>()
+            )
+                .prop_map(|(source, send_id, recv_id, part, rail)| Frame::Moved {
+                    source,
+                    send_id,
+                    recv_id,
+                    part,
+                    rail
+                }),
         ]
     }
 

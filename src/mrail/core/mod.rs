@@ -22,6 +22,8 @@
 //!   stripe weights that follow ([`RailRates`]);
 //! * [`rail_load`]: the striped parts on each rail and their service
 //!   times, the samples rates are learned from ([`RailLoad`]);
+//! * [`rail_queue`]: the sender's parts waiting for their rails, a few in
+//!   flight per rail at a time ([`PartQueue`](rail_queue::PartQueue));
 //! * [`sequence`]: per-peer sequence numbers ([`TxSequence`]) and the
 //!   receive-side reorder buffer ([`Reorder`]) that undoes the reordering
 //!   between rails;
@@ -44,6 +46,7 @@ pub mod matcher;
 pub mod rail_choice;
 pub mod rail_health;
 pub mod rail_load;
+pub mod rail_queue;
 pub mod rail_rates;
 pub mod rma_plan;
 pub mod sequence;

@@ -31,6 +31,7 @@
 //! its pace. Times are passed in (no clock is read here).
 
 use super::rail_rates::MIN_SAMPLE_BYTES;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,9 @@ pub const SHORT_SPAN: Duration = Duration::from_millis(20);
 
 /// The service time after which a rail that never goes idle gives a
 /// sample all the same (the parts still in flight then are a small share
-/// of what it moved).
+/// of what it moved). The sender feeds each rail its parts one at a time
+/// ([`rail_queue`](super::rail_queue)), so its rails go idle, and give a
+/// sample, at the end of each part of [`SHORT_SPAN`] or more.
 pub const BUSY_SPAN: Duration = Duration::from_secs(1);
 
 /// Parts in flight per rail, and the samples their completions gave.
@@ -64,11 +67,15 @@ pub const BUSY_SPAN: Duration = Duration::from_secs(1);
 pub struct RailLoad {
     rails: Vec<Mutex<RailCounters>>,
     samples: Mutex<Vec<(usize, u64, Duration)>>,
+    /// Whether `samples` may hold any (looked at without the lock).
+    sampled: AtomicBool,
 }
 
 #[derive(Debug, Default)]
 struct RailCounters {
     busy: u32,
+    /// The bytes of the parts in flight (as given to `begin_sized`).
+    busy_bytes: u64,
     /// Bumped by [`RailLoad::forget`]: stints begun before count nothing.
     epoch: u64,
     /// When the last part completed.
@@ -84,6 +91,7 @@ struct RailCounters {
 pub struct RailStint {
     load: Arc<RailLoad>,
     rail: usize,
+    bytes: u64,
     posted: Instant,
     epoch: u64,
     ended: bool,
@@ -99,21 +107,30 @@ impl RailLoad {
         Arc::new(RailLoad {
             rails: (0..rails).map(|_| Mutex::default()).collect(),
             samples: Mutex::new(Vec::new()),
+            sampled: AtomicBool::new(false),
         })
     }
 
     /// A part is posted on `rail` at `now` (a rail beyond the counters
     /// never counts).
     pub fn begin(load: &Arc<RailLoad>, rail: usize, now: Instant) -> RailStint {
+        RailLoad::begin_sized(load, rail, now, 0)
+    }
+
+    /// [`begin`](Self::begin) for a part of `bytes` bytes, which count in
+    /// [`in_flight`](Self::in_flight) until it ends.
+    pub fn begin_sized(load: &Arc<RailLoad>, rail: usize, now: Instant, bytes: u64) -> RailStint {
         let mut epoch = 0;
         if let Some(c) = load.rails.get(rail) {
             let mut c = relock(c);
             c.busy += 1;
+            c.busy_bytes = c.busy_bytes.saturating_add(bytes);
             epoch = c.epoch;
         }
         RailStint {
             load: Arc::clone(load),
             rail,
+            bytes,
             posted: now,
             epoch,
             ended: false,
@@ -150,8 +167,34 @@ impl RailLoad {
         self.rails.get(rail).map_or(0, |c| relock(c).busy)
     }
 
+    /// Parts in flight on `rail` now, and their bytes (those given to
+    /// [`begin_sized`](Self::begin_sized)).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::rail_load::RailLoad;
+    /// use std::time::Instant;
+    ///
+    /// let load = RailLoad::new(1);
+    /// let a = RailLoad::begin_sized(&load, 0, Instant::now(), 1000);
+    /// let b = RailLoad::begin(&load, 0, Instant::now());
+    /// assert_eq!(load.in_flight(0), (2, 1000));
+    /// drop(a);
+    /// assert_eq!(load.in_flight(0), (1, 0));
+    /// drop(b);
+    /// assert_eq!(load.in_flight(0), (0, 0));
+    /// ```
+    pub fn in_flight(&self, rail: usize) -> (u32, u64) {
+        self.rails.get(rail).map_or((0, 0), |c| {
+            let c = relock(c);
+            (c.busy, c.busy_bytes)
+        })
+    }
+
     /// The samples gathered since the last call: `(rail, bytes, time)`.
     pub fn take_samples(&self) -> Vec<(usize, u64, Duration)> {
+        if !self.sampled.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
         std::mem::take(&mut *relock(&self.samples))
     }
 }
@@ -172,6 +215,7 @@ impl RailStint {
         };
         let mut c = relock(c);
         c.busy -= 1;
+        c.busy_bytes = c.busy_bytes.saturating_sub(self.bytes);
         let Some((now, bytes)) = done.filter(|_| self.epoch == c.epoch) else {
             // Dropped, or from before the rail was forgotten: nothing to
             // learn from it.
@@ -192,6 +236,7 @@ impl RailStint {
             c.time = Duration::ZERO;
             drop(c);
             relock(&self.load.samples).push(sample);
+            self.load.sampled.store(true, Ordering::Release);
         }
     }
 }
@@ -301,8 +346,9 @@ mod tests {
         let part: u64 = 2 << 20;
         for window in 0..3u64 {
             let start = t0 + ms(300 * window);
-            let stints: Vec<RailStint> =
-                (0..16).map(|_| RailLoad::begin(&load, 0, start)).collect();
+            let stints: Vec<RailStint> = (0..16)
+                .map(|_| RailLoad::begin_sized(&load, 0, start, part))
+                .collect();
             // 32 MiB at 128 MiB/s: 250 ms; completions over its last 15 ms.
             for (k, s) in stints.into_iter().enumerate() {
                 s.end(start + ms(235 + k as u64), part);

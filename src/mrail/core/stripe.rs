@@ -9,8 +9,20 @@
 //!
 //! Parts cover `[0, len)` in ascending, contiguous ranges, are numbered
 //! from 0 without gaps, and are never empty.
+//!
+//! A message's plan ([`StripePlan::for_message`]) cuts each rail's share
+//! further into parts of about [`PART_TARGET`] bytes (at most
+//! [`MAX_PARTS`] in all), which the sender feeds to each rail a few at a
+//! time ([`rail_queue`](super::rail_queue)): the rail then finishes its
+//! parts one after the other, so each finished part says how fast the
+//! rail is from the first megabytes of a message on.
 
 use super::header::MAX_PARTS;
+
+/// The size a message's plan cuts each rail's share into
+/// ([`StripePlan::for_message`]): 3-35 ms of a 1-10 Gbit/s rail, a
+/// hundred times its round trip and a rendezvous hand-off.
+pub const PART_TARGET: u64 = 4 << 20;
 
 /// One part of a striped message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -171,6 +183,77 @@ impl StripePlan {
         StripePlan::weighted(len, &rails)
     }
 
+    /// The plan of a striped message: [`from_weights`](Self::from_weights)'s
+    /// share for each rail, cut into parts of equal length (to a byte) of
+    /// at most [`PART_TARGET`] bytes, or more where [`MAX_PARTS`] parts
+    /// would not cover the message. A rail's parts are contiguous and in
+    /// order; every rail gets exactly the bytes `from_weights` gives it.
+    /// Sender and receiver both derive it from the request and its answer.
+    /// A message over one rail is one part.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::stripe::StripePlan;
+    ///
+    /// // 24 MiB over rails 0 and 1 weighing 1 and 2: 2 and 4 parts of 4 MiB.
+    /// let plan = StripePlan::for_message(24 << 20, 0b11, 0x21).unwrap();
+    /// let rails: Vec<usize> = plan.iter().map(|s| s.rail).collect();
+    /// assert_eq!(rails, [0, 0, 1, 1, 1, 1]);
+    /// assert!(plan.iter().all(|s| s.len == 4 << 20));
+    /// ```
+    pub fn for_message(len: u64, mask: u64, weights: u64) -> Option<StripePlan> {
+        let shares = StripePlan::from_weights(len, mask, weights)?;
+        if shares.len() < 2 {
+            return Some(shares);
+        }
+        // Parts of `chunk` bytes: at most len / chunk + 1 per rail's share
+        // rounding up, so this many fit in MAX_PARTS.
+        let rails = shares.len() as u64;
+        let room = MAX_PARTS as u64 - rails;
+        if room == 0 {
+            return Some(shares);
+        }
+        let chunk = PART_TARGET.max(len.div_ceil(room));
+        if shares.iter().all(|s| s.len <= chunk) {
+            return Some(shares);
+        }
+        let mut cut = Vec::with_capacity(MAX_PARTS);
+        for s in shares.iter() {
+            let n = s.len.div_ceil(chunk);
+            for i in 0..n {
+                let extra = u64::from(i < s.len % n);
+                cut.push((s.rail, s.len / n + extra));
+            }
+        }
+        Some(StripePlan::from_shares(cut.into_iter()))
+    }
+
+    /// Gives part `part` to `rail` (the sender sent it there instead:
+    /// [`Frame::Moved`](super::header::Frame::Moved)); whether the plan
+    /// has that part.
+    ///
+    /// ```
+    /// use psmrail::mrail::core::stripe::StripePlan;
+    ///
+    /// let mut plan = StripePlan::from_mask(10, 0b11).unwrap();
+    /// assert!(plan.move_part(1, 0));
+    /// assert_eq!(plan.part(1).unwrap().rail, 0);
+    /// assert!(!plan.move_part(2, 0));
+    /// ```
+    pub fn move_part(&mut self, part: u8, rail: usize) -> bool {
+        match self.stripes.get_mut(usize::from(part)) {
+            Some(s) => {
+                s.rail = rail;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The parts on `rail`, in order.
+    pub fn on_rail(&self, rail: usize) -> impl Iterator<Item = &Stripe> + '_ {
+        self.stripes.iter().filter(move |s| s.rail == rail)
+    }
+
     /// Lays out `(rail, length)` shares in order, leaving out empty ones.
     fn from_shares(shares: impl Iterator<Item = (usize, u64)>) -> StripePlan {
         let mut offset = 0;
@@ -313,8 +396,59 @@ mod tests {
         assert!(StripePlan::from_weights(9, 1 << 20, 1).is_none());
     }
 
+    #[test]
+    fn a_message_plan_cuts_each_share_into_parts() {
+        // 64 MiB over 4 equal rails: 16 MiB each, in parts of 4 MiB.
+        let plan = StripePlan::for_message(64 << 20, 0b1111, 0).unwrap();
+        check_layout(&plan, 64 << 20);
+        assert_eq!(plan.len(), 16);
+        for rail in 0..4 {
+            let lens: Vec<u64> = plan.on_rail(rail).map(|s| s.len).collect();
+            assert_eq!(lens, [4 << 20; 4]);
+        }
+        // 1 GiB over 4: 60 parts of 17 MiB and a bit, no more than fit.
+        let plan = StripePlan::for_message(1 << 30, 0b1111, 0).unwrap();
+        check_layout(&plan, 1 << 30);
+        assert!(plan.len() <= MAX_PARTS);
+        assert!(plan.iter().all(|s| s.len > 17 << 20 && s.len < 18 << 20));
+        // Small messages keep one part per rail; one rail, one part.
+        assert_eq!(
+            StripePlan::for_message(8 << 20, 0b11, 0),
+            StripePlan::from_mask(8 << 20, 0b11)
+        );
+        assert_eq!(StripePlan::for_message(9 << 20, 0b100, 0).unwrap().len(), 1);
+        assert!(StripePlan::for_message(0, 0b11, 0).unwrap().is_empty());
+        assert_eq!(StripePlan::for_message(1, 0, 0), None);
+        // The largest messages still fit in MAX_PARTS.
+        let max = StripePlan::for_message(u64::MAX, u64::MAX, 0).unwrap();
+        check_layout(&max, u64::MAX);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn message_plans_give_each_rail_its_weighted_share(
+            len in prop_oneof![0u64..(64 << 20), any::<u64>()],
+            ws in proptest::collection::vec(1u64..16, 1..=16),
+        ) {
+            let mask = (1u64 << ws.len()) - 1;
+            let weights = ws.iter().enumerate().fold(0u64, |acc, (i, w)| acc | (w << (4 * i)));
+            let plan = StripePlan::for_message(len, mask, weights).unwrap();
+            check_layout(&plan, len);
+            let shares = StripePlan::from_weights(len, mask, weights).unwrap();
+            for s in shares.iter() {
+                let parts: Vec<&Stripe> = plan.on_rail(s.rail).collect();
+                prop_assert_eq!(parts.iter().map(|p| p.len).sum::<u64>(), s.len);
+                // Contiguous, and of equal lengths to a byte.
+                prop_assert_eq!(parts[0].offset, s.offset);
+                let (lo, hi) = parts.iter().fold((u64::MAX, 0), |(lo, hi), p| (lo.min(p.len), hi.max(p.len)));
+                prop_assert!(hi - lo <= 1);
+                if parts.len() > 1 {
+                    prop_assert!(lo >= PART_TARGET / 2, "{:?}", parts);
+                }
+            }
+        }
 
         #[test]
         fn weighted_request_plans_follow_their_weights(

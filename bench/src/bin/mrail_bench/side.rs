@@ -83,8 +83,10 @@ pub(crate) struct SideArgs {
     /// `lat:SIZE:ITERS` (ping-pong, median half round trip),
     /// `bw:SIZE:WINDOW:ROUND_MS:REPS` (REPS streaming rounds of about
     /// ROUND_MS each, after one warm-up round), `stream:SIZE:WINDOW:SECS`
-    /// (one round of SECS, the server reporting every 100 ms). Sizes take
-    /// k and m suffixes.
+    /// (one round of SECS, the server reporting every 100 ms; with
+    /// `:cold`, checked with a 1-byte message instead of one of SIZE, so
+    /// that the stream is the endpoints' first striped traffic). Sizes
+    /// take k and m suffixes.
     #[arg(
         long,
         value_delimiter = ',',
@@ -119,11 +121,13 @@ pub(crate) enum Job {
         reps: usize,
     },
     /// One streaming round of `secs` seconds; the server reports the
-    /// bytes it has received every [`TICK`].
+    /// bytes it has received every [`TICK`]. `cold`: nothing striped
+    /// before it (the check is one byte).
     Stream {
         size: usize,
         window: usize,
         secs: f64,
+        cold: bool,
     },
 }
 
@@ -131,6 +135,14 @@ impl Job {
     fn size(&self) -> usize {
         match *self {
             Job::Lat { size, .. } | Job::Bw { size, .. } | Job::Stream { size, .. } => size,
+        }
+    }
+
+    /// The size of the message each way that checks the pair first.
+    fn check_size(&self) -> usize {
+        match *self {
+            Job::Stream { cold: true, .. } => 1,
+            _ => self.size(),
         }
     }
 }
@@ -145,7 +157,18 @@ impl fmt::Display for Job {
                 round_ms,
                 reps,
             } => write!(f, "bw:{size}:{window}:{round_ms}:{reps}"),
-            Job::Stream { size, window, secs } => write!(f, "stream:{size}:{window}:{secs}"),
+            Job::Stream {
+                size,
+                window,
+                secs,
+                cold,
+            } => {
+                write!(f, "stream:{size}:{window}:{secs}")?;
+                if cold {
+                    write!(f, ":cold")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -167,18 +190,23 @@ impl FromStr for Job {
                 round_ms: count(3)? as u64,
                 reps: count(4)?,
             },
-            ("stream", 4) => Job::Stream {
+            ("stream", 4 | 5) => Job::Stream {
                 size: parse_size(f[1])?,
                 window: count(2)?,
                 secs: match f[3].parse::<f64>() {
                     Ok(x) if x > 0.0 && x.is_finite() => x,
                     _ => return Err(format!("job {s:?}: {:?} is not a duration", f[3])),
                 },
+                cold: match f.get(4) {
+                    None => false,
+                    Some(&"cold") => true,
+                    Some(other) => return Err(format!("job {s:?}: {other:?} is not `cold`")),
+                },
             },
             _ => {
                 return Err(format!(
                     "job {s:?}: expected lat:SIZE:ITERS, bw:SIZE:WINDOW:ROUND_MS:REPS \
-                     or stream:SIZE:WINDOW:SECS"
+                     or stream:SIZE:WINDOW:SECS[:cold]"
                 ))
             }
         };
@@ -513,7 +541,7 @@ async fn run_job<E: MessageEndpoint>(
     client: bool,
     job: Job,
 ) -> Result<(), String> {
-    check(ep, peer, client, job.size()).await?;
+    check(ep, peer, client, job.check_size()).await?;
     match job {
         Job::Lat { size, iters } => {
             pingpong(ep, peer, client, size, iters / 10 + 1).await?;
@@ -545,7 +573,9 @@ async fn run_job<E: MessageEndpoint>(
                 }
             }
         }
-        Job::Stream { size, window, secs } => {
+        Job::Stream {
+            size, window, secs, ..
+        } => {
             let mut bufs = buffers(window, size);
             let received = Arc::new(AtomicU64::new(0));
             let ticker = (!client).then(|| {

@@ -628,8 +628,9 @@ fn notes(results: &[RigResult]) -> Vec<String> {
             let slowest = each.iter().copied().fold(f64::INFINITY, f64::min);
             let ceiling = slowest * each.len() as f64;
             out.push(format!(
-                "{}: equal parts finish with the slowest rail: at most {} x {slowest:.0} = \
-                 {ceiling:.0} Mbit/s ({:.2} of iperf3's sum)",
+                "{}: equal parts alone finish with the slowest rail, at most {} x \
+                 {slowest:.0} = {ceiling:.0} Mbit/s ({:.2} of iperf3's sum); above that, \
+                 the fast rail took the slow rail's waiting parts",
                 res.label,
                 each.len(),
                 ceiling / sum

@@ -55,6 +55,12 @@ pub(crate) struct TimelineArgs {
     /// stalled: both sides are stopped and the program exits with 3.
     #[arg(long, default_value_t = 10.0, value_parser = seconds)]
     timeout: f64,
+    /// Nothing striped before the stream (the pair is checked with one
+    /// byte, not a message of --size), so that striping starts cold:
+    /// equal parts until the rails' rates are learned. Prints what the
+    /// rails carried in the stream's first 200 ms and first second.
+    #[arg(long)]
+    cold: bool,
     /// No iperf3 reference before the stream.
     #[arg(long)]
     no_iperf: bool,
@@ -145,6 +151,21 @@ fn mean(ticks: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
     (!within.is_empty()).then(|| within.iter().sum::<f64>() / within.len() as f64)
 }
 
+/// The mean over the intervals ending in `(from, to]` of what every
+/// interface received together.
+fn wire_mean(wire: &[(String, Vec<(f64, f64)>)], from: f64, to: f64) -> Option<f64> {
+    let mut sums: Vec<(f64, f64)> = Vec::new();
+    for (_, points) in wire {
+        for &(t, m) in points {
+            match sums.iter_mut().find(|(u, _)| (*u - t).abs() < 1e-9) {
+                Some((_, sum)) => *sum += m,
+                None => sums.push((t, m)),
+            }
+        }
+    }
+    mean(&sums, from, to)
+}
+
 /// `mrail_bench timeline`.
 pub(crate) fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
     let rates = a.rates.clone().unwrap_or_else(|| vec![a.rate; a.rails]);
@@ -185,6 +206,7 @@ pub(crate) fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
         size: a.size,
         window: a.window,
         secs: a.secs,
+        cold: a.cold,
     };
     let timeout = Duration::from_secs_f64(a.timeout.max(1.0));
     let mut pair = Pair::start(&rig, &variant, &[job], timeout)?;
@@ -270,6 +292,13 @@ pub(crate) fn main(a: &TimelineArgs) -> Result<ExitCode, String> {
     let of = |m: f64| iperf.map_or(String::new(), |s| format!(" ({:.2} of iperf3)", m / s));
     if let Some(m) = sent {
         println!("whole stream: {m:.0} Mbit/s{}", of(m));
+    }
+    if a.cold {
+        for (name, to) in [("first 200 ms", 0.2), ("first second", 1.0)] {
+            if let Some(m) = wire_mean(&wire, 0.0, to) {
+                println!("on the rails, {name}: {m:.0} Mbit/s mean{}", of(m));
+            }
+        }
     }
     if let Some(down) = a.down_at {
         let up = a.up_at;
