@@ -15,7 +15,9 @@ fn main() {
         .header("wrapper.h")
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .allowlist_type("fi_.*|fid.*")
-        .allowlist_function("fi_dupinfo|fi_freeinfo|fi_strerror|fi_log|fi_log_enabled|fi_tostr|fi_version")
+        .allowlist_function(
+            "fi_dupinfo|fi_freeinfo|fi_strerror|fi_log|fi_log_enabled|fi_tostr|fi_version",
+        )
         .allowlist_var("FI_.*|FID_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)

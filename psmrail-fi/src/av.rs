@@ -119,16 +119,18 @@ pub(crate) unsafe extern "C" fn open(
 
 unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     guard("fi_close(av)", || {
-        // SAFETY: AvObj is the block type of FI_CLASS_AV.
-        let a: &AvObj = unsafe { obj::cast(fid, sys::FI_CLASS_AV)? };
-        if a.children.any() {
-            return Err(Errno::BUSY);
-        }
-        obj::lock(&a.av).take();
-        // SAFETY: the domain block is kept for the process.
-        unsafe { (*a.domain).children.remove() };
-        obj::retire(fid as usize);
-        Ok(0)
+        crate::entry::without_sigpipe(|| {
+            // SAFETY: AvObj is the block type of FI_CLASS_AV.
+            let a: &AvObj = unsafe { obj::cast(fid, sys::FI_CLASS_AV)? };
+            if a.children.any() {
+                return Err(Errno::BUSY);
+            }
+            obj::lock(&a.av).take();
+            // SAFETY: the domain block is kept for the process.
+            unsafe { (*a.domain).children.remove() };
+            obj::retire(fid as usize);
+            Ok(0)
+        })
     })
 }
 

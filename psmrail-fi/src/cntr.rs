@@ -122,7 +122,9 @@ unsafe fn counter(cntr: *mut sys::fid_cntr) -> Option<Counter> {
 
 unsafe extern "C" fn read(cntr: *mut sys::fid_cntr) -> u64 {
     // SAFETY: a counter of this library.
-    guard_value("fi_cntr_read", 0, || unsafe { counter(cntr) }.map_or(0, |c| c.read()))
+    guard_value("fi_cntr_read", 0, || {
+        unsafe { counter(cntr) }.map_or(0, |c| c.read())
+    })
 }
 
 unsafe extern "C" fn readerr(cntr: *mut sys::fid_cntr) -> u64 {

@@ -134,7 +134,9 @@ unsafe extern "C" fn control(_fid: *mut sys::fid, command: c_int, _arg: *mut c_v
 /// Where a received message's data starts, or null.
 fn data_ptr(e: &CqEntry) -> *mut c_void {
     match &e.buffer {
-        Some(b) if !b.is_empty() || e.offset > 0 => b.as_ptr().wrapping_add(e.offset) as *mut c_void,
+        Some(b) if !b.is_empty() || e.offset > 0 => {
+            b.as_ptr().wrapping_add(e.offset) as *mut c_void
+        }
         _ => std::ptr::null_mut(),
     }
 }
@@ -153,32 +155,37 @@ unsafe fn write_entry(format: sys::fi_cq_format, buf: *mut c_void, i: usize, e: 
                 .cast::<sys::fi_cq_entry>()
                 .add(i)
                 .write_unaligned(sys::fi_cq_entry { op_context: ctx }),
-            sys::FI_CQ_FORMAT_MSG => buf.cast::<sys::fi_cq_msg_entry>().add(i).write_unaligned(
-                sys::fi_cq_msg_entry {
-                    op_context: ctx,
-                    flags: e.flags.bits(),
-                    len: e.len,
-                },
-            ),
-            sys::FI_CQ_FORMAT_DATA => buf.cast::<sys::fi_cq_data_entry>().add(i).write_unaligned(
-                sys::fi_cq_data_entry {
-                    op_context: ctx,
-                    flags: e.flags.bits(),
-                    len: e.len,
-                    buf: data_ptr(e),
-                    data: e.data,
-                },
-            ),
-            _ => buf.cast::<sys::fi_cq_tagged_entry>().add(i).write_unaligned(
-                sys::fi_cq_tagged_entry {
+            sys::FI_CQ_FORMAT_MSG => {
+                buf.cast::<sys::fi_cq_msg_entry>()
+                    .add(i)
+                    .write_unaligned(sys::fi_cq_msg_entry {
+                        op_context: ctx,
+                        flags: e.flags.bits(),
+                        len: e.len,
+                    })
+            }
+            sys::FI_CQ_FORMAT_DATA => {
+                buf.cast::<sys::fi_cq_data_entry>()
+                    .add(i)
+                    .write_unaligned(sys::fi_cq_data_entry {
+                        op_context: ctx,
+                        flags: e.flags.bits(),
+                        len: e.len,
+                        buf: data_ptr(e),
+                        data: e.data,
+                    })
+            }
+            _ => buf
+                .cast::<sys::fi_cq_tagged_entry>()
+                .add(i)
+                .write_unaligned(sys::fi_cq_tagged_entry {
                     op_context: ctx,
                     flags: e.flags.bits(),
                     len: e.len,
                     buf: data_ptr(e),
                     data: e.data,
                     tag: e.tag,
-                },
-            ),
+                }),
         }
     }
 }

@@ -140,22 +140,24 @@ pub(crate) unsafe extern "C" fn open2(
 
 unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     guard("fi_close(domain)", || {
-        // SAFETY: DomainObj is the block type of FI_CLASS_DOMAIN.
-        let d: &DomainObj = unsafe { obj::cast(fid, sys::FI_CLASS_DOMAIN)? };
-        if d.children.any() {
-            return Err(Errno::BUSY);
-        }
-        let rust = obj::lock(&d.rust).take();
-        let r = match rust {
-            Some(RustDomain::Psm(d)) => d.close(),
-            Some(RustDomain::Mrail(d)) => d.close(),
-            None => return Err(Errno::INVAL),
-        };
-        // SAFETY: the fabric block is kept for the process.
-        unsafe { (*d.fabric).children.remove() };
-        obj::retire(fid as usize);
-        r.map_err(Errno::from)?;
-        Ok(0)
+        crate::entry::without_sigpipe(|| {
+            // SAFETY: DomainObj is the block type of FI_CLASS_DOMAIN.
+            let d: &DomainObj = unsafe { obj::cast(fid, sys::FI_CLASS_DOMAIN)? };
+            if d.children.any() {
+                return Err(Errno::BUSY);
+            }
+            let rust = obj::lock(&d.rust).take();
+            let r = match rust {
+                Some(RustDomain::Psm(d)) => d.close(),
+                Some(RustDomain::Mrail(d)) => d.close(),
+                None => return Err(Errno::INVAL),
+            };
+            // SAFETY: the fabric block is kept for the process.
+            unsafe { (*d.fabric).children.remove() };
+            obj::retire(fid as usize);
+            r.map_err(Errno::from)?;
+            Ok(0)
+        })
     })
 }
 

@@ -84,7 +84,9 @@ pub(crate) fn guard<R: CRet>(what: &str, body: impl FnOnce() -> FiResult<R>) -> 
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into());
-            log_warn(&format!("{what}: internal error ({why}); returning -FI_EOTHER"));
+            log_warn(&format!(
+                "{what}: internal error ({why}); returning -FI_EOTHER"
+            ));
             R::from_errno(Errno::OTHER)
         }
     }
@@ -141,4 +143,49 @@ pub(crate) fn log_warn(text: &str) {
 /// An informational line in libfabric's log and in `tracing`.
 pub(crate) fn log_info(text: &str) {
     log_at(sys::FI_LOG_INFO, text);
+}
+
+/// Runs `f` with `SIGPIPE` blocked on this thread, and takes away a
+/// `SIGPIPE` that `f` raised (a write to a peer that has gone, while
+/// closing): in a C program `SIGPIPE` still kills the process by default,
+/// where a Rust program ignores it. Used around closes, where the soft
+/// engine says goodbye to peers that may have exited first.
+pub(crate) fn without_sigpipe<R>(f: impl FnOnce() -> R) -> R {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+    let mut pipe = SigSet::empty();
+    pipe.add(Signal::SIGPIPE);
+    let mut old = SigSet::empty();
+    let blocked =
+        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&pipe), Some(&mut old))
+            .is_ok();
+    let was_pending = sigpipe_pending();
+    let r = f();
+    if blocked {
+        if !was_pending && !old.contains(Signal::SIGPIPE) {
+            let pending = sigpipe_pending();
+            if pending {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                let set = pipe.as_ref() as *const libc::sigset_t;
+                // SAFETY: `set` is a valid signal set and `zero` a valid
+                // timeout; the info pointer may be null.
+                unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &zero) };
+            }
+        }
+        let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    r
+}
+
+/// Whether a `SIGPIPE` is pending for this thread or the process.
+fn sigpipe_pending() -> bool {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the set it is given; it is read only when
+    // the call succeeded.
+    unsafe {
+        libc::sigpending(set.as_mut_ptr()) == 0
+            && libc::sigismember(set.as_ptr(), libc::SIGPIPE) == 1
+    }
 }

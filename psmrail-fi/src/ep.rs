@@ -48,7 +48,13 @@ impl RustEp {
         .map_err(post_err)
     }
 
-    pub(crate) fn post_tsend(&self, dest: FiAddr, tag: u64, buf: OpBuffer, ctx: u64) -> FiResult<()> {
+    pub(crate) fn post_tsend(
+        &self,
+        dest: FiAddr,
+        tag: u64,
+        buf: OpBuffer,
+        ctx: u64,
+    ) -> FiResult<()> {
         match self {
             RustEp::Psm(ep) => ep.post_tsend(dest, tag, buf, ctx).map(|_| ()),
             RustEp::Mrail(ep) => ep.post_tsend(dest, tag, buf, ctx).map(|_| ()),
@@ -64,7 +70,13 @@ impl RustEp {
         .map_err(post_err)
     }
 
-    pub(crate) fn post_trecv(&self, buf: OpBuffer, tag: u64, ignore: u64, ctx: u64) -> FiResult<AnyPosted> {
+    pub(crate) fn post_trecv(
+        &self,
+        buf: OpBuffer,
+        tag: u64,
+        ignore: u64,
+        ctx: u64,
+    ) -> FiResult<AnyPosted> {
         match self {
             RustEp::Psm(ep) => ep.post_trecv(buf, tag, ignore, ctx).map(AnyPosted::Psm),
             RustEp::Mrail(ep) => ep.post_trecv(buf, tag, ignore, ctx).map(AnyPosted::Mrail),
@@ -459,40 +471,42 @@ unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_voi
 
 unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     guard("fi_close(ep)", || {
-        // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
-        let old = std::mem::replace(&mut *obj::lock(&e.state), State::Closed);
-        obj::lock(&e.posted).clear();
-        let r = match old {
-            State::Enabled(ep, binds) => {
-                let r = match ep {
-                    RustEp::Psm(ep) => ep.close(),
-                    RustEp::Mrail(ep) => ep.close(),
-                };
-                if let Some(av) = binds.av {
-                    if let Ok(a) = live::<AvObj>(av, sys::FI_CLASS_AV) {
-                        a.children.remove();
+        crate::entry::without_sigpipe(|| {
+            // SAFETY: EpObj is the block type of FI_CLASS_EP.
+            let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+            let old = std::mem::replace(&mut *obj::lock(&e.state), State::Closed);
+            obj::lock(&e.posted).clear();
+            let r = match old {
+                State::Enabled(ep, binds) => {
+                    let r = match ep {
+                        RustEp::Psm(ep) => ep.close(),
+                        RustEp::Mrail(ep) => ep.close(),
+                    };
+                    if let Some(av) = binds.av {
+                        if let Ok(a) = live::<AvObj>(av, sys::FI_CLASS_AV) {
+                            a.children.remove();
+                        }
                     }
-                }
-                for (cq, _) in &binds.cqs {
-                    if let Ok(c) = live::<CqObj>(*cq, sys::FI_CLASS_CQ) {
-                        c.children.remove();
+                    for (cq, _) in &binds.cqs {
+                        if let Ok(c) = live::<CqObj>(*cq, sys::FI_CLASS_CQ) {
+                            c.children.remove();
+                        }
                     }
-                }
-                for (cn, _) in &binds.cntrs {
-                    if let Ok(c) = live::<CntrObj>(*cn, sys::FI_CLASS_CNTR) {
-                        c.children.remove();
+                    for (cn, _) in &binds.cntrs {
+                        if let Ok(c) = live::<CntrObj>(*cn, sys::FI_CLASS_CNTR) {
+                            c.children.remove();
+                        }
                     }
+                    r.map_err(Errno::from)
                 }
-                r.map_err(Errno::from)
-            }
-            State::Binding(_) => Ok(()),
-            State::Closed => return Err(Errno::INVAL),
-        };
-        // SAFETY: the domain block is kept for the process.
-        unsafe { (*e.domain).children.remove() };
-        obj::retire(fid as usize);
-        r.map(|()| 0)
+                State::Binding(_) => Ok(()),
+                State::Closed => return Err(Errno::INVAL),
+            };
+            // SAFETY: the domain block is kept for the process.
+            unsafe { (*e.domain).children.remove() };
+            obj::retire(fid as usize);
+            r.map(|()| 0)
+        })
     })
 }
 
@@ -679,7 +693,12 @@ unsafe extern "C" fn accept(_: *mut sys::fid_ep, _: *const c_void, _: usize) -> 
     Errno::NOSYS.ret()
 }
 
-unsafe extern "C" fn reject(_: *mut sys::fid_pep, _: *mut sys::fid, _: *const c_void, _: usize) -> c_int {
+unsafe extern "C" fn reject(
+    _: *mut sys::fid_pep,
+    _: *mut sys::fid,
+    _: *const c_void,
+    _: usize,
+) -> c_int {
     Errno::NOSYS.ret()
 }
 

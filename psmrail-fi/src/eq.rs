@@ -197,7 +197,11 @@ unsafe extern "C" fn sread(
     })
 }
 
-unsafe extern "C" fn readerr(eq: *mut sys::fid_eq, buf: *mut sys::fi_eq_err_entry, flags: u64) -> isize {
+unsafe extern "C" fn readerr(
+    eq: *mut sys::fid_eq,
+    buf: *mut sys::fi_eq_err_entry,
+    flags: u64,
+) -> isize {
     guard("fi_eq_readerr", || {
         // SAFETY: EqObj is the block type of FI_CLASS_EQ.
         let e: &EqObj = unsafe { obj::block(eq)? };

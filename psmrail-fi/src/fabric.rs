@@ -105,16 +105,18 @@ pub(crate) unsafe fn open(
 
 unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     guard("fi_close(fabric)", || {
-        // SAFETY: FabricObj is the block type of FI_CLASS_FABRIC.
-        let f: &FabricObj = unsafe { obj::cast(fid, sys::FI_CLASS_FABRIC)? };
-        if f.children.any() {
-            return Err(Errno::BUSY);
-        }
-        f.closed.store(true, std::sync::atomic::Ordering::Release);
-        let rust = obj::lock(&f.rust).take();
-        drop(rust);
-        obj::retire(fid as usize);
-        Ok(0)
+        crate::entry::without_sigpipe(|| {
+            // SAFETY: FabricObj is the block type of FI_CLASS_FABRIC.
+            let f: &FabricObj = unsafe { obj::cast(fid, sys::FI_CLASS_FABRIC)? };
+            if f.children.any() {
+                return Err(Errno::BUSY);
+            }
+            f.closed.store(true, std::sync::atomic::Ordering::Release);
+            let rust = obj::lock(&f.rust).take();
+            drop(rust);
+            obj::retire(fid as usize);
+            Ok(0)
+        })
     })
 }
 

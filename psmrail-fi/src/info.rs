@@ -20,8 +20,8 @@ use crate::provider::{Which, PROVIDER_VERSION};
 use crate::sys;
 use psmrail::engine::Epid;
 use psmrail::fabric::{
-    AvType, Caps, EpType, GetInfo, Hints, Info, Mode, MsgOrder, ProgressKind, Provider,
-    Service, SourceName, Threading,
+    AvType, Caps, EpType, GetInfo, Hints, Info, Mode, MsgOrder, ProgressKind, Provider, Service,
+    SourceName, Threading,
 };
 use std::ffi::{c_char, c_void, CString};
 use std::ptr;

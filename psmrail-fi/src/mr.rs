@@ -106,7 +106,9 @@ unsafe extern "C" fn reg(
     mr: *mut *mut sys::fid_mr,
     context: *mut c_void,
 ) -> c_int {
-    guard("fi_mr_reg", || make(fid, access, requested_key, flags, mr, context))
+    guard("fi_mr_reg", || {
+        make(fid, access, requested_key, flags, mr, context)
+    })
 }
 
 unsafe extern "C" fn regv(

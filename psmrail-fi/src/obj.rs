@@ -98,7 +98,11 @@ pub(crate) fn make<T>(v: T, fclass: u32) -> *mut T {
 }
 
 /// A `fid` header.
-pub(crate) fn fid_header(fclass: u32, context: *mut std::ffi::c_void, ops: &'static FiOps) -> sys::fid {
+pub(crate) fn fid_header(
+    fclass: u32,
+    context: *mut std::ffi::c_void,
+    ops: &'static FiOps,
+) -> sys::fid {
     sys::fid {
         fclass: fclass as usize,
         context,
@@ -188,7 +192,11 @@ pub(crate) const fn fi_ops(
     close: unsafe extern "C" fn(*mut sys::fid) -> std::ffi::c_int,
     bind: Option<unsafe extern "C" fn(*mut sys::fid, *mut sys::fid, u64) -> std::ffi::c_int>,
     control: Option<
-        unsafe extern "C" fn(*mut sys::fid, std::ffi::c_int, *mut std::ffi::c_void) -> std::ffi::c_int,
+        unsafe extern "C" fn(
+            *mut sys::fid,
+            std::ffi::c_int,
+            *mut std::ffi::c_void,
+        ) -> std::ffi::c_int,
     >,
 ) -> sys::fi_ops {
     sys::fi_ops {

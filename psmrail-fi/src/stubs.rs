@@ -7,11 +7,29 @@ use crate::obj::Table;
 use crate::sys;
 use std::ffi::{c_int, c_void};
 
-unsafe extern "C" fn rma_read(_: *mut sys::fid_ep, _: *mut c_void, _: usize, _: *mut c_void, _: sys::fi_addr_t, _: u64, _: u64, _: *mut c_void) -> isize {
+unsafe extern "C" fn rma_read(
+    _: *mut sys::fid_ep,
+    _: *mut c_void,
+    _: usize,
+    _: *mut c_void,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_readv(_: *mut sys::fid_ep, _: *const sys::iovec, _: *mut *mut c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: *mut c_void) -> isize {
+unsafe extern "C" fn rma_readv(
+    _: *mut sys::fid_ep,
+    _: *const sys::iovec,
+    _: *mut *mut c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
@@ -19,11 +37,29 @@ unsafe extern "C" fn rma_readmsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_rma,
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_write(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: *mut c_void, _: sys::fi_addr_t, _: u64, _: u64, _: *mut c_void) -> isize {
+unsafe extern "C" fn rma_write(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_writev(_: *mut sys::fid_ep, _: *const sys::iovec, _: *mut *mut c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: *mut c_void) -> isize {
+unsafe extern "C" fn rma_writev(
+    _: *mut sys::fid_ep,
+    _: *const sys::iovec,
+    _: *mut *mut c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
@@ -31,15 +67,40 @@ unsafe extern "C" fn rma_writemsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_rma
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_inject(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64) -> isize {
+unsafe extern "C" fn rma_inject(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_writedata(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: *mut c_void, _: u64, _: sys::fi_addr_t, _: u64, _: u64, _: *mut c_void) -> isize {
+unsafe extern "C" fn rma_writedata(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: u64,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn rma_injectdata(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: u64, _: sys::fi_addr_t, _: u64, _: u64) -> isize {
+unsafe extern "C" fn rma_injectdata(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: u64,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
@@ -56,55 +117,181 @@ pub(crate) static RMA_OPS: Table<sys::fi_ops_rma> = Table::new(sys::fi_ops_rma {
     injectdata: Some(rma_injectdata),
 });
 
-unsafe extern "C" fn atomic_write(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: *mut c_void, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_write(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_writev(_: *mut sys::fid_ep, _: *const sys::fi_ioc, _: *mut *mut c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_writev(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_writemsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_atomic, _: u64) -> isize {
+unsafe extern "C" fn atomic_writemsg(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_msg_atomic,
+    _: u64,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_inject(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op) -> isize {
+unsafe extern "C" fn atomic_inject(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_readwrite(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: *mut c_void, _: *mut c_void, _: *mut c_void, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_readwrite(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: *mut c_void,
+    _: *mut c_void,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_readwritev(_: *mut sys::fid_ep, _: *const sys::fi_ioc, _: *mut *mut c_void, _: usize, _: *mut sys::fi_ioc, _: *mut *mut c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_readwritev(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: *mut sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_readwritemsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_atomic, _: *mut sys::fi_ioc, _: *mut *mut c_void, _: usize, _: u64) -> isize {
+unsafe extern "C" fn atomic_readwritemsg(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_msg_atomic,
+    _: *mut sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: u64,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_compwrite(_: *mut sys::fid_ep, _: *const c_void, _: usize, _: *mut c_void, _: *const c_void, _: *mut c_void, _: *mut c_void, _: *mut c_void, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_compwrite(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: *const c_void,
+    _: *mut c_void,
+    _: *mut c_void,
+    _: *mut c_void,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_compwritev(_: *mut sys::fid_ep, _: *const sys::fi_ioc, _: *mut *mut c_void, _: usize, _: *const sys::fi_ioc, _: *mut *mut c_void, _: usize, _: *mut sys::fi_ioc, _: *mut *mut c_void, _: usize, _: sys::fi_addr_t, _: u64, _: u64, _: sys::fi_datatype, _: sys::fi_op, _: *mut c_void) -> isize {
+unsafe extern "C" fn atomic_compwritev(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: *const sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: *mut sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: u64,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut c_void,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_compwritemsg(_: *mut sys::fid_ep, _: *const sys::fi_msg_atomic, _: *const sys::fi_ioc, _: *mut *mut c_void, _: usize, _: *mut sys::fi_ioc, _: *mut *mut c_void, _: usize, _: u64) -> isize {
+unsafe extern "C" fn atomic_compwritemsg(
+    _: *mut sys::fid_ep,
+    _: *const sys::fi_msg_atomic,
+    _: *const sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: *mut sys::fi_ioc,
+    _: *mut *mut c_void,
+    _: usize,
+    _: u64,
+) -> isize {
     -(sys::FI_ENOSYS as isize)
 }
 
-unsafe extern "C" fn atomic_writevalid(_: *mut sys::fid_ep, _: sys::fi_datatype, _: sys::fi_op, _: *mut usize) -> c_int {
+unsafe extern "C" fn atomic_writevalid(
+    _: *mut sys::fid_ep,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut usize,
+) -> c_int {
     -(sys::FI_ENOSYS as c_int)
 }
 
-unsafe extern "C" fn atomic_readwritevalid(_: *mut sys::fid_ep, _: sys::fi_datatype, _: sys::fi_op, _: *mut usize) -> c_int {
+unsafe extern "C" fn atomic_readwritevalid(
+    _: *mut sys::fid_ep,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut usize,
+) -> c_int {
     -(sys::FI_ENOSYS as c_int)
 }
 
-unsafe extern "C" fn atomic_compwritevalid(_: *mut sys::fid_ep, _: sys::fi_datatype, _: sys::fi_op, _: *mut usize) -> c_int {
+unsafe extern "C" fn atomic_compwritevalid(
+    _: *mut sys::fid_ep,
+    _: sys::fi_datatype,
+    _: sys::fi_op,
+    _: *mut usize,
+) -> c_int {
     -(sys::FI_ENOSYS as c_int)
 }
 
