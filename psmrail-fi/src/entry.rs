@@ -45,7 +45,7 @@ impl From<&Error> for Errno {
 impl From<Error> for Errno {
     fn from(e: Error) -> Errno {
         // Errors that reach C lose their message: say it in the log.
-        if !matches!(e.kind(), ErrorKind::Again | ErrorKind::NoData) {
+        if e.kind() != ErrorKind::Again {
             log_info(&format!("{}: {}", e.kind().fi_name(), e));
         }
         Errno::from(&e)

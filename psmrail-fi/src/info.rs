@@ -228,7 +228,9 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
                 .threading(threading_of(d.threading)?)
                 .progress(progress_of(d.data_progress)?)
                 .av_type(av_type_of(d.av_type)?);
-            if let Some(name) = crate::provider::opt_str(d.name)? {
+            // ofi_mrail's discovery checks names against its rails'
+            // (psm's); its own names are the info's, not a choice.
+            if let (Which::Psm, Some(name)) = (which, crate::provider::opt_str(d.name)?) {
                 h = h.domain_name(name);
             }
             match d.mr_mode as u32 {
@@ -238,7 +240,7 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
             }
         }
         if let Some(f) = c.fabric_attr.as_ref() {
-            if let Some(name) = crate::provider::opt_str(f.name)? {
+            if let (Which::Psm, Some(name)) = (which, crate::provider::opt_str(f.name)?) {
                 h = h.fabric_name(name);
             }
             if let Some(name) = crate::provider::opt_str(f.prov_name)? {
