@@ -35,6 +35,7 @@ pub(crate) struct SourceRecord {
     unit: i32,
     port: i32,
     service: u32,
+    /// 1 when the record came from `FI_SOURCE` (0: any source).
     reserved: u32,
 }
 
@@ -106,6 +107,8 @@ pub(crate) struct Extra {
     dest: Option<Vec<u8>>,
     /// The hints asked for the legacy `FI_MR_SCALABLE` mode by name.
     mr_scalable: bool,
+    /// The hints asked for automatic control progress.
+    ctrl_auto: bool,
 }
 
 fn ep_type_of(t: sys::fi_ep_type) -> FiResult<EpType> {
@@ -219,14 +222,35 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
             }
         }
         if let Some(rx) = c.rx_attr.as_ref() {
+            // One ordering for both sides: what either asks must hold.
+            let tx_order = c.tx_attr.as_ref().map_or(0, |t| t.msg_order);
+            if rx.msg_order != 0 {
+                h = h.msg_order(MsgOrder::from_bits_retain(rx.msg_order | tx_order));
+            }
             if rx.iov_limit != 0 {
                 h = h.rx_iov_limit(rx.iov_limit);
             }
         }
         if let Some(d) = c.domain_attr.as_ref() {
+            let mut data = progress_of(d.data_progress)?;
+            // Control progress rides on data progress: asking for it
+            // automatic runs the progress thread (as C's psm does).
+            if progress_of(d.control_progress)? == ProgressKind::Auto {
+                extra.ctrl_auto = true;
+                match data {
+                    ProgressKind::Unspec | ProgressKind::Auto => data = ProgressKind::Auto,
+                    ProgressKind::Manual => {}
+                }
+            }
+            if !Caps::from_bits_retain(d.caps)
+                .difference(Caps::LOCAL_COMM | Caps::REMOTE_COMM)
+                .is_empty()
+            {
+                return Err(Errno::NODATA);
+            }
             h = h
                 .threading(threading_of(d.threading)?)
-                .progress(progress_of(d.data_progress)?)
+                .progress(data)
                 .av_type(av_type_of(d.av_type)?);
             // ofi_mrail's discovery checks names against its rails'
             // (psm's); its own names are the info's, not a choice.
@@ -257,12 +281,14 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
 fn apply_addrs(which: Which, info: &mut Info, extra: &Extra) {
     if let Some(src) = &extra.src {
         if let Some(rec) = source_record(src) {
-            info.source = Some(SourceName {
-                node: String::new(),
-                unit: (rec.unit >= 0).then_some(rec.unit as u32),
-                port: (rec.port > 0).then_some(rec.port as u32),
-                service: Service::new(rec.service),
-            });
+            if rec.reserved != 0 {
+                info.source = Some(SourceName {
+                    node: String::new(),
+                    unit: (rec.unit >= 0).then_some(rec.unit as u32),
+                    port: (rec.port > 0).then_some(rec.port as u32),
+                    service: Service::new(rec.service),
+                });
+            }
         } else if which == Which::Psm {
             if let Some([id]) = epids_of(src).as_deref() {
                 info.src_addr = Some(*id);
@@ -300,11 +326,48 @@ pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM);
 
-/// Leaves out of an answer what the C face does not carry.
+/// What a `tx_attr.caps` may hold (fi_getinfo(3): the primary transmit
+/// capabilities and their modifiers and secondaries).
+const TX_CAPS: Caps = Caps::MSG
+    .union(Caps::RMA)
+    .union(Caps::TAGGED)
+    .union(Caps::ATOMIC)
+    .union(Caps::MULTICAST)
+    .union(Caps::NAMED_RX_CTX)
+    .union(Caps::HMEM)
+    .union(Caps::COLLECTIVE)
+    .union(Caps::SEND)
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::TRIGGER)
+    .union(Caps::FENCE)
+    .union(Caps::RMA_PMEM);
+
+/// What an `rx_attr.caps` may hold.
+const RX_CAPS: Caps = Caps::MSG
+    .union(Caps::RMA)
+    .union(Caps::TAGGED)
+    .union(Caps::ATOMIC)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::VARIABLE_MSG)
+    .union(Caps::HMEM)
+    .union(Caps::COLLECTIVE)
+    .union(Caps::RECV)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE)
+    .union(Caps::RMA_PMEM)
+    .union(Caps::SOURCE)
+    .union(Caps::SOURCE_ERR)
+    .union(Caps::RMA_EVENT)
+    .union(Caps::MULTI_RECV)
+    .union(Caps::TRIGGER);
+
+/// Leaves out of an answer what the C face does not carry, and keeps each
+/// side's capabilities to that side's.
 fn mask_caps(info: &mut Info) {
     info.caps &= C_FACE_CAPS;
-    info.tx_attr.caps &= C_FACE_CAPS;
-    info.rx_attr.caps &= C_FACE_CAPS;
+    info.tx_attr.caps &= info.caps & TX_CAPS;
+    info.rx_attr.caps &= info.caps & RX_CAPS;
 }
 
 /// Runs discovery for a C `fi_getinfo` and answers the C list.
@@ -347,7 +410,7 @@ pub(crate) unsafe fn getinfo(
     for mut info in answers {
         mask_caps(&mut info);
         apply_addrs(which, &mut info, &extra);
-        let c = match to_c(which, version, &info, extra.mr_scalable) {
+        let c = match to_c(which, version, &info, &extra) {
             Ok(c) => c,
             Err(e) => {
                 // SAFETY: a list we built from fi_dupinfo.
@@ -370,14 +433,14 @@ pub(crate) unsafe fn getinfo(
 }
 
 /// The C info of a psmrail answer.
-fn to_c(which: Which, version: u32, info: &Info, mr_scalable: bool) -> FiResult<*mut sys::fi_info> {
+fn to_c(which: Which, version: u32, info: &Info, extra: &Extra) -> FiResult<*mut sys::fi_info> {
     // SAFETY: fi_dupinfo(NULL) allocates an info with every attribute.
     let c = unsafe { sys::fi_dupinfo(ptr::null()) };
     if c.is_null() {
         return Err(Errno::NOMEM);
     }
     // SAFETY: `c` came from fi_dupinfo; if filling fails it is freed.
-    match unsafe { fill(which, version, info, mr_scalable, &mut *c) } {
+    match unsafe { fill(which, version, info, extra, &mut *c) } {
         Ok(()) => Ok(c),
         Err(e) => {
             // SAFETY: as above.
@@ -393,7 +456,7 @@ unsafe fn fill(
     which: Which,
     version: u32,
     info: &Info,
-    mr_scalable: bool,
+    extra: &Extra,
     c: &mut sys::fi_info,
 ) -> FiResult<()> {
     c.caps = info.caps.bits();
@@ -403,13 +466,24 @@ unsafe fn fill(
         let b = epid_bytes(&[src]);
         c.src_addr = c_bytes(&b)?;
         c.src_addrlen = b.len();
-    } else if let Some(s) = &info.source {
-        let rec = SourceRecord {
-            magic: SourceRecord::MAGIC,
-            unit: s.unit.map_or(-1, |u| u as i32),
-            port: s.port.map_or(0, |p| p as i32),
-            service: s.service.get(),
-            reserved: 0,
+    } else {
+        // Without FI_SOURCE: any unit, port and service (read back as no
+        // source), so that every info has a source address.
+        let rec = match &info.source {
+            Some(s) => SourceRecord {
+                magic: SourceRecord::MAGIC,
+                unit: s.unit.map_or(-1, |u| u as i32),
+                port: s.port.map_or(0, |p| p as i32),
+                service: s.service.get(),
+                reserved: 1,
+            },
+            None => SourceRecord {
+                magic: SourceRecord::MAGIC,
+                unit: -1,
+                port: 0,
+                service: 0,
+                reserved: 0,
+            },
         };
         // SAFETY: a plain repr(C) record of integers, viewed as its bytes.
         let b = unsafe {
@@ -483,7 +557,11 @@ unsafe fn fill(
         ProgressKind::Auto => sys::FI_PROGRESS_AUTO,
         _ => sys::FI_PROGRESS_MANUAL,
     };
-    dom.control_progress = progress(d.control_progress);
+    dom.control_progress = if extra.ctrl_auto {
+        sys::FI_PROGRESS_AUTO
+    } else {
+        progress(d.control_progress)
+    };
     dom.data_progress = progress(info.progress);
     dom.resource_mgmt = sys::FI_RM_ENABLED;
     dom.av_type = match info.av_type {
@@ -491,7 +569,7 @@ unsafe fn fill(
         AvType::Map => sys::FI_AV_MAP,
         AvType::Unspec => sys::FI_AV_UNSPEC,
     };
-    dom.mr_mode = mr_mode(which, version, info, mr_scalable) as i32;
+    dom.mr_mode = mr_mode(which, version, info, extra.mr_scalable) as i32;
     dom.mr_key_size = d.mr_key_size;
     dom.cq_data_size = d.cq_data_size;
     dom.cq_cnt = d.cq_cnt;
