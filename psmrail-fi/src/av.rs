@@ -168,7 +168,10 @@ unsafe fn finish_insert(
                 ok += 1;
                 f.0
             }
-            Err(_) => sys::FI_ADDR_NOTAVAIL,
+            Err(e) => {
+                crate::entry::log_info(&format!("fi_av_insert: address {i}: {e}"));
+                sys::FI_ADDR_NOTAVAIL
+            }
         };
         if !fi_addr.is_null() {
             // SAFETY: the caller's promise.
