@@ -242,6 +242,10 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
                     ProgressKind::Manual => {}
                 }
             }
+            // Remote CQ data is not carried by the C face yet.
+            if d.cq_data_size > 0 {
+                return Err(Errno::NODATA);
+            }
             if !Caps::from_bits_retain(d.caps)
                 .difference(Caps::LOCAL_COMM | Caps::REMOTE_COMM)
                 .is_empty()
@@ -571,7 +575,8 @@ unsafe fn fill(
     };
     dom.mr_mode = mr_mode(which, version, info, extra.mr_scalable) as i32;
     dom.mr_key_size = d.mr_key_size;
-    dom.cq_data_size = d.cq_data_size;
+    // No remote CQ data through the C face yet (psmrail's RMA carries it).
+    dom.cq_data_size = 0;
     dom.cq_cnt = d.cq_cnt;
     dom.ep_cnt = d.ep_cnt;
     dom.tx_ctx_cnt = d.tx_ctx_cnt;
