@@ -85,7 +85,7 @@ pub(crate) unsafe extern "C" fn open(
             // Scalable endpoints and named (shared) AVs are not psm's.
             return Err(Errno::NOSYS);
         }
-        let known = sys::FI_EVENT as u64 | sys::FI_READ as u64 | sys::FI_SYMMETRIC as u64;
+        let known = sys::FI_EVENT as u64 | sys::FI_READ as u64 | sys::FI_SYMMETRIC;
         if a.flags & !known != 0 {
             return Err(Errno::BADFLAGS);
         }
@@ -148,7 +148,7 @@ unsafe extern "C" fn bind(fid: *mut sys::fid, bfid: *mut sys::fid, flags: u64) -
     })
 }
 
-const INSERT_FLAGS: u64 = sys::FI_MORE as u64 | sys::FI_EVENT as u64 | sys::FI_SYNC_ERR as u64;
+const INSERT_FLAGS: u64 = sys::FI_MORE as u64 | sys::FI_EVENT as u64 | sys::FI_SYNC_ERR;
 
 /// Writes the results of an insert and reports it as C expects.
 ///

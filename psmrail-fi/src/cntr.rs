@@ -121,15 +121,15 @@ unsafe fn counter(cntr: *mut sys::fid_cntr) -> Option<Counter> {
 }
 
 unsafe extern "C" fn read(cntr: *mut sys::fid_cntr) -> u64 {
-    // SAFETY: a counter of this library.
     guard_value("fi_cntr_read", 0, || {
+        // SAFETY: a counter of this library (libfabric's wrapper read it).
         unsafe { counter(cntr) }.map_or(0, |c| c.read())
     })
 }
 
 unsafe extern "C" fn readerr(cntr: *mut sys::fid_cntr) -> u64 {
-    // SAFETY: a counter of this library.
     guard_value("fi_cntr_readerr", 0, || {
+        // SAFETY: a counter of this library (libfabric's wrapper read it).
         unsafe { counter(cntr) }.map_or(0, |c| c.read_err())
     })
 }

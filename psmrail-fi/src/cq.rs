@@ -147,8 +147,8 @@ fn data_ptr(e: &CqEntry) -> *mut c_void {
 /// `buf` holds at least `i + 1` entries of `format`.
 unsafe fn write_entry(format: sys::fi_cq_format, buf: *mut c_void, i: usize, e: &CqEntry) {
     let ctx = e.context as *mut c_void;
-    // SAFETY (for each arm): the caller's promise; the entry types are
-    // plain C structures written whole with write_unaligned.
+    // SAFETY: the caller's promise (room for entry `i`); the entry types
+    // are plain C structures written whole with write_unaligned.
     unsafe {
         match format {
             sys::FI_CQ_FORMAT_CONTEXT => buf

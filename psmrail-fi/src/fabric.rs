@@ -16,7 +16,7 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub(crate) enum RustFabric {
     Psm(Fabric),
-    Mrail(MrailFabric),
+    Mrail(Box<MrailFabric>),
 }
 
 /// A C fabric.
@@ -41,7 +41,9 @@ impl FabricObj {
         if g.is_none() {
             *g = Some(match self.which {
                 Which::Psm => RustFabric::Psm(Fabric::open(info).map_err(Errno::from)?),
-                Which::Mrail => RustFabric::Mrail(MrailFabric::open(info).map_err(Errno::from)?),
+                Which::Mrail => {
+                    RustFabric::Mrail(Box::new(MrailFabric::open(info).map_err(Errno::from)?))
+                }
             });
         }
         Ok(match g.as_ref() {
@@ -55,7 +57,7 @@ impl FabricObj {
 /// A handle on the psmrail fabric for opening a domain.
 pub(crate) enum RustFabricRef {
     Psm(Fabric),
-    Mrail(MrailFabric),
+    Mrail(Box<MrailFabric>),
 }
 
 static FABRIC_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, None));

@@ -85,7 +85,7 @@ unsafe extern "C" fn trecvmsg(
         let rep = e.rust()?;
         // SAFETY: null or a valid message (the contract).
         let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
-        if flags & (sys::FI_PEEK as u64 | sys::FI_CLAIM as u64 | sys::FI_DISCARD as u64) != 0 {
+        if flags & (sys::FI_PEEK as u64 | sys::FI_CLAIM | sys::FI_DISCARD) != 0 {
             return Err(Errno::NOSYS);
         }
         if flags & !MSG_FLAGS != 0 {
