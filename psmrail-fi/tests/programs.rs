@@ -399,6 +399,18 @@ const PSM_PAIRS: &[&str] = &[
     "fi_rdm_multi_client -C 10 -I 5",
 ];
 
+/// The fabtests that must pass on ofi_mrail over two loopback rails (soft
+/// engine). Addresses go out of band (`-E`): mrail peers have no name
+/// server.
+const MRAIL_PAIRS: &[&str] = &[
+    "fi_rdm_pingpong -E -v -S all -I 10",
+    "fi_rdm_tagged_pingpong -E -v -S all -I 10",
+    "fi_rdm_cntr_pingpong -E -v -S all -I 10",
+    "fi_rdm -E",
+    "fi_recv_cancel -E -e rdm -V",
+    "fi_bw -E -e rdm -v -T 1",
+];
+
 /// runfabtests.sh's unit tests that run on psm (one process each).
 const PSM_UNITS: &[&str] = &[
     "fi_getinfo_test -s 127.0.0.1 127.0.0.1",
@@ -438,6 +450,11 @@ fn fabtests_unit_psm() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(!stdout.contains("FAIL"), "{entry}: {}", text(&out));
     }
+}
+
+#[test]
+fn fabtests_mrail_soft_two_rails() {
+    fabtests_pairs("ofi_mrail", MRAIL_PAIRS, Engine::Soft, &[MRAIL_RAILS]);
 }
 
 #[test]
