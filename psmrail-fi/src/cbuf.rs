@@ -1,0 +1,44 @@
+//! The application's own memory as an operation buffer: libfabric hands
+//! a provider `(pointer, length)` and promises to leave the memory alone
+//! until the operation completes, which is the [`StableRegion`] contract.
+//! Sends and receives so move no bytes on the way in or out.
+
+use psmrail::engine::{BufferOwner, OpBuffer, StableRegion};
+use std::sync::Arc;
+
+/// `len` bytes of application memory at `ptr`.
+#[derive(Debug)]
+pub(crate) struct CBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the memory belongs to the application, which hands it to the
+// operation (any thread may complete it) under libfabric's contract.
+unsafe impl Send for CBuf {}
+// SAFETY: as above; the engine is the only writer while the operation runs.
+unsafe impl Sync for CBuf {}
+
+// SAFETY: the pointer and length never change; libfabric's contract keeps
+// the memory valid and untouched by the application until the operation's
+// completion is reported.
+unsafe impl StableRegion for CBuf {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// An operation buffer over `len` bytes at `ptr` (empty for a zero length).
+///
+/// # Safety
+/// `ptr` is valid for reads and writes of `len` bytes until the operation
+/// that takes the buffer completes, and nothing else touches it meanwhile.
+pub(crate) unsafe fn op_buffer(ptr: *mut u8, len: usize) -> OpBuffer {
+    if len == 0 || ptr.is_null() {
+        return OpBuffer::empty();
+    }
+    OpBuffer::new(BufferOwner::Region(Arc::new(CBuf { ptr, len })))
+}

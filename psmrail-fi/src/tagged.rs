@@ -1,0 +1,228 @@
+//! The `fi_ops_tagged` table: tagged sends and receives of an enabled
+//! endpoint on psmrail's `post_tsend` / `post_trecv` (see `msg.rs` for the
+//! buffers and flags). Peeking (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) and
+//! remote CQ data are `-FI_ENOSYS` here.
+
+use crate::cbuf::op_buffer;
+use crate::entry::{guard, Errno};
+use crate::ep::EpObj;
+use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
+use crate::obj::{self, Table};
+use crate::sys;
+use psmrail::fabric::FiAddr;
+use std::ffi::c_void;
+
+pub(crate) static TAGGED_OPS: Table<sys::fi_ops_tagged> = Table::new(sys::fi_ops_tagged {
+    size: std::mem::size_of::<sys::fi_ops_tagged>(),
+    recv: Some(trecv),
+    recvv: Some(trecvv),
+    recvmsg: Some(trecvmsg),
+    send: Some(tsend),
+    sendv: Some(tsendv),
+    sendmsg: Some(tsendmsg),
+    inject: Some(tinject),
+    senddata: Some(tsenddata),
+    injectdata: Some(tinjectdata),
+});
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn trecv(
+    ep: *mut sys::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    _src_addr: sys::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    guard("fi_trecv", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        if buf.is_null() && len > 0 {
+            return Err(Errno::INVAL);
+        }
+        // SAFETY: the fi_trecv contract.
+        let b = unsafe { op_buffer(buf.cast(), len) };
+        let p = rep.post_trecv(b, tag, ignore, context as u64)?;
+        e.remember(context as u64, p);
+        Ok(0)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn trecvv(
+    ep: *mut sys::fid_ep,
+    iov: *const sys::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    _src_addr: sys::fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+) -> isize {
+    guard("fi_trecvv", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        // SAFETY: the fi_trecvv contract.
+        let b = unsafe { iov_buffer(iov, count)? };
+        let p = rep.post_trecv(b, tag, ignore, context as u64)?;
+        e.remember(context as u64, p);
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn trecvmsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg_tagged,
+    flags: u64,
+) -> isize {
+    guard("fi_trecvmsg", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        // SAFETY: null or a valid message (the contract).
+        let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
+        if flags & (sys::FI_PEEK as u64 | sys::FI_CLAIM | sys::FI_DISCARD) != 0 {
+            return Err(Errno::NOSYS);
+        }
+        if flags & !MSG_FLAGS != 0 {
+            return Err(Errno::BADFLAGS);
+        }
+        // SAFETY: the message's iovecs (the contract).
+        let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };
+        let ctx = m.context as u64;
+        let p = rep.post_trecv(b, m.tag, m.ignore, ctx)?;
+        e.remember(ctx, p);
+        Ok(0)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tsend(
+    ep: *mut sys::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest_addr: sys::fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    guard("fi_tsend", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        if buf.is_null() && len > 0 {
+            return Err(Errno::INVAL);
+        }
+        if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
+            // SAFETY: the fi_tsend contract.
+            let data = unsafe { slice(buf, len)? }.to_vec();
+            rep.post_tsend(FiAddr(dest_addr), tag, data.into(), context as u64)?;
+            return Ok(0);
+        }
+        // SAFETY: the fi_tsend contract: the buffer stays untouched until
+        // the completion (the engine only reads it).
+        let b = unsafe { op_buffer(buf.cast_mut().cast(), len) };
+        rep.post_tsend(FiAddr(dest_addr), tag, b, context as u64)?;
+        Ok(0)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tsendv(
+    ep: *mut sys::fid_ep,
+    iov: *const sys::iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest_addr: sys::fi_addr_t,
+    tag: u64,
+    context: *mut c_void,
+) -> isize {
+    guard("fi_tsendv", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        // SAFETY: the fi_tsendv contract.
+        let b = unsafe { iov_buffer(iov, count)? };
+        rep.post_tsend(FiAddr(dest_addr), tag, b, context as u64)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn tsendmsg(
+    ep: *mut sys::fid_ep,
+    msg: *const sys::fi_msg_tagged,
+    flags: u64,
+) -> isize {
+    guard("fi_tsendmsg", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        // SAFETY: null or a valid message (the contract).
+        let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
+        if flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
+            return Err(Errno::NOSYS);
+        }
+        if flags & !MSG_FLAGS != 0 {
+            return Err(Errno::BADFLAGS);
+        }
+        let b = if flags & sys::FI_INJECT as u64 != 0 {
+            // SAFETY: the message's iovecs (the contract).
+            unsafe { iov_copy(m.msg_iov, m.iov_count)? }.into()
+        } else {
+            // SAFETY: as above.
+            unsafe { iov_buffer(m.msg_iov, m.iov_count)? }
+        };
+        rep.post_tsend(FiAddr(m.addr), m.tag, b, m.context as u64)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn tinject(
+    ep: *mut sys::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: sys::fi_addr_t,
+    tag: u64,
+) -> isize {
+    guard("fi_tinject", || {
+        // SAFETY: EpObj is the block type of FI_CLASS_EP.
+        let e: &EpObj = unsafe { obj::block(ep)? };
+        let rep = e.rust()?;
+        if len > rep.inject_size() {
+            return Err(Errno::MSGSIZE);
+        }
+        // SAFETY: the fi_tinject contract.
+        let data = unsafe { slice(buf, len)? };
+        rep.tinject(FiAddr(dest_addr), tag, data)?;
+        Ok(0)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn tsenddata(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: *mut c_void,
+    _: u64,
+    _: sys::fi_addr_t,
+    _: u64,
+    _: *mut c_void,
+) -> isize {
+    -(sys::FI_ENOSYS as isize)
+}
+
+unsafe extern "C" fn tinjectdata(
+    _: *mut sys::fid_ep,
+    _: *const c_void,
+    _: usize,
+    _: u64,
+    _: sys::fi_addr_t,
+    _: u64,
+) -> isize {
+    -(sys::FI_ENOSYS as isize)
+}

@@ -1,0 +1,413 @@
+//! The C face called as a C program calls it: through the provider
+//! structure `fi_prov_ini` hands out and the op tables of the objects it
+//! opens (in this process, soft engine). Bad input gets libfabric error
+//! codes; objects close in libfabric's order; a tagged message to
+//! ourselves comes back through the completion queue with its context
+//! untouched and its data in place.
+
+use psmrail_fi::sys;
+use psmrail_fi::{provider, Which, PROVIDER_VERSION};
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr::{null, null_mut};
+
+fn neg(e: u32) -> c_int {
+    -(e as c_int)
+}
+
+fn setup() -> &'static sys::fi_provider {
+    // The same values in every test: tests share the process environment.
+    std::env::set_var("PSMRAIL_ENGINE", "soft");
+    std::env::set_var("FI_PSM_NAME_SERVER", "no");
+    // SAFETY: the provider structure lives for the process.
+    unsafe { &*provider(Which::Psm) }
+}
+
+/// `fi_getinfo` through the provider, hints as given.
+fn getinfo(p: &sys::fi_provider, hints: *const sys::fi_info) -> Result<*mut sys::fi_info, c_int> {
+    let mut info = null_mut();
+    // SAFETY: the provider's getinfo with valid (or null) arguments.
+    let rc =
+        unsafe { p.getinfo.unwrap()(psmrail_fi::API_VERSION, null(), null(), 0, hints, &mut info) };
+    if rc == 0 {
+        Ok(info)
+    } else {
+        Err(rc)
+    }
+}
+
+/// Hints for a tagged RDM endpoint.
+fn tagged_hints() -> *mut sys::fi_info {
+    // SAFETY: fi_dupinfo(NULL) allocates hints with every attribute.
+    let h = unsafe { sys::fi_dupinfo(null()) };
+    assert!(!h.is_null());
+    // SAFETY: just allocated, attributes present.
+    unsafe {
+        (*h).caps = sys::FI_TAGGED as u64;
+        (*h).mode = sys::FI_CONTEXT;
+        (*(*h).ep_attr).type_ = sys::FI_EP_RDM;
+    }
+    h
+}
+
+fn close(fid: *mut sys::fid) -> c_int {
+    // SAFETY: `fid` is one of ours (or a kept block of a closed one): its
+    // ops table is valid.
+    unsafe { (*(*fid).ops).close.unwrap()(fid) }
+}
+
+#[test]
+fn the_provider_announces_itself() {
+    let p = setup();
+    // SAFETY: the name is a static C string.
+    let name = unsafe { CStr::from_ptr(p.name) };
+    assert_eq!(name.to_str().unwrap(), "psm");
+    assert_eq!(p.version, PROVIDER_VERSION);
+    assert!(
+        sys::fi_major(p.version) > 117,
+        "above libfabric 1.17's built-in 117.0"
+    );
+    assert_eq!(p.fi_version, sys::fi_version_of(1, 17));
+}
+
+#[test]
+fn getinfo_refuses_bad_input() {
+    let p = setup();
+    // SAFETY: a null output pointer, which the provider must refuse.
+    let rc = unsafe {
+        p.getinfo.unwrap()(
+            psmrail_fi::API_VERSION,
+            null(),
+            null(),
+            0,
+            null(),
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, neg(sys::FI_EINVAL));
+    let mut info = null_mut();
+    // SAFETY: a version from the future.
+    let rc = unsafe {
+        p.getinfo.unwrap()(
+            sys::fi_version_of(2, 0),
+            null(),
+            null(),
+            0,
+            null(),
+            &mut info,
+        )
+    };
+    assert_eq!(rc, neg(sys::FI_ENODATA));
+    assert!(info.is_null());
+    // Capabilities the C face does not carry, and a foreign address format.
+    let h = tagged_hints();
+    // SAFETY: our hints.
+    unsafe { (*h).caps |= sys::FI_ATOMIC as u64 };
+    assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
+    // SAFETY: our hints.
+    unsafe {
+        (*h).caps = sys::FI_TAGGED as u64;
+        (*h).addr_format = sys::FI_SOCKADDR_IN;
+    }
+    assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
+    // SAFETY: our hints, freed once.
+    unsafe { sys::fi_freeinfo(h) };
+}
+
+#[test]
+fn getinfo_answers_what_was_asked_and_frees_with_fi_freeinfo() {
+    let p = setup();
+    let h = tagged_hints();
+    let info = getinfo(p, h).expect("a tagged RDM info");
+    // SAFETY: an info we answered: every attribute is there.
+    unsafe {
+        let i = &*info;
+        assert_ne!(i.caps & sys::FI_TAGGED as u64, 0);
+        assert_eq!(i.caps & sys::FI_ATOMIC as u64, 0);
+        assert_eq!(i.mode & sys::FI_CONTEXT, sys::FI_CONTEXT);
+        assert_eq!((*i.ep_attr).type_, sys::FI_EP_RDM);
+        assert_eq!(i.addr_format, sys::FI_ADDR_PSMX);
+        assert!(i.src_addrlen > 0 && !i.src_addr.is_null());
+        assert!(
+            (*i.fabric_attr).prov_name.is_null(),
+            "the core names the provider"
+        );
+        assert_eq!((*i.fabric_attr).prov_version, PROVIDER_VERSION);
+        // The core duplicates infos: ours must survive fi_dupinfo.
+        let dup = sys::fi_dupinfo(info);
+        assert!(!dup.is_null());
+        assert_eq!((*dup).caps, i.caps);
+        sys::fi_freeinfo(dup);
+        sys::fi_freeinfo(info);
+        sys::fi_freeinfo(h);
+    }
+}
+
+/// Every object of one endpoint, opened the C way.
+struct Objects {
+    fabric: *mut sys::fid_fabric,
+    domain: *mut sys::fid_domain,
+    av: *mut sys::fid_av,
+    cq: *mut sys::fid_cq,
+    ep: *mut sys::fid_ep,
+    info: *mut sys::fi_info,
+}
+
+fn open_all(p: &sys::fi_provider) -> Objects {
+    let h = tagged_hints();
+    let info = getinfo(p, h).expect("info");
+    // SAFETY: hints we own.
+    unsafe { sys::fi_freeinfo(h) };
+    let mut fabric = null_mut();
+    let mut domain = null_mut();
+    let mut av = null_mut();
+    let mut cq = null_mut();
+    let mut ep = null_mut();
+    // SAFETY: each call through the tables of objects just opened, with
+    // valid arguments.
+    unsafe {
+        assert_eq!(
+            p.fabric.unwrap()((*info).fabric_attr, &mut fabric, null_mut()),
+            0
+        );
+        let fops = &*(*fabric).ops;
+        assert_eq!(
+            fops.domain.unwrap()(fabric, info, &mut domain, null_mut()),
+            0
+        );
+        let dops = &*(*domain).ops;
+        let mut av_attr = sys::fi_av_attr {
+            type_: sys::FI_AV_MAP,
+            ..Default::default()
+        };
+        assert_eq!(
+            dops.av_open.unwrap()(domain, &mut av_attr, &mut av, null_mut()),
+            0
+        );
+        let mut cq_attr = sys::fi_cq_attr {
+            format: sys::FI_CQ_FORMAT_TAGGED,
+            ..Default::default()
+        };
+        assert_eq!(
+            dops.cq_open.unwrap()(domain, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        assert_eq!(dops.endpoint.unwrap()(domain, info, &mut ep, null_mut()), 0);
+    }
+    Objects {
+        fabric,
+        domain,
+        av,
+        cq,
+        ep,
+        info,
+    }
+}
+
+fn ep_bind(ep: *mut sys::fid_ep, bfid: *mut sys::fid, flags: u64) -> c_int {
+    // SAFETY: an endpoint of ours.
+    unsafe { (*(*ep).fid.ops).bind.unwrap()(&mut (*ep).fid, bfid, flags) }
+}
+
+fn enable(ep: *mut sys::fid_ep) -> c_int {
+    // SAFETY: an endpoint of ours.
+    unsafe {
+        (*(*ep).fid.ops).control.unwrap()(&mut (*ep).fid, sys::FI_ENABLE as c_int, null_mut())
+    }
+}
+
+#[test]
+fn a_tagged_message_to_ourselves_keeps_its_context() {
+    let p = setup();
+    let o = open_all(p);
+    let cq_fid = o.cq.cast::<sys::fid>();
+    let av_fid = o.av.cast::<sys::fid>();
+    // A send before enable is a state error, not a crash.
+    let byte = [0u8; 1];
+    // SAFETY: our endpoint's tagged table.
+    let rc = unsafe {
+        (*(*o.ep).tagged).send.unwrap()(o.ep, byte.as_ptr().cast(), 1, null_mut(), 0, 1, null_mut())
+    };
+    assert_eq!(rc, -(sys::FI_EOPBADSTATE as isize));
+    // Unknown bind flags, then the real bindings.
+    assert_eq!(ep_bind(o.ep, cq_fid, 1 << 40), neg(sys::FI_EBADFLAGS));
+    assert_eq!(ep_bind(o.ep, null_mut(), 0), neg(sys::FI_EINVAL));
+    assert_eq!(ep_bind(o.ep, av_fid, 0), 0);
+    assert_eq!(
+        ep_bind(o.ep, cq_fid, (sys::FI_TRANSMIT | sys::FI_RECV) as u64),
+        0
+    );
+    assert_eq!(enable(o.ep), 0);
+    // Our own address into the AV.
+    let mut name = [0u8; 64];
+    let mut len = name.len();
+    // SAFETY: our endpoint's cm table; a buffer of `len` bytes.
+    let rc = unsafe {
+        (*(*o.ep).cm).getname.unwrap()(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut len)
+    };
+    assert_eq!((rc, len), (0, 8));
+    let mut small = 4usize;
+    // SAFETY: as above, with a buffer too small.
+    let rc = unsafe {
+        (*(*o.ep).cm).getname.unwrap()(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut small)
+    };
+    assert_eq!((rc, small), (neg(sys::FI_ETOOSMALL), 8));
+    let mut me: sys::fi_addr_t = 0;
+    // SAFETY: our AV's table; one 8-byte address.
+    let n = unsafe {
+        (*(*o.av).ops).insert.unwrap()(o.av, name.as_ptr().cast(), 1, &mut me, 0, null_mut())
+    };
+    assert_eq!(n, 1);
+    // A receive and a send, each with its own FI_CONTEXT.
+    let mut rx_ctx = sys::fi_context::default();
+    let mut tx_ctx = sys::fi_context::default();
+    let mut rbuf = [0u8; 32];
+    let msg = *b"psmrail through C";
+    // SAFETY: the buffers and contexts outlive the operations (we read
+    // both completions below before they go out of scope).
+    unsafe {
+        let t = &*(*o.ep).tagged;
+        let rc = t.recv.unwrap()(
+            o.ep,
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            sys::FI_ADDR_NOTAVAIL,
+            0x77,
+            0,
+            (&mut rx_ctx as *mut sys::fi_context).cast(),
+        );
+        assert_eq!(rc, 0);
+        let rc = t.send.unwrap()(
+            o.ep,
+            msg.as_ptr().cast(),
+            msg.len(),
+            null_mut(),
+            me,
+            0x77,
+            (&mut tx_ctx as *mut sys::fi_context).cast(),
+        );
+        assert_eq!(rc, 0);
+    }
+    // A read with no room is refused; then both completions arrive.
+    // SAFETY: our CQ's table; a null buffer with a count.
+    let rc = unsafe { (*(*o.cq).ops).read.unwrap()(o.cq, null_mut(), 1) };
+    assert_eq!(rc, -(sys::FI_EINVAL as isize));
+    let mut got = Vec::new();
+    for _ in 0..100_000 {
+        let mut e = [sys::fi_cq_tagged_entry::default(); 2];
+        // SAFETY: room for two tagged entries.
+        let n = unsafe { (*(*o.cq).ops).read.unwrap()(o.cq, e.as_mut_ptr().cast(), 2) };
+        if n > 0 {
+            got.extend_from_slice(&e[..n as usize]);
+        } else {
+            assert_eq!(n, -(sys::FI_EAGAIN as isize));
+        }
+        if got.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 2, "both completions");
+    let rx = got
+        .iter()
+        .find(|e| e.flags & sys::FI_RECV as u64 != 0)
+        .expect("a receive completion");
+    assert_eq!(
+        rx.op_context,
+        (&mut rx_ctx as *mut sys::fi_context).cast::<c_void>()
+    );
+    assert_eq!((rx.len, rx.tag), (msg.len(), 0x77));
+    assert_eq!(rx.buf, rbuf.as_mut_ptr().cast::<c_void>());
+    assert_eq!(&rbuf[..msg.len()], &msg);
+    let tx = got
+        .iter()
+        .find(|e| e.flags & sys::FI_SEND as u64 != 0)
+        .expect("a send completion");
+    assert_eq!(
+        tx.op_context,
+        (&mut tx_ctx as *mut sys::fi_context).cast::<c_void>()
+    );
+    // The contexts are the application's: untouched.
+    assert_eq!(rx_ctx.internal, [null_mut(); 4]);
+    assert_eq!(tx_ctx.internal, [null_mut(); 4]);
+
+    // Closing order: the domain and the CQ are busy while the endpoint is
+    // open; a second close of the endpoint is an error, not a crash.
+    assert_eq!(close(o.domain.cast()), neg(sys::FI_EBUSY));
+    assert_eq!(close(cq_fid), neg(sys::FI_EBUSY));
+    assert_eq!(close(o.ep.cast()), 0);
+    assert_eq!(close(o.ep.cast()), neg(sys::FI_EINVAL));
+    assert_eq!(close(o.fabric.cast()), neg(sys::FI_EBUSY));
+    assert_eq!(close(av_fid), 0);
+    assert_eq!(close(cq_fid), 0);
+    assert_eq!(close(o.domain.cast()), 0);
+    assert_eq!(close(o.fabric.cast()), 0);
+    assert_eq!(close(o.fabric.cast()), neg(sys::FI_EINVAL));
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
+#[test]
+fn memory_region_keys_are_unique_in_a_domain() {
+    let p = setup();
+    let o = open_all(p);
+    let buf = [0u8; 64];
+    let mut mr1 = null_mut();
+    let mut mr2 = null_mut();
+    // SAFETY: our domain's MR table with valid arguments.
+    unsafe {
+        let m = &*(*o.domain).mr;
+        let d = &mut (*o.domain).fid as *mut sys::fid;
+        assert_eq!(
+            m.reg.unwrap()(
+                d,
+                buf.as_ptr().cast(),
+                64,
+                sys::FI_SEND as u64,
+                0,
+                5,
+                0,
+                &mut mr1,
+                null_mut()
+            ),
+            0
+        );
+        assert_eq!((*mr1).key, 5);
+        assert_eq!(
+            m.reg.unwrap()(
+                d,
+                buf.as_ptr().cast(),
+                64,
+                sys::FI_SEND as u64,
+                0,
+                5,
+                0,
+                &mut mr2,
+                null_mut()
+            ),
+            neg(sys::FI_ENOKEY)
+        );
+        assert_eq!(
+            m.reg.unwrap()(
+                d,
+                buf.as_ptr().cast(),
+                64,
+                1 << 40,
+                0,
+                6,
+                0,
+                &mut mr2,
+                null_mut()
+            ),
+            neg(sys::FI_EINVAL)
+        );
+    }
+    assert_eq!(close(o.domain.cast()), neg(sys::FI_EBUSY));
+    assert_eq!(close(mr1.cast()), 0);
+    assert_eq!(close(o.ep.cast()), 0);
+    assert_eq!(close(o.av.cast()), 0);
+    assert_eq!(close(o.cq.cast()), 0);
+    assert_eq!(close(o.domain.cast()), 0);
+    assert_eq!(close(o.fabric.cast()), 0);
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}

@@ -1,0 +1,482 @@
+//! libfabric programs nobody on this team wrote, run against psmrail's
+//! provider libraries: the distribution's `fi_info` and `fi_pingpong`
+//! (`libfabric-bin`) and the libfabric project's fabtests.
+//!
+//! The libraries are the ones cargo built beside this test binary
+//! (`cargo build -p psmrail-fi-psm -p psmrail-fi-mrail` first; CI does).
+//! A missing library or program skips a test with a line saying why,
+//! unless `PSMRAIL_REQUIRE_FABTESTS=1` (set in CI), which makes it a
+//! failure. Fabtests are found in `PSMRAIL_FABTESTS` (the `bin` folder of
+//! a fabtests install). Native-engine runs need `PSMRAIL_REQUIRE_NATIVE=1`
+//! (and `PSM2_DEVICES=self,shm`), as the other native tests.
+//!
+//! Two-process runs (a server, then a client given `127.0.0.1`) hold the
+//! machine-wide spin lock, and every process is killed after its timeout,
+//! which fails the test.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Held while a spinning pair runs (the same lock file as psmrail's own
+/// spinning tests, so none of them run at once).
+struct SpinLock(File);
+
+fn spin_lock() -> SpinLock {
+    let path = std::env::temp_dir().join("psmrail-spinning-tests.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    SpinLock(file)
+}
+
+impl Drop for SpinLock {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+fn require() -> bool {
+    std::env::var("PSMRAIL_REQUIRE_FABTESTS").is_ok_and(|v| v == "1")
+}
+
+fn require_native() -> bool {
+    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
+}
+
+/// Skips (returns `None`) or, when required, fails.
+fn missing(what: &str) -> Option<()> {
+    if require() {
+        panic!("{what} (PSMRAIL_REQUIRE_FABTESTS=1)");
+    }
+    eprintln!("skipped: {what}");
+    None
+}
+
+/// The folder holding libpsmrail_psm_fi.so and libpsmrail_mrail_fi.so:
+/// the target profile folder this test binary was built into.
+fn provider_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?.parent()?.to_path_buf();
+    let ok = ["libpsmrail_psm_fi.so", "libpsmrail_mrail_fi.so"]
+        .iter()
+        .all(|f| dir.join(f).is_file());
+    if ok {
+        Some(dir)
+    } else {
+        missing(&format!(
+            "the provider libraries are not in {} (cargo build -p psmrail-fi-psm -p psmrail-fi-mrail)",
+            dir.display()
+        ))?;
+        None
+    }
+}
+
+/// A program of the distribution on PATH.
+fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for d in std::env::split_paths(&path) {
+        let p = d.join(name);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    missing(&format!(
+        "{name} is not installed (apt-get install libfabric-bin)"
+    ))?;
+    None
+}
+
+/// A fabtests program.
+fn fabtest(name: &str) -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os("PSMRAIL_FABTESTS") else {
+        missing("PSMRAIL_FABTESTS is not set (the bin folder of a fabtests 1.17 install)")?;
+        return None;
+    };
+    let p = Path::new(&dir).join(name);
+    if p.is_file() {
+        Some(p)
+    } else {
+        missing(&format!("{} is missing", p.display()))?;
+        None
+    }
+}
+
+/// The engine settings of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    Soft,
+    Native,
+}
+
+/// `cmd` with the provider path and the engine set.
+fn with_env(mut cmd: Command, dir: &Path, engine: Engine) -> Command {
+    cmd.env("FI_PROVIDER_PATH", dir)
+        .env(
+            "PSMRAIL_ENGINE",
+            match engine {
+                Engine::Soft => "soft",
+                Engine::Native => "native",
+            },
+        )
+        .env("PSM2_DEVICES", "self,shm")
+        .env_remove("FI_PROVIDER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` at most `limit`; kills it after that.
+fn wait_bounded(mut child: Child, limit: Duration, who: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    // Read the pipes on threads so a chatty child cannot block on them.
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = loop {
+        match child.try_wait().expect("try_wait") {
+            Some(s) => break s,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let s = child.wait().expect("wait after kill");
+                let stdout = t_out.join().unwrap_or_default();
+                let stderr = t_err.join().unwrap_or_default();
+                panic!(
+                    "{who} did not finish within {limit:?}; it was killed ({s}).\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&stdout),
+                    String::from_utf8_lossy(&stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap_or_default(),
+        stderr: t_err.join().unwrap_or_default(),
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `program args` as a server, then as a client of 127.0.0.1 with
+/// `client_args` added; both must exit 0. Returns the client's output.
+fn pair(
+    program: &Path,
+    args: &[&str],
+    server_args: &[&str],
+    client_args: &[&str],
+    dir: &Path,
+    engine: Engine,
+    extra_env: &[(&str, &str)],
+) -> (Output, Output) {
+    let _lock = spin_lock();
+    let limit = Duration::from_secs(90);
+    let mk = |more: &[&str]| {
+        let mut c = with_env(Command::new(program), dir, engine);
+        c.args(args).args(more);
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        c
+    };
+    let server = mk(server_args).spawn().expect("spawn the server");
+    let server_pid = server.id();
+    // The server opens its listening socket (or registers with its name
+    // server) first; a client that comes too early finds nobody and ends
+    // at once, so it is tried again while the server waits.
+    std::thread::sleep(Duration::from_millis(800));
+    let mut tries = 0;
+    let client = loop {
+        tries += 1;
+        let started = Instant::now();
+        let c = mk(client_args).spawn().expect("spawn the client");
+        let out = wait_bounded(c, limit, "the client");
+        let quick = started.elapsed() < Duration::from_secs(3);
+        if out.status.success() || !quick || tries == 5 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(700));
+    };
+    let server = {
+        // SAFETY: kill(2) of a child we spawned; 0 only probes it.
+        let alive = unsafe { libc::kill(server_pid as i32, 0) } == 0;
+        if !client.status.success() && alive {
+            // SAFETY: as above: the server waits for a client that failed.
+            unsafe { libc::kill(server_pid as i32, libc::SIGKILL) };
+        }
+        wait_bounded(server, limit, "the server")
+    };
+    (server, client)
+}
+
+fn assert_pair(what: &str, (server, client): (Output, Output)) -> String {
+    assert!(
+        server.status.success() && client.status.success(),
+        "{what}: server and client must both succeed\n--- server {}\n--- client {}",
+        text(&server),
+        text(&client)
+    );
+    String::from_utf8_lossy(&client.stdout).into_owned()
+}
+
+const MRAIL_RAILS: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1,127.0.0.1");
+const MRAIL_ONE_RAIL: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1");
+
+#[test]
+fn fi_info_lists_and_keeps_ours() {
+    let Some(dir) = provider_dir() else { return };
+    let Some(fi_info) = tool("fi_info") else {
+        return;
+    };
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = with_env(Command::new(&fi_info), &dir, Engine::Soft);
+        c.args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        wait_bounded(
+            c.spawn().expect("spawn fi_info"),
+            Duration::from_secs(60),
+            "fi_info",
+        )
+    };
+    let listed = run(&["-l"], &[("FI_LOG_LEVEL", "info")]);
+    assert!(listed.status.success(), "{}", text(&listed));
+    let out = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        out.contains("psm:\n    version: 1000.1"),
+        "{}",
+        text(&listed)
+    );
+    assert!(
+        out.contains("ofi_mrail:\n    version: 1000.1"),
+        "{}",
+        text(&listed)
+    );
+    let log = String::from_utf8_lossy(&listed.stderr);
+    assert!(log.contains("registering provider: psm (1000.1)"), "{log}");
+    assert!(
+        log.contains("registering provider: ofi_mrail (1000.1)"),
+        "{log}"
+    );
+
+    let psm = run(&["-p", "psm"], &[]);
+    assert!(psm.status.success(), "{}", text(&psm));
+    let out = String::from_utf8_lossy(&psm.stdout);
+    assert!(out.contains("provider: psm\n"), "{}", text(&psm));
+    assert!(
+        out.contains("version: 1000.1"),
+        "psmrail's psm must be the one kept: {}",
+        text(&psm)
+    );
+    assert!(!out.contains("version: 117.0"), "{}", text(&psm));
+
+    let mrail = run(&["-p", "ofi_mrail", "-v"], &[MRAIL_RAILS]);
+    assert!(mrail.status.success(), "{}", text(&mrail));
+    let out = String::from_utf8_lossy(&mrail.stdout);
+    assert!(out.contains("prov_name: ofi_mrail"), "{}", text(&mrail));
+    assert!(out.contains("prov_version: 1000.1"), "{}", text(&mrail));
+    assert!(out.contains("type: FI_EP_RDM"), "{}", text(&mrail));
+}
+
+/// fi_pingpong over `prov`, every size, data checked.
+fn pingpong(prov: &str, ep: &str, engine: Engine, env: &[(&str, &str)], port: &str) {
+    let Some(dir) = provider_dir() else { return };
+    let Some(pp) = tool("fi_pingpong") else {
+        return;
+    };
+    let args = ["-p", prov, "-e", ep, "-v", "-I", "20", "-S", "all"];
+    // The server listens on `port` (-B), the client connects to it (-P).
+    let out = assert_pair(
+        &format!("fi_pingpong -p {prov} -e {ep} ({engine:?})"),
+        pair(
+            &pp,
+            &args,
+            &["-B", port],
+            &["-P", port, "127.0.0.1"],
+            &dir,
+            engine,
+            env,
+        ),
+    );
+    // The result table: one row per size, up to fi_pingpong's largest.
+    assert!(out.contains("bytes"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("1m ")),
+        "no 1 MiB row:\n{out}"
+    );
+}
+
+#[test]
+fn fi_pingpong_psm_soft_rdm() {
+    pingpong("psm", "rdm", Engine::Soft, &[], "47611");
+}
+
+#[test]
+fn fi_pingpong_psm_soft_dgram() {
+    pingpong("psm", "dgram", Engine::Soft, &[], "47612");
+}
+
+#[test]
+fn fi_pingpong_mrail_soft_two_rails() {
+    pingpong("ofi_mrail", "rdm", Engine::Soft, &[MRAIL_RAILS], "47613");
+}
+
+#[test]
+fn fi_pingpong_psm_native() {
+    if !require_native() {
+        eprintln!("skipped: the native engine runs with PSMRAIL_REQUIRE_NATIVE=1");
+        return;
+    }
+    pingpong("psm", "rdm", Engine::Native, &[], "47614");
+    pingpong("psm", "dgram", Engine::Native, &[], "47615");
+}
+
+#[test]
+fn fi_pingpong_mrail_native() {
+    if !require_native() {
+        eprintln!("skipped: the native engine runs with PSMRAIL_REQUIRE_NATIVE=1");
+        return;
+    }
+    // One PSM endpoint per process: one rail.
+    pingpong(
+        "ofi_mrail",
+        "rdm",
+        Engine::Native,
+        &[MRAIL_ONE_RAIL],
+        "47616",
+    );
+}
+
+/// The fabtests that must pass on psm (each: program and arguments).
+const PSM_PAIRS: &[&str] = &[
+    "fi_rdm_pingpong -v -S all -I 10",
+    "fi_rdm_tagged_pingpong -v -S all -I 10",
+    "fi_rdm_cntr_pingpong -v -S all -I 10",
+    "fi_rdm_tagged_bw -v -S all -I 10",
+    "fi_dgram_pingpong -v -S all -I 10",
+    "fi_rdm",
+    "fi_rdm -U",
+    "fi_dgram",
+    "fi_av_xfer -e rdm",
+    "fi_av_xfer -e dgram",
+    "fi_recv_cancel -e rdm -V",
+    "fi_unexpected_msg -e rdm -I 10",
+    "fi_msg_inject -A inject -v",
+    "fi_msg_inject -N -A inject -v",
+    "fi_msg_inject -A inj_complete -v",
+    "fi_msg_inject -N -A inj_complete -v",
+    "fi_bw -e rdm -v -T 1",
+    "fi_bw -e rdm -v -T 1 -U",
+    "fi_rdm_multi_client -C 10 -I 5",
+];
+
+/// The fabtests that must pass on ofi_mrail over two loopback rails (soft
+/// engine). Addresses go out of band (`-E`): mrail peers have no name
+/// server.
+const MRAIL_PAIRS: &[&str] = &[
+    "fi_rdm_pingpong -E -v -S all -I 10",
+    "fi_rdm_tagged_pingpong -E -v -S all -I 10",
+    "fi_rdm_cntr_pingpong -E -v -S all -I 10",
+    "fi_rdm -E",
+    "fi_recv_cancel -E -e rdm -V",
+    "fi_bw -E -e rdm -v -T 1",
+];
+
+/// runfabtests.sh's unit tests that run on psm (one process each).
+const PSM_UNITS: &[&str] = &[
+    "fi_getinfo_test -s 127.0.0.1 127.0.0.1",
+    "fi_dom_test -n 2",
+    "fi_eq_test",
+    "fi_cq_test",
+    "fi_mr_test",
+    "fi_cntr_test",
+];
+
+fn fabtests_pairs(prov: &str, list: &[&str], engine: Engine, env: &[(&str, &str)]) {
+    let Some(dir) = provider_dir() else { return };
+    for entry in list {
+        let mut words = entry.split_whitespace();
+        let name = words.next().expect("a program");
+        let Some(program) = fabtest(name) else { return };
+        let mut args: Vec<&str> = words.collect();
+        args.extend(["-p", prov, "-s", "127.0.0.1"]);
+        assert_pair(
+            &format!("{entry} -p {prov} ({engine:?})"),
+            pair(&program, &args, &[], &["127.0.0.1"], &dir, engine, env),
+        );
+    }
+}
+
+#[test]
+fn fabtests_unit_psm() {
+    let Some(dir) = provider_dir() else { return };
+    for entry in PSM_UNITS {
+        let mut words = entry.split_whitespace();
+        let name = words.next().expect("a program");
+        let Some(program) = fabtest(name) else { return };
+        let mut c = with_env(Command::new(program), &dir, Engine::Soft);
+        c.args(words).args(["-p", "psm"]);
+        let out = wait_bounded(c.spawn().expect("spawn"), Duration::from_secs(90), entry);
+        assert!(out.status.success(), "{entry}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("FAIL"), "{entry}: {}", text(&out));
+    }
+}
+
+#[test]
+fn fabtests_mrail_soft_two_rails() {
+    fabtests_pairs("ofi_mrail", MRAIL_PAIRS, Engine::Soft, &[MRAIL_RAILS]);
+}
+
+#[test]
+fn fabtests_psm_soft() {
+    fabtests_pairs("psm", PSM_PAIRS, Engine::Soft, &[]);
+}
+
+/// Left out on the native engine: a process that closes its endpoint and
+/// opens another cannot reach the same server again (the address insert
+/// fails), which `fi_rdm_multi_client`'s sequential clients do.
+const NATIVE_EXCLUDED: &[&str] = &["fi_rdm_multi_client -C 10 -I 5"];
+
+#[test]
+fn fabtests_psm_native() {
+    if !require_native() {
+        eprintln!("skipped: the native engine runs with PSMRAIL_REQUIRE_NATIVE=1");
+        return;
+    }
+    let list: Vec<&str> = PSM_PAIRS
+        .iter()
+        .copied()
+        .filter(|t| !NATIVE_EXCLUDED.contains(t))
+        .collect();
+    fabtests_pairs("psm", &list, Engine::Native, &[]);
+}
