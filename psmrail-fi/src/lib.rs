@@ -25,22 +25,45 @@
 //!   (application memory as operation buffers); `stubs` for tables not
 //!   offered yet.
 
+#[cfg(libfabric)]
 mod av;
+#[cfg(libfabric)]
 mod cbuf;
+#[cfg(libfabric)]
 mod cntr;
+#[cfg(libfabric)]
 mod cq;
+#[cfg(libfabric)]
 mod domain;
+#[cfg(libfabric)]
 mod entry;
+#[cfg(libfabric)]
 mod ep;
+#[cfg(libfabric)]
 mod eq;
+#[cfg(libfabric)]
 mod fabric;
+#[cfg(libfabric)]
 mod info;
+#[cfg(libfabric)]
 mod mr;
+#[cfg(libfabric)]
 mod msg;
+#[cfg(libfabric)]
 mod obj;
+#[cfg(libfabric)]
 mod provider;
+#[cfg(libfabric)]
 mod stubs;
+#[cfg(libfabric)]
 pub mod sys;
+#[cfg(libfabric)]
 mod tagged;
 
+#[cfg(libfabric)]
 pub use provider::{provider, Which, API_VERSION, PROVIDER_VERSION};
+
+#[cfg(not(libfabric))]
+mod unavailable;
+#[cfg(not(libfabric))]
+pub use unavailable::{provider, sys, Which};

@@ -31,8 +31,9 @@
 //! go on the wire straight from the operation's buffer). Reads go into the
 //! input buffer's spare capacity, or, for the payload of a Data frame the
 //! core handed over ([`DirectData`]), straight into the receive buffer.
-//! Writes are one `writev` of the output bytes interleaved with the
-//! referred payloads. Buffers are reused; in steady state nothing is
+//! Writes are one gathered `sendmsg` (`MSG_NOSIGNAL`: a peer that is gone
+//! is an error, never a `SIGPIPE`) of the output bytes interleaved with
+//! the referred payloads. Buffers are reused; in steady state nothing is
 //! allocated per message. A link idle for a while gives its buffers back
 //! ([`Link::trim_buffers`]); the next read gets memory only once bytes
 //! come.
@@ -47,7 +48,7 @@ use bytes::BytesMut;
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 use std::fmt;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Read};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -127,13 +128,19 @@ impl Stream {
         }
     }
 
-    /// One `writev`.
+    /// One gathered write: `sendmsg` with `MSG_NOSIGNAL`, so that writing
+    /// to a peer that is gone is an `EPIPE` error and never raises
+    /// `SIGPIPE` (which kills a C program that has not ignored it).
     pub(super) fn write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        use nix::sys::socket::{sendmsg, MsgFlags, UnixAddr};
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        };
         loop {
-            let r = match self {
-                Stream::Tcp(s) => (&*s).write_vectored(bufs),
-                Stream::Unix(s) => (&*s).write_vectored(bufs),
-            };
+            let r = sendmsg::<UnixAddr>(fd, bufs, &[], MsgFlags::MSG_NOSIGNAL, None)
+                .map_err(io::Error::from);
             match r {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => return r,
@@ -861,6 +868,7 @@ impl Link {
 mod tests {
     use super::*;
     use crate::engine::soft::OpId;
+    use std::io::Write;
 
     #[test]
     fn consume_walks_output_and_references() {

@@ -1,6 +1,6 @@
 //! A link's bytes: reading into the core (or straight into a receive
-//! buffer), and writing the core's output with `writev` within a round's
-//! budget.
+//! buffer), and writing the core's output with one gathered `sendmsg`
+//! within a round's budget.
 
 use super::*;
 
