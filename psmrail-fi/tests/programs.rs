@@ -16,37 +16,15 @@
 // Built without libfabric (see build.rs), the crate has no C face to test.
 #![cfg(libfabric)]
 
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Held while a spinning pair runs (the same lock file as psmrail's own
-/// spinning tests, so none of them run at once).
-struct SpinLock(File);
-
-fn spin_lock() -> SpinLock {
-    let path = std::env::temp_dir().join("psmrail-spinning-tests.lock");
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
-    SpinLock(file)
-}
-
-impl Drop for SpinLock {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-    }
-}
+// The same lock as psmrail's own spinning tests, so none of them run at once.
+#[path = "../../tests/support/spin_lock.rs"]
+mod spin_lock;
+use spin_lock::spin_lock;
 
 fn require() -> bool {
     std::env::var("PSMRAIL_REQUIRE_FABTESTS").is_ok_and(|v| v == "1")
