@@ -21,8 +21,8 @@
 //!   Entries the session adds are owned by its id ([`Owner::Session`]);
 //!   only it deletes them, and the caller removes them all when the
 //!   connection ends ([`Registry::end_session`]). With a job secret each
-//!   ADD and DEL must carry the proof for this session's nonce and the
-//!   request's number in it (`proof.rs`), checked before the table is
+//!   ADD and DEL must carry the proof for the nonce its connection was
+//!   given and the request's number in it (`proof.rs`), checked before the table is
 //!   looked at. A HELLO from another host is refused. Anything but ADD or
 //!   DEL after the HELLO, or a session's ADD or DEL without one, is a
 //!   protocol error: the caller closes the connection.
@@ -618,8 +618,8 @@ mod tests {
             (Reply::Done, Ok(()), Then::Next)
         );
         assert_eq!(reg.lookup(5), Some((5, Epid(0x55))));
-        // The same frame again: on this session its number is past, on
-        // another the nonce differs.
+        // The same frame again: on its own connection its number is
+        // past, on another the nonce differs.
         reg.del(5, Epid(0x55), Owner::Session(1)).unwrap();
         assert_eq!(
             command(&mut s, &good, &mut reg),
