@@ -234,6 +234,72 @@ fn connect_dead_epid() {
     });
 }
 
+/// Connecting needs the peer's progress, even back to a peer that has
+/// connected to us: PSM's connect is answered from the peer's PSM calls.
+/// A peer that progresses nothing (as a libfabric program blocked on its
+/// own control socket) times the connect out, naming it; once the peer
+/// progresses again the connect succeeds and the link carries messages
+/// both ways. (The reason address vectors can connect at first use.)
+#[test]
+fn connecting_needs_the_peer_to_progress() {
+    two_process("connecting_needs_the_peer_to_progress", |test| {
+        let _lock = spin_lock();
+        let _dog = Watchdog::new(Duration::from_secs(60), test);
+        let reactor = Reactor::manual();
+        let a = open(&make_native(), &reactor);
+        let mut child = Peer::spawn(test, "remote", &[]);
+        child.send_line(&a.epid().to_string());
+        let r = reactor.clone();
+        let epid: Epid = child
+            .recv_line_with(STEP, || {
+                r.progress();
+            })
+            .parse()
+            .unwrap();
+        child.send_line("freeze 5000");
+        assert_eq!(child.recv_line(STEP), "frozen");
+        let e = a
+            .connect(&[epid], Duration::from_secs(1))
+            .remove(0)
+            .expect_err("connecting to a peer that progresses nothing");
+        assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains(&epid.to_string()), "{e}");
+        let thawed = child.recv_line_with(STEP, || {
+            r.progress();
+        });
+        assert_eq!(thawed, "thawed");
+        let to_child = a
+            .connect(&[epid], STEP)
+            .remove(0)
+            .expect("connecting once the peer progresses");
+        let echo = recv(&reactor, &*a, TagMatch::exact(7), 64);
+        child.send_line("echo 7 64");
+        wait_ok(
+            &reactor,
+            &*a,
+            send(&reactor, &*a, to_child, 7, b"both ways".to_vec()),
+            "send",
+        );
+        let c = wait_ok(&reactor, &*a, echo, "echo");
+        assert_eq!(&c.buffer.as_slice()[..c.status.nbytes], b"both ways");
+        assert_eq!(
+            child.recv_line_with(STEP, || {
+                r.progress();
+            }),
+            "echoed 9"
+        );
+        child.send_line("close");
+        assert_eq!(
+            child.recv_line_with(STEP, || {
+                r.progress();
+            }),
+            "closed"
+        );
+        assert!(child.wait(STEP).success());
+        a.close(Duration::from_secs(1)).unwrap();
+    });
+}
+
 /// Another job (UUID) connects at the PSM level over shared memory, but
 /// the engine's handshake refuses it on both sides; each side names its
 /// own UUID, and neither learns the other's.

@@ -26,7 +26,7 @@ use remote::{remote_tests, Commands, Mode, Remote, Side, STEP};
 
 use futures::StreamExt;
 use psmrail::engine::{EngineKind, OpBuffer};
-use psmrail::fabric::{Caps, FiAddr};
+use psmrail::fabric::{AvAttr, Caps, FiAddr};
 use psmrail::ops::{MultiRecv, MultiRecvBuffer, OpOutput, RecvOp, SendOp};
 use psmrail::{Error, ErrorKind};
 use std::collections::HashMap;
@@ -736,6 +736,35 @@ fn dead_peer(test: &str, side: &Side, remote: &mut Remote) {
     }
 }
 
+/// Both AVs connect at first use ([`Mode::lazy`]): inserting needs
+/// nothing from the peer, so an insert of a remote that progresses
+/// nothing returns at once; the first messages each way then connect
+/// (the remote thawed), and every size goes through with its source named
+/// — this side's first message reaches the remote before the remote ever
+/// used this side's address.
+fn lazy_connect(_test: &str, side: &Side, remote: &mut Remote) {
+    assert!(side.av.lazy_connect());
+    let epid = side.av.lookup(remote.fi).expect("the remote's epid");
+    assert_eq!(remote.cmd(side, "freeze"), "frozen");
+    let t = Instant::now();
+    let other = side
+        .domain
+        .av(AvAttr::new().lazy_connect(true))
+        .expect("a second AV");
+    let again = other
+        .insert(&[epid])
+        .remove(0)
+        .expect("insert a frozen peer");
+    assert_eq!(other.lookup(again).expect("lookup"), epid);
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "a lazy insert waited {:?} for a frozen peer",
+        t.elapsed()
+    );
+    assert_eq!(remote.cmd(side, "thaw"), "thawed");
+    tagged(side, remote, 1 << 20);
+}
+
 /// The remote stops progressing on "another host" (its process lives; see
 /// [`Mode`]): after `FI_PSM_TIMEOUT` (1 s) without an answer to
 /// keepalives, this side's send to it fails with `FI_EIO` — the rule for
@@ -1043,6 +1072,8 @@ remote_tests! {
     limit: SCENARIO, commands: commands;
 
     native_tagged_sizes: Mode::msg(Native) => tagged_sizes;
+    native_lazy_connect: Mode::msg(Native).lazy() => lazy_connect;
+    soft_lazy_connect: Mode::msg(Soft).lazy() => lazy_connect;
     native_tagged_sizes_auto: Mode::msg(Native).auto() => tagged_sizes_1mib;
     native_untagged_mq: Mode::msg(Native) => untagged;
     native_untagged_am: Mode::msg(Native).am_msg() => untagged;

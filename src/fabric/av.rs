@@ -8,6 +8,20 @@
 //!   waiting at most [`AvAttr::connect_timeout`] (30 s by default, as C).
 //!   Already-connected peers, duplicates in one batch and the endpoint
 //!   itself succeed. Each address gets its own result.
+//! * **Connecting at first use** ([`AvAttr::lazy_connect`], what libfabric's
+//!   psm2 provider calls lazy connection): insert only records the epid and
+//!   hands out its `fi_addr`; the first operation that names the address
+//!   connects (in its post, waiting at most the connect timeout), and an
+//!   address that cannot be reached fails that operation with the error an
+//!   insert would have given (the next use tries again). Connecting needs
+//!   the peer to make progress (PSM's connect and the job handshake are
+//!   both answered from the peer's progress), and an insert that connects
+//!   waits for a peer that may be busy elsewhere: a libfabric program that
+//!   exchanged addresses out of band inserts its peer's while the peer,
+//!   done with its own insert, blocks on the same control socket. Deferred
+//!   to the first message, the connect meets a peer that is waiting for
+//!   that message, so progressing. The C provider libraries connect at
+//!   first use; the Rust API at insert unless asked.
 //! * **Map** ([`AvType::Map`], the default): `fi_addr` values are opaque
 //!   handles. Inserting an epid that is already in the map gives the same
 //!   handle back; a failed insertion uses no handle. The handles carry a
@@ -63,8 +77,13 @@ pub struct AvAttr {
     /// (more are accepted).
     pub count: usize,
     /// How long one insert (or the name-server query of
-    /// [`AddressVector::insert_service`]) may wait for its peers.
+    /// [`AddressVector::insert_service`]) may wait for its peers; with
+    /// [`lazy_connect`](Self::lazy_connect), how long the first use of an
+    /// address may wait for its peer.
     pub connect_timeout: Duration,
+    /// Connect at an address's first use instead of at insert (see the
+    /// module docs); off by default.
+    pub lazy_connect: bool,
 }
 
 impl Default for AvAttr {
@@ -73,6 +92,7 @@ impl Default for AvAttr {
             av_type: AvType::Unspec,
             count: DEFAULT_AV_COUNT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            lazy_connect: false,
         }
     }
 }
@@ -100,6 +120,29 @@ impl AvAttr {
         self.connect_timeout = timeout;
         self
     }
+
+    /// Connects each address at its first use instead of at insert.
+    ///
+    /// ```
+    /// use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+    /// # use psmrail::config::PsmConfig;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+    /// let info = getinfo(Some(&hints))?.remove(0);
+    /// let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new().lazy_connect(true))?;
+    /// // Nothing is dialled: an address nobody listens on goes in, and
+    /// // fails the first operation that uses it instead.
+    /// let nobody = psmrail::engine::Epid(0x7f00_0001_ffff);
+    /// let addr = av.insert(&[nobody]).remove(0)?;
+    /// assert_eq!(av.lookup(addr)?, nobody);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn lazy_connect(mut self, on: bool) -> Self {
+        self.lazy_connect = on;
+        self
+    }
 }
 
 /// Salts of map AVs: distinct per AV (until 2^31 AVs were opened), never 0.
@@ -120,6 +163,7 @@ pub(crate) struct AvCore {
     /// `Some(salt)` for a map, `None` for a table.
     salt: Option<u32>,
     connect_timeout: Duration,
+    lazy_connect: bool,
     entries: AvEntries,
     /// Serializes inserts (readers never take it).
     insert: Mutex<()>,
@@ -194,12 +238,58 @@ impl AvCore {
         Some(idx)
     }
 
-    /// The peer `addr` names: the hot path of every operation.
+    /// The peer `addr` names: the hot path of every operation. The first
+    /// use of an address inserted without connecting connects it here.
     #[inline]
     pub(crate) fn resolve(&self, addr: FiAddr) -> Result<PeerAddr> {
         match self.index_of(addr).and_then(|i| self.entries.peer(i)) {
             Some(p) => Ok(p),
-            None => Err(self.bad_addr(addr)),
+            None => self.resolve_slow(addr),
+        }
+    }
+
+    #[cold]
+    fn resolve_slow(&self, addr: FiAddr) -> Result<PeerAddr> {
+        match self
+            .index_of(addr)
+            .and_then(|i| Some((i, self.entries.get(i)?)))
+        {
+            Some((idx, Entry::Pending(epid))) => self.connect_pending(idx, epid),
+            Some((_, Entry::Peer(_, peer))) => Ok(peer),
+            _ => Err(self.bad_addr(addr)),
+        }
+    }
+
+    /// Connects the pending entry `idx` (first use of its address): one
+    /// connect at a time per AV (inserts included), so concurrent first
+    /// uses of an address connect it once. A failure leaves the entry
+    /// pending for the next use.
+    fn connect_pending(&self, idx: u64, epid: Epid) -> Result<PeerAddr> {
+        let _guard = self.insert.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Entry::Peer(_, peer)) = self.entries.get(idx) {
+            return Ok(peer);
+        }
+        self.domain.ensure_open()?;
+        let outcome = self
+            .domain
+            .engine()
+            .connect(&[epid], self.connect_timeout)
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result")));
+        match outcome {
+            Ok(peer) => {
+                let mut rev = self.reverse.write().unwrap_or_else(|p| p.into_inner());
+                self.entries.connected(idx, peer);
+                rev.by_peer.entry(peer).or_insert(idx);
+                Ok(peer)
+            }
+            Err(e) => {
+                let message = format!(
+                    "address vector: cannot connect to {epid} at its first use: {}",
+                    e.message()
+                );
+                Err(Error::with_source(e.kind(), message, e))
+            }
         }
     }
 
@@ -256,6 +346,12 @@ impl AvCore {
                 return addr;
             }
         }
+        // A peer that reached us before we used its address (inserted,
+        // not yet connected): known by epid, which the engine tells.
+        let epid = epid.or_else(|| {
+            peer.filter(|_| self.lazy_connect)
+                .and_then(|p| self.domain.engine().peer_epid(p))
+        });
         epid.and_then(|e| rev.by_epid.get(&e))
             .map_or(FiAddr::UNSPEC, |&i| self.addr_of(i))
     }
@@ -309,6 +405,7 @@ impl AddressVector {
                 domain,
                 salt,
                 connect_timeout: attr.connect_timeout,
+                lazy_connect: attr.lazy_connect,
                 entries: AvEntries::with_capacity(attr.count),
                 insert: Mutex::new(()),
                 reverse: RwLock::new(Reverse::default()),
@@ -324,7 +421,9 @@ impl AddressVector {
 
     /// Connects to each epid and gives its `fi_addr` (`fi_av_insert`); one
     /// result per epid, in order. Waits at most the AV's connect timeout
-    /// in all.
+    /// in all. An AV that connects at first use ([`AvAttr::lazy_connect`])
+    /// only records the epids: it never waits, and connect errors come
+    /// from the operations that use the addresses.
     ///
     /// A map gives an epid already present its existing address. A table
     /// gives every epid the next index; a failure leaves a hole there.
@@ -351,6 +450,33 @@ impl AddressVector {
                     _ => todo.push(i),
                 }
             }
+        }
+        if core.lazy_connect {
+            let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
+            for &i in &todo {
+                let epid = epids[i];
+                // A duplicate within this batch of a map: same address.
+                let result = if let (Some(_), Some(&idx)) = (core.salt, rev.by_epid.get(&epid)) {
+                    Ok(core.addr_of(idx))
+                } else {
+                    match core.entries.push(Entry::Pending(epid)) {
+                        Some(idx) => {
+                            rev.by_epid.entry(epid).or_insert(idx);
+                            Ok(core.addr_of(idx))
+                        }
+                        None => Err(full()),
+                    }
+                };
+                results[i] = Some(result);
+            }
+            return results
+                .into_iter()
+                .map(|r| {
+                    r.unwrap_or_else(|| {
+                        Err(Error::new(ErrorKind::Other, "address vector: no result"))
+                    })
+                })
+                .collect();
         }
         let wanted: Vec<Epid> = todo.iter().map(|&i| epids[i]).collect();
         let connected = if wanted.is_empty() {
@@ -446,7 +572,7 @@ impl AddressVector {
             .index_of(addr)
             .and_then(|i| self.core.entries.get(i))
         {
-            Some(Entry::Peer(epid, _)) => Ok(epid),
+            Some(Entry::Peer(epid, _) | Entry::Pending(epid)) => Ok(epid),
             _ => Err(self.core.bad_addr(addr)),
         }
     }
@@ -462,6 +588,12 @@ impl AddressVector {
     pub fn remove(&self, addrs: &[FiAddr]) -> Result<()> {
         let _ = addrs;
         Ok(())
+    }
+
+    /// Whether inserts leave connecting to each address's first use
+    /// ([`AvAttr::lazy_connect`]).
+    pub fn lazy_connect(&self) -> bool {
+        self.core.lazy_connect
     }
 
     /// Number of entries (a table's holes included).

@@ -8,14 +8,18 @@
 //! the array grows in segments that never move (segment `k` holds
 //! `BASE << k` entries), a writer fills an entry and then publishes the new
 //! length with a release store, and a reader that sees an index below the
-//! length it loaded (acquire) sees the entry's final contents. Writers are
-//! serialized by the caller (the address vector's insert lock).
+//! length it loaded (acquire) sees the entry's contents. One change follows
+//! publication: an entry inserted without connecting
+//! ([`Entry::Pending`]) becomes a connected peer at its first use, its peer
+//! stored before its state (release), so a reader sees the pending entry
+//! or the whole peer. Writers are serialized by the caller (the address
+//! vector's insert lock).
 //!
 //! This module holds no sockets, clocks or engine: it is the sans-IO part of
 //! the address vector, tested on its own (including from several threads).
 
 use crate::engine::{Epid, PeerAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// log2 of the first segment's size: 64 entries, the C default `count`.
@@ -35,13 +39,22 @@ pub(crate) enum Entry {
     /// The insertion of this epid failed: a hole (table AVs keep them so
     /// indices stay those the caller counted).
     Hole(Epid),
+    /// Inserted, not yet connected: the address vector connects at the
+    /// entry's first use ([`AvEntries::connected`] then makes it a
+    /// [`Peer`](Entry::Peer)).
+    Pending(Epid),
 }
+
+/// [`Cell::state`] values.
+const HOLE: u8 = 0;
+const PEER: u8 = 1;
+const PENDING: u8 = 2;
 
 #[derive(Default)]
 struct Cell {
     epid: AtomicU64,
     peer: AtomicU64,
-    ok: AtomicBool,
+    state: AtomicU8,
 }
 
 /// Append-only entries with lock-free reads (see the module docs).
@@ -110,11 +123,14 @@ impl AvEntries {
         // Published entries live in initialized segments: the writer
         // initialized it before the release store of `len` we acquired.
         let cell = self.segments[seg].get()?.get(off)?;
+        // Acquire: a pending entry made a peer after publication stored
+        // its peer before the state (release).
+        let state = cell.state.load(Ordering::Acquire);
         let epid = Epid(cell.epid.load(Ordering::Relaxed));
-        Some(if cell.ok.load(Ordering::Relaxed) {
-            Entry::Peer(epid, PeerAddr(cell.peer.load(Ordering::Relaxed)))
-        } else {
-            Entry::Hole(epid)
+        Some(match state {
+            PEER => Entry::Peer(epid, PeerAddr(cell.peer.load(Ordering::Relaxed))),
+            PENDING => Entry::Pending(epid),
+            _ => Entry::Hole(epid),
         })
     }
 
@@ -138,15 +154,38 @@ impl AvEntries {
         }
         let (seg, off) = locate(idx);
         let cell = &self.segment(seg)[off];
-        let (epid, peer, ok) = match entry {
-            Entry::Peer(e, p) => (e, p.0, true),
-            Entry::Hole(e) => (e, 0, false),
+        let (epid, peer, state) = match entry {
+            Entry::Peer(e, p) => (e, p.0, PEER),
+            Entry::Hole(e) => (e, 0, HOLE),
+            Entry::Pending(e) => (e, 0, PENDING),
         };
         cell.epid.store(epid.0, Ordering::Relaxed);
         cell.peer.store(peer, Ordering::Relaxed);
-        cell.ok.store(ok, Ordering::Relaxed);
+        cell.state.store(state, Ordering::Relaxed);
         self.len.store(idx + 1, Ordering::Release);
         Some(idx)
+    }
+
+    /// Makes the [`Pending`](Entry::Pending) entry at `idx` a connected
+    /// [`Peer`](Entry::Peer) with `peer`; whether it was pending (other
+    /// entries are left as they are).
+    ///
+    /// Callers serialize it with [`push`](Self::push); readers may run
+    /// concurrently and see either the pending entry or the whole peer.
+    pub(crate) fn connected(&self, idx: u64, peer: PeerAddr) -> bool {
+        if idx >= self.len() {
+            return false;
+        }
+        let (seg, off) = locate(idx);
+        let Some(cell) = self.segments[seg].get().and_then(|s| s.get(off)) else {
+            return false;
+        };
+        if cell.state.load(Ordering::Relaxed) != PENDING {
+            return false;
+        }
+        cell.peer.store(peer.0, Ordering::Relaxed);
+        cell.state.store(PEER, Ordering::Release);
+        true
     }
 }
 
@@ -196,6 +235,60 @@ mod tests {
         assert_eq!(t.peer(299), Some(PeerAddr(1299)));
         assert_eq!(t.get(300), None);
         assert_eq!(t.get(u64::MAX), None);
+    }
+
+    #[test]
+    fn pending_entries_connect_once() {
+        let t = AvEntries::with_capacity(0);
+        assert!(!t.connected(0, PeerAddr(1)), "nothing there yet");
+        t.push(Entry::Pending(Epid(7))).unwrap();
+        t.push(Entry::Hole(Epid(8))).unwrap();
+        t.push(Entry::Peer(Epid(9), PeerAddr(90))).unwrap();
+        assert_eq!(t.get(0), Some(Entry::Pending(Epid(7))));
+        assert_eq!(t.peer(0), None, "a pending entry has no peer yet");
+        assert!(t.connected(0, PeerAddr(70)));
+        assert_eq!(t.get(0), Some(Entry::Peer(Epid(7), PeerAddr(70))));
+        assert_eq!(t.peer(0), Some(PeerAddr(70)));
+        // Only pending entries change, and only once.
+        assert!(!t.connected(0, PeerAddr(71)));
+        assert!(!t.connected(1, PeerAddr(80)));
+        assert!(!t.connected(2, PeerAddr(91)));
+        assert_eq!(t.get(0), Some(Entry::Peer(Epid(7), PeerAddr(70))));
+        assert_eq!(t.get(1), Some(Entry::Hole(Epid(8))));
+        assert_eq!(t.get(2), Some(Entry::Peer(Epid(9), PeerAddr(90))));
+        assert!(!t.connected(3, PeerAddr(1)));
+    }
+
+    #[test]
+    fn readers_see_a_pending_entry_or_its_whole_peer() {
+        let n = if cfg!(miri) { 200 } else { 5_000u64 };
+        let t = Arc::new(AvEntries::with_capacity(0));
+        for i in 0..n {
+            t.push(Entry::Pending(Epid(i))).unwrap();
+        }
+        let reader = {
+            let t = t.clone();
+            std::thread::spawn(move || loop {
+                let mut done = 0;
+                for i in 0..n {
+                    match t.get(i) {
+                        Some(Entry::Pending(e)) => assert_eq!(e, Epid(i)),
+                        Some(Entry::Peer(e, p)) => {
+                            assert_eq!((e, p), (Epid(i), PeerAddr(!i)));
+                            done += 1;
+                        }
+                        other => panic!("entry {i}: {other:?}"),
+                    }
+                }
+                if done == n {
+                    break;
+                }
+            })
+        };
+        for i in 0..n {
+            assert!(t.connected(i, PeerAddr(!i)));
+        }
+        reader.join().unwrap();
     }
 
     #[test]

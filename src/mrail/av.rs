@@ -191,8 +191,10 @@ pub struct MrailAv {
 impl MrailAv {
     pub(crate) fn open(domain: Arc<MrailDomainCore>, attr: AvAttr) -> Result<MrailAv> {
         let connect_timeout = attr.connect_timeout;
+        // Rails connect at insert: the multi-rail handshake runs then.
         let rail_attr = AvAttr {
             av_type: AvType::Table,
+            lazy_connect: false,
             ..attr
         };
         let rails = domain

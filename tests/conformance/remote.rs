@@ -211,6 +211,12 @@ pub(crate) fn remote_child<E: Engine>(make: fn() -> E) {
                     replies.len()
                 )
             }
+            "freeze" => {
+                // No progress at all for the given milliseconds.
+                say("frozen");
+                std::thread::sleep(Duration::from_millis(num(1)));
+                "thawed".into()
+            }
             "close" => return None,
             other => panic!("unknown command {other:?}"),
         })

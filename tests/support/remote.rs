@@ -99,6 +99,7 @@ pub(crate) struct Mode {
     pub(crate) auto: bool,
     pub(crate) elsewhere: bool,
     pub(crate) fragments: bool,
+    pub(crate) lazy: bool,
 }
 
 impl Mode {
@@ -111,6 +112,7 @@ impl Mode {
             auto: false,
             elsewhere: false,
             fragments: false,
+            lazy: false,
         }
     }
 
@@ -160,6 +162,12 @@ impl Mode {
     /// Large messages in shared-memory fragments.
     pub(crate) const fn fragments(mut self) -> Mode {
         self.fragments = true;
+        self
+    }
+
+    /// Both sides' AVs connect at first use ([`AvAttr::lazy_connect`]).
+    pub(crate) const fn lazy(mut self) -> Mode {
+        self.lazy = true;
         self
     }
 }
@@ -226,7 +234,9 @@ impl Side {
             .expect("getinfo offered nothing");
         let fabric = Fabric::open(&info).expect("fabric");
         let domain = fabric.domain(&info).expect("domain");
-        let av = domain.av(AvAttr::new()).expect("av");
+        let av = domain
+            .av(AvAttr::new().lazy_connect(mode.lazy))
+            .expect("av");
         let cq = domain.cq(CqAttr::new()).expect("cq");
         let counter = || domain.counter(CounterAttr::new()).expect("counter");
         let (sends, writes, remote_writes, remote_reads) =
