@@ -8,7 +8,10 @@
 //! this node from `MPI_LOCALRANKID` / `MPI_LOCALNRANKS`, all set by MPICH's
 //! hydra `mpiexec`. Every call is blocking and bounded by the job's
 //! timeout; run it before the job's traffic (from async code, where
-//! blocking is allowed).
+//! blocking is allowed). `join` inserts; whether that dials every rank is
+//! the address vector's choice: one made with
+//! [`AvAttr::lazy_connect`](crate::fabric::AvAttr::lazy_connect) connects
+//! each rank at its first use (`examples/job.rs`).
 //!
 //! ```no_run
 //! use psmrail::bootstrap::Job;
@@ -20,7 +23,9 @@
 //! let hints = Hints::new().caps(Caps::TAGGED);
 //! let info = getinfo(Some(&hints))?.remove(0);
 //! let domain = Fabric::open(&info)?.domain(&info)?;
-//! let av = domain.av(AvAttr::new())?;
+//! // Connect each rank at its first use only: a rank never talked to is
+//! // never dialled.
+//! let av = domain.av(AvAttr::new().lazy_connect(true))?;
 //! let ep = domain.endpoint(&info).bind_av(&av).enable()?;
 //! let ranks = job.join(&av, &ep.getname())?; // ranks[r] is rank r
 //! let next = ranks[(job.rank() + 1) % job.size()];

@@ -52,8 +52,11 @@
 
 use std::fmt;
 
-/// The header version this implementation speaks.
-pub const VERSION: u8 = 1;
+/// The header version this implementation speaks: 2, since the
+/// [`Moved`](Frame::Moved) frame (kind 11). A peer of another version is
+/// refused at its first frame rather than at the first frame it cannot
+/// read.
+pub const VERSION: u8 = 2;
 
 /// The rail tag every control frame travels with.
 pub const CTRL_TAG: u64 = 1 << 60;
@@ -1052,7 +1055,8 @@ mod tests {
             b[at] = x;
             decode(&b).unwrap_err()
         };
-        assert_eq!(bad(0, 2), HeaderError::Version(2));
+        assert_eq!(bad(0, 1), HeaderError::Version(1));
+        assert_eq!(bad(0, 3), HeaderError::Version(3));
         assert_eq!(bad(1, 12), HeaderError::UnknownKind(12));
         assert_eq!(
             bad(2, 1),
@@ -1098,7 +1102,7 @@ mod tests {
         cts[29] = 0x20;
         assert!(matches!(decode(&cts), Err(HeaderError::RecvIdTooLarge(_))));
         assert_eq!(decode(&[]), Err(HeaderError::Short { need: 16, got: 0 }));
-        for e in [bad(0, 2), HeaderError::NoRails] {
+        for e in [bad(0, 1), HeaderError::NoRails] {
             assert!(e.to_string().contains("mrail"));
         }
     }
