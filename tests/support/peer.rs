@@ -223,8 +223,9 @@ impl Peer {
     /// waits for the child to exit and asserts it succeeded. Each wait is
     /// bounded by `timeout`.
     pub(crate) fn finish(mut self, line: &str, reply: &str, timeout: Duration, idle: impl FnMut()) {
-        assert_eq!(self.cmd(line, timeout, idle), reply, "{line}");
-        let status = self.wait(timeout);
+        let mut idle = idle;
+        assert_eq!(self.cmd(line, timeout, &mut idle), reply, "{line}");
+        let status = self.wait_with(timeout, idle);
         assert!(status.success(), "the remote failed: {status}");
     }
 
@@ -234,7 +235,14 @@ impl Peer {
     }
 
     /// Waits for the child to exit, killing it after `timeout`.
-    pub(crate) fn wait(mut self, timeout: Duration) -> ExitStatus {
+    pub(crate) fn wait(self, timeout: Duration) -> ExitStatus {
+        self.wait_with(timeout, || std::thread::sleep(Duration::from_millis(5)))
+    }
+
+    /// [`wait`](Self::wait), calling `idle` while the child runs (a
+    /// manual-progress side progresses there: the child may be closing a
+    /// link that needs this side's answer).
+    pub(crate) fn wait_with(mut self, timeout: Duration, mut idle: impl FnMut()) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -245,7 +253,7 @@ impl Peer {
                 let _ = self.child.wait();
                 panic!("peer did not exit within {timeout:?}");
             }
-            std::thread::sleep(Duration::from_millis(5));
+            idle();
         }
     }
 
