@@ -138,6 +138,20 @@ fn two_process(test: &str, body: impl FnOnce(&str)) {
     }
 }
 
+/// Spawns the remote peer of `test` (with `env`), gives it our epid `me`
+/// and takes its own; it connects to us first, so we progress meanwhile.
+fn spawn_remote(test: &str, reactor: &Reactor, me: Epid, env: &[(&str, &str)]) -> (Peer, Epid) {
+    let mut child = Peer::spawn(test, "remote", env);
+    child.send_line(&me.to_string());
+    let line = child.recv_line_with(STEP, || {
+        reactor.progress();
+    });
+    let epid = line
+        .parse()
+        .unwrap_or_else(|_| panic!("the remote's epid, not {line:?}"));
+    (child, epid)
+}
+
 // ----- the generic suite ------------------------------------------------------------
 
 #[test]
@@ -247,15 +261,8 @@ fn connecting_needs_the_peer_to_progress() {
         let _dog = Watchdog::new(Duration::from_secs(60), test);
         let reactor = Reactor::manual();
         let a = open(&make_native(), &reactor);
-        let mut child = Peer::spawn(test, "remote", &[]);
-        child.send_line(&a.epid().to_string());
+        let (mut child, epid) = spawn_remote(test, &reactor, a.epid(), &[]);
         let r = reactor.clone();
-        let epid: Epid = child
-            .recv_line_with(STEP, || {
-                r.progress();
-            })
-            .parse()
-            .unwrap();
         child.send_line("freeze 5000");
         assert_eq!(child.recv_line(STEP), "frozen");
         let e = a
@@ -311,15 +318,9 @@ fn wrong_uuid_is_refused_both_ways() {
         let reactor = Reactor::manual();
         let a = open(&make_native(), &reactor);
         let other = hex(&OTHER_UUID);
-        let mut child = Peer::spawn(test, "remote", &[(remote::UUID_VAR, &other)]);
-        child.send_line(&a.epid().to_string());
+        let (mut child, epid) =
+            spawn_remote(test, &reactor, a.epid(), &[(remote::UUID_VAR, &other)]);
         let r = reactor.clone();
-        let epid: Epid = child
-            .recv_line_with(STEP, || {
-                r.progress();
-            })
-            .parse()
-            .unwrap();
         let start = Instant::now();
         let e = a
             .connect(&[epid], Duration::from_secs(5))

@@ -446,12 +446,12 @@ impl Frame {
     /// [valid](Self::validate); `out` is then left untouched.
     ///
     /// ```
-    /// use psmrail::mrail::core::header::{Frame, HeaderError};
+    /// use psmrail::mrail::core::header::{Frame, HeaderError, VERSION};
     ///
     /// let ack = Frame::Ack { source: 1, seq: 9 };
     /// let mut buf = [0u8; 24];
     /// assert_eq!(ack.write_to(&mut buf), Ok(24));
-    /// assert_eq!(&buf[..4], &[1, 4, 0, 0]);
+    /// assert_eq!(&buf[..4], &[VERSION, 4, 0, 0]);
     /// assert!(matches!(ack.write_to(&mut buf[..10]), Err(HeaderError::BufferTooSmall { .. })));
     /// ```
     pub fn write_to(&self, out: &mut [u8]) -> Result<usize, HeaderError> {
