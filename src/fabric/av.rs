@@ -451,59 +451,41 @@ impl AddressVector {
                 }
             }
         }
-        if core.lazy_connect {
-            let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
-            for &i in &todo {
-                let epid = epids[i];
-                // A duplicate within this batch of a map: same address.
-                let result = if let (Some(_), Some(&idx)) = (core.salt, rev.by_epid.get(&epid)) {
-                    Ok(core.addr_of(idx))
-                } else {
-                    match core.entries.push(Entry::Pending(epid)) {
-                        Some(idx) => {
-                            rev.by_epid.entry(epid).or_insert(idx);
-                            Ok(core.addr_of(idx))
-                        }
-                        None => Err(full()),
-                    }
-                };
-                results[i] = Some(result);
-            }
-            return results
-                .into_iter()
-                .map(|r| {
-                    r.unwrap_or_else(|| {
-                        Err(Error::new(ErrorKind::Other, "address vector: no result"))
-                    })
-                })
-                .collect();
-        }
+        // Lazily, nothing is dialled: every epid goes in pending.
         let wanted: Vec<Epid> = todo.iter().map(|&i| epids[i]).collect();
-        let connected = if wanted.is_empty() {
+        let connected: Vec<Result<Option<PeerAddr>>> = if core.lazy_connect {
+            wanted.iter().map(|_| Ok(None)).collect()
+        } else if wanted.is_empty() {
             Vec::new()
         } else {
-            core.domain.engine().connect(&wanted, core.connect_timeout)
+            core.domain
+                .engine()
+                .connect(&wanted, core.connect_timeout)
+                .into_iter()
+                .map(|r| r.map(Some))
+                .collect()
         };
         let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
         for (&i, outcome) in todo.iter().zip(connected) {
             let epid = epids[i];
-            let result = match outcome {
-                Ok(peer) => {
-                    // A duplicate within this batch of a map: same address.
-                    if let (Some(_), Some(&idx)) = (core.salt, rev.by_epid.get(&epid)) {
-                        Ok(core.addr_of(idx))
-                    } else {
-                        match core.entries.push(Entry::Peer(epid, peer)) {
-                            Some(idx) => {
-                                rev.by_epid.entry(epid).or_insert(idx);
-                                rev.by_peer.entry(peer).or_insert(idx);
-                                Ok(core.addr_of(idx))
+            // A duplicate within this batch of a map: same address.
+            let duplicate = core.salt.and(rev.by_epid.get(&epid).copied());
+            let result = match (outcome, duplicate) {
+                (Ok(_), Some(idx)) => Ok(core.addr_of(idx)),
+                (Ok(peer), None) => {
+                    let entry = peer.map_or(Entry::Pending(epid), |p| Entry::Peer(epid, p));
+                    match core.entries.push(entry) {
+                        Some(idx) => {
+                            rev.by_epid.entry(epid).or_insert(idx);
+                            if let Some(p) = peer {
+                                rev.by_peer.entry(p).or_insert(idx);
                             }
-                            None => Err(full()),
+                            Ok(core.addr_of(idx))
                         }
+                        None => Err(full()),
                     }
                 }
-                Err(e) => {
+                (Err(e), _) => {
                     if core.salt.is_none() && core.entries.push(Entry::Hole(epid)).is_none() {
                         Err(full())
                     } else {
