@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -100,13 +101,53 @@ pub(crate) fn with_env(mut cmd: Command, dir: &Path, engine: Engine) -> Command 
         )
         .env("PSM2_DEVICES", "self,shm")
         .env_remove("FI_PROVIDER")
+        // Its own process group, so that a kill reaches what it started
+        // (mpirun's ranks) too.
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
 }
 
-/// Waits for `child` at most `limit`; kills it after that.
+/// Kills `child` and the process group it leads (see [`with_env`]).
+fn kill_group(child: &mut Child) {
+    // SAFETY: kill(2) of the group our own child leads; nothing else is
+    // in it.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.kill();
+}
+
+/// A child that is killed, with its process group, if the test lets go
+/// of it (a test that panics leaves no process behind).
+pub(crate) struct Reaped(Option<Child>);
+
+impl Reaped {
+    pub(crate) fn new(child: Child) -> Reaped {
+        Reaped(Some(child))
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// The child, for [`wait_bounded`].
+    pub(crate) fn take(mut self) -> Child {
+        self.0.take().expect("a Reaped holds its child until taken")
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            kill_group(&mut c);
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for `child` at most `limit`; kills it (and its process group)
+/// after that.
 pub(crate) fn wait_bounded(mut child: Child, limit: Duration, who: &str) -> Output {
     let deadline = Instant::now() + limit;
     // Read the pipes on threads so a chatty child cannot block on them.
@@ -126,7 +167,7 @@ pub(crate) fn wait_bounded(mut child: Child, limit: Duration, who: &str) -> Outp
         match child.try_wait().expect("try_wait") {
             Some(s) => break s,
             None if Instant::now() >= deadline => {
-                let _ = child.kill();
+                kill_group(&mut child);
                 let s = child.wait().expect("wait after kill");
                 let stdout = t_out.join().unwrap_or_default();
                 let stderr = t_err.join().unwrap_or_default();
