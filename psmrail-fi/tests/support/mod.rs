@@ -195,3 +195,90 @@ pub(crate) fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// Runs `program args` as a server, then as a client of 127.0.0.1 with
+/// `client_args` added; both must exit 0. Returns the client's output.
+pub(crate) fn pair(
+    program: &Path,
+    args: &[&str],
+    server_args: &[&str],
+    client_args: &[&str],
+    dir: &Path,
+    engine: Engine,
+    extra_env: &[(&str, &str)],
+) -> (Output, Output) {
+    let start = Duration::from_millis(800);
+    pair_after(
+        start,
+        program,
+        args,
+        server_args,
+        client_args,
+        dir,
+        engine,
+        extra_env,
+    )
+}
+
+/// [`pair`] whose client starts `start` after the server (a server under
+/// valgrind takes seconds to listen).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pair_after(
+    start: Duration,
+    program: &Path,
+    args: &[&str],
+    server_args: &[&str],
+    client_args: &[&str],
+    dir: &Path,
+    engine: Engine,
+    extra_env: &[(&str, &str)],
+) -> (Output, Output) {
+    let _lock = spin_lock();
+    let limit = Duration::from_secs(90);
+    let mk = |more: &[&str]| {
+        let mut c = with_env(Command::new(program), dir, engine);
+        c.args(args).args(more);
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        c
+    };
+    let server = Reaped::new(mk(server_args).spawn().expect("spawn the server"));
+    let server_pid = server.id();
+    // The server opens its listening socket (or registers with its name
+    // server) first; a client that comes too early finds nobody and ends
+    // at once, so it is tried again while the server waits.
+    std::thread::sleep(start);
+    let mut tries = 0;
+    let client = loop {
+        tries += 1;
+        let started = Instant::now();
+        let c = mk(client_args).spawn().expect("spawn the client");
+        let out = wait_bounded(c, limit, "the client");
+        let quick = started.elapsed() < Duration::from_secs(3);
+        if out.status.success() || !quick || tries == 5 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(700));
+    };
+    let server = {
+        // SAFETY: kill(2) of a child we spawned; 0 only probes it.
+        let alive = unsafe { libc::kill(server_pid as i32, 0) } == 0;
+        if !client.status.success() && alive {
+            // SAFETY: as above: the server waits for a client that failed.
+            unsafe { libc::kill(server_pid as i32, libc::SIGKILL) };
+        }
+        wait_bounded(server.take(), limit, "the server")
+    };
+    (server, client)
+}
+
+pub(crate) fn assert_pair(what: &str, (server, client): (Output, Output)) -> String {
+    assert!(
+        server.status.success() && client.status.success(),
+        "{what}: server and client must both succeed\n--- server {}\n--- client {}",
+        text(&server),
+        text(&client)
+    );
+    String::from_utf8_lossy(&client.stdout).into_owned()
+}
