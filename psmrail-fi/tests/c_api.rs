@@ -740,15 +740,16 @@ fn peek_claim_and_discard_as_fi_tagged_defines_them() {
 fn a_directed_receive_takes_only_its_sender() {
     let p = setup();
     let caps = sys::FI_MSG as u64 | sys::FI_DIRECTED_RECV;
-    // The receiver progresses on its own: the sender's first send connects
-    // to it while this thread is inside that send.
-    let r = open_caps(p, caps, |h| {
+    // Both progress on their own: each one's first use of the other's
+    // address connects while this thread is inside that call.
+    let auto = |h: &mut sys::fi_info| {
         // SAFETY: hints with every attribute.
         unsafe { (*h.domain_attr).data_progress = sys::FI_PROGRESS_AUTO };
-    });
+    };
+    let r = open_caps(p, caps, auto);
     // SAFETY: an info we answered.
     assert_ne!(unsafe { (*r.info).caps } & sys::FI_DIRECTED_RECV, 0);
-    let s = open_caps(p, sys::FI_MSG as u64, |_| {});
+    let s = open_caps(p, sys::FI_MSG as u64, auto);
     let r_self = ready(&r);
     ready(&s);
     let r_from_s = insert(&r, &name(&s));
@@ -758,6 +759,8 @@ fn a_directed_receive_takes_only_its_sender() {
     // From `s` only: our own message, sent first, waits for the next.
     assert_eq!(recvmsg(&r, &mut buf, r_from_s, ctx_of(&mut ctx), 0), 0);
     inject(&r, b"from r", r_self);
+    // Queued at `r` before the other one is sent.
+    std::thread::sleep(std::time::Duration::from_millis(200));
     inject(&s, b"from s", s_to_r);
     let e = next_recv(&r).expect("the directed receive");
     assert_eq!((e.len, e.op_context), (6, ctx_of(&mut ctx)));
