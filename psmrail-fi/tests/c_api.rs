@@ -473,10 +473,8 @@ fn next(o: &Objects) -> Result<sys::fi_cq_tagged_entry, sys::fi_cq_err_entry> {
         if n == -(sys::FI_EAVAIL as isize) {
             let mut err = sys::fi_cq_err_entry::default();
             // SAFETY: room for one error entry.
-            assert_eq!(
-                unsafe { (*(*o.cq).ops).readerr.unwrap()(o.cq, &mut err, 0) },
-                1
-            );
+            let n = unsafe { (*(*o.cq).ops).readerr.unwrap()(o.cq, &mut err, 0) };
+            assert_eq!(n, 1);
             return Err(err);
         }
         assert_eq!(n, -(sys::FI_EAGAIN as isize));
