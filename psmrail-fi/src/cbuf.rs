@@ -42,3 +42,16 @@ pub(crate) unsafe fn op_buffer(ptr: *mut u8, len: usize) -> OpBuffer {
     }
     OpBuffer::new(BufferOwner::Region(Arc::new(CBuf { ptr, len })))
 }
+
+/// `len` bytes of application memory at `ptr` as a region several
+/// operations' buffers are windows of (a multi-receive block); `None` for
+/// a null pointer or a zero length.
+///
+/// # Safety
+/// As [`op_buffer`], until every operation over the region completed.
+pub(crate) unsafe fn region(ptr: *mut u8, len: usize) -> Option<Arc<dyn StableRegion>> {
+    if len == 0 || ptr.is_null() {
+        return None;
+    }
+    Some(Arc::new(CBuf { ptr, len }))
+}

@@ -14,9 +14,9 @@ use crate::info::epid_bytes;
 use crate::obj::{self, fi_ops, FiOps, Table};
 use crate::sys;
 use psmrail::engine::{OpBuffer, PostError};
-use psmrail::fabric::{CounterBind, CqBind, Endpoint, FiAddr, Info};
+use psmrail::fabric::{Caps, CounterBind, CqBind, Endpoint, FiAddr, Info};
 use psmrail::mrail::{MrailEndpoint, MrailPosted};
-use psmrail::ops::{MessageEndpoint, Posted};
+use psmrail::ops::{Claimed, MessageEndpoint, MultiPosted, Posted};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -29,10 +29,12 @@ pub(crate) enum RustEp {
 }
 
 /// A posted operation's handle (for `fi_cancel`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum AnyPosted {
     Psm(Posted),
     Mrail(MrailPosted),
+    /// A psm multi-receive (`multi_recv.rs`).
+    Multi(MultiPosted),
 }
 
 fn post_err(e: PostError) -> Errno {
@@ -68,6 +70,23 @@ impl RustEp {
             RustEp::Mrail(ep) => ep.post_recv(buf, ctx).map(AnyPosted::Mrail),
         }
         .map_err(post_err)
+    }
+
+    /// A receive from `src` only (`FI_DIRECTED_RECV`): psm's; ofi_mrail's
+    /// Rust endpoint has no context-posted directed receive.
+    pub(crate) fn post_recv_from(
+        &self,
+        src: FiAddr,
+        buf: OpBuffer,
+        ctx: u64,
+    ) -> FiResult<AnyPosted> {
+        match self {
+            RustEp::Psm(ep) => ep
+                .post_recv_from(src, buf, ctx)
+                .map(AnyPosted::Psm)
+                .map_err(post_err),
+            RustEp::Mrail(_) => Err(Errno::OPNOTSUPP),
+        }
     }
 
     pub(crate) fn post_trecv(
@@ -111,6 +130,7 @@ impl RustEp {
         match (self, p) {
             (RustEp::Psm(ep), AnyPosted::Psm(p)) => ep.cancel(p),
             (RustEp::Mrail(ep), AnyPosted::Mrail(p)) => ep.cancel(p),
+            (RustEp::Psm(_), AnyPosted::Multi(m)) => m.cancel(),
             _ => return Err(Errno::INVAL),
         }
         .map_err(Errno::from)
@@ -152,6 +172,8 @@ pub(crate) struct EpObj {
     /// `tx_attr.op_flags` / `rx_attr.op_flags` (`FI_GETOPSFLAG`, `FI_SETOPSFLAG`).
     op_flags: Mutex<(u64, u64)>,
     min_multi_recv: Mutex<usize>,
+    /// Messages claimed by `FI_PEEK | FI_CLAIM`, by context (`peek.rs`).
+    pub(crate) claimed: Mutex<HashMap<u64, Claimed>>,
 }
 
 // SAFETY: the domain pointer and the bound objects' addresses are kept
@@ -181,6 +203,16 @@ impl EpObj {
 
     pub(crate) fn tx_op_flags(&self) -> u64 {
         obj::lock(&self.op_flags).0
+    }
+
+    /// `rx_attr.op_flags` (`FI_MULTI_RECV` makes `fi_recv` a multi-receive).
+    pub(crate) fn rx_op_flags(&self) -> u64 {
+        obj::lock(&self.op_flags).1
+    }
+
+    /// The endpoint's capabilities (`FI_DIRECTED_RECV` honours sources).
+    pub(crate) fn caps(&self) -> Caps {
+        self.info.caps
     }
 }
 
@@ -262,6 +294,7 @@ pub(crate) unsafe extern "C" fn open2(
                 posted: Mutex::new(HashMap::new()),
                 op_flags: Mutex::new((tx_flags, rx_flags)),
                 min_multi_recv: Mutex::new(0),
+                claimed: Mutex::new(HashMap::new()),
             },
             sys::FI_CLASS_EP,
         );
@@ -476,6 +509,7 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
             let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
             let old = std::mem::replace(&mut *obj::lock(&e.state), State::Closed);
             obj::lock(&e.posted).clear();
+            obj::lock(&e.claimed).clear();
             let r = match old {
                 State::Enabled(ep, binds) => {
                     let r = match ep {

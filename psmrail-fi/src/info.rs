@@ -109,6 +109,11 @@ pub(crate) struct Extra {
     mr_scalable: bool,
     /// The hints asked for automatic control progress.
     ctrl_auto: bool,
+    /// The hints' `tx_attr.op_flags` and `rx_attr.op_flags`, which the
+    /// answers carry (as libfabric's utility providers do): an endpoint
+    /// opened with such an info uses them as its default flags
+    /// (`FI_MULTI_RECV` for `fi_recv`).
+    op_flags: (u64, u64),
 }
 
 fn ep_type_of(t: sys::fi_ep_type) -> FiResult<EpType> {
@@ -175,7 +180,7 @@ fn prov_name_matches(which: Which, name: &str) -> bool {
 /// `c` is a valid `fi_info` whose attribute pointers are null or valid.
 pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(Hints, Extra)> {
     let caps = Caps::from_bits_retain(c.caps);
-    if !C_FACE_CAPS.contains(caps) {
+    if !c_face_caps(which).contains(caps) {
         return Err(Errno::NODATA);
     }
     let mut h = Hints::new().caps(caps);
@@ -209,6 +214,10 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
                 h = h.rx_ctx_cnt(ep.rx_ctx_cnt);
             }
         }
+        extra.op_flags = (
+            c.tx_attr.as_ref().map_or(0, |t| t.op_flags),
+            c.rx_attr.as_ref().map_or(0, |r| r.op_flags),
+        );
         if let Some(tx) = c.tx_attr.as_ref() {
             if tx.inject_size != 0 {
                 h = h.inject_size(tx.inject_size);
@@ -333,7 +342,18 @@ pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::RECV)
     .union(Caps::SOURCE)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    .union(Caps::MULTI_RECV)
+    .union(Caps::DIRECTED_RECV);
+
+/// What the C face carries for `which`: ofi_mrail's Rust endpoint has no
+/// multi-receive, and its directed receives have no context-posted form.
+pub(crate) fn c_face_caps(which: Which) -> Caps {
+    match which {
+        Which::Psm => C_FACE_CAPS,
+        Which::Mrail => C_FACE_CAPS.difference(Caps::MULTI_RECV.union(Caps::DIRECTED_RECV)),
+    }
+}
 
 /// What a `tx_attr.caps` may hold (fi_getinfo(3): the primary transmit
 /// capabilities and their modifiers and secondaries).
@@ -373,8 +393,8 @@ const RX_CAPS: Caps = Caps::MSG
 
 /// Leaves out of an answer what the C face does not carry, and keeps each
 /// side's capabilities to that side's.
-fn mask_caps(info: &mut Info) {
-    info.caps &= C_FACE_CAPS;
+fn mask_caps(which: Which, info: &mut Info) {
+    info.caps &= c_face_caps(which);
     info.tx_attr.caps &= info.caps & TX_CAPS;
     info.rx_attr.caps &= info.caps & RX_CAPS;
 }
@@ -417,7 +437,7 @@ pub(crate) unsafe fn getinfo(
     let mut head: *mut sys::fi_info = ptr::null_mut();
     let mut tail: *mut sys::fi_info = ptr::null_mut();
     for mut info in answers {
-        mask_caps(&mut info);
+        mask_caps(which, &mut info);
         apply_addrs(which, &mut info, &extra);
         let c = match to_c(which, version, &info, &extra) {
             Ok(c) => c,
@@ -539,6 +559,7 @@ unsafe fn fill(
     rx.total_buffered_recv = info.rx_attr.total_buffered_recv;
     rx.size = info.rx_attr.size;
     rx.iov_limit = info.rx_attr.iov_limit;
+    (tx.op_flags, rx.op_flags) = extra.op_flags;
     ep.type_ = ep_type;
     ep.protocol = match which {
         Which::Psm => sys::FI_PROTO_PSMX,
@@ -631,7 +652,7 @@ pub(crate) unsafe fn rust_info(which: Which, c: &sys::fi_info) -> FiResult<Info>
         .into_iter()
         .next()
         .ok_or(Errno::NODATA)?;
-    mask_caps(&mut info);
+    mask_caps(which, &mut info);
     apply_addrs(which, &mut info, &extra);
     Ok(info)
 }

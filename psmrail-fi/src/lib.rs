@@ -22,8 +22,9 @@
 //!   conversions;
 //! * one file per object: `fabric`, `eq`, `domain`, `av`, `cq`, `cntr`,
 //!   `mr`, `ep`; the data path in `msg` and `tagged` over `cbuf`
-//!   (application memory as operation buffers); `stubs` for tables not
-//!   offered yet.
+//!   (application memory as operation buffers), with `multi_recv`
+//!   (`FI_MULTI_RECV`) and `peek` (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`);
+//!   `stubs` for tables not offered yet.
 
 #[cfg(libfabric)]
 mod av;
@@ -50,7 +51,11 @@ mod mr;
 #[cfg(libfabric)]
 mod msg;
 #[cfg(libfabric)]
+mod multi_recv;
+#[cfg(libfabric)]
 mod obj;
+#[cfg(libfabric)]
+mod peek;
 #[cfg(libfabric)]
 mod provider;
 #[cfg(libfabric)]

@@ -2,7 +2,9 @@
 //! endpoint, posted with the application's context on psmrail's
 //! `post_send` / `post_recv`, over the application's own memory
 //! ([`crate::cbuf`]). Endpoints carry one iovec per operation
-//! (`iov_limit` 1); remote CQ data is not psm's (`-FI_ENOSYS`).
+//! (`iov_limit` 1); remote CQ data is not psm's (`-FI_ENOSYS`). Receives
+//! honour `FI_MULTI_RECV` (`multi_recv.rs`) and, on endpoints with
+//! `FI_DIRECTED_RECV`, their source address.
 
 use crate::cbuf::op_buffer;
 use crate::entry::{guard, Errno, FiResult};
@@ -10,7 +12,7 @@ use crate::ep::EpObj;
 use crate::obj::{self, Table};
 use crate::sys;
 use psmrail::engine::OpBuffer;
-use psmrail::fabric::FiAddr;
+use psmrail::fabric::{Caps, FiAddr};
 use std::ffi::c_void;
 
 pub(crate) static MSG_OPS: Table<sys::fi_ops_msg> = Table::new(sys::fi_ops_msg {
@@ -26,22 +28,36 @@ pub(crate) static MSG_OPS: Table<sys::fi_ops_msg> = Table::new(sys::fi_ops_msg {
     injectdata: Some(injectdata),
 });
 
+/// The one buffer of an iovec list (`count` 0 or 1) as pointer and
+/// length (null and 0 for none).
+///
+/// # Safety
+/// `iov` is null or holds `count` iovecs.
+pub(crate) unsafe fn iov_parts(iov: *const sys::iovec, count: usize) -> FiResult<(*mut u8, usize)> {
+    match count {
+        0 => Ok((std::ptr::null_mut(), 0)),
+        1 if !iov.is_null() => {
+            // SAFETY: the caller's promise.
+            let v = unsafe { &*iov };
+            if v.iov_base.is_null() && v.iov_len > 0 {
+                return Err(Errno::INVAL);
+            }
+            Ok((v.iov_base.cast(), v.iov_len))
+        }
+        _ => Err(Errno::INVAL),
+    }
+}
+
 /// The one buffer of an iovec list (`count` 0 or 1).
 ///
 /// # Safety
 /// `iov` is null or holds `count` iovecs whose memory obeys the operation
 /// contract of [`op_buffer`].
 pub(crate) unsafe fn iov_buffer(iov: *const sys::iovec, count: usize) -> FiResult<OpBuffer> {
-    match count {
-        0 => Ok(OpBuffer::empty()),
-        1 if !iov.is_null() => {
-            // SAFETY: the caller's promise.
-            let v = unsafe { &*iov };
-            // SAFETY: as above.
-            Ok(unsafe { op_buffer(v.iov_base.cast(), v.iov_len) })
-        }
-        _ => Err(Errno::INVAL),
-    }
+    // SAFETY: the caller's promise.
+    let (ptr, len) = unsafe { iov_parts(iov, count)? };
+    // SAFETY: as above.
+    Ok(unsafe { op_buffer(ptr, len) })
 }
 
 /// A copy of the one buffer of an iovec list, for `FI_INJECT`.
@@ -82,6 +98,44 @@ pub(crate) unsafe fn slice<'a>(buf: *const c_void, len: usize) -> FiResult<&'a [
     Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
 }
 
+/// Posts an untagged receive of `len` bytes at `ptr` with `flags` (the
+/// call's, or `rx_attr.op_flags`): a multi-receive with `FI_MULTI_RECV`
+/// (`multi_recv.rs`), one from `src` only when the endpoint has
+/// `FI_DIRECTED_RECV` and `src` is an address (fi_msg(3): ignored
+/// otherwise).
+///
+/// # Safety
+/// The `fi_recv` contract for the memory.
+unsafe fn receive(
+    e: &EpObj,
+    ptr: *mut u8,
+    len: usize,
+    src: sys::fi_addr_t,
+    flags: u64,
+    ctx: u64,
+) -> FiResult<isize> {
+    let rep = e.rust()?;
+    if flags & sys::FI_MULTI_RECV as u64 != 0 {
+        // SAFETY: the caller's promise.
+        return unsafe { crate::multi_recv::post(e, &rep, ptr, len, ctx) };
+    }
+    // SAFETY: the caller's promise: the buffer is the operation's until
+    // its completion.
+    let b = unsafe { op_buffer(ptr, len) };
+    let p = match directed(e, src) {
+        Some(src) => rep.post_recv_from(src, b, ctx)?,
+        None => rep.post_recv(b, ctx)?,
+    };
+    e.remember(ctx, p);
+    Ok(0)
+}
+
+/// The source a receive is restricted to: `src` when the endpoint has
+/// `FI_DIRECTED_RECV` and `src` is not `FI_ADDR_UNSPEC`.
+pub(crate) fn directed(e: &EpObj, src: sys::fi_addr_t) -> Option<FiAddr> {
+    (e.caps().contains(Caps::DIRECTED_RECV) && src != sys::FI_ADDR_NOTAVAIL).then_some(FiAddr(src))
+}
+
 /// The flags `fi_sendmsg` / `fi_recvmsg` (and the tagged ones) accept.
 pub(crate) const MSG_FLAGS: u64 = (sys::FI_COMPLETION
     | sys::FI_INJECT
@@ -96,22 +150,26 @@ unsafe extern "C" fn recv(
     buf: *mut c_void,
     len: usize,
     _desc: *mut c_void,
-    _src_addr: sys::fi_addr_t,
+    src_addr: sys::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
     guard("fi_recv", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
-        let rep = e.rust()?;
         if buf.is_null() && len > 0 {
             return Err(Errno::INVAL);
         }
-        // SAFETY: the fi_recv contract: the buffer is the operation's
-        // until its completion.
-        let b = unsafe { op_buffer(buf.cast(), len) };
-        let p = rep.post_recv(b, context as u64)?;
-        e.remember(context as u64, p);
-        Ok(0)
+        // SAFETY: the fi_recv contract.
+        unsafe {
+            receive(
+                e,
+                buf.cast(),
+                len,
+                src_addr,
+                e.rx_op_flags(),
+                context as u64,
+            )
+        }
     })
 }
 
@@ -120,18 +178,16 @@ unsafe extern "C" fn recvv(
     iov: *const sys::iovec,
     _desc: *mut *mut c_void,
     count: usize,
-    _src_addr: sys::fi_addr_t,
+    src_addr: sys::fi_addr_t,
     context: *mut c_void,
 ) -> isize {
     guard("fi_recvv", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
-        let rep = e.rust()?;
         // SAFETY: the fi_recvv contract.
-        let b = unsafe { iov_buffer(iov, count)? };
-        let p = rep.post_recv(b, context as u64)?;
-        e.remember(context as u64, p);
-        Ok(0)
+        let (ptr, len) = unsafe { iov_parts(iov, count)? };
+        // SAFETY: as above.
+        unsafe { receive(e, ptr, len, src_addr, e.rx_op_flags(), context as u64) }
     })
 }
 
@@ -139,21 +195,15 @@ unsafe extern "C" fn recvmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, flag
     guard("fi_recvmsg", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
-        let rep = e.rust()?;
         // SAFETY: null or a valid message (the contract).
         let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
-        if flags & sys::FI_MULTI_RECV as u64 != 0 {
-            return Err(Errno::OPNOTSUPP);
-        }
-        if flags & !MSG_FLAGS != 0 {
+        if flags & !(MSG_FLAGS | sys::FI_MULTI_RECV as u64) != 0 {
             return Err(Errno::BADFLAGS);
         }
         // SAFETY: the message's iovecs (the contract).
-        let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };
-        let ctx = m.context as u64;
-        let p = rep.post_recv(b, ctx)?;
-        e.remember(ctx, p);
-        Ok(0)
+        let (ptr, len) = unsafe { iov_parts(m.msg_iov, m.iov_count)? };
+        // SAFETY: as above.
+        unsafe { receive(e, ptr, len, m.addr, flags, m.context as u64) }
     })
 }
 

@@ -1,7 +1,9 @@
 //! The `fi_ops_tagged` table: tagged sends and receives of an enabled
 //! endpoint on psmrail's `post_tsend` / `post_trecv` (see `msg.rs` for the
-//! buffers and flags). Peeking (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) and
-//! remote CQ data are `-FI_ENOSYS` here.
+//! buffers and flags). Peeking (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) is
+//! `peek.rs`'s; remote CQ data is `-FI_ENOSYS`. Tagged receives take any
+//! source: psm cannot direct them (`FI_DIRECTED_RECV` comes without
+//! `FI_TAGGED`, fi_psm(7)).
 
 use crate::cbuf::op_buffer;
 use crate::entry::{guard, Errno};
@@ -85,11 +87,12 @@ unsafe extern "C" fn trecvmsg(
         let rep = e.rust()?;
         // SAFETY: null or a valid message (the contract).
         let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
-        if flags & (sys::FI_PEEK as u64 | sys::FI_CLAIM | sys::FI_DISCARD) != 0 {
-            return Err(Errno::NOSYS);
-        }
-        if flags & !MSG_FLAGS != 0 {
+        if flags & !(MSG_FLAGS | crate::peek::PEEK_FLAGS) != 0 {
             return Err(Errno::BADFLAGS);
+        }
+        if flags & crate::peek::PEEK_FLAGS != 0 {
+            // SAFETY: a valid message (the contract).
+            return unsafe { crate::peek::trecvmsg(e, m, flags) };
         }
         // SAFETY: the message's iovecs (the contract).
         let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };

@@ -155,7 +155,18 @@ struct Objects {
 }
 
 fn open_all(p: &sys::fi_provider) -> Objects {
+    open_caps(p, sys::FI_TAGGED as u64, |_| {})
+}
+
+/// [`open_all`] for an endpoint with `caps`, the hints edited by `edit`
+/// (the answer carries the hints' op_flags).
+fn open_caps(p: &sys::fi_provider, caps: u64, edit: impl FnOnce(&mut sys::fi_info)) -> Objects {
     let h = tagged_hints();
+    // SAFETY: our hints.
+    unsafe {
+        (*h).caps = caps;
+        edit(&mut *h);
+    }
     let info = getinfo(p, h).expect("info");
     // SAFETY: hints we own.
     unsafe { sys::fi_freeinfo(h) };
@@ -412,4 +423,362 @@ fn memory_region_keys_are_unique_in_a_domain() {
     assert_eq!(close(o.fabric.cast()), 0);
     // SAFETY: our info, freed once.
     unsafe { sys::fi_freeinfo(o.info) };
+}
+
+/// Binds `o`'s AV and CQ, enables the endpoint and inserts its own
+/// address: our `fi_addr` back.
+fn ready(o: &Objects) -> sys::fi_addr_t {
+    assert_eq!(ep_bind(o.ep, o.av.cast(), 0), 0);
+    let both = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+    assert_eq!(ep_bind(o.ep, o.cq.cast(), both), 0);
+    assert_eq!(enable(o.ep), 0);
+    insert(o, &name(o))
+}
+
+/// The endpoint's address.
+fn name(o: &Objects) -> Vec<u8> {
+    let mut name = vec![0u8; 64];
+    let mut len = name.len();
+    // SAFETY: our endpoint's cm table; a buffer of `len` bytes.
+    let rc = unsafe {
+        (*(*o.ep).cm).getname.unwrap()(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut len)
+    };
+    assert_eq!(rc, 0);
+    name.truncate(len);
+    name
+}
+
+/// `addr` into `o`'s AV.
+fn insert(o: &Objects, addr: &[u8]) -> sys::fi_addr_t {
+    let mut fi: sys::fi_addr_t = 0;
+    // SAFETY: our AV's table; one address.
+    let n = unsafe {
+        (*(*o.av).ops).insert.unwrap()(o.av, addr.as_ptr().cast(), 1, &mut fi, 0, null_mut())
+    };
+    assert_eq!(n, 1);
+    fi
+}
+
+/// The next completion of `o`'s CQ: an entry, or the error entry.
+fn next(o: &Objects) -> Result<sys::fi_cq_tagged_entry, sys::fi_cq_err_entry> {
+    for _ in 0..1_000_000 {
+        let mut e = sys::fi_cq_tagged_entry::default();
+        // SAFETY: room for one tagged entry.
+        let n = unsafe {
+            (*(*o.cq).ops).read.unwrap()(o.cq, (&mut e as *mut sys::fi_cq_tagged_entry).cast(), 1)
+        };
+        if n == 1 {
+            return Ok(e);
+        }
+        if n == -(sys::FI_EAVAIL as isize) {
+            let mut err = sys::fi_cq_err_entry::default();
+            // SAFETY: room for one error entry.
+            let n = unsafe { (*(*o.cq).ops).readerr.unwrap()(o.cq, &mut err, 0) };
+            assert_eq!(n, 1);
+            return Err(err);
+        }
+        assert_eq!(n, -(sys::FI_EAGAIN as isize));
+    }
+    panic!("no completion came");
+}
+
+/// The next receive completion (send completions are skipped).
+fn next_recv(o: &Objects) -> Result<sys::fi_cq_tagged_entry, sys::fi_cq_err_entry> {
+    loop {
+        match next(o) {
+            Ok(e) if e.flags & sys::FI_SEND as u64 != 0 => continue,
+            other => return other,
+        }
+    }
+}
+
+fn ctx_of(c: &mut sys::fi_context) -> *mut c_void {
+    (c as *mut sys::fi_context).cast()
+}
+
+fn close_all(o: Objects) {
+    for fid in [
+        o.ep.cast(),
+        o.av.cast(),
+        o.cq.cast(),
+        o.domain.cast(),
+        o.fabric.cast(),
+    ] {
+        assert_eq!(close(fid), 0);
+    }
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
+/// `fi_inject` of `data` to `dest`.
+fn inject(o: &Objects, data: &[u8], dest: sys::fi_addr_t) {
+    // SAFETY: our endpoint's msg table; `data` is read before the return.
+    let rc =
+        unsafe { (*(*o.ep).msg).inject.unwrap()(o.ep, data.as_ptr().cast(), data.len(), dest) };
+    assert_eq!(rc, 0);
+}
+
+/// `fi_recvmsg` of one buffer with `flags`.
+fn recvmsg(
+    o: &Objects,
+    buf: &mut [u8],
+    src: sys::fi_addr_t,
+    ctx: *mut c_void,
+    flags: u64,
+) -> isize {
+    let iov = sys::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let msg = sys::fi_msg {
+        msg_iov: &iov,
+        iov_count: 1,
+        addr: src,
+        context: ctx,
+        ..Default::default()
+    };
+    // SAFETY: our endpoint's msg table; the buffer and context outlive the
+    // operation (the callers read its completions first).
+    unsafe { (*(*o.ep).msg).recvmsg.unwrap()(o.ep, &msg, flags) }
+}
+
+#[test]
+fn a_multi_receive_buffer_takes_several_messages_and_is_released() {
+    let p = setup();
+    let o = open_caps(p, (sys::FI_MSG | sys::FI_MULTI_RECV) as u64, |_| {});
+    // SAFETY: an info we answered.
+    assert_ne!(unsafe { (*o.info).caps } & sys::FI_MULTI_RECV as u64, 0);
+    let me = ready(&o);
+    let min: usize = 16;
+    // SAFETY: our endpoint; a size_t option.
+    let rc = unsafe {
+        (*(*o.ep).ops).setopt.unwrap()(
+            &mut (*o.ep).fid,
+            sys::FI_OPT_ENDPOINT as c_int,
+            sys::FI_OPT_MIN_MULTI_RECV as c_int,
+            (&min as *const usize).cast(),
+            std::mem::size_of::<usize>(),
+        )
+    };
+    assert_eq!(rc, 0);
+    let multi = sys::FI_MULTI_RECV as u64;
+    // Refused: a block under the minimum, a null buffer, unknown flags.
+    let mut ctx = sys::fi_context::default();
+    let mut small = [0u8; 8];
+    assert_eq!(
+        recvmsg(&o, &mut small, 0, ctx_of(&mut ctx), multi),
+        -(sys::FI_EINVAL as isize)
+    );
+    assert_eq!(
+        recvmsg(&o, &mut [], 0, ctx_of(&mut ctx), multi),
+        -(sys::FI_EINVAL as isize)
+    );
+    assert_eq!(
+        recvmsg(&o, &mut small, 0, ctx_of(&mut ctx), 1 << 40),
+        -(sys::FI_EBADFLAGS as isize)
+    );
+    // SAFETY: a null message, which the provider must refuse.
+    let rc = unsafe { (*(*o.ep).msg).recvmsg.unwrap()(o.ep, null(), multi) };
+    assert_eq!(rc, -(sys::FI_EINVAL as isize));
+
+    // 64 bytes, four 16-byte messages: the fourth leaves 0 < 16 free.
+    let mut block = [0u8; 64];
+    assert_eq!(recvmsg(&o, &mut block, 0, ctx_of(&mut ctx), multi), 0);
+    for i in 0..4u8 {
+        inject(&o, &[i; 16], me);
+    }
+    let base = block.as_mut_ptr();
+    for i in 0..4usize {
+        let e = next_recv(&o).unwrap_or_else(|e| panic!("message {i}: error {}", e.err));
+        assert_eq!(e.op_context, ctx_of(&mut ctx));
+        assert_eq!(e.len, 16);
+        assert_eq!(
+            e.buf,
+            base.wrapping_add(16 * i).cast::<c_void>(),
+            "message {i} at its place"
+        );
+        assert_ne!(e.flags & (sys::FI_RECV | sys::FI_MSG) as u64, 0);
+        assert_eq!(
+            e.flags & multi != 0,
+            i == 3,
+            "released after the fourth only"
+        );
+    }
+    for (i, part) in block.chunks(16).enumerate() {
+        assert_eq!(part, &[i as u8; 16]);
+    }
+
+    // A second block, cancelled before anything came: one error entry.
+    let mut other = [0u8; 32];
+    let mut ctx2 = sys::fi_context::default();
+    assert_eq!(recvmsg(&o, &mut other, 0, ctx_of(&mut ctx2), multi), 0);
+    // SAFETY: our endpoint's ops table.
+    let rc = unsafe { (*(*o.ep).ops).cancel.unwrap()(&mut (*o.ep).fid, ctx_of(&mut ctx2)) };
+    assert_eq!(rc, 0);
+    let err = next_recv(&o).expect_err("the cancellation");
+    assert_eq!(
+        (err.err, err.op_context),
+        (sys::FI_ECANCELED as c_int, ctx_of(&mut ctx2))
+    );
+    assert_ne!(err.flags & multi, 0);
+    close_all(o);
+}
+
+/// `fi_trecvmsg` for `tag` with `flags`, into `buf` (none: no iovec).
+fn trecvmsg(o: &Objects, buf: Option<&mut [u8]>, tag: u64, ctx: *mut c_void, flags: u64) -> isize {
+    let mut iov = sys::iovec::default();
+    let count = match buf {
+        Some(b) => {
+            iov.iov_base = b.as_mut_ptr().cast();
+            iov.iov_len = b.len();
+            1
+        }
+        None => 0,
+    };
+    let msg = sys::fi_msg_tagged {
+        msg_iov: &iov,
+        iov_count: count,
+        addr: sys::FI_ADDR_NOTAVAIL,
+        tag,
+        context: ctx,
+        ..Default::default()
+    };
+    // SAFETY: our endpoint's tagged table; the buffer and context outlive
+    // the operation (completions are read right after).
+    unsafe { (*(*o.ep).tagged).recvmsg.unwrap()(o.ep, &msg, flags) }
+}
+
+/// A peek with `flags` for `tag`, repeated until a message is found.
+fn peek_found(o: &Objects, tag: u64, ctx: *mut c_void, flags: u64) -> sys::fi_cq_tagged_entry {
+    loop {
+        assert_eq!(trecvmsg(o, None, tag, ctx, flags), 0);
+        match next_recv(o) {
+            Ok(e) => return e,
+            Err(e) => assert_eq!(e.err, sys::FI_ENOMSG as c_int),
+        }
+    }
+}
+
+#[test]
+fn peek_claim_and_discard_as_fi_tagged_defines_them() {
+    let p = setup();
+    let o = open_all(p);
+    let me = ready(&o);
+    let peek = sys::FI_PEEK as u64;
+    let (claim, discard) = (sys::FI_CLAIM, sys::FI_DISCARD);
+    let mut ctx = sys::fi_context::default();
+    let c = ctx_of(&mut ctx);
+    // Nothing queued: an FI_ENOMSG error entry, with or without a claim.
+    for flags in [peek, peek | claim] {
+        assert_eq!(trecvmsg(&o, None, 5, c, flags), 0);
+        let e = next_recv(&o).expect_err("nothing to peek");
+        assert_eq!((e.err, e.op_context), (sys::FI_ENOMSG as c_int, c));
+    }
+    let tinject = |data: &[u8], tag: u64| {
+        // SAFETY: our endpoint's tagged table; `data` is read at once.
+        let rc = unsafe {
+            (*(*o.ep).tagged).inject.unwrap()(o.ep, data.as_ptr().cast(), data.len(), me, tag)
+        };
+        assert_eq!(rc, 0);
+    };
+    tinject(b"first", 5);
+    tinject(b"second", 6);
+    tinject(b"third", 7);
+    // A peek finds the message and leaves it; a claim takes it.
+    let e = peek_found(&o, 5, c, peek);
+    assert_eq!((e.len, e.tag, e.op_context), (5, 5, c));
+    assert_ne!(e.flags & (sys::FI_RECV | sys::FI_TAGGED) as u64, 0);
+    let e = peek_found(&o, 5, c, peek | claim);
+    assert_eq!((e.len, e.tag), (5, 5));
+    assert_eq!(trecvmsg(&o, None, 5, c, peek), 0);
+    assert_eq!(
+        next_recv(&o).expect_err("claimed").err,
+        sys::FI_ENOMSG as c_int
+    );
+    // FI_CLAIM with another context holds nothing; with ours, the message.
+    let mut other = sys::fi_context::default();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        trecvmsg(&o, Some(&mut buf), 5, ctx_of(&mut other), claim),
+        -(sys::FI_EINVAL as isize)
+    );
+    assert_eq!(trecvmsg(&o, Some(&mut buf), 5, c, claim), 0);
+    let e = next_recv(&o).expect("the claimed message");
+    assert_eq!((e.len, e.tag, e.op_context), (5, 5, c));
+    assert_eq!(&buf[..5], b"first");
+    // Peek and discard: a completion, and the message is gone.
+    let e = peek_found(&o, 6, c, peek | discard);
+    assert_eq!(e.tag, 6);
+    assert_eq!(trecvmsg(&o, None, 6, c, peek), 0);
+    assert_eq!(
+        next_recv(&o).expect_err("discarded").err,
+        sys::FI_ENOMSG as c_int
+    );
+    // Claim, then discard the claimed message: a completion without data.
+    peek_found(&o, 7, c, peek | claim);
+    assert_eq!(trecvmsg(&o, None, 7, c, claim | discard), 0);
+    let e = next_recv(&o).expect("the discard");
+    assert_eq!((e.len, e.op_context, e.buf), (0, c, null_mut()));
+    // Refused: FI_DISCARD alone, a null message, unknown flags.
+    assert_eq!(
+        trecvmsg(&o, None, 7, c, discard),
+        -(sys::FI_EINVAL as isize)
+    );
+    assert_eq!(
+        trecvmsg(&o, None, 7, c, 1 << 40),
+        -(sys::FI_EBADFLAGS as isize)
+    );
+    // SAFETY: a null message, which the provider must refuse.
+    let rc = unsafe { (*(*o.ep).tagged).recvmsg.unwrap()(o.ep, null(), peek) };
+    assert_eq!(rc, -(sys::FI_EINVAL as isize));
+    close_all(o);
+}
+
+#[test]
+fn a_directed_receive_takes_only_its_sender() {
+    let p = setup();
+    let caps = sys::FI_MSG as u64 | sys::FI_DIRECTED_RECV;
+    // Both progress on their own: each one's first use of the other's
+    // address connects while this thread is inside that call.
+    let auto = |h: &mut sys::fi_info| {
+        // SAFETY: hints with every attribute.
+        unsafe { (*h.domain_attr).data_progress = sys::FI_PROGRESS_AUTO };
+    };
+    let r = open_caps(p, caps, auto);
+    // SAFETY: an info we answered.
+    assert_ne!(unsafe { (*r.info).caps } & sys::FI_DIRECTED_RECV, 0);
+    let s = open_caps(p, sys::FI_MSG as u64, auto);
+    let r_self = ready(&r);
+    ready(&s);
+    let r_from_s = insert(&r, &name(&s));
+    let s_to_r = insert(&s, &name(&r));
+    let mut ctx = sys::fi_context::default();
+    let mut buf = [0u8; 16];
+    // From `s` only: our own message, sent first, waits for the next.
+    assert_eq!(recvmsg(&r, &mut buf, r_from_s, ctx_of(&mut ctx), 0), 0);
+    inject(&r, b"from r", r_self);
+    // Queued at `r` before the other one is sent.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    inject(&s, b"from s", s_to_r);
+    let e = next_recv(&r).expect("the directed receive");
+    assert_eq!((e.len, e.op_context), (6, ctx_of(&mut ctx)));
+    assert_eq!(&buf[..6], b"from s");
+    let mut buf2 = [0u8; 16];
+    // SAFETY: our endpoint's msg table; the buffer outlives the receive.
+    let rc = unsafe {
+        (*(*r.ep).msg).recv.unwrap()(
+            r.ep,
+            buf2.as_mut_ptr().cast(),
+            16,
+            null_mut(),
+            r_self,
+            ctx_of(&mut ctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let e = next_recv(&r).expect("our own message");
+    assert_eq!(e.len, 6);
+    assert_eq!(&buf2[..6], b"from r");
+    close_all(s);
+    close_all(r);
 }

@@ -213,6 +213,9 @@ const PSM_PAIRS: &[&str] = &[
     "fi_bw -e rdm -v -T 1",
     "fi_bw -e rdm -v -T 1 -U",
     "fi_rdm_multi_client -C 10 -I 5",
+    "fi_multi_recv -e rdm -v",
+    "fi_multi_recv -e rdm -v -M",
+    "fi_rdm_tagged_peek",
 ];
 
 /// The fabtests that must pass on ofi_mrail over two loopback rails (soft

@@ -61,6 +61,7 @@ use crate::engine::DirectEngine;
 use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
 };
+use crate::ops::deferred::Deferred;
 use crate::proto::am_msg::AmMsgQueue;
 use crate::proto::mr::MrTable;
 use crate::proto::peer_watch::{PeerBook, PeerGate, PeerWatch};
@@ -72,7 +73,7 @@ use crate::reactor::{
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 /// The shared state of a [`Domain`]; what the operations reach through
@@ -115,6 +116,9 @@ pub(crate) struct DomainCore {
     endpoints: Mutex<Vec<Weak<EndpointCore>>>,
     /// The counts of endpoints that are gone.
     retired: OpCounters,
+    /// Work for the next progress round, made at its first use
+    /// ([`deferred`](Self::deferred)).
+    deferred: OnceLock<Option<Arc<Deferred>>>,
 }
 
 #[derive(Default)]
@@ -155,6 +159,26 @@ impl DomainCore {
     /// The reactor that progresses it.
     pub(crate) fn reactor(&self) -> &Reactor {
         &self.reactor
+    }
+
+    /// The queue of work for the next progress round (`ops/deferred.rs`),
+    /// added to the reactor at the first call. Call it outside engine
+    /// locks (it may add a source); `OpBadState` once the domain closed.
+    pub(crate) fn deferred(&self) -> Result<&Arc<Deferred>> {
+        self.ensure_open()?;
+        let d = self.deferred.get_or_init(|| {
+            let d = Arc::new(Deferred::default());
+            let source: Arc<dyn ProgressSource> = d.clone();
+            let id = self.reactor.add_source(source).ok()?;
+            relock(&self.sources).push(id);
+            Some(d)
+        });
+        d.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Other,
+                "the domain's deferred-work source could not be added to its reactor",
+            )
+        })
     }
 
     /// The engine's MQ completion table (post with keys from it).
@@ -577,6 +601,7 @@ impl Domain {
                 made: Mutex::new(Made::default()),
                 endpoints: Mutex::new(Vec::new()),
                 retired: OpCounters::default(),
+                deferred: OnceLock::new(),
             }),
         })
     }

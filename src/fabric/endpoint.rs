@@ -20,8 +20,10 @@ use super::{
     Caps, CompletionQueue, Counter, EndpointStats, EpType, FiAddr, Info, OpCounters, SlotClaim,
 };
 use crate::engine::{Epid, PeerAddr};
+use crate::ops::multi_post::MultiState;
 use crate::{Error, ErrorKind, Result};
 use bitflags::bitflags;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -144,6 +146,10 @@ pub(crate) struct EndpointCore {
     pub(crate) held: Mutex<Held>,
     /// What its operations did ([`Endpoint::stats`]).
     pub(crate) stats: OpCounters,
+    /// Multi-receives posted with a context, in posting order: the first
+    /// one receives, the others wait for it to be released
+    /// (`ops/multi_post.rs`).
+    pub(crate) multi_recvs: Mutex<VecDeque<Arc<MultiState>>>,
 }
 
 impl fmt::Debug for EndpointCore {

@@ -309,6 +309,7 @@ impl EndpointBuilder {
                 registration,
             }),
             stats: OpCounters::default(),
+            multi_recvs: Default::default(),
         });
         core.domain().adopt(&core);
         tracing::info!(

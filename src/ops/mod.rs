@@ -110,10 +110,13 @@
 
 pub mod atomic;
 mod atomic_ops;
+mod claim;
+pub(crate) mod deferred;
 mod dyn_endpoint;
 mod inject;
 mod message_endpoint;
 mod msg;
+pub(crate) mod multi_post;
 mod multi_recv;
 pub(crate) mod op_span;
 mod outcome;
@@ -128,8 +131,10 @@ mod tagged;
 mod trigger_list;
 pub(crate) mod triggered;
 
+pub use claim::Claimed;
 pub use dyn_endpoint::DynEndpoint;
 pub use message_endpoint::MessageEndpoint;
+pub use multi_post::MultiPosted;
 pub use multi_recv::{MultiRecv, MultiRecvBuffer, MultiRecvEvent};
 pub use outcome::{OpOutput, OpOutputExt, Received, Sent};
 pub use post::Posted;

@@ -186,10 +186,7 @@ impl MultiRecv<'_> {
 
     fn post_rest(&mut self) {
         let region: Arc<dyn StableRegion> = self.block.clone();
-        let window = OpBuffer::from(region)
-            .window(self.offset, self.remaining())
-            .expect("the offset never passes the block's end");
-        self.current = Some(self.ep.recv(window));
+        self.current = Some(self.ep.recv(rest_of(&region, self.offset)));
     }
 }
 
@@ -207,7 +204,7 @@ impl Stream for MultiRecv<'_> {
             Ok(received) => {
                 let offset = this.offset;
                 this.offset += received.len;
-                let released = this.remaining() < this.min;
+                let released = released(this.remaining(), this.min);
                 if !released {
                     this.post_rest();
                 }
@@ -233,28 +230,7 @@ impl Endpoint {
     /// `FI_EOPNOTSUPP` without those caps; `FI_EINVAL` for a block smaller
     /// than the endpoint's minimum; the errors of [`recv`](Self::recv).
     pub fn multi_recv(&self, block: MultiRecvBuffer) -> Result<MultiRecv<'_>> {
-        if !self.core.caps().contains(Caps::MULTI_RECV) {
-            return Err(Error::new(
-                ErrorKind::OpNotSupp,
-                "multi-recv: the endpoint was opened without FI_MULTI_RECV",
-            ));
-        }
-        super::submit::check_caps(
-            &self.core,
-            Caps::MSG,
-            super::submit::Dir::Recv,
-            OpName::MultiRecv,
-        )?;
-        let min = self.core.min_multi_recv().max(1);
-        if block.len() < min {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                format!(
-                    "multi-recv: a {}-byte block is smaller than the endpoint's minimum of {min} bytes",
-                    block.len()
-                ),
-            ));
-        }
+        let min = check_block(self, block.len())?;
         let mut multi = MultiRecv {
             ep: self,
             block: Arc::new(block),
@@ -270,4 +246,46 @@ impl Endpoint {
         }
         Ok(multi)
     }
+}
+
+/// Checks that `ep` may multi-receive into a block of `len` bytes; the
+/// endpoint's minimum free space (at least 1 byte) back.
+pub(super) fn check_block(ep: &Endpoint, len: usize) -> Result<usize> {
+    if !ep.core.caps().contains(Caps::MULTI_RECV) {
+        return Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "multi-recv: the endpoint was opened without FI_MULTI_RECV",
+        ));
+    }
+    super::submit::check_caps(
+        &ep.core,
+        Caps::MSG,
+        super::submit::Dir::Recv,
+        OpName::MultiRecv,
+    )?;
+    let min = ep.core.min_multi_recv().max(1);
+    if len < min {
+        return Err(Error::new(
+            ErrorKind::Inval,
+            format!(
+                "multi-recv: a {len}-byte block is smaller than the endpoint's minimum of {min} bytes"
+            ),
+        ));
+    }
+    Ok(min)
+}
+
+/// Whether a block with `remaining` free bytes is released (less than the
+/// minimum is left).
+pub(super) fn released(remaining: usize, min: usize) -> bool {
+    remaining < min
+}
+
+/// The part of `block` from `offset` to its end, as the next receive's
+/// buffer.
+pub(super) fn rest_of(block: &Arc<dyn StableRegion>, offset: usize) -> OpBuffer {
+    let len = block.len().saturating_sub(offset);
+    OpBuffer::from(block.clone())
+        .window(offset, len)
+        .expect("the offset never passes the block's end")
 }

@@ -27,6 +27,7 @@
 //! The route counts the completion in the endpoint's statistics and ends
 //! the operation's span (when traced) with its event.
 
+use super::multi_post::MultiState;
 use super::op_span;
 use super::outcome::{count, status_error, OpName};
 use super::pending::{dead_completion, peer_error, Carrier, Detached};
@@ -73,6 +74,8 @@ struct Route {
     cancel_tried: AtomicBool,
     /// The operation's span, if traced; closed with the route.
     span: Option<tracing::Span>,
+    /// The multi-receive this receive fills a part of, if any.
+    multi: Option<Arc<MultiState>>,
 }
 
 impl Wake for Route {
@@ -168,6 +171,14 @@ impl Route {
         };
         let error = peer_error(ep, self.peer, self.doomed.get(), &done.status, self.name)
             .or_else(|| status_error(&done.status, self.name));
+        let mut flags = self.flags();
+        let released = self
+            .multi
+            .as_ref()
+            .is_some_and(|m| m.advance(error.is_none(), done.status.nbytes));
+        if released {
+            flags |= CompletionFlags::MULTI_RECV;
+        }
         if let Some(span) = &self.span {
             let len = done.status.nbytes;
             match (&error, self.recv) {
@@ -188,7 +199,7 @@ impl Route {
                 if let Some(cq) = ep.cq(dir) {
                     cq.push(CqEntry {
                         context: self.context,
-                        flags: self.flags(),
+                        flags,
                         len: done.status.nbytes,
                         buffer: Some(done.buffer),
                         offset: 0,
@@ -206,7 +217,7 @@ impl Route {
                 if let Some(cq) = ep.cq(dir) {
                     cq.push_err(CqErrEntry {
                         context: self.context,
-                        flags: self.flags(),
+                        flags,
                         len: done.status.nbytes,
                         buffer: Some(done.buffer),
                         olen: done
@@ -221,13 +232,23 @@ impl Route {
                 }
             }
         }
+        // After the entry: the next part's entry comes after this one.
+        if let Some(m) = &self.multi {
+            m.delivered(released);
+        }
     }
 }
 
 /// Attaches a route to a freshly posted op: from now on its completion goes
 /// to the CQ. An op with a peer that did not finish at once registers with
 /// the peer book.
-fn route(op: Detached, context: u64, name: OpName, recv: Option<RecvKind>) {
+fn route(
+    op: Detached,
+    context: u64,
+    name: OpName,
+    recv: Option<RecvKind>,
+    multi: Option<Arc<MultiState>>,
+) {
     let Detached {
         ep,
         key,
@@ -248,6 +269,7 @@ fn route(op: Detached, context: u64, name: OpName, recv: Option<RecvKind>) {
         doomed: OnceLock::new(),
         cancel_tried: AtomicBool::new(false),
         span,
+        multi,
     });
     let domain = route.ep.domain().clone();
     let waker = Waker::from(route.clone());
@@ -296,6 +318,23 @@ impl Endpoint {
     /// The checks of [`recv`](Self::recv); the buffer comes back in the error.
     pub fn post_recv(&self, buf: impl Into<OpBuffer>, context: u64) -> Result<Posted, PostError> {
         let (op, name, kind) = self.recv(buf).into_posted()?;
+        Ok(op.route(context, name, Some(kind)))
+    }
+
+    /// Posts an untagged receive from `src` only whose completion goes to
+    /// the endpoint's receive CQ with `context` (`fi_recv` with a source
+    /// address on an endpoint with `FI_DIRECTED_RECV`).
+    ///
+    /// # Errors
+    /// The checks of [`recv_from`](Self::recv_from); the buffer comes back
+    /// in the error.
+    pub fn post_recv_from(
+        &self,
+        src: FiAddr,
+        buf: impl Into<OpBuffer>,
+        context: u64,
+    ) -> Result<Posted, PostError> {
+        let (op, name, kind) = self.recv_from(src, buf).into_posted()?;
         Ok(op.route(context, name, Some(kind)))
     }
 
@@ -360,13 +399,24 @@ impl Endpoint {
 impl super::pending::PendingOp<'_> {
     /// Hands the op to a route delivering to the CQ.
     fn route(self, context: u64, name: OpName, recv: Option<RecvKind>) -> Posted {
+        self.route_part(context, name, recv, None)
+    }
+
+    /// [`route`](Self::route) for a receive filling part of a multi-receive.
+    pub(super) fn route_part(
+        self,
+        context: u64,
+        name: OpName,
+        recv: Option<RecvKind>,
+        multi: Option<Arc<MultiState>>,
+    ) -> Posted {
         let op = self.detach();
         let posted = Posted {
             key: op.key,
             carrier: op.carrier,
             receive: op.receive,
         };
-        route(op, context, name, recv);
+        route(op, context, name, recv, multi);
         posted
     }
 }

@@ -186,8 +186,10 @@ impl Endpoint {
     /// [`tpeek`](Self::tpeek) with `fi_trecvmsg` flags.
     ///
     /// # Errors
-    /// `FI_EOPNOTSUPP` for [`PeekFlags::CLAIM`] and [`PeekFlags::DISCARD`],
-    /// which PSM's MQ cannot do (as in the C provider).
+    /// `FI_EOPNOTSUPP` for [`PeekFlags::CLAIM`] and [`PeekFlags::DISCARD`]:
+    /// PSM's MQ cannot hold a message for later, so claiming receives it
+    /// into memory of its own, which [`tclaim`](Self::tclaim) and
+    /// [`post_tpeek`](Self::post_tpeek) do.
     pub fn tpeek_with(&self, tag: u64, ignore: u64, flags: PeekFlags) -> Result<Option<Peeked>> {
         let ep = &self.core;
         if !flags.is_empty() {
