@@ -21,10 +21,12 @@
 //! * `provider`, `info`: `fi_prov_ini`, discovery and the `fi_info`
 //!   conversions;
 //! * one file per object: `fabric`, `eq`, `domain`, `av`, `cq`, `cntr`,
-//!   `mr`, `ep`; the data path in `msg` and `tagged` over `cbuf`
-//!   (application memory as operation buffers); `stubs` for tables not
-//!   offered yet.
+//!   `mr`, `ep`; the data path in `msg`, `tagged`, `rma` and `atomic` over
+//!   `cbuf` (application memory as operation buffers), with `drive`
+//!   reporting the completions of RMA and atomic futures.
 
+#[cfg(libfabric)]
+mod atomic;
 #[cfg(libfabric)]
 mod av;
 #[cfg(libfabric)]
@@ -35,6 +37,8 @@ mod cntr;
 mod cq;
 #[cfg(libfabric)]
 mod domain;
+#[cfg(libfabric)]
+mod drive;
 #[cfg(libfabric)]
 mod entry;
 #[cfg(libfabric)]
@@ -54,7 +58,7 @@ mod obj;
 #[cfg(libfabric)]
 mod provider;
 #[cfg(libfabric)]
-mod stubs;
+mod rma;
 #[cfg(libfabric)]
 pub mod sys;
 #[cfg(libfabric)]
