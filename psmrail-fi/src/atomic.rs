@@ -6,7 +6,8 @@
 //!
 //! One call is one element vector (one `fi_ioc` each for the operand,
 //! compare and result, one remote `fi_rma_ioc`; another count is
-//! `-FI_EINVAL`), at most the valid count long (`-FI_EMSGSIZE`). The
+//! `-FI_EINVAL`), at most the valid count long (`-FI_EMSGSIZE`, checked
+//! before any byte is read). The
 //! operand and compare values are copied at the call; the result lands in
 //! the application's buffer in place. Completions go to the transmit CQ
 //! (`drive.rs`) with `FI_ATOMIC | FI_WRITE` (base) or `FI_ATOMIC | FI_READ`
@@ -91,13 +92,31 @@ unsafe fn post(e: &EpObj, c: Call) -> FiResult<isize> {
     };
     let op = AtomicOp::try_from(c.op)?;
     let dt = dt_of(c.datatype)?;
+    // Counts are checked before any byte is read.
+    let max = match c.kind {
+        AtomicKind::Write => p.atomic_valid(op, dt),
+        AtomicKind::Fetch => p.fetch_atomic_valid(op, dt),
+        AtomicKind::Compare => p.compare_atomic_valid(op, dt),
+    }?;
+    if [c.operand.1, c.compare.1, c.result.1]
+        .iter()
+        .any(|n| *n > max)
+    {
+        return Err(Errno::MSGSIZE);
+    }
     let size = dt.size();
-    // SAFETY: the caller's promise for the operand and compare values.
+    // `FI_ATOMIC_READ` reads no operand (it may be null).
+    let zeros;
+    // SAFETY: the caller's promise for the operand and compare values,
+    // whose counts are at most the valid count.
     let (operand, compare) = unsafe {
-        (
-            slice(c.operand.0, bytes(c.operand.1, size)?)?,
-            slice(c.compare.0, bytes(c.compare.1, size)?)?,
-        )
+        let operand = if c.operand.0.is_null() && op == AtomicOp::AtomicRead {
+            zeros = vec![0u8; bytes(c.operand.1, size)?];
+            &zeros[..]
+        } else {
+            slice(c.operand.0, bytes(c.operand.1, size)?)?
+        };
+        (operand, slice(c.compare.0, bytes(c.compare.1, size)?)?)
     };
     let len = bytes(c.result.1, size)?;
     if c.result.0.is_null() && len > 0 {

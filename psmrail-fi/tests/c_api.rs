@@ -103,7 +103,7 @@ fn getinfo_refuses_bad_input() {
     // Capabilities the C face does not carry, and a foreign address format.
     let h = tagged_hints();
     // SAFETY: our hints.
-    unsafe { (*h).caps |= sys::FI_ATOMIC as u64 };
+    unsafe { (*h).caps |= sys::FI_TRIGGER as u64 };
     assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
     // SAFETY: our hints.
     unsafe {
@@ -155,7 +155,14 @@ struct Objects {
 }
 
 fn open_all(p: &sys::fi_provider) -> Objects {
+    open_with(p, sys::FI_TAGGED as u64)
+}
+
+/// [`open_all`] for an endpoint with `caps`.
+fn open_with(p: &sys::fi_provider, caps: u64) -> Objects {
     let h = tagged_hints();
+    // SAFETY: our hints.
+    unsafe { (*h).caps = caps };
     let info = getinfo(p, h).expect("info");
     // SAFETY: hints we own.
     unsafe { sys::fi_freeinfo(h) };
@@ -412,4 +419,504 @@ fn memory_region_keys_are_unique_in_a_domain() {
     assert_eq!(close(o.fabric.cast()), 0);
     // SAFETY: our info, freed once.
     unsafe { sys::fi_freeinfo(o.info) };
+}
+
+/// Binds the AV and the CQ (both directions), enables, and inserts the
+/// endpoint's own address: the `fi_addr` of ourselves.
+fn enable_to_self(o: &Objects) -> sys::fi_addr_t {
+    assert_eq!(ep_bind(o.ep, o.av.cast(), 0), 0);
+    let both = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+    assert_eq!(ep_bind(o.ep, o.cq.cast(), both), 0);
+    assert_eq!(enable(o.ep), 0);
+    let mut name = [0u8; 64];
+    let mut len = name.len();
+    let mut me: sys::fi_addr_t = 0;
+    // SAFETY: our endpoint's cm table and AV's table with valid buffers.
+    unsafe {
+        let rc =
+            (*(*o.ep).cm).getname.unwrap()(&mut (*o.ep).fid, name.as_mut_ptr().cast(), &mut len);
+        assert_eq!(rc, 0);
+        let n =
+            (*(*o.av).ops).insert.unwrap()(o.av, name.as_ptr().cast(), 1, &mut me, 0, null_mut());
+        assert_eq!(n, 1);
+    }
+    me
+}
+
+/// Reads `n` completions from `cq`, or the first error entry.
+fn completions(
+    cq: *mut sys::fid_cq,
+    n: usize,
+) -> Result<Vec<sys::fi_cq_tagged_entry>, sys::fi_cq_err_entry> {
+    let mut got = Vec::new();
+    for _ in 0..2_000_000 {
+        let mut e = [sys::fi_cq_tagged_entry::default(); 4];
+        // SAFETY: room for four tagged entries.
+        let r = unsafe { (*(*cq).ops).read.unwrap()(cq, e.as_mut_ptr().cast(), 4) };
+        if r > 0 {
+            got.extend_from_slice(&e[..r as usize]);
+        } else if r == -(sys::FI_EAVAIL as isize) {
+            let mut err = sys::fi_cq_err_entry::default();
+            // SAFETY: room for one error entry.
+            let r = unsafe { (*(*cq).ops).readerr.unwrap()(cq, &mut err, 0) };
+            assert_eq!(r, 1);
+            return Err(err);
+        } else {
+            assert_eq!(r, -(sys::FI_EAGAIN as isize));
+        }
+        if got.len() >= n {
+            return Ok(got);
+        }
+    }
+    panic!("{} of {n} completions", got.len());
+}
+
+fn ctx_ptr(c: &mut sys::fi_context) -> *mut c_void {
+    (c as *mut sys::fi_context).cast()
+}
+
+/// `fi_mr_reg` of `len` bytes at `buf`.
+fn mr_reg(
+    o: &Objects,
+    buf: *mut u8,
+    len: usize,
+    access: u64,
+    offset: u64,
+    key: u64,
+) -> Result<*mut sys::fid_mr, c_int> {
+    let mut mr = null_mut();
+    // SAFETY: our domain's MR table; the memory outlives the region.
+    let rc = unsafe {
+        (*(*o.domain).mr).reg.unwrap()(
+            &mut (*o.domain).fid,
+            buf.cast(),
+            len,
+            access,
+            offset,
+            key,
+            0,
+            &mut mr,
+            null_mut(),
+        )
+    };
+    if rc == 0 {
+        Ok(mr)
+    } else {
+        Err(rc)
+    }
+}
+
+fn close_objects(o: Objects, mrs: &[*mut sys::fid_mr]) {
+    for mr in mrs {
+        assert_eq!(close(mr.cast()), 0);
+    }
+    assert_eq!(close(o.ep.cast()), 0);
+    assert_eq!(close(o.av.cast()), 0);
+    assert_eq!(close(o.cq.cast()), 0);
+    assert_eq!(close(o.domain.cast()), 0);
+    assert_eq!(close(o.fabric.cast()), 0);
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
+const REMOTE: u64 = (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64;
+
+#[test]
+fn rma_to_ourselves_writes_reads_and_carries_cq_data() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_RMA) as u64);
+    // SAFETY: the info we opened with.
+    unsafe {
+        let i = &*o.info;
+        assert_ne!(i.caps & sys::FI_RMA as u64, 0);
+        assert_eq!(
+            (*i.domain_attr).cq_data_size,
+            4,
+            "fi_psm(7)'s remote CQ data size"
+        );
+    }
+    let me = enable_to_self(&o);
+    let mut target = vec![0u8; 64];
+    let mr = mr_reg(&o, target.as_mut_ptr(), 64, REMOTE, 0, 9).expect("a region peers reach");
+    // SAFETY: a region we registered.
+    assert_eq!(unsafe { (*mr).key }, 9);
+    let rma = o.ep;
+    let mut wctx = sys::fi_context::default();
+    let data = *b"written in place";
+    // SAFETY: our RMA table; the buffer and context outlive the operation.
+    let rc = unsafe {
+        (*(*rma).rma).write.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            data.len(),
+            null_mut(),
+            me,
+            8,
+            9,
+            ctx_ptr(&mut wctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 1).expect("a write completion");
+    assert_eq!(c[0].op_context, ctx_ptr(&mut wctx));
+    assert_eq!(c[0].flags, (sys::FI_RMA | sys::FI_WRITE) as u64);
+    assert_eq!(&target[8..8 + data.len()], &data);
+
+    let mut back = [0u8; 16];
+    let mut rctx = sys::fi_context::default();
+    // SAFETY: as above, into `back`.
+    let rc = unsafe {
+        (*(*rma).rma).read.unwrap()(
+            rma,
+            back.as_mut_ptr().cast(),
+            16,
+            null_mut(),
+            me,
+            8,
+            9,
+            ctx_ptr(&mut rctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 1).expect("a read completion");
+    assert_eq!(
+        (c[0].op_context, c[0].flags),
+        (ctx_ptr(&mut rctx), (sys::FI_RMA | sys::FI_READ) as u64)
+    );
+    assert_eq!(back, data);
+
+    // fi_writedata: the transmit completion and the target's remote CQ data
+    // (one CQ for both directions here).
+    let mut dctx = sys::fi_context::default();
+    // SAFETY: as above.
+    let rc = unsafe {
+        (*(*rma).rma).writedata.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            4,
+            null_mut(),
+            0xabcd,
+            me,
+            0,
+            9,
+            ctx_ptr(&mut dctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 2).expect("two completions");
+    let remote = c
+        .iter()
+        .find(|e| e.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0)
+        .expect("the target's remote CQ data");
+    assert_eq!(remote.data, 0xabcd);
+    assert_eq!(
+        remote.flags,
+        (sys::FI_RMA | sys::FI_REMOTE_WRITE) as u64 | sys::FI_REMOTE_CQ_DATA as u64
+    );
+    assert_eq!(remote.len, 4);
+    assert!(c.iter().any(|e| e.op_context == ctx_ptr(&mut dctx)));
+    assert_eq!(&target[..4], b"writ");
+
+    // A key no region has: an error completion with the context, no crash.
+    for read in [false, true] {
+        let mut bctx = sys::fi_context::default();
+        // SAFETY: as above.
+        let rc = unsafe {
+            let t = &*(*rma).rma;
+            if read {
+                t.read.unwrap()(
+                    rma,
+                    back.as_mut_ptr().cast(),
+                    16,
+                    null_mut(),
+                    me,
+                    0,
+                    77,
+                    ctx_ptr(&mut bctx),
+                )
+            } else {
+                t.write.unwrap()(
+                    rma,
+                    data.as_ptr().cast(),
+                    16,
+                    null_mut(),
+                    me,
+                    0,
+                    77,
+                    ctx_ptr(&mut bctx),
+                )
+            }
+        };
+        assert_eq!(rc, 0);
+        let err = completions(o.cq, 1).expect_err("an error completion");
+        assert_eq!(err.op_context, ctx_ptr(&mut bctx));
+        assert_eq!(err.err, sys::FI_EACCES as c_int);
+    }
+    // A range past the region's end.
+    let mut ectx = sys::fi_context::default();
+    // SAFETY: as above.
+    let rc = unsafe {
+        (*(*rma).rma).write.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            16,
+            null_mut(),
+            me,
+            56,
+            9,
+            ctx_ptr(&mut ectx),
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(
+        completions(o.cq, 1).expect_err("out of range").err,
+        sys::FI_EACCES as c_int
+    );
+    close_objects(o, &[mr]);
+}
+
+#[test]
+fn rma_refuses_bad_input() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_RMA) as u64);
+    let mut buf = vec![0u8; 256];
+    // Before enable: a state error.
+    // SAFETY: our RMA table.
+    let rc = unsafe {
+        (*(*o.ep).rma).write.unwrap()(
+            o.ep,
+            buf.as_ptr().cast(),
+            8,
+            null_mut(),
+            0,
+            0,
+            1,
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, -(sys::FI_EOPBADSTATE as isize));
+    let me = enable_to_self(&o);
+    let mr = mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 0, 3).unwrap();
+    // Remote access needs offset 0 and one buffer; keys stay unique.
+    assert_eq!(
+        mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 4096, 4).unwrap_err(),
+        neg(sys::FI_EINVAL)
+    );
+    assert_eq!(
+        mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 0, 3).unwrap_err(),
+        neg(sys::FI_ENOKEY)
+    );
+    assert_eq!(
+        mr_reg(&o, null_mut(), 64, REMOTE, 0, 5).unwrap_err(),
+        neg(sys::FI_EINVAL)
+    );
+    let iov = [
+        sys::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: 8,
+        },
+        sys::iovec {
+            iov_base: buf[128..].as_mut_ptr().cast(),
+            iov_len: 8,
+        },
+    ];
+    let mut mr2 = null_mut();
+    // SAFETY: our MR table, two iovecs.
+    let rc = unsafe {
+        (*(*o.domain).mr).regv.unwrap()(
+            &mut (*o.domain).fid,
+            iov.as_ptr(),
+            2,
+            REMOTE,
+            0,
+            6,
+            0,
+            &mut mr2,
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, neg(sys::FI_EOPNOTSUPP));
+    // A raw key into too small a buffer.
+    let mut key = [0u8; 2];
+    let mut size = key.len();
+    let mut raw = sys::fi_mr_raw_attr {
+        flags: 0,
+        base_addr: null_mut(),
+        raw_key: key.as_mut_ptr(),
+        key_size: &mut size,
+    };
+    // SAFETY: our region's control with a raw-attribute structure.
+    let rc = unsafe {
+        (*(*mr).fid.ops).control.unwrap()(
+            &mut (*mr).fid,
+            sys::FI_GET_RAW_MR as c_int,
+            (&mut raw as *mut sys::fi_mr_raw_attr).cast(),
+        )
+    };
+    assert_eq!((rc, size), (neg(sys::FI_ETOOSMALL), 8));
+    // SAFETY: every call below is through our endpoint's RMA table with
+    // null or small arguments the provider must refuse.
+    unsafe {
+        let t = &*(*o.ep).rma;
+        let inval = -(sys::FI_EINVAL as isize);
+        assert_eq!(
+            t.write.unwrap()(o.ep, null(), 8, null_mut(), me, 0, 3, null_mut()),
+            inval
+        );
+        assert_eq!(
+            t.read.unwrap()(o.ep, null_mut(), 8, null_mut(), me, 0, 3, null_mut()),
+            inval
+        );
+        assert_eq!(t.writemsg.unwrap()(o.ep, null(), 0), inval);
+        assert_eq!(t.readmsg.unwrap()(o.ep, null(), 0), inval);
+        let mut v = sys::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: 8,
+        };
+        let r = sys::fi_rma_iov {
+            addr: 0,
+            len: 8,
+            key: 3,
+        };
+        let mut m = sys::fi_msg_rma {
+            msg_iov: &mut v,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: me,
+            rma_iov: &r,
+            rma_iov_count: 0,
+            context: null_mut(),
+            data: 0,
+        };
+        assert_eq!(t.writemsg.unwrap()(o.ep, &m, 0), inval, "no remote range");
+        m.rma_iov_count = 1;
+        assert_eq!(
+            t.writemsg.unwrap()(o.ep, &m, 1 << 40),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        assert_eq!(
+            t.readmsg.unwrap()(o.ep, &m, sys::FI_INJECT as u64),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        assert_eq!(
+            t.readmsg.unwrap()(o.ep, &m, sys::FI_REMOTE_CQ_DATA as u64),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        m.iov_count = 2;
+        assert_eq!(t.writemsg.unwrap()(o.ep, &m, 0), inval, "one local buffer");
+        let big = vec![0u8; 4096];
+        assert_eq!(
+            t.inject.unwrap()(o.ep, big.as_ptr().cast(), big.len(), me, 0, 3),
+            -(sys::FI_EMSGSIZE as isize)
+        );
+        // An unknown destination.
+        assert!(
+            t.write.unwrap()(
+                o.ep,
+                buf.as_ptr().cast(),
+                8,
+                null_mut(),
+                1 << 50,
+                0,
+                3,
+                null_mut()
+            ) < 0
+        );
+        // A closed endpoint's kept block: an error, not a crash.
+    }
+    close_objects(o, &[mr]);
+}
+
+#[test]
+fn atomics_fetch_in_place_and_refuse_what_psm_does_not_carry() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_ATOMIC) as u64);
+    let me = enable_to_self(&o);
+    let mut target = 40u64.to_ne_bytes();
+    let mr = mr_reg(&o, target.as_mut_ptr(), 8, REMOTE, 0, 11).unwrap();
+    let operand = 2u64.to_ne_bytes();
+    let mut old = [0u8; 8];
+    let mut ctx = sys::fi_context::default();
+    // SAFETY: our atomic table; the buffers and context outlive the operation.
+    unsafe {
+        let a = &*(*o.ep).atomic;
+        let mut count = 0usize;
+        assert_eq!(
+            a.readwritevalid.unwrap()(o.ep, sys::FI_UINT64, sys::FI_SUM, &mut count),
+            0
+        );
+        assert!(count >= 1);
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_INT128, sys::FI_SUM, &mut count),
+            neg(sys::FI_EOPNOTSUPP)
+        );
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_DOUBLE, sys::FI_BAND, &mut count),
+            neg(sys::FI_EOPNOTSUPP)
+        );
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_UINT64, sys::FI_SUM, null_mut()),
+            neg(sys::FI_EINVAL)
+        );
+        let mut attr = sys::fi_atomic_attr::default();
+        let rc = (*(*o.domain).ops).query_atomic.unwrap()(
+            o.domain,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            &mut attr,
+            sys::FI_FETCH_ATOMIC,
+        );
+        assert_eq!((rc, attr.size), (0, 8));
+        let rc = a.readwrite.unwrap()(
+            o.ep,
+            operand.as_ptr().cast(),
+            1,
+            null_mut(),
+            old.as_mut_ptr().cast(),
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            ctx_ptr(&mut ctx),
+        );
+        assert_eq!(rc, 0);
+        // Too many elements (refused before a byte is read), and a null
+        // operand.
+        let rc = a.write.unwrap()(
+            o.ep,
+            operand.as_ptr().cast(),
+            1 << 20,
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            null_mut(),
+        );
+        assert_eq!(rc, -(sys::FI_EMSGSIZE as isize));
+        let rc = a.write.unwrap()(
+            o.ep,
+            null(),
+            1,
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            null_mut(),
+        );
+        assert_eq!(rc, -(sys::FI_EINVAL as isize));
+    }
+    let c = completions(o.cq, 1).expect("a fetch completion");
+    assert_eq!(
+        (c[0].op_context, c[0].flags),
+        (ctx_ptr(&mut ctx), (sys::FI_ATOMIC | sys::FI_READ) as u64)
+    );
+    assert_eq!(u64::from_ne_bytes(old), 40);
+    assert_eq!(u64::from_ne_bytes(target), 42);
+    close_objects(o, &[mr]);
 }

@@ -377,6 +377,12 @@ const PSM_PAIRS: &[&str] = &[
     "fi_bw -e rdm -v -T 1",
     "fi_bw -e rdm -v -T 1 -U",
     "fi_rdm_multi_client -C 10 -I 5",
+    "fi_rma_bw -e rdm -o write -v -S all -I 10",
+    "fi_rma_bw -e rdm -o read -v -S all -I 10",
+    "fi_rma_bw -e rdm -o writedata -v -I 100",
+    "fi_rdm_rma_event",
+    "fi_multi_mr -e rdm -V",
+    "fi_rdm_atomic -o all -I 10",
 ];
 
 /// The fabtests that must pass on ofi_mrail over two loopback rails (soft
