@@ -79,6 +79,7 @@ pub(crate) use started;
 
 /// One RMA operation of `e`: `buf` to or from the ranges `remote` at
 /// `dest`.
+#[allow(clippy::too_many_arguments)]
 fn post(
     e: &EpObj,
     dir: Dir,

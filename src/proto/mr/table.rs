@@ -27,11 +27,14 @@ struct Entry {
 /// What is told of peers' accesses to a region (`fi_mr_bind` of a
 /// counter): each hook with the remote rights whose accesses it counts.
 #[derive(Default)]
-pub(crate) struct Watchers(Mutex<Vec<(MrAccess, Arc<dyn Fn() + Send + Sync>)>>);
+pub(crate) struct Watchers(Mutex<Vec<(MrAccess, Hook)>>);
+
+/// What a watcher runs per access.
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
 
 impl Watchers {
     /// Adds `hook`, called once per completed peer access of `events`.
-    pub(crate) fn add(&self, events: MrAccess, hook: Arc<dyn Fn() + Send + Sync>) {
+    pub(crate) fn add(&self, events: MrAccess, hook: Hook) {
         relock(&self.0).push((events, hook));
     }
 
