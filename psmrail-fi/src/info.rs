@@ -156,15 +156,20 @@ fn av_type_of(t: sys::fi_av_type) -> FiResult<AvType> {
     })
 }
 
-/// The name a provider name in hints must match: psm's own, or for the
-/// utility provider the last of a layered `core;ofi_mrail` name.
+/// The name a provider name in hints must match. A core provider (psm)
+/// is named first, followed by what a utility provider layered over it
+/// adds: its own name, or `^name` for one that must not be layered again
+/// (`psm;^ofi_rxd` is how ofi_rxd asks for its core infos). The
+/// multi-rail utility provider is the last of a layered `core;ofi_mrail`.
 fn prov_name_matches(which: Which, name: &str) -> bool {
     let ours = which.name().to_str().unwrap_or_default();
+    let mut names = name.split(';').filter(|n| !n.starts_with('^'));
     match which {
-        Which::Psm => name.eq_ignore_ascii_case(ours),
-        Which::Mrail => name
-            .rsplit(';')
-            .next()
+        Which::Psm => {
+            names.next().is_some_and(|n| n.eq_ignore_ascii_case(ours)) && names.next().is_none()
+        }
+        Which::Mrail => names
+            .next_back()
             .is_some_and(|n| n.eq_ignore_ascii_case(ours)),
     }
 }
@@ -651,4 +656,29 @@ pub(crate) unsafe fn rust_info(which: Which, c: &sys::fi_info) -> FiResult<Info>
     mask_caps(which, &mut info, &extra);
     apply_addrs(which, &mut info, &extra);
     Ok(info)
+}
+
+#[cfg(test)]
+mod prov_name_tests {
+    use super::*;
+
+    #[test]
+    fn a_core_name_with_exclusions_is_psm() {
+        assert!(prov_name_matches(Which::Psm, "psm"));
+        assert!(prov_name_matches(Which::Psm, "PSM"));
+        assert!(prov_name_matches(Which::Psm, "psm;^ofi_rxd"));
+        assert!(!prov_name_matches(Which::Psm, "psm;ofi_rxd"));
+        assert!(!prov_name_matches(Which::Psm, "psm2"));
+        assert!(!prov_name_matches(Which::Psm, "^psm"));
+        assert!(!prov_name_matches(Which::Psm, ""));
+    }
+
+    #[test]
+    fn mrail_is_the_last_layer() {
+        assert!(prov_name_matches(Which::Mrail, "ofi_mrail"));
+        assert!(prov_name_matches(Which::Mrail, "psm;ofi_mrail"));
+        assert!(prov_name_matches(Which::Mrail, "psm;ofi_mrail;^ofi_rxd"));
+        assert!(!prov_name_matches(Which::Mrail, "psm"));
+        assert!(!prov_name_matches(Which::Mrail, "ofi_mrail;ofi_rxd"));
+    }
 }

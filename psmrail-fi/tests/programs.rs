@@ -16,65 +16,25 @@
 // Built without libfabric (see build.rs), the crate has no C face to test.
 #![cfg(libfabric)]
 
-use std::io::Read;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-// The same lock as psmrail's own spinning tests, so none of them run at once.
-#[path = "../../tests/support/spin_lock.rs"]
-mod spin_lock;
-use spin_lock::spin_lock;
-
-fn require() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_FABTESTS").is_ok_and(|v| v == "1")
-}
-
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
+use support::{require_native, spin_lock, text, wait_bounded, with_env, Engine, Reaped, FABTESTS};
 
 /// Skips (returns `None`) or, when required, fails.
 fn missing(what: &str) -> Option<()> {
-    if require() {
-        panic!("{what} (PSMRAIL_REQUIRE_FABTESTS=1)");
-    }
-    eprintln!("skipped: {what}");
-    None
+    FABTESTS.missing(what)
 }
 
-/// The folder holding libpsmrail_psm_fi.so and libpsmrail_mrail_fi.so:
-/// the target profile folder this test binary was built into.
 fn provider_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?.parent()?.to_path_buf();
-    let ok = ["libpsmrail_psm_fi.so", "libpsmrail_mrail_fi.so"]
-        .iter()
-        .all(|f| dir.join(f).is_file());
-    if ok {
-        Some(dir)
-    } else {
-        missing(&format!(
-            "the provider libraries are not in {} (cargo build -p psmrail-fi-psm -p psmrail-fi-mrail)",
-            dir.display()
-        ))?;
-        None
-    }
+    FABTESTS.provider_dir()
 }
 
 /// A program of the distribution on PATH.
 fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    for d in std::env::split_paths(&path) {
-        let p = d.join(name);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    missing(&format!(
-        "{name} is not installed (apt-get install libfabric-bin)"
-    ))?;
-    None
+    FABTESTS.tool(name, "libfabric-bin")
 }
 
 /// A fabtests program.
@@ -90,80 +50,6 @@ fn fabtest(name: &str) -> Option<PathBuf> {
         missing(&format!("{} is missing", p.display()))?;
         None
     }
-}
-
-/// The engine settings of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Engine {
-    Soft,
-    Native,
-}
-
-/// `cmd` with the provider path and the engine set.
-fn with_env(mut cmd: Command, dir: &Path, engine: Engine) -> Command {
-    cmd.env("FI_PROVIDER_PATH", dir)
-        .env(
-            "PSMRAIL_ENGINE",
-            match engine {
-                Engine::Soft => "soft",
-                Engine::Native => "native",
-            },
-        )
-        .env("PSM2_DEVICES", "self,shm")
-        .env_remove("FI_PROVIDER")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Waits for `child` at most `limit`; kills it after that.
-fn wait_bounded(mut child: Child, limit: Duration, who: &str) -> Output {
-    let deadline = Instant::now() + limit;
-    // Read the pipes on threads so a chatty child cannot block on them.
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let status = loop {
-        match child.try_wait().expect("try_wait") {
-            Some(s) => break s,
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let s = child.wait().expect("wait after kill");
-                let stdout = t_out.join().unwrap_or_default();
-                let stderr = t_err.join().unwrap_or_default();
-                panic!(
-                    "{who} did not finish within {limit:?}; it was killed ({s}).\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&stdout),
-                    String::from_utf8_lossy(&stderr)
-                );
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `program args` as a server, then as a client of 127.0.0.1 with
@@ -187,7 +73,7 @@ fn pair(
         }
         c
     };
-    let server = mk(server_args).spawn().expect("spawn the server");
+    let server = Reaped::new(mk(server_args).spawn().expect("spawn the server"));
     let server_pid = server.id();
     // The server opens its listening socket (or registers with its name
     // server) first; a client that comes too early finds nobody and ends
@@ -212,7 +98,7 @@ fn pair(
             // SAFETY: as above: the server waits for a client that failed.
             unsafe { libc::kill(server_pid as i32, libc::SIGKILL) };
         }
-        wait_bounded(server, limit, "the server")
+        wait_bounded(server.take(), limit, "the server")
     };
     (server, client)
 }
@@ -271,13 +157,24 @@ fn fi_info_lists_and_keeps_ours() {
     let psm = run(&["-p", "psm"], &[]);
     assert!(psm.status.success(), "{}", text(&psm));
     let out = String::from_utf8_lossy(&psm.stdout);
-    assert!(out.contains("provider: psm\n"), "{}", text(&psm));
+    // Entries are "provider: <name>" blocks; psm's own are psmrail's
+    // (1000.1). ofi_rxd layers over psm's DGRAM endpoints ("psm;ofi_rxd",
+    // at its own version 117.0).
+    let blocks: Vec<&str> = out.split("provider: ").filter(|b| !b.is_empty()).collect();
+    let own: Vec<&&str> = blocks.iter().filter(|b| b.starts_with("psm\n")).collect();
+    assert!(!own.is_empty(), "{}", text(&psm));
+    for b in &own {
+        assert!(
+            b.contains("version: 1000.1\n"),
+            "psmrail's psm must be the one kept: {}",
+            text(&psm)
+        );
+    }
     assert!(
-        out.contains("version: 1000.1"),
-        "psmrail's psm must be the one kept: {}",
+        blocks.iter().any(|b| b.starts_with("psm;ofi_rxd\n")),
+        "ofi_rxd layers over psm's DGRAM endpoints: {}",
         text(&psm)
     );
-    assert!(!out.contains("version: 117.0"), "{}", text(&psm));
 
     let mrail = run(&["-p", "ofi_mrail", "-v"], &[MRAIL_RAILS]);
     assert!(mrail.status.success(), "{}", text(&mrail));
