@@ -31,6 +31,22 @@ unsafe impl StableRegion for CBuf {
     }
 }
 
+/// `len` bytes of application memory at `ptr` as a region that stays in
+/// place (registered memory peers reach: `fi_mr_reg`).
+///
+/// # Safety
+/// `ptr` is valid for reads and writes of `len` bytes for as long as the
+/// region lives (until the memory region is closed and the operations on
+/// it are over), as libfabric's registration contract says.
+pub(crate) unsafe fn region(ptr: *mut u8, len: usize) -> Arc<dyn StableRegion> {
+    let ptr = if ptr.is_null() {
+        std::ptr::NonNull::dangling().as_ptr()
+    } else {
+        ptr
+    };
+    Arc::new(CBuf { ptr, len })
+}
+
 /// An operation buffer over `len` bytes at `ptr` (empty for a zero length).
 ///
 /// # Safety
@@ -49,9 +65,10 @@ pub(crate) unsafe fn op_buffer(ptr: *mut u8, len: usize) -> OpBuffer {
 ///
 /// # Safety
 /// As [`op_buffer`], until every operation over the region completed.
-pub(crate) unsafe fn region(ptr: *mut u8, len: usize) -> Option<Arc<dyn StableRegion>> {
+pub(crate) unsafe fn block(ptr: *mut u8, len: usize) -> Option<Arc<dyn StableRegion>> {
     if len == 0 || ptr.is_null() {
         return None;
     }
-    Some(Arc::new(CBuf { ptr, len }))
+    // SAFETY: the caller's promise.
+    Some(unsafe { region(ptr, len) })
 }

@@ -65,7 +65,7 @@ impl DomainObj {
     }
 }
 
-static DOMAIN_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, None));
+static DOMAIN_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, Some(crate::mr::domain_control)));
 static DOMAIN_OPS: Table<sys::fi_ops_domain> = Table::new(sys::fi_ops_domain {
     size: std::mem::size_of::<sys::fi_ops_domain>(),
     av_open: Some(crate::av::open),
@@ -76,7 +76,7 @@ static DOMAIN_OPS: Table<sys::fi_ops_domain> = Table::new(sys::fi_ops_domain {
     poll_open: Some(poll_open),
     stx_ctx: Some(stx_ctx),
     srx_ctx: Some(srx_ctx),
-    query_atomic: Some(query_atomic),
+    query_atomic: Some(crate::atomic::query),
     query_collective: Some(query_collective),
     endpoint2: Some(crate::ep::open2),
 });
@@ -192,16 +192,6 @@ unsafe extern "C" fn srx_ctx(
     _: *mut sys::fi_rx_attr,
     _: *mut *mut sys::fid_ep,
     _: *mut c_void,
-) -> c_int {
-    Errno::NOSYS.ret()
-}
-
-unsafe extern "C" fn query_atomic(
-    _: *mut sys::fid_domain,
-    _: sys::fi_datatype,
-    _: sys::fi_op,
-    _: *mut sys::fi_atomic_attr,
-    _: u64,
 ) -> c_int {
     Errno::NOSYS.ret()
 }

@@ -9,6 +9,7 @@ use crate::av::{AvObj, RustAv};
 use crate::cntr::CntrObj;
 use crate::cq::CqObj;
 use crate::domain::{DomainObj, RustDomain};
+use crate::drive::Driver;
 use crate::entry::{guard, Errno, FiResult};
 use crate::info::epid_bytes;
 use crate::obj::{self, fi_ops, FiOps, Table};
@@ -17,9 +18,10 @@ use psmrail::engine::{OpBuffer, PostError};
 use psmrail::fabric::{Caps, CounterBind, CqBind, Endpoint, FiAddr, Info};
 use psmrail::mrail::{MrailEndpoint, MrailPosted};
 use psmrail::ops::{Claimed, MessageEndpoint, MultiPosted, Posted};
+use psmrail::reactor::SourceId;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The psmrail endpoint under a C one.
 #[derive(Clone, Debug)]
@@ -174,6 +176,8 @@ pub(crate) struct EpObj {
     min_multi_recv: Mutex<usize>,
     /// Messages claimed by `FI_PEEK | FI_CLAIM`, by context (`peek.rs`).
     pub(crate) claimed: Mutex<HashMap<u64, Claimed>>,
+    /// The driver of RMA and atomics, made at the first (`drive.rs`).
+    driver: Mutex<Option<(Arc<Driver>, SourceId)>>,
 }
 
 // SAFETY: the domain pointer and the bound objects' addresses are kept
@@ -213,6 +217,41 @@ impl EpObj {
     /// The endpoint's capabilities (`FI_DIRECTED_RECV` honours sources).
     pub(crate) fn caps(&self) -> Caps {
         self.info.caps
+    }
+
+    /// The enabled endpoint, its driver of RMA and atomics (`drive.rs`),
+    /// and whether its transmit CQ reports only operations asking for a
+    /// completion (`FI_SELECTIVE_COMPLETION`).
+    pub(crate) fn driven(&self) -> FiResult<(RustEp, Arc<Driver>, bool)> {
+        let (ep, tx) = match &*obj::lock(&self.state) {
+            State::Enabled(ep, binds) => (
+                ep.clone(),
+                binds
+                    .cqs
+                    .iter()
+                    .find(|(_, f)| f.contains(CqBind::TRANSMIT))
+                    .copied(),
+            ),
+            State::Binding(_) => return Err(Errno::OPBADSTATE),
+            State::Closed => return Err(Errno::INVAL),
+        };
+        let selective = tx.is_some_and(|(_, f)| f.contains(CqBind::SELECTIVE_COMPLETION));
+        let mut g = obj::lock(&self.driver);
+        if let Some((d, _)) = &*g {
+            return Ok((ep, d.clone(), selective));
+        }
+        let cq = match tx {
+            Some((c, _)) => Some(live::<CqObj>(c, sys::FI_CLASS_CQ)?.rust()?),
+            None => None,
+        };
+        // SAFETY: the domain block is kept for the process.
+        let reactor = match unsafe { &*self.domain }.rust()? {
+            RustDomain::Psm(d) => d.reactor().clone(),
+            RustDomain::Mrail(d) => d.reactor().clone(),
+        };
+        let (d, id) = Driver::start(&reactor, cq)?;
+        *g = Some((d.clone(), id));
+        Ok((ep, d, selective))
     }
 }
 
@@ -283,9 +322,9 @@ pub(crate) unsafe extern "C" fn open2(
                     ops: EP_OPS.ptr(),
                     cm: CM_OPS.ptr(),
                     msg: crate::msg::MSG_OPS.ptr(),
-                    rma: crate::stubs::RMA_OPS.ptr(),
+                    rma: crate::rma::RMA_OPS.ptr(),
                     tagged: crate::tagged::TAGGED_OPS.ptr(),
-                    atomic: crate::stubs::ATOMIC_OPS.ptr(),
+                    atomic: crate::atomic::ATOMIC_OPS.ptr(),
                     collective: std::ptr::null_mut(),
                 },
                 domain: d,
@@ -295,6 +334,7 @@ pub(crate) unsafe extern "C" fn open2(
                 op_flags: Mutex::new((tx_flags, rx_flags)),
                 min_multi_recv: Mutex::new(0),
                 claimed: Mutex::new(HashMap::new()),
+                driver: Mutex::new(None),
             },
             sys::FI_CLASS_EP,
         );
@@ -510,6 +550,10 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
             let old = std::mem::replace(&mut *obj::lock(&e.state), State::Closed);
             obj::lock(&e.posted).clear();
             obj::lock(&e.claimed).clear();
+            // Operations in flight run on; their completions are not reported.
+            if let Some((d, id)) = obj::lock(&e.driver).take() {
+                d.stop(id);
+            }
             let r = match old {
                 State::Enabled(ep, binds) => {
                     let r = match ep {

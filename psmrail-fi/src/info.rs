@@ -114,6 +114,11 @@ pub(crate) struct Extra {
     /// opened with such an info uses them as its default flags
     /// (`FI_MULTI_RECV` for `fi_recv`).
     op_flags: (u64, u64),
+    /// The hints' `mr_mode` lacks `FI_MR_RAW`, which ofi_mrail's RMA needs
+    /// (fi_mrail(7)).
+    no_raw: bool,
+    /// The remote CQ data size the hints ask for.
+    cq_data_size: usize,
 }
 
 fn ep_type_of(t: sys::fi_ep_type) -> FiResult<EpType> {
@@ -256,10 +261,7 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
                     ProgressKind::Manual => {}
                 }
             }
-            // Remote CQ data is not carried by the C face yet.
-            if d.cq_data_size > 0 {
-                return Err(Errno::NODATA);
-            }
+            extra.cq_data_size = d.cq_data_size;
             if !Caps::from_bits_retain(d.caps)
                 .difference(Caps::LOCAL_COMM | Caps::REMOTE_COMM)
                 .is_empty()
@@ -278,7 +280,10 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
             match d.mr_mode as u32 {
                 sys::FI_MR_BASIC => return Err(Errno::NODATA),
                 sys::FI_MR_SCALABLE => extra.mr_scalable = true,
-                _ => {}
+                m => extra.no_raw = m & sys::FI_MR_RAW == 0,
+            }
+            if which == Which::Mrail && extra.no_raw && caps.intersects(RMA_CAPS) {
+                return Err(Errno::NODATA);
             }
         }
         if let Some(f) = c.fabric_attr.as_ref() {
@@ -332,12 +337,14 @@ fn source_record(bytes: &[u8]) -> Option<SourceRecord> {
     (rec.magic == SourceRecord::MAGIC).then_some(rec)
 }
 
-/// The capabilities the C face carries so far: messages and tagged
-/// messages. RMA, atomics, triggered operations, multi-receive buffers and
-/// directed receives are psmrail's but not yet this library's: hints
-/// asking for them get `-FI_ENODATA`, and answers leave them out.
+/// The capabilities the C face carries so far: messages, tagged messages,
+/// RMA, atomics, multi-receive buffers and directed receives. Triggered
+/// operations are psmrail's but not yet this library's: hints asking for
+/// them get `-FI_ENODATA`, and answers leave them out.
 pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
+    .union(RMA_CAPS)
+    .union(Caps::ATOMIC)
     .union(Caps::SEND)
     .union(Caps::RECV)
     .union(Caps::SOURCE)
@@ -354,6 +361,14 @@ pub(crate) fn c_face_caps(which: Which) -> Caps {
         Which::Mrail => C_FACE_CAPS.difference(Caps::MULTI_RECV.union(Caps::DIRECTED_RECV)),
     }
 }
+
+/// RMA and its refinements.
+const RMA_CAPS: Caps = Caps::RMA
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE)
+    .union(Caps::RMA_EVENT);
 
 /// What a `tx_attr.caps` may hold (fi_getinfo(3): the primary transmit
 /// capabilities and their modifiers and secondaries).
@@ -391,10 +406,14 @@ const RX_CAPS: Caps = Caps::MSG
     .union(Caps::MULTI_RECV)
     .union(Caps::TRIGGER);
 
-/// Leaves out of an answer what the C face does not carry, and keeps each
-/// side's capabilities to that side's.
-fn mask_caps(which: Which, info: &mut Info) {
+/// Leaves out of an answer what the C face does not carry (ofi_mrail's
+/// RMA for an application without `FI_MR_RAW`), and keeps each side's
+/// capabilities to that side's.
+fn mask_caps(which: Which, info: &mut Info, extra: &Extra) {
     info.caps &= c_face_caps(which);
+    if which == Which::Mrail && extra.no_raw {
+        info.caps -= RMA_CAPS;
+    }
     info.tx_attr.caps &= info.caps & TX_CAPS;
     info.rx_attr.caps &= info.caps & RX_CAPS;
 }
@@ -437,7 +456,10 @@ pub(crate) unsafe fn getinfo(
     let mut head: *mut sys::fi_info = ptr::null_mut();
     let mut tail: *mut sys::fi_info = ptr::null_mut();
     for mut info in answers {
-        mask_caps(which, &mut info);
+        if info.domain_attr.cq_data_size < extra.cq_data_size {
+            continue;
+        }
+        mask_caps(which, &mut info, &extra);
         apply_addrs(which, &mut info, &extra);
         let c = match to_c(which, version, &info, &extra) {
             Ok(c) => c,
@@ -601,8 +623,8 @@ unsafe fn fill(
     };
     dom.mr_mode = mr_mode(which, version, info, extra.mr_scalable) as i32;
     dom.mr_key_size = d.mr_key_size;
-    // No remote CQ data through the C face yet (psmrail's RMA carries it).
-    dom.cq_data_size = 0;
+    // Carried by RMA writes with data (fi_psm(7): not by sends).
+    dom.cq_data_size = d.cq_data_size;
     dom.cq_cnt = d.cq_cnt;
     dom.ep_cnt = d.ep_cnt;
     dom.tx_ctx_cnt = d.tx_ctx_cnt;
@@ -652,7 +674,7 @@ pub(crate) unsafe fn rust_info(which: Which, c: &sys::fi_info) -> FiResult<Info>
         .into_iter()
         .next()
         .ok_or(Errno::NODATA)?;
-    mask_caps(which, &mut info);
+    mask_caps(which, &mut info, &extra);
     apply_addrs(which, &mut info, &extra);
     Ok(info)
 }

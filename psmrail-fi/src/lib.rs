@@ -21,11 +21,13 @@
 //! * `provider`, `info`: `fi_prov_ini`, discovery and the `fi_info`
 //!   conversions;
 //! * one file per object: `fabric`, `eq`, `domain`, `av`, `cq`, `cntr`,
-//!   `mr`, `ep`; the data path in `msg` and `tagged` over `cbuf`
-//!   (application memory as operation buffers), with `multi_recv`
-//!   (`FI_MULTI_RECV`) and `peek` (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`);
-//!   `stubs` for tables not offered yet.
+//!   `mr`, `ep`; the data path in `msg`, `tagged`, `rma` and `atomic` over
+//!   `cbuf` (application memory as operation buffers), with `multi_recv`
+//!   (`FI_MULTI_RECV`), `peek` (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) and
+//!   `drive` reporting the completions of RMA and atomic futures.
 
+#[cfg(libfabric)]
+mod atomic;
 #[cfg(libfabric)]
 mod av;
 #[cfg(libfabric)]
@@ -36,6 +38,8 @@ mod cntr;
 mod cq;
 #[cfg(libfabric)]
 mod domain;
+#[cfg(libfabric)]
+mod drive;
 #[cfg(libfabric)]
 mod entry;
 #[cfg(libfabric)]
@@ -59,7 +63,7 @@ mod peek;
 #[cfg(libfabric)]
 mod provider;
 #[cfg(libfabric)]
-mod stubs;
+mod rma;
 #[cfg(libfabric)]
 pub mod sys;
 #[cfg(libfabric)]

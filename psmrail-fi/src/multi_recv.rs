@@ -10,7 +10,7 @@
 //! multi-receive, so its infos never offer the capability and the flag is
 //! `-FI_EOPNOTSUPP` there.
 
-use crate::cbuf::region;
+use crate::cbuf::block;
 use crate::entry::{Errno, FiResult};
 use crate::ep::{AnyPosted, EpObj, RustEp};
 
@@ -30,7 +30,7 @@ pub(crate) unsafe fn post(
         return Err(Errno::OPNOTSUPP);
     };
     // SAFETY: the caller's promise.
-    let block = unsafe { region(ptr, len) }.ok_or(Errno::INVAL)?;
+    let block = unsafe { block(ptr, len) }.ok_or(Errno::INVAL)?;
     let p = ep.post_multi_recv(block, ctx)?;
     e.remember(ctx, AnyPosted::Multi(p));
     Ok(0)

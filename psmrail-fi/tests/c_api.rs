@@ -7,14 +7,14 @@
 // Built without libfabric (see build.rs), the crate has no C face to test.
 #![cfg(libfabric)]
 
+#[path = "support/c_face.rs"]
+mod c_face;
+use c_face::*;
+
 use psmrail_fi::sys;
 use psmrail_fi::{provider, Which, PROVIDER_VERSION};
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::{null, null_mut};
-
-fn neg(e: u32) -> c_int {
-    -(e as c_int)
-}
 
 fn setup() -> &'static sys::fi_provider {
     // The same values in every test: tests share the process environment.
@@ -22,39 +22,6 @@ fn setup() -> &'static sys::fi_provider {
     std::env::set_var("FI_PSM_NAME_SERVER", "no");
     // SAFETY: the provider structure lives for the process.
     unsafe { &*provider(Which::Psm) }
-}
-
-/// `fi_getinfo` through the provider, hints as given.
-fn getinfo(p: &sys::fi_provider, hints: *const sys::fi_info) -> Result<*mut sys::fi_info, c_int> {
-    let mut info = null_mut();
-    // SAFETY: the provider's getinfo with valid (or null) arguments.
-    let rc =
-        unsafe { p.getinfo.unwrap()(psmrail_fi::API_VERSION, null(), null(), 0, hints, &mut info) };
-    if rc == 0 {
-        Ok(info)
-    } else {
-        Err(rc)
-    }
-}
-
-/// Hints for a tagged RDM endpoint.
-fn tagged_hints() -> *mut sys::fi_info {
-    // SAFETY: fi_dupinfo(NULL) allocates hints with every attribute.
-    let h = unsafe { sys::fi_dupinfo(null()) };
-    assert!(!h.is_null());
-    // SAFETY: just allocated, attributes present.
-    unsafe {
-        (*h).caps = sys::FI_TAGGED as u64;
-        (*h).mode = sys::FI_CONTEXT;
-        (*(*h).ep_attr).type_ = sys::FI_EP_RDM;
-    }
-    h
-}
-
-fn close(fid: *mut sys::fid) -> c_int {
-    // SAFETY: `fid` is one of ours (or a kept block of a closed one): its
-    // ops table is valid.
-    unsafe { (*(*fid).ops).close.unwrap()(fid) }
 }
 
 #[test]
@@ -103,7 +70,7 @@ fn getinfo_refuses_bad_input() {
     // Capabilities the C face does not carry, and a foreign address format.
     let h = tagged_hints();
     // SAFETY: our hints.
-    unsafe { (*h).caps |= sys::FI_ATOMIC as u64 };
+    unsafe { (*h).caps |= sys::FI_TRIGGER as u64 };
     assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
     // SAFETY: our hints.
     unsafe {
@@ -141,90 +108,6 @@ fn getinfo_answers_what_was_asked_and_frees_with_fi_freeinfo() {
         sys::fi_freeinfo(dup);
         sys::fi_freeinfo(info);
         sys::fi_freeinfo(h);
-    }
-}
-
-/// Every object of one endpoint, opened the C way.
-struct Objects {
-    fabric: *mut sys::fid_fabric,
-    domain: *mut sys::fid_domain,
-    av: *mut sys::fid_av,
-    cq: *mut sys::fid_cq,
-    ep: *mut sys::fid_ep,
-    info: *mut sys::fi_info,
-}
-
-fn open_all(p: &sys::fi_provider) -> Objects {
-    open_caps(p, sys::FI_TAGGED as u64, |_| {})
-}
-
-/// [`open_all`] for an endpoint with `caps`, the hints edited by `edit`
-/// (the answer carries the hints' op_flags).
-fn open_caps(p: &sys::fi_provider, caps: u64, edit: impl FnOnce(&mut sys::fi_info)) -> Objects {
-    let h = tagged_hints();
-    // SAFETY: our hints.
-    unsafe {
-        (*h).caps = caps;
-        edit(&mut *h);
-    }
-    let info = getinfo(p, h).expect("info");
-    // SAFETY: hints we own.
-    unsafe { sys::fi_freeinfo(h) };
-    let mut fabric = null_mut();
-    let mut domain = null_mut();
-    let mut av = null_mut();
-    let mut cq = null_mut();
-    let mut ep = null_mut();
-    // SAFETY: each call through the tables of objects just opened, with
-    // valid arguments.
-    unsafe {
-        assert_eq!(
-            p.fabric.unwrap()((*info).fabric_attr, &mut fabric, null_mut()),
-            0
-        );
-        let fops = &*(*fabric).ops;
-        assert_eq!(
-            fops.domain.unwrap()(fabric, info, &mut domain, null_mut()),
-            0
-        );
-        let dops = &*(*domain).ops;
-        let mut av_attr = sys::fi_av_attr {
-            type_: sys::FI_AV_MAP,
-            ..Default::default()
-        };
-        assert_eq!(
-            dops.av_open.unwrap()(domain, &mut av_attr, &mut av, null_mut()),
-            0
-        );
-        let mut cq_attr = sys::fi_cq_attr {
-            format: sys::FI_CQ_FORMAT_TAGGED,
-            ..Default::default()
-        };
-        assert_eq!(
-            dops.cq_open.unwrap()(domain, &mut cq_attr, &mut cq, null_mut()),
-            0
-        );
-        assert_eq!(dops.endpoint.unwrap()(domain, info, &mut ep, null_mut()), 0);
-    }
-    Objects {
-        fabric,
-        domain,
-        av,
-        cq,
-        ep,
-        info,
-    }
-}
-
-fn ep_bind(ep: *mut sys::fid_ep, bfid: *mut sys::fid, flags: u64) -> c_int {
-    // SAFETY: an endpoint of ours.
-    unsafe { (*(*ep).fid.ops).bind.unwrap()(&mut (*ep).fid, bfid, flags) }
-}
-
-fn enable(ep: *mut sys::fid_ep) -> c_int {
-    // SAFETY: an endpoint of ours.
-    unsafe {
-        (*(*ep).fid.ops).control.unwrap()(&mut (*ep).fid, sys::FI_ENABLE as c_int, null_mut())
     }
 }
 
@@ -781,4 +664,404 @@ fn a_directed_receive_takes_only_its_sender() {
     assert_eq!(&buf2[..6], b"from r");
     close_all(s);
     close_all(r);
+}
+
+#[test]
+fn rma_to_ourselves_writes_reads_and_carries_cq_data() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_RMA) as u64);
+    // SAFETY: the info we opened with.
+    unsafe {
+        let i = &*o.info;
+        assert_ne!(i.caps & sys::FI_RMA as u64, 0);
+        assert_eq!(
+            (*i.domain_attr).cq_data_size,
+            4,
+            "fi_psm(7)'s remote CQ data size"
+        );
+    }
+    let me = enable_to_self(&o);
+    let mut target = vec![0u8; 64];
+    let mr = mr_reg(&o, target.as_mut_ptr(), 64, REMOTE, 0, 9).expect("a region peers reach");
+    // SAFETY: a region we registered.
+    assert_eq!(unsafe { (*mr).key }, 9);
+    let rma = o.ep;
+    let mut wctx = sys::fi_context::default();
+    let data = *b"written in place";
+    // SAFETY: our RMA table; the buffer and context outlive the operation.
+    let rc = unsafe {
+        (*(*rma).rma).write.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            data.len(),
+            null_mut(),
+            me,
+            8,
+            9,
+            ctx_ptr(&mut wctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 1).expect("a write completion");
+    assert_eq!(c[0].op_context, ctx_ptr(&mut wctx));
+    assert_eq!(c[0].flags, (sys::FI_RMA | sys::FI_WRITE) as u64);
+    assert_eq!(&target[8..8 + data.len()], &data);
+
+    let mut back = [0u8; 16];
+    let mut rctx = sys::fi_context::default();
+    // SAFETY: as above, into `back`.
+    let rc = unsafe {
+        (*(*rma).rma).read.unwrap()(
+            rma,
+            back.as_mut_ptr().cast(),
+            16,
+            null_mut(),
+            me,
+            8,
+            9,
+            ctx_ptr(&mut rctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 1).expect("a read completion");
+    assert_eq!(
+        (c[0].op_context, c[0].flags),
+        (ctx_ptr(&mut rctx), (sys::FI_RMA | sys::FI_READ) as u64)
+    );
+    assert_eq!(back, data);
+
+    // fi_writedata: the transmit completion and the target's remote CQ data
+    // (one CQ for both directions here).
+    let mut dctx = sys::fi_context::default();
+    // SAFETY: as above.
+    let rc = unsafe {
+        (*(*rma).rma).writedata.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            4,
+            null_mut(),
+            0xabcd,
+            me,
+            0,
+            9,
+            ctx_ptr(&mut dctx),
+        )
+    };
+    assert_eq!(rc, 0);
+    let c = completions(o.cq, 2).expect("two completions");
+    let remote = c
+        .iter()
+        .find(|e| e.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0)
+        .expect("the target's remote CQ data");
+    assert_eq!(remote.data, 0xabcd);
+    assert_eq!(
+        remote.flags,
+        (sys::FI_RMA | sys::FI_REMOTE_WRITE) as u64 | sys::FI_REMOTE_CQ_DATA as u64
+    );
+    assert_eq!(remote.len, 4);
+    assert!(c.iter().any(|e| e.op_context == ctx_ptr(&mut dctx)));
+    assert_eq!(&target[..4], b"writ");
+
+    // A key no region has: an error completion with the context, no crash.
+    for read in [false, true] {
+        let mut bctx = sys::fi_context::default();
+        // SAFETY: as above.
+        let rc = unsafe {
+            let t = &*(*rma).rma;
+            if read {
+                t.read.unwrap()(
+                    rma,
+                    back.as_mut_ptr().cast(),
+                    16,
+                    null_mut(),
+                    me,
+                    0,
+                    77,
+                    ctx_ptr(&mut bctx),
+                )
+            } else {
+                t.write.unwrap()(
+                    rma,
+                    data.as_ptr().cast(),
+                    16,
+                    null_mut(),
+                    me,
+                    0,
+                    77,
+                    ctx_ptr(&mut bctx),
+                )
+            }
+        };
+        assert_eq!(rc, 0);
+        let err = completions(o.cq, 1).expect_err("an error completion");
+        assert_eq!(err.op_context, ctx_ptr(&mut bctx));
+        assert_eq!(err.err, sys::FI_EACCES as c_int);
+    }
+    // A range past the region's end.
+    let mut ectx = sys::fi_context::default();
+    // SAFETY: as above.
+    let rc = unsafe {
+        (*(*rma).rma).write.unwrap()(
+            rma,
+            data.as_ptr().cast(),
+            16,
+            null_mut(),
+            me,
+            56,
+            9,
+            ctx_ptr(&mut ectx),
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(
+        completions(o.cq, 1).expect_err("out of range").err,
+        sys::FI_EACCES as c_int
+    );
+    close_objects(o, &[mr]);
+}
+
+#[test]
+fn rma_refuses_bad_input() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_RMA) as u64);
+    let mut buf = vec![0u8; 256];
+    // Before enable: a state error.
+    // SAFETY: our RMA table.
+    let rc = unsafe {
+        (*(*o.ep).rma).write.unwrap()(
+            o.ep,
+            buf.as_ptr().cast(),
+            8,
+            null_mut(),
+            0,
+            0,
+            1,
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, -(sys::FI_EOPBADSTATE as isize));
+    let me = enable_to_self(&o);
+    let mr = mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 0, 3).unwrap();
+    // Remote access needs offset 0 and one buffer; keys stay unique.
+    assert_eq!(
+        mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 4096, 4).unwrap_err(),
+        neg(sys::FI_EINVAL)
+    );
+    assert_eq!(
+        mr_reg(&o, buf.as_mut_ptr(), 64, REMOTE, 0, 3).unwrap_err(),
+        neg(sys::FI_ENOKEY)
+    );
+    assert_eq!(
+        mr_reg(&o, null_mut(), 64, REMOTE, 0, 5).unwrap_err(),
+        neg(sys::FI_EINVAL)
+    );
+    let iov = [
+        sys::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: 8,
+        },
+        sys::iovec {
+            iov_base: buf[128..].as_mut_ptr().cast(),
+            iov_len: 8,
+        },
+    ];
+    let mut mr2 = null_mut();
+    // SAFETY: our MR table, two iovecs.
+    let rc = unsafe {
+        (*(*o.domain).mr).regv.unwrap()(
+            &mut (*o.domain).fid,
+            iov.as_ptr(),
+            2,
+            REMOTE,
+            0,
+            6,
+            0,
+            &mut mr2,
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, neg(sys::FI_EOPNOTSUPP));
+    // A raw key into too small a buffer.
+    let mut key = [0u8; 2];
+    let mut size = key.len();
+    let mut raw = sys::fi_mr_raw_attr {
+        flags: 0,
+        base_addr: null_mut(),
+        raw_key: key.as_mut_ptr(),
+        key_size: &mut size,
+    };
+    // SAFETY: our region's control with a raw-attribute structure.
+    let rc = unsafe {
+        (*(*mr).fid.ops).control.unwrap()(
+            &mut (*mr).fid,
+            sys::FI_GET_RAW_MR as c_int,
+            (&mut raw as *mut sys::fi_mr_raw_attr).cast(),
+        )
+    };
+    assert_eq!((rc, size), (neg(sys::FI_ETOOSMALL), 8));
+    // SAFETY: every call below is through our endpoint's RMA table with
+    // null or small arguments the provider must refuse.
+    unsafe {
+        let t = &*(*o.ep).rma;
+        let inval = -(sys::FI_EINVAL as isize);
+        assert_eq!(
+            t.write.unwrap()(o.ep, null(), 8, null_mut(), me, 0, 3, null_mut()),
+            inval
+        );
+        assert_eq!(
+            t.read.unwrap()(o.ep, null_mut(), 8, null_mut(), me, 0, 3, null_mut()),
+            inval
+        );
+        assert_eq!(t.writemsg.unwrap()(o.ep, null(), 0), inval);
+        assert_eq!(t.readmsg.unwrap()(o.ep, null(), 0), inval);
+        let mut v = sys::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: 8,
+        };
+        let r = sys::fi_rma_iov {
+            addr: 0,
+            len: 8,
+            key: 3,
+        };
+        let mut m = sys::fi_msg_rma {
+            msg_iov: &mut v,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: me,
+            rma_iov: &r,
+            rma_iov_count: 0,
+            context: null_mut(),
+            data: 0,
+        };
+        assert_eq!(t.writemsg.unwrap()(o.ep, &m, 0), inval, "no remote range");
+        m.rma_iov_count = 1;
+        assert_eq!(
+            t.writemsg.unwrap()(o.ep, &m, 1 << 40),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        assert_eq!(
+            t.readmsg.unwrap()(o.ep, &m, sys::FI_INJECT as u64),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        assert_eq!(
+            t.readmsg.unwrap()(o.ep, &m, sys::FI_REMOTE_CQ_DATA as u64),
+            -(sys::FI_EBADFLAGS as isize)
+        );
+        m.iov_count = 2;
+        assert_eq!(t.writemsg.unwrap()(o.ep, &m, 0), inval, "one local buffer");
+        let big = vec![0u8; 4096];
+        assert_eq!(
+            t.inject.unwrap()(o.ep, big.as_ptr().cast(), big.len(), me, 0, 3),
+            -(sys::FI_EMSGSIZE as isize)
+        );
+        // An unknown destination.
+        assert!(
+            t.write.unwrap()(
+                o.ep,
+                buf.as_ptr().cast(),
+                8,
+                null_mut(),
+                1 << 50,
+                0,
+                3,
+                null_mut()
+            ) < 0
+        );
+        // A closed endpoint's kept block: an error, not a crash.
+    }
+    close_objects(o, &[mr]);
+}
+
+#[test]
+fn atomics_fetch_in_place_and_refuse_what_psm_does_not_carry() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_ATOMIC) as u64);
+    let me = enable_to_self(&o);
+    let mut target = 40u64.to_ne_bytes();
+    let mr = mr_reg(&o, target.as_mut_ptr(), 8, REMOTE, 0, 11).unwrap();
+    let operand = 2u64.to_ne_bytes();
+    let mut old = [0u8; 8];
+    let mut ctx = sys::fi_context::default();
+    // SAFETY: our atomic table; the buffers and context outlive the operation.
+    unsafe {
+        let a = &*(*o.ep).atomic;
+        let mut count = 0usize;
+        assert_eq!(
+            a.readwritevalid.unwrap()(o.ep, sys::FI_UINT64, sys::FI_SUM, &mut count),
+            0
+        );
+        assert!(count >= 1);
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_INT128, sys::FI_SUM, &mut count),
+            neg(sys::FI_EOPNOTSUPP)
+        );
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_DOUBLE, sys::FI_BAND, &mut count),
+            neg(sys::FI_EOPNOTSUPP)
+        );
+        assert_eq!(
+            a.writevalid.unwrap()(o.ep, sys::FI_UINT64, sys::FI_SUM, null_mut()),
+            neg(sys::FI_EINVAL)
+        );
+        let mut attr = sys::fi_atomic_attr::default();
+        let rc = (*(*o.domain).ops).query_atomic.unwrap()(
+            o.domain,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            &mut attr,
+            sys::FI_FETCH_ATOMIC,
+        );
+        assert_eq!((rc, attr.size), (0, 8));
+        let rc = a.readwrite.unwrap()(
+            o.ep,
+            operand.as_ptr().cast(),
+            1,
+            null_mut(),
+            old.as_mut_ptr().cast(),
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            ctx_ptr(&mut ctx),
+        );
+        assert_eq!(rc, 0);
+        // Too many elements (refused before a byte is read), and a null
+        // operand.
+        let rc = a.write.unwrap()(
+            o.ep,
+            operand.as_ptr().cast(),
+            1 << 20,
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            null_mut(),
+        );
+        assert_eq!(rc, -(sys::FI_EMSGSIZE as isize));
+        let rc = a.write.unwrap()(
+            o.ep,
+            null(),
+            1,
+            null_mut(),
+            me,
+            0,
+            11,
+            sys::FI_UINT64,
+            sys::FI_SUM,
+            null_mut(),
+        );
+        assert_eq!(rc, -(sys::FI_EINVAL as isize));
+    }
+    let c = completions(o.cq, 1).expect("a fetch completion");
+    assert_eq!(
+        (c[0].op_context, c[0].flags),
+        (ctx_ptr(&mut ctx), (sys::FI_ATOMIC | sys::FI_READ) as u64)
+    );
+    assert_eq!(u64::from_ne_bytes(old), 40);
+    assert_eq!(u64::from_ne_bytes(target), 42);
+    close_objects(o, &[mr]);
 }

@@ -216,6 +216,12 @@ const PSM_PAIRS: &[&str] = &[
     "fi_multi_recv -e rdm -v",
     "fi_multi_recv -e rdm -v -M",
     "fi_rdm_tagged_peek",
+    "fi_rma_bw -e rdm -o write -v -S all -I 10",
+    "fi_rma_bw -e rdm -o read -v -S all -I 10",
+    "fi_rma_bw -e rdm -o writedata -v -I 100",
+    "fi_rdm_rma_event",
+    "fi_multi_mr -e rdm -V",
+    "fi_rdm_atomic -o all -I 10",
 ];
 
 /// The fabtests that must pass on ofi_mrail over two loopback rails (soft

@@ -553,3 +553,13 @@ impl Future for CounterWaitOrError {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::fabric::MemoryRegion {
+    /// `fi_mr_bind` of a counter: `counter` counts peers' completed
+    /// accesses of `events` (`MrAccess::REMOTE_WRITE`, `REMOTE_READ`) to
+    /// this region, each once; several counters may be bound.
+    pub fn bind_counter(&self, counter: &Counter, events: crate::fabric::MrAccess) {
+        let c = counter.clone();
+        self.watch(events, Arc::new(move || c.inc()));
+    }
+}

@@ -416,6 +416,18 @@ impl CompletionQueue {
         self.inner.push_slot(Slot::Err(Box::new(e)));
     }
 
+    /// Appends a completion the caller made (wakes waiters, as the
+    /// provider's own): for a layer that drives operations itself and
+    /// reports them through this queue, such as the C face's multi-rail
+    /// RMA, whose futures it polls. An entry with an error goes to
+    /// [`readerr`](Self::readerr)'s side of the queue.
+    pub fn write(&self, e: std::result::Result<CqEntry, CqErrEntry>) {
+        match e {
+            Ok(e) => self.push(e),
+            Err(e) => self.push_err(e),
+        }
+    }
+
     /// Takes the oldest entry (`fi_cq_read` with count 1): `Ok(None)` if
     /// there is none (C's `-FI_EAGAIN`).
     ///

@@ -60,6 +60,7 @@ use crate::engine::soft::SoftEngine;
 use crate::engine::DirectEngine;
 use crate::engine::{
     EndpointOptions, Engine, EngineEndpoint, EngineKind, EngineLimits, Epid, MqCompletion,
+    StableRegion,
 };
 use crate::ops::deferred::Deferred;
 use crate::proto::am_msg::AmMsgQueue;
@@ -655,14 +656,32 @@ impl Domain {
         self.core.mr.register(bytes.into(), access, key)
     }
 
-    /// Registers `region`'s memory (of another domain) here too, under
-    /// `key` or a provider-assigned one: the multi-rail domain's regions
-    /// are one memory registered on every rail.
-    pub(crate) fn register_shared(
+    /// Registers memory that stays where it is (`fi_mr_reg` of a C
+    /// application's buffer): `region` promises a fixed address, valid for
+    /// its whole life ([`StableRegion`]); peers' RMA and atomics reach its
+    /// bytes in place, with `access`, under `key` (`None`: the provider
+    /// picks). The region is otherwise as [`register`](Self::register)'s.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub fn register_region(
         &self,
-        region: &MemoryRegion,
+        region: Arc<dyn StableRegion>,
+        access: MrAccess,
         key: Option<u64>,
     ) -> Result<MemoryRegion> {
+        self.core.ensure_open()?;
+        self.core.mr.register_kept(region, access, key)
+    }
+
+    /// Registers `region`'s memory (of another domain) here too, under
+    /// `key` or a provider-assigned one: the multi-rail domain's regions
+    /// are one memory registered on every rail, and a multi-rail C face
+    /// registers an application's buffer on every rail's domain this way.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub fn register_shared(&self, region: &MemoryRegion, key: Option<u64>) -> Result<MemoryRegion> {
         self.core.ensure_open()?;
         self.core.mr.register_shared(region, key)
     }
@@ -696,6 +715,24 @@ impl Domain {
     pub fn unmap_key(&self, key: u64) -> Result<()> {
         let _ = key;
         Ok(())
+    }
+
+    /// `fi_query_atomic`: the most elements of `dt` one `kind` call with
+    /// `op` takes on this domain's endpoints (as the endpoints' own
+    /// `atomic_valid` queries answer).
+    ///
+    /// # Errors
+    /// `OpNotSupp` for an op x datatype pair psm does not carry; `NoSys`
+    /// when the engine carries no RMA.
+    pub fn atomic_valid(
+        &self,
+        kind: crate::ops::atomic::AtomicKind,
+        op: crate::ops::atomic::AtomicOp,
+        dt: crate::ops::atomic::AtomicDatatype,
+    ) -> Result<usize> {
+        self.core.ensure_open()?;
+        let max = self.core.rma()?.max_atomic();
+        crate::ops::atomic::atomic_valid(kind, op, dt, max)
     }
 
     /// `fi_mr_reg`: the same as [`register`](Self::register).

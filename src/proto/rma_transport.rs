@@ -1082,6 +1082,15 @@ impl RmaTransport {
             return true;
         };
         for e in events {
+            if let Some(t) = self.shared.table_if(TargetRole::Rma) {
+                t.accessed(
+                    e.key,
+                    match e.kind {
+                        RmaKind::Write => crate::proto::mr::MrAccess::REMOTE_WRITE,
+                        RmaKind::Read => crate::proto::mr::MrAccess::REMOTE_READ,
+                    },
+                );
+            }
             ep.remote_access(e.kind);
             if let (Some(data), RmaKind::Write) = (e.data, e.kind) {
                 ep.remote_write_data(e.source, data, e.len as usize);

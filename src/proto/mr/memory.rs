@@ -73,9 +73,18 @@ impl Marks {
     }
 }
 
+/// Where a region's bytes live.
+enum Storage {
+    /// Taken over from the application (`Domain::register`).
+    Owned(Box<[UnsafeCell<u8>]>),
+    /// Kept in place by their owner (`Domain::register_region`: for example
+    /// a C application's buffer), which promises them stable and valid.
+    Kept(Arc<dyn StableRegion>),
+}
+
 /// The bytes of one memory region (module docs: the access rule).
 pub(crate) struct RegionMemory {
-    bytes: Box<[UnsafeCell<u8>]>,
+    bytes: Storage,
     marks: Mutex<Marks>,
 }
 
@@ -89,7 +98,7 @@ unsafe impl Sync for RegionMemory {}
 impl std::fmt::Debug for RegionMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegionMemory")
-            .field("len", &self.bytes.len())
+            .field("len", &self.len())
             .finish()
     }
 }
@@ -109,24 +118,54 @@ impl RegionMemory {
         // box's own and the box was consumed.
         let bytes = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) };
         RegionMemory {
-            bytes,
+            bytes: Storage::Owned(bytes),
             marks: Mutex::new(Marks::default()),
+        }
+    }
+
+    /// The memory of `region`, used where it is (no copy). Its accesses
+    /// follow the same rule as owned bytes; what the owner does with the
+    /// memory meanwhile is the owner's promise ([`StableRegion`]).
+    pub(crate) fn kept(region: Arc<dyn StableRegion>) -> Self {
+        RegionMemory {
+            bytes: Storage::Kept(region),
+            marks: Mutex::new(Marks::default()),
+        }
+    }
+
+    /// The conflict that refuses an access to `[start, end)` (see
+    /// [`Marks::conflict`]). Kept memory refuses none: its owner accessed
+    /// it under its own rules (a C program's overlapping RMA leaves
+    /// whatever bytes the schedule produced, as libfabric says), and the
+    /// accesses that overlap are the engines' and the kernel's own writes
+    /// through the owner's pointer, never two copies of this module (those
+    /// run under the lock).
+    fn refused(&self, marks: &Marks, start: usize, end: usize, any: bool) -> Option<Conflict> {
+        match self.bytes {
+            Storage::Owned(_) => marks.conflict(start, end, any),
+            Storage::Kept(_) => None,
         }
     }
 
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.bytes.len()
+        match &self.bytes {
+            Storage::Owned(b) => b.len(),
+            Storage::Kept(r) => r.len(),
+        }
     }
 
     fn base(&self) -> *mut u8 {
-        UnsafeCell::raw_get(self.bytes.as_ptr())
+        match &self.bytes {
+            Storage::Owned(b) => UnsafeCell::raw_get(b.as_ptr()),
+            Storage::Kept(r) => r.as_ptr(),
+        }
     }
 
     /// `[offset, offset + n)` if it lies inside the region.
     fn range(&self, offset: usize, n: usize) -> Option<(usize, usize)> {
         let end = offset.checked_add(n)?;
-        (end <= self.bytes.len()).then_some((offset, end))
+        (end <= self.len()).then_some((offset, end))
     }
 
     /// Copies `src` to `offset`. `Err(None)` if that is out of bounds,
@@ -134,7 +173,7 @@ impl RegionMemory {
     pub(crate) fn copy_in(&self, offset: usize, src: &[u8]) -> Result<(), Option<Conflict>> {
         let (start, end) = self.range(offset, src.len()).ok_or(None)?;
         let marks = relock(&self.marks);
-        if let Some(c) = marks.conflict(start, end, true) {
+        if let Some(c) = self.refused(&marks, start, end, true) {
             return Err(Some(c));
         }
         if !src.is_empty() {
@@ -155,7 +194,7 @@ impl RegionMemory {
     pub(crate) fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result<(), Option<Conflict>> {
         let (start, end) = self.range(offset, dst.len()).ok_or(None)?;
         let marks = relock(&self.marks);
-        if let Some(c) = marks.conflict(start, end, false) {
+        if let Some(c) = self.refused(&marks, start, end, false) {
             return Err(Some(c));
         }
         if !dst.is_empty() {
@@ -181,7 +220,7 @@ impl RegionMemory {
         let (start, end) = self.range(offset, len).ok_or(None)?;
         let exclusive = usage == WindowUse::Exclusive;
         let mut marks = relock(&self.marks);
-        if let Some(c) = marks.conflict(start, end, exclusive) {
+        if let Some(c) = self.refused(&marks, start, end, exclusive) {
             return Err(Some(c));
         }
         marks.next_token += 1;
@@ -232,8 +271,8 @@ impl Drop for Window {
     }
 }
 
-// SAFETY: the pointer is inside the region's boxed slice, which never moves
-// and lives as long as this window's `Arc`; `len` bytes from it are in
+// SAFETY: the pointer is inside the region's boxed slice or kept region,
+// which never moves and lives as long as this window's `Arc`; `len` bytes from it are in
 // bounds (checked by `pin`); the window's mark keeps copies and conflicting
 // windows off the range while the engine uses it (module docs).
 unsafe impl StableRegion for Window {

@@ -71,6 +71,7 @@ pub(super) struct MrShared {
     /// Tells this registration from a later one under the same key.
     pub(super) serial: u64,
     pub(super) table: Weak<Mutex<TableInner>>,
+    pub(super) watchers: Arc<super::table::Watchers>,
 }
 
 impl MrShared {
@@ -130,6 +131,13 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
+    /// Calls `hook` once per completed peer access of `events`
+    /// (`REMOTE_READ`, `REMOTE_WRITE`): what a counter bound to the
+    /// region counts.
+    pub(crate) fn watch(&self, events: MrAccess, hook: Arc<dyn Fn() + Send + Sync>) {
+        self.shared.watchers.add(events, hook);
+    }
+
     /// The key peers name the region by (`fi_mr_key`).
     pub fn key(&self) -> u64 {
         self.shared.key

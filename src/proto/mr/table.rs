@@ -21,6 +21,31 @@ struct Entry {
     memory: Arc<RegionMemory>,
     access: MrAccess,
     serial: u64,
+    watchers: Arc<Watchers>,
+}
+
+/// What is told of peers' accesses to a region (`fi_mr_bind` of a
+/// counter): each hook with the remote rights whose accesses it counts.
+#[derive(Default)]
+pub(crate) struct Watchers(Mutex<Vec<(MrAccess, Hook)>>);
+
+/// What a watcher runs per access.
+pub(crate) type Hook = Arc<dyn Fn() + Send + Sync>;
+
+impl Watchers {
+    /// Adds `hook`, called once per completed peer access of `events`.
+    pub(crate) fn add(&self, events: MrAccess, hook: Hook) {
+        relock(&self.0).push((events, hook));
+    }
+
+    fn tell(&self, access: MrAccess) {
+        let hooks: Vec<_> = relock(&self.0)
+            .iter()
+            .filter(|(events, _)| events.intersects(access))
+            .map(|(_, h)| h.clone())
+            .collect();
+        hooks.iter().for_each(|h| h());
+    }
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,6 +117,19 @@ impl MrTable {
         self.register_memory(Arc::new(RegionMemory::new(bytes)), access, requested_key)
     }
 
+    /// Registers memory kept in place by its owner ([`RegionMemory::kept`]).
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub(crate) fn register_kept(
+        &self,
+        region: Arc<dyn StableRegion>,
+        access: MrAccess,
+        requested_key: Option<u64>,
+    ) -> Result<MemoryRegion> {
+        self.register_memory(Arc::new(RegionMemory::kept(region)), access, requested_key)
+    }
+
     /// Registers memory another table already registered (the same bytes
     /// reachable through several domains, as the rails of a multi-rail
     /// domain), under `requested_key` or a provider-assigned one.
@@ -143,12 +181,14 @@ impl MrTable {
         };
         let serial = t.next_serial;
         t.next_serial += 1;
+        let watchers = Arc::new(Watchers::default());
         t.entries.insert(
             key,
             Entry {
                 memory: memory.clone(),
                 access,
                 serial,
+                watchers: watchers.clone(),
             },
         );
         drop(t);
@@ -159,8 +199,21 @@ impl MrTable {
                 access,
                 serial,
                 table: Arc::downgrade(&self.inner),
+                watchers,
             }),
         })
+    }
+
+    /// A peer's access of `access` to the region with `key` completed:
+    /// tells its watchers (a region closed meanwhile has none).
+    pub(crate) fn accessed(&self, key: u64, access: MrAccess) {
+        let watchers = relock(&self.inner)
+            .entries
+            .get(&key)
+            .map(|e| e.watchers.clone());
+        if let Some(w) = watchers {
+            w.tell(access);
+        }
     }
 
     /// Checks a peer's request for `len` bytes at `offset` of `key` needing
