@@ -211,12 +211,8 @@ impl Endpoint {
             return Err(PostError { error, buffer: buf });
         }
         let n = claimed.data.len().min(buf.len());
-        if n > 0 {
-            let dst = buf.as_mut_ptr().expect("checked writable");
-            // SAFETY: `dst` is valid for `buf.len()` >= n bytes (the
-            // buffer's window, owned by this call); the claimed data is a
-            // separate allocation of at least n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(claimed.data.as_ptr(), dst, n) };
+        if let Some(dst) = buf.as_mut_slice() {
+            dst[..n].copy_from_slice(&claimed.data[..n]);
         }
         let peeked = claimed.peeked;
         let truncated = claimed.data.len() > n;
