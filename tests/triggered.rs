@@ -21,7 +21,6 @@ use psmrail::fabric::{
 };
 use psmrail::ErrorKind;
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 /// Connected nodes, each with one CQ (transmit and receive) and a send and
 /// a receive counter bound.
@@ -55,23 +54,8 @@ fn setup(cfg: Cfg, n: usize) -> Setup {
     }
 }
 
-/// The next entry of `cq` (success or error), progressing every manual
-/// domain meanwhile; panics after the hang limit.
 fn next_any(nodes: &Nodes, cq: &CompletionQueue) -> Result<CqEntry, CqErrEntry> {
-    let start = Instant::now();
-    loop {
-        if let Some(e) = cq.readerr() {
-            return Err(e);
-        }
-        match cq.read() {
-            Ok(Some(e)) => return Ok(e),
-            Ok(None) => {}
-            Err(e) => assert_eq!(e.kind(), ErrorKind::Avail, "cq read: {e}"),
-        }
-        nodes.progress();
-        std::thread::yield_now();
-        assert!(start.elapsed() < fabric::HANG_LIMIT, "no CQ entry came");
-    }
+    nodes.next_entry(cq)
 }
 
 fn next_ok(nodes: &Nodes, cq: &CompletionQueue) -> CqEntry {

@@ -102,6 +102,38 @@ impl Endpoint {
     /// the module docs of `claim.rs` say; with [`PeekFlags::CLAIM`] the
     /// claimed message comes back for the receive with `FI_CLAIM`.
     ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::*;
+    /// # use psmrail::ops::PeekFlags;
+    /// # use psmrail::ErrorKind;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let hints = Hints::new().caps(Caps::TAGGED).engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints)).unwrap().remove(0);
+    /// # let fabric = Fabric::open(&info).unwrap();
+    /// # let domain = fabric.domain(&info).unwrap();
+    /// # let av = domain.av(AvAttr::new()).unwrap();
+    /// # let cq = domain.cq(CqAttr::new()).unwrap();
+    /// let ep = domain.endpoint(&info).bind_av(&av)
+    ///     .bind_cq(&cq, CqBind::TRANSMIT | CqBind::RECV).enable().unwrap();
+    /// let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    /// // Nothing queued: an FI_ENOMSG error entry.
+    /// assert!(ep.post_tpeek(9, 0, PeekFlags::empty(), 1).unwrap().is_none());
+    /// assert!(cq.read().is_err());
+    /// assert_eq!(cq.readerr().unwrap().error.kind(), ErrorKind::NoMsg);
+    /// ep.tinject(me, 9, b"gone").unwrap();
+    /// let entry = loop {
+    ///     ep.post_tpeek(9, 0, PeekFlags::DISCARD, 2).unwrap();
+    ///     match cq.read() {
+    ///         Ok(Some(e)) => break e,
+    ///         _ => { cq.readerr(); }
+    ///     }
+    /// };
+    /// assert_eq!((entry.context, entry.len, entry.tag), (2, 4, 9));
+    /// assert!(ep.tpeek(9, 0).unwrap().is_none(), "discarded");
+    /// ```
+    ///
     /// # Errors
     /// Those of [`tpeek`](Self::tpeek) (nothing is reported then);
     /// `FI_EINVAL` for both flags.
@@ -179,12 +211,8 @@ impl Endpoint {
             return Err(PostError { error, buffer: buf });
         }
         let n = claimed.data.len().min(buf.len());
-        if n > 0 {
-            let dst = buf.as_mut_ptr().expect("checked writable");
-            // SAFETY: `dst` is valid for `buf.len()` >= n bytes (the
-            // buffer's window, owned by this call); the claimed data is a
-            // separate allocation of at least n bytes.
-            unsafe { std::ptr::copy_nonoverlapping(claimed.data.as_ptr(), dst, n) };
+        if let Some(dst) = buf.as_mut_slice() {
+            dst[..n].copy_from_slice(&claimed.data[..n]);
         }
         let peeked = claimed.peeked;
         let truncated = claimed.data.len() > n;

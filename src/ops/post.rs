@@ -325,6 +325,27 @@ impl Endpoint {
     /// the endpoint's receive CQ with `context` (`fi_recv` with a source
     /// address on an endpoint with `FI_DIRECTED_RECV`).
     ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::*;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let hints = Hints::new().caps(Caps::MSG | Caps::DIRECTED_RECV)
+    /// #     .engine(EngineChoice::Soft).config(config);
+    /// # let info = getinfo(Some(&hints)).unwrap().remove(0);
+    /// # let fabric = Fabric::open(&info).unwrap();
+    /// # let domain = fabric.domain(&info).unwrap();
+    /// # let av = domain.av(AvAttr::new()).unwrap();
+    /// # let cq = domain.cq(CqAttr::new()).unwrap();
+    /// let ep = domain.endpoint(&info).bind_av(&av)
+    ///     .bind_cq(&cq, CqBind::RECV).enable().unwrap();
+    /// let me = av.insert(&[ep.getname()]).remove(0).unwrap();
+    /// ep.post_recv_from(me, vec![0u8; 8], 4).unwrap();
+    /// ep.inject(me, b"mine").unwrap();
+    /// let e = cq.sread(None).unwrap();
+    /// assert_eq!((e.context, e.len, e.source), (4, 4, me));
+    /// ```
+    ///
     /// # Errors
     /// The checks of [`recv_from`](Self::recv_from); the buffer comes back
     /// in the error.

@@ -21,9 +21,10 @@
 
 use psmrail::config::PsmConfig;
 use psmrail::fabric::{
-    getinfo, AddressVector, AvAttr, Caps, Domain, Endpoint, EndpointBuilder, EngineChoice, Fabric,
-    FiAddr, Hints, Info, ProgressKind,
+    getinfo, AddressVector, AvAttr, Caps, CompletionQueue, CqEntry, CqErrEntry, Domain, Endpoint,
+    EndpointBuilder, EngineChoice, Fabric, FiAddr, Hints, Info, ProgressKind,
 };
+use psmrail::ErrorKind;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -160,6 +161,25 @@ impl Nodes {
     /// [`drive`] with every node's domain.
     pub(crate) fn drive<F: Future>(&self, fut: F) -> F::Output {
         drive(&self.domains(), fut)
+    }
+
+    /// The next entry of `cq` (success or error), progressing every
+    /// manual domain meanwhile; panics after the hang limit.
+    pub(crate) fn next_entry(&self, cq: &CompletionQueue) -> Result<CqEntry, CqErrEntry> {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = cq.readerr() {
+                return Err(e);
+            }
+            match cq.read() {
+                Ok(Some(e)) => return Ok(e),
+                Ok(None) => {}
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Avail, "cq read: {e}"),
+            }
+            self.progress();
+            std::thread::yield_now();
+            assert!(start.elapsed() < HANG_LIMIT, "no CQ entry came");
+        }
     }
 
     /// Runs one progress round on every manual domain.
