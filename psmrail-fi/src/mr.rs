@@ -199,10 +199,10 @@ unsafe fn make(fid: *mut sys::fid, r: Reg, mr: *mut *mut sys::fid_mr) -> FiResul
     };
     let (remote, fid_key) = if remote_access {
         // SAFETY: the caller's promise.
-        match r
+        let exposed = r
             .mem
-            .and_then(|mem| unsafe { expose(d, mem, r.access, key) })
-        {
+            .and_then(|mem| unsafe { expose(d, mem, r.access, key) });
+        match exposed {
             Ok((remote, k)) => (Some(remote), k),
             Err(e) => {
                 obj::lock(&d.mr_keys).0.remove(&key);
