@@ -15,7 +15,8 @@
 //!
 //! Remote addresses are offsets into the region, so a remote-access region
 //! must start at offset 0 (`-FI_EINVAL` otherwise) and be one contiguous
-//! buffer (one iovec). A counter bound to a region (`fi_mr_bind` with
+//! buffer (iovecs that follow each other in memory; others are
+//! `-FI_EOPNOTSUPP`). A counter bound to a region (`fi_mr_bind` with
 //! `FI_REMOTE_WRITE` / `FI_REMOTE_READ`) counts peers' accesses to it, as
 //! the endpoint's counters bound with those flags count every access to
 //! the domain's regions (`FI_RMA_EVENT`). An ofi_mrail write striped over
@@ -81,22 +82,30 @@ const ACCESS: u64 = (sys::FI_SEND
 /// The memory of a registration: a pointer and a length.
 type Memory = (*mut u8, usize);
 
-/// The one buffer of an iovec list (`count` 0 or 1; a remote-access region
-/// is contiguous).
+/// The memory of an iovec list: one contiguous buffer (iovecs that follow
+/// each other in memory are one; a remote-access region is contiguous, as
+/// remote addresses are offsets into it).
 ///
 /// # Safety
 /// `iov` is null or holds `count` iovecs.
 unsafe fn iov_memory(iov: *const sys::iovec, count: usize) -> FiResult<Memory> {
-    match count {
-        0 => Ok((std::ptr::null_mut(), 0)),
-        1 if !iov.is_null() => {
-            // SAFETY: the caller's promise.
-            let v = unsafe { &*iov };
-            Ok((v.iov_base.cast(), v.iov_len))
-        }
-        1 => Err(Errno::INVAL),
-        _ => Err(Errno::OPNOTSUPP),
+    if count == 0 {
+        return Ok((std::ptr::null_mut(), 0));
     }
+    if iov.is_null() {
+        return Err(Errno::INVAL);
+    }
+    // SAFETY: the caller's promise.
+    let v = unsafe { std::slice::from_raw_parts(iov, count) };
+    let start = v[0].iov_base.cast::<u8>();
+    let mut len = 0usize;
+    for x in v {
+        if x.iov_len > 0 && x.iov_base.cast::<u8>() != start.wrapping_add(len) {
+            return Err(Errno::OPNOTSUPP);
+        }
+        len = len.checked_add(x.iov_len).ok_or(Errno::INVAL)?;
+    }
+    Ok((start, len))
 }
 
 /// Registers `mem` with the psmrail domain for peers (module docs).
@@ -172,7 +181,6 @@ unsafe fn make(fid: *mut sys::fid, r: Reg, mr: *mut *mut sys::fid_mr) -> FiResul
         );
         return Err(Errno::INVAL);
     }
-    let mem = r.mem?;
     let key = {
         let mut g = obj::lock(&d.mr_keys);
         let (keys, next) = &mut *g;
@@ -191,7 +199,10 @@ unsafe fn make(fid: *mut sys::fid, r: Reg, mr: *mut *mut sys::fid_mr) -> FiResul
     };
     let (remote, fid_key) = if remote_access {
         // SAFETY: the caller's promise.
-        match unsafe { expose(d, mem, r.access, key) } {
+        let exposed = r
+            .mem
+            .and_then(|mem| unsafe { expose(d, mem, r.access, key) });
+        match exposed {
             Ok((remote, k)) => (Some(remote), k),
             Err(e) => {
                 obj::lock(&d.mr_keys).0.remove(&key);
