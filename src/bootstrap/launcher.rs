@@ -6,18 +6,25 @@
 //! 1. `PMIX_RANK` set: a PMIx server (Open MPI's `mpirun`) —
 //!    [`PmixClient`], through the distribution's libpmix;
 //! 2. `PMI_FD` set: a PMI process manager (MPICH's hydra `mpiexec`,
-//!    Slurm) — [`PmiClient`] (PMI-1);
+//!    Slurm) — [`PmiClient`] (PMI-1), or [`Pmi2Client`] when
+//!    `PSMRAIL_PMI_VERSION=2` (no launcher says which wire it wants);
 //! 3. neither: `FI_ENODATA`, naming the variables looked for.
 
-use super::{PmiClient, PmixClient};
+use super::{Pmi2Client, PmiClient, PmixClient};
 use crate::{Error, ErrorKind, Result};
 use std::time::Duration;
+
+/// The environment knob choosing the PMI wire over `PMI_FD`.
+pub const ENV_PMI_VERSION: &str = "PSMRAIL_PMI_VERSION";
 
 /// The protocol a [`Job`](super::Job) talks to its launcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     /// PMI-1 text lines over `PMI_FD` (hydra, Slurm).
     Pmi1,
+    /// PMI-2 length-prefixed commands over `PMI_FD` (hydra, Slurm's
+    /// `--mpi=pmi2`).
+    Pmi2,
     /// PMIx through libpmix (Open MPI's `mpirun`, PRRTE, Slurm's
     /// `--mpi=pmix`).
     Pmix,
@@ -27,6 +34,7 @@ pub enum Protocol {
 #[derive(Debug)]
 pub(crate) enum Launcher {
     Pmi1(PmiClient),
+    Pmi2(Pmi2Client),
     Pmix(PmixClient),
 }
 
@@ -105,7 +113,14 @@ impl Launcher {
             return Self::pmix(pmix?);
         }
         if std::env::var_os("PMI_FD").is_some() {
-            return Self::pmi1(timeout);
+            return match std::env::var(ENV_PMI_VERSION).as_deref() {
+                Err(_) | Ok("1") => Self::pmi1(timeout),
+                Ok("2") => Self::pmi2(timeout),
+                Ok(other) => Err(Error::new(
+                    ErrorKind::Inval,
+                    format!("{ENV_PMI_VERSION}={other:?}: expected 1 or 2"),
+                )),
+            };
         }
         Err(Error::new(
             ErrorKind::NoData,
@@ -150,10 +165,31 @@ impl Launcher {
         Ok(numbers.with(Launcher::Pmi1(pmi)))
     }
 
+    /// Rank and size from `fullinit`; the local rank and count from the
+    /// job's `PMI_process_mapping`, else hydra's `MPI_LOCALRANKID` /
+    /// `MPI_LOCALNRANKS`, else the whole job as one node.
+    fn pmi2(timeout: Duration) -> Result<Started> {
+        let mut pmi = Pmi2Client::from_env(timeout).expect("PMI_FD is set")?;
+        let (rank, size) = (pmi.rank(), pmi.size());
+        let (local_rank, local_size) = match pmi.local_rank_and_size() {
+            Some(local) => local,
+            None => (
+                launcher_number("MPI_LOCALRANKID")?.unwrap_or(rank),
+                launcher_number("MPI_LOCALNRANKS")?.unwrap_or(size),
+            ),
+        };
+        let names = ["PMI-2 rank", "PMI-2 size", "local rank", "local size"];
+        Ok(
+            Numbers::checked([rank, size, local_rank, local_size], names)?
+                .with(Launcher::Pmi2(pmi)),
+        )
+    }
+
     /// The protocol this client talks.
     pub(crate) fn protocol(&self) -> Protocol {
         match self {
             Launcher::Pmi1(_) => Protocol::Pmi1,
+            Launcher::Pmi2(_) => Protocol::Pmi2,
             Launcher::Pmix(_) => Protocol::Pmix,
         }
     }
@@ -162,6 +198,7 @@ impl Launcher {
     pub(crate) fn put(&mut self, key: &str, value: &str) -> Result<()> {
         match self {
             Launcher::Pmi1(c) => c.put(key, value),
+            Launcher::Pmi2(c) => c.put(key, value),
             Launcher::Pmix(c) => c.put(key, value),
         }
     }
@@ -170,6 +207,7 @@ impl Launcher {
     pub(crate) fn fence(&mut self) -> Result<()> {
         match self {
             Launcher::Pmi1(c) => c.barrier(),
+            Launcher::Pmi2(c) => c.fence(),
             Launcher::Pmix(c) => c.commit().and_then(|()| c.fence(true)),
         }
     }
@@ -178,6 +216,7 @@ impl Launcher {
     pub(crate) fn barrier(&mut self) -> Result<()> {
         match self {
             Launcher::Pmi1(c) => c.barrier(),
+            Launcher::Pmi2(c) => c.fence(),
             Launcher::Pmix(c) => c.fence(false),
         }
     }
@@ -186,6 +225,7 @@ impl Launcher {
     pub(crate) fn get(&mut self, rank: usize, key: &str) -> Result<String> {
         match self {
             Launcher::Pmi1(c) => c.get(key),
+            Launcher::Pmi2(c) => c.get(key),
             Launcher::Pmix(c) => c.get(rank, key),
         }
     }

@@ -9,11 +9,14 @@
 //!   every rank's endpoint in an address vector, in rank order, through
 //!   whichever launcher started the process;
 //! * [`launcher`]: which launcher that is (PMIx first when `PMIX_RANK` is
-//!   set, then PMI over `PMI_FD`, else a clear error), and the exchange
-//!   over each;
+//!   set, then PMI over `PMI_FD`, PMI-1 unless `PSMRAIL_PMI_VERSION=2`,
+//!   else a clear error), and the exchange over each;
 //! * [`pmi_wire`]: the PMI-1 text protocol, sans I/O (requests, the line
 //!   decoder, checked replies);
 //! * [`pmi_client`]: the blocking PMI-1 client over the socket in `PMI_FD`;
+//! * [`pmi2_wire`]: the PMI-2 protocol (length-prefixed frames), sans I/O;
+//! * [`pmi2_client`]: the blocking PMI-2 client over the same socket, and
+//!   [`process_mapping`], the node of each rank as PMI-2 launchers say it;
 //! * [`pmix_client`]: the PMIx client (Open MPI's `mpirun`), over
 //!   `pmix_ffi`: the distribution's `libpmix.so.2`, loaded at run time.
 //!
@@ -34,13 +37,17 @@
 pub(crate) mod fuzzing;
 pub mod job;
 pub mod launcher;
+pub mod pmi2_client;
+pub mod pmi2_wire;
 pub mod pmi_client;
 mod pmi_socket;
 pub mod pmi_wire;
 pub mod pmix_client;
 mod pmix_ffi;
+pub mod process_mapping;
 
 pub use job::{Job, JobAv};
-pub use launcher::Protocol;
+pub use launcher::{Protocol, ENV_PMI_VERSION};
+pub use pmi2_client::Pmi2Client;
 pub use pmi_client::PmiClient;
 pub use pmix_client::PmixClient;

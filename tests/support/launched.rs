@@ -112,6 +112,19 @@ pub(crate) fn join(expect: Protocol) -> Joined {
     let mut job = Job::from_launcher(Duration::from_secs(60)).unwrap();
     assert_eq!(job.protocol(), expect);
     assert!(job.local_rank() < job.local_size());
+    // What the launchers also say in the environment (hydra, Open MPI).
+    for (lrank, lsize) in [
+        ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ] {
+        if let (Ok(r), Ok(n)) = (std::env::var(lrank), std::env::var(lsize)) {
+            assert_eq!(
+                (job.local_rank(), job.local_size()),
+                (r.parse().unwrap(), n.parse().unwrap()),
+                "{lrank}, {lsize}"
+            );
+        }
+    }
     let config = PsmConfig::builder_from_env()
         .unwrap()
         .name_server(false)
