@@ -213,6 +213,7 @@ static LOADED: OnceLock<std::result::Result<Loaded, String>> = OnceLock::new();
 pub(crate) fn api() -> Result<&'static PmixApi> {
     let loaded = LOADED.get_or_init(|| {
         let names: Vec<String> = match std::env::var(ENV_PMIX_LIB) {
+            Ok(path) if path.is_empty() => return Err(format!("{ENV_PMIX_LIB} is empty")),
             Ok(path) => vec![path],
             Err(_) => CANDIDATES.iter().map(|s| s.to_string()).collect(),
         };
