@@ -4,8 +4,13 @@
 //! distribution's libpmix) each rank joins, sends every rank a tagged and
 //! an untagged message on the soft engine with auto progress, checks the
 //! bytes of each it got, all-gathers a blob and meets the others at a
-//! barrier. A job whose last rank leaves right after the join ends in
-//! bounded time, the others seeing an error rather than a hang.
+//! barrier; through `PmixClient` itself, each reads every rank's
+//! committed value, and a key nobody put is `FI_ENODATA` at once. A job
+//! whose last rank leaves right after the join ends in bounded time: the
+//! others' sends to it fail at once (nothing listens at its address), and
+//! their barrier after it ends with `FI_ETIMEDOUT` at the job's timeout
+//! (Open MPI's server still waits for the rank that left; it does not end
+//! the job when a rank finalizes and exits with status 0).
 //!
 //! Needs `mpirun.openmpi` and libpmix2 (Debian: `apt-get install
 //! openmpi-bin`); without them the test says so and passes, unless
@@ -43,6 +48,62 @@ fn a_job_joins_under_open_mpi_and_every_rank_talks_to_every_other() {
             .filter(|l| l.contains("joined in"))
             .collect::<Vec<_>>();
         eprintln!("{n} ranks under {MPIRUN}: {took:?} in all; {joined:?}");
+    }
+}
+
+/// What one rank does through the PMIx client itself: the job's facts,
+/// put, commit, a collecting fence, every rank's value, and a key nobody
+/// put, which is `FI_ENODATA` at once rather than a wait.
+fn pmix_rank_main() {
+    let mut pmix = PmixClient::from_env(Duration::from_secs(30))
+        .expect("PMIX_RANK set by the launcher")
+        .expect("PMIx_Init");
+    let (rank, size) = (pmix.rank(), pmix.job_size().unwrap());
+    assert_eq!(
+        rank.to_string(),
+        std::env::var("OMPI_COMM_WORLD_RANK").unwrap()
+    );
+    assert_eq!(
+        size.to_string(),
+        std::env::var("OMPI_COMM_WORLD_SIZE").unwrap()
+    );
+    assert_eq!(pmix.namespace(), std::env::var("PMIX_NAMESPACE").unwrap());
+    assert!(pmix.local_rank().unwrap().is_some_and(|l| l < size));
+    let value = |r: usize| format!("{:016x}", 0xfeed_0000_u64 + r as u64 * 7919);
+    pmix.put("ep", &value(rank)).unwrap();
+    pmix.commit().unwrap();
+    pmix.fence(true).unwrap();
+    for r in 0..size {
+        assert_eq!(pmix.get(r, "ep").unwrap(), value(r), "rank {r}'s value");
+    }
+    let start = std::time::Instant::now();
+    let e = pmix.get((rank + 1) % size, "nobody-put-this").unwrap_err();
+    assert_eq!(e.kind(), psmrail::ErrorKind::NoData, "{e}");
+    let missing = start.elapsed();
+    pmix.fence(false).unwrap();
+    println!(
+        "rank {rank} of {size}: read {size} values (node {:?}, host {:?}, a missing key in {missing:?})",
+        pmix.node_id().unwrap(),
+        pmix.hostname().unwrap()
+    );
+    pmix.finalize().unwrap();
+}
+
+#[test]
+fn every_rank_reads_every_value_committed_before_the_fence() {
+    if is_rank() {
+        return pmix_rank_main();
+    }
+    if !launched::present(MPIRUN, INSTALL) {
+        return;
+    }
+    for n in [2, 4] {
+        let (out, _) = run_ranks(
+            open_mpi(n, &[]),
+            "every_rank_reads_every_value_committed_before_the_fence",
+        );
+        let lines = assert_ranks(&out, n, 0..n, &format!("read {n} values"));
+        eprintln!("{lines}");
     }
 }
 

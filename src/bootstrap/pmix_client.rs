@@ -178,7 +178,9 @@ impl PmixClient {
 
     /// The value process `rank` of this job put under `key` and
     /// committed before the last collecting fence; `FI_ENODATA` when it
-    /// put none.
+    /// put none. Only what that fence brought is searched
+    /// (`PMIX_OPTIONAL`): a key nobody put is an answer at once, not a
+    /// wait for the server to find it.
     pub fn get(&mut self, rank: usize, key: &str) -> Result<String> {
         let r = u32::try_from(rank)
             .ok()
@@ -189,12 +191,13 @@ impl PmixClient {
                     format!("PMIx: rank {rank} is out of range"),
                 )
             })?;
-        self.value(r, key, text)?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::NoData,
-                format!("PMIx: rank {rank} published nothing under {key:?}"),
-            )
-        })
+        self.value_with(r, key, &[pmix_info_t::flag(ffi::PMIX_OPTIONAL, true)], text)?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NoData,
+                    format!("PMIx: rank {rank} published nothing under {key:?}"),
+                )
+            })
     }
 
     /// Tells the server this process is done with it (also on drop).
@@ -245,12 +248,24 @@ impl PmixClient {
         key: &str,
         read: impl FnOnce(&pmix_value_t) -> Result<T>,
     ) -> Result<Option<T>> {
+        self.value_with(rank, key, &[], read)
+    }
+
+    /// [`value`](Self::value) with `extra` directives besides the timeout.
+    fn value_with<T>(
+        &self,
+        rank: u32,
+        key: &str,
+        extra: &[pmix_info_t],
+        read: impl FnOnce(&pmix_value_t) -> Result<T>,
+    ) -> Result<Option<T>> {
         let key_c = c_key(key)?;
         let proc_ = pmix_proc_t {
             nspace: self.me.nspace,
             rank,
         };
-        let info = [pmix_info_t::int(ffi::PMIX_TIMEOUT, self.timeout_secs())];
+        let mut info = vec![pmix_info_t::int(ffi::PMIX_TIMEOUT, self.timeout_secs())];
+        info.extend_from_slice(extra);
         let mut val: *mut pmix_value_t = std::ptr::null_mut();
         // SAFETY: `proc_`, `key_c` and `info` are valid and outlive the
         // call; on success the library stores a value it allocated in

@@ -57,6 +57,7 @@ pub(crate) const PMIX_NODEID: &str = "pmix.nodeid";
 pub(crate) const PMIX_HOSTNAME: &str = "pmix.hname";
 pub(crate) const PMIX_COLLECT_DATA: &str = "pmix.collect";
 pub(crate) const PMIX_TIMEOUT: &str = "pmix.timeout";
+pub(crate) const PMIX_OPTIONAL: &str = "pmix.optional";
 
 /// `pmix_proc_t`: a namespace and a rank in it.
 #[repr(C)]
@@ -304,6 +305,7 @@ int main(void) {
     printf("key PMIX_HOSTNAME %s\n", PMIX_HOSTNAME);
     printf("key PMIX_COLLECT_DATA %s\n", PMIX_COLLECT_DATA);
     printf("key PMIX_TIMEOUT %s\n", PMIX_TIMEOUT);
+    printf("key PMIX_OPTIONAL %s\n", PMIX_OPTIONAL);
     return 0;
 }
 "#;
@@ -461,6 +463,7 @@ int main(void) {
             ("key", "PMIX_HOSTNAME", PMIX_HOSTNAME.into()),
             ("key", "PMIX_COLLECT_DATA", PMIX_COLLECT_DATA.into()),
             ("key", "PMIX_TIMEOUT", PMIX_TIMEOUT.into()),
+            ("key", "PMIX_OPTIONAL", PMIX_OPTIONAL.into()),
         ];
         assert_eq!(facts.len(), ours.len(), "{facts:?}");
         for (kind, name, value) in &ours {

@@ -107,9 +107,9 @@ pub(crate) struct Joined {
     pub(crate) join_time: Duration,
 }
 
-pub(crate) fn join(expect: Protocol) -> Joined {
+pub(crate) fn join(expect: Protocol, timeout: Duration) -> Joined {
     let start = Instant::now();
-    let mut job = Job::from_launcher(Duration::from_secs(60)).unwrap();
+    let mut job = Job::from_launcher(timeout).unwrap();
     assert_eq!(job.protocol(), expect);
     assert!(job.local_rank() < job.local_size());
     // What the launchers also say in the environment (hydra, Open MPI).
@@ -165,7 +165,7 @@ pub(crate) fn all_to_all_rank(expect: Protocol) {
         ranks,
         join_time,
         ..
-    } = join(expect);
+    } = join(expect, Duration::from_secs(60));
     let (rank, size) = (job.rank(), job.size());
     futures::executor::block_on(async {
         let trecvs: Vec<_> = (0..size)
@@ -218,14 +218,19 @@ pub(crate) fn all_to_all_rank(expect: Protocol) {
     );
 }
 
+/// How long the lost-rank job's launcher waits may last.
+pub(crate) const LOST_JOB_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// One rank of the lost-rank job: the last rank leaves right after the
 /// join (finalizing with the launcher, status 0); the others wait until
 /// its process is gone, then send to it, and must see an error within
-/// `FI_PSM_TIMEOUT` (plus a second of slack) instead of a hang.
+/// `FI_PSM_TIMEOUT` (plus a second of slack) instead of a hang; a
+/// barrier after that ends within the job's timeout, as an error or (when
+/// the launcher no longer counts the rank that left) a success.
 pub(crate) fn lost_rank(expect: Protocol) {
     let Joined {
         mut job, ep, ranks, ..
-    } = join(expect);
+    } = join(expect, LOST_JOB_TIMEOUT);
     let (rank, size) = (job.rank(), job.size());
     let pids = job.allgather(&std::process::id().to_le_bytes()).unwrap();
     let lost = size - 1;
@@ -259,8 +264,16 @@ pub(crate) fn lost_rank(expect: Protocol) {
         took <= limit,
         "the error took {took:?}, more than {limit:?}: {e}"
     );
+    let start = Instant::now();
+    let barrier = job.barrier();
+    let barrier_took = start.elapsed();
+    assert!(
+        barrier_took <= LOST_JOB_TIMEOUT + Duration::from_secs(2),
+        "the barrier took {barrier_took:?}: {barrier:?}"
+    );
     println!(
-        "rank {rank} of {size}: the lost rank failed in {} ms ({e})",
-        took.as_millis()
+        "rank {rank} of {size}: the lost rank failed in {} ms ({e}); the barrier after it: {barrier:?} in {} ms",
+        took.as_millis(),
+        barrier_took.as_millis()
     );
 }
