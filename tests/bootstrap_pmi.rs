@@ -174,8 +174,28 @@ fn a_rank_that_leaves_after_a_pmi2_join_fails_the_others_in_bounded_time() {
 }
 
 #[test]
-fn without_a_launcher_there_is_no_job() {
+fn a_pmi_rank_without_a_socket_or_with_an_unknown_version_is_told_so() {
     if is_rank() {
+        return;
+    }
+    let name = "a_pmi_rank_without_a_socket_or_with_an_unknown_version_is_told_so";
+    if !launched::is_child() {
+        launched::run_child(name, &[("PMI_RANK", "0"), ("PMI_SIZE", "1")]);
+        return launched::run_child(name, &[("PMI_FD", "0"), (PMI2.0, "3")]);
+    }
+    let e = Job::from_launcher(Duration::from_secs(5)).unwrap_err();
+    if std::env::var_os("PMI_FD").is_some() {
+        assert_eq!(e.kind(), ErrorKind::Inval, "{e}");
+        assert!(e.to_string().contains("PSMRAIL_PMI_VERSION=\"3\""), "{e}");
+    } else {
+        assert_eq!(e.kind(), ErrorKind::NoData, "{e}");
+        assert!(e.to_string().contains("PMI_FD is not"), "{e}");
+    }
+}
+
+#[test]
+fn without_a_launcher_there_is_no_job() {
+    if is_rank() || launched::is_child() {
         return;
     }
     let e = Job::from_launcher(Duration::from_secs(1)).unwrap_err();
@@ -185,7 +205,7 @@ fn without_a_launcher_there_is_no_job() {
 
 #[test]
 fn without_a_launcher_there_is_no_pmi_client() {
-    if is_rank() {
+    if is_rank() || launched::is_child() {
         return;
     }
     // Test processes are not started by a process manager.

@@ -134,45 +134,30 @@ fn a_rank_that_leaves_after_the_join_fails_the_others_in_bounded_time() {
     assert_ranks(&out, 3, 0..2, "the lost rank failed in");
 }
 
-/// Set in a child that plays a PMIx rank without the library.
-const NO_LIBRARY: &str = "PSMRAIL_TEST_NO_LIBPMIX";
-
 #[test]
 fn a_pmix_rank_without_libpmix_is_told_what_is_missing() {
     if is_rank() {
         return;
     }
-    if std::env::var_os(NO_LIBRARY).is_some() {
-        let e = Job::from_launcher(Duration::from_secs(5)).unwrap_err();
-        assert_eq!(e.kind(), psmrail::ErrorKind::NoData, "{e}");
-        for named in ["libpmix2", "PSMRAIL_PMIX_LIB", "/nonexistent/libpmix.so.2"] {
-            assert!(e.to_string().contains(named), "{e}");
-        }
-        println!("told: {e}");
-        return;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
+    if !launched::is_child() {
+        return launched::run_child(
             "a_pmix_rank_without_libpmix_is_told_what_is_missing",
-            "--nocapture",
-        ])
-        .env(NO_LIBRARY, "1")
-        .env("PMIX_RANK", "0")
-        .env("PSMRAIL_PMIX_LIB", "/nonexistent/libpmix.so.2")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("told: "),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+            &[
+                ("PMIX_RANK", "0"),
+                ("PSMRAIL_PMIX_LIB", "/nonexistent/libpmix.so.2"),
+            ],
+        );
+    }
+    let e = Job::from_launcher(Duration::from_secs(5)).unwrap_err();
+    assert_eq!(e.kind(), psmrail::ErrorKind::NoData, "{e}");
+    for named in ["libpmix2", "PSMRAIL_PMIX_LIB", "/nonexistent/libpmix.so.2"] {
+        assert!(e.to_string().contains(named), "{e}");
+    }
 }
 
 #[test]
 fn without_a_pmix_server_there_is_no_pmix_job() {
-    if is_rank() {
+    if is_rank() || launched::is_child() {
         return;
     }
     // Test processes are not started by a PMIx server.

@@ -122,6 +122,13 @@ impl Launcher {
                 )),
             };
         }
+        if std::env::var_os("PMI_RANK").is_some() {
+            return Err(Error::new(
+                ErrorKind::NoData,
+                "bootstrap: PMI_RANK is set but PMI_FD is not: the launcher gave no PMI socket \
+                 (a PMI_PORT launcher, e.g. hydra's -pmi-port, is not supported)",
+            ));
+        }
         Err(Error::new(
             ErrorKind::NoData,
             "bootstrap: no launcher started this process (PMIX_RANK, PMI_RANK and PMI_FD \

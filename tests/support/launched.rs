@@ -77,6 +77,32 @@ pub(crate) fn run_ranks(mut launcher: Command, name: &str) -> (Output, Duration)
     (out, start.elapsed())
 }
 
+/// Set in a child started by [`run_child`]: it plays a process some
+/// launcher started, with the environment the test gave it.
+pub(crate) const CHILD: &str = "PSMRAIL_TEST_LAUNCHER_CHILD";
+
+/// Whether this process is such a child.
+pub(crate) fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Runs this binary's test `name` as one process with `env` and
+/// [`CHILD`] set, no launcher around it; asserts that it passed.
+pub(crate) fn run_child(name: &str, env: &[(&str, &str)]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(CHILD, "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Asserts that the job of `n` ranks succeeded and each rank in `which`
 /// printed `rank R of N: <done>`; the output, for figures.
 pub(crate) fn assert_ranks(out: &Output, n: usize, which: Range<usize>, done: &str) -> String {
