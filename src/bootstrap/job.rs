@@ -6,8 +6,11 @@
 //! The launcher is found from the environment (the order is in
 //! [`launcher`](super::launcher)): PMIx under Open MPI's `mpirun`
 //! ([`PmixClient`](super::PmixClient)), PMI-1 under MPICH's hydra
-//! `mpiexec` ([`PmiClient`](super::PmiClient)). Every call is blocking and bounded by the job's
-//! timeout; run it before the job's traffic (from async code, where
+//! `mpiexec` ([`PmiClient`](super::PmiClient)), or PMI-2 there (and under
+//! Slurm's `--mpi=pmi2`) with `PSMRAIL_PMI_VERSION=2`
+//! ([`Pmi2Client`](super::Pmi2Client)); [`Job::protocol`] says which.
+//! Every call is blocking and bounded by the job's timeout; run it
+//! before the job's traffic (from async code, where
 //! blocking is allowed). `join` inserts; whether that dials every rank is
 //! the address vector's choice: one made with
 //! [`AvAttr::lazy_connect`](crate::fabric::AvAttr::lazy_connect) connects
