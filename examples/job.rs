@@ -6,7 +6,9 @@
 //!
 //! ```sh
 //! cargo build --example job
-//! mpiexec.hydra -n 4 target/debug/examples/job
+//! mpiexec.hydra -n 4 target/debug/examples/job                       # PMI-1
+//! PSMRAIL_PMI_VERSION=2 mpiexec.hydra -n 4 target/debug/examples/job # PMI-2
+//! mpirun.openmpi --oversubscribe -np 4 target/debug/examples/job     # PMIx
 //! ```
 //!
 //! Every rank inserts every other rank, but its address vector connects

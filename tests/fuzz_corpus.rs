@@ -107,3 +107,8 @@ fn mrail_reorder_corpus() {
 fn pmi_reply_corpus() {
     replay("pmi_reply", psmrail::hooks::bootstrap::check_pmi_reply);
 }
+
+#[test]
+fn pmi2_reply_corpus() {
+    replay("pmi2_reply", psmrail::hooks::bootstrap::check_pmi2_reply);
+}

@@ -3,11 +3,14 @@
 //! all-gather of small byte blobs, and [`Job::join`], which fills an
 //! address vector with every rank's endpoint in rank order.
 //!
-//! The launcher's exchange is PMI-1 ([`PmiClient`]); rank and size come
-//! from `PMI_RANK` / `PMI_SIZE`, the local rank and the number of ranks on
-//! this node from `MPI_LOCALRANKID` / `MPI_LOCALNRANKS`, all set by MPICH's
-//! hydra `mpiexec`. Every call is blocking and bounded by the job's
-//! timeout; run it before the job's traffic (from async code, where
+//! The launcher is found from the environment (the order is in
+//! [`launcher`](super::launcher)): PMIx under Open MPI's `mpirun`
+//! ([`PmixClient`](super::PmixClient)), PMI-1 under MPICH's hydra
+//! `mpiexec` ([`PmiClient`](super::PmiClient)), or PMI-2 there (and under
+//! Slurm's `--mpi=pmi2`) with `PSMRAIL_PMI_VERSION=2`
+//! ([`Pmi2Client`](super::Pmi2Client)); [`Job::protocol`] says which.
+//! Every call is blocking and bounded by the job's timeout; run it
+//! before the job's traffic (from async code, where
 //! blocking is allowed). `join` inserts; whether that dials every rank is
 //! the address vector's choice: one made with
 //! [`AvAttr::lazy_connect`](crate::fabric::AvAttr::lazy_connect) connects
@@ -18,7 +21,7 @@
 //! use psmrail::prelude::*;
 //! use std::time::Duration;
 //!
-//! // Started as `mpiexec.hydra -n 4 ./program`.
+//! // Started as `mpiexec.hydra -n 4 ./program` or `mpirun.openmpi -np 4 ./program`.
 //! let mut job = Job::from_launcher(Duration::from_secs(60))?;
 //! let hints = Hints::new().caps(Caps::TAGGED);
 //! let info = getinfo(Some(&hints))?.remove(0);
@@ -33,7 +36,7 @@
 //! # Ok::<(), psmrail::Error>(())
 //! ```
 
-use super::PmiClient;
+use super::launcher::{Launcher, Protocol};
 use crate::engine::Epid;
 use crate::fabric::{AddressVector, FiAddr};
 use crate::mrail::{MrailAddr, MrailAv};
@@ -47,7 +50,7 @@ pub struct Job {
     size: usize,
     local_rank: usize,
     local_size: usize,
-    pmi: PmiClient,
+    launcher: Launcher,
     /// Exchanges so far: each one's keys are its own.
     round: u64,
 }
@@ -110,67 +113,28 @@ impl JobAv for MrailAv {
     }
 }
 
-/// A launcher variable as a number, or an error naming it.
-fn launcher_number(var: &str) -> Result<Option<usize>> {
-    match std::env::var(var) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| {
-            Error::new(
-                ErrorKind::Inval,
-                format!("{var}={v:?}: expected a number, as the launcher sets it"),
-            )
-        }),
-        Err(_) => Err(Error::new(
-            ErrorKind::Inval,
-            format!("{var}: not UTF-8 text"),
-        )),
-    }
-}
-
 impl Job {
     /// The job this process is part of, from its launcher's environment:
-    /// `FI_ENODATA` naming what is missing when no launcher started it,
+    /// `FI_ENODATA` naming what is missing when no launcher started it
+    /// (or when PMIx is asked for and libpmix cannot be loaded),
     /// `FI_EINVAL` naming the variable when one is malformed, and the
-    /// PMI start-up's error (within `timeout`) when the exchange fails.
+    /// start-up's error (within `timeout`) when the exchange fails.
     /// `timeout` bounds every later wait too.
     pub fn from_launcher(timeout: Duration) -> Result<Job> {
-        let rank = launcher_number("PMI_RANK")?;
-        let size = launcher_number("PMI_SIZE")?;
-        let (Some(rank), Some(size)) = (rank, size) else {
-            return Err(Error::new(
-                ErrorKind::NoData,
-                "bootstrap: no launcher started this process (PMI_RANK, PMI_SIZE and PMI_FD unset; \
-                 start it under MPICH's mpiexec.hydra, or find peers with the name server)",
-            ));
-        };
-        if size == 0 || rank >= size {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                format!("PMI_RANK={rank} with PMI_SIZE={size}: the rank must be below the size"),
-            ));
-        }
-        let local_rank = launcher_number("MPI_LOCALRANKID")?.unwrap_or(rank);
-        let local_size = launcher_number("MPI_LOCALNRANKS")?.unwrap_or(size);
-        if local_rank >= local_size {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                format!("MPI_LOCALRANKID={local_rank} with MPI_LOCALNRANKS={local_size}: the local rank must be below the count"),
-            ));
-        }
-        let pmi = PmiClient::from_env(timeout).ok_or_else(|| {
-            Error::new(
-                ErrorKind::NoData,
-                "bootstrap: PMI_RANK is set but PMI_FD is not: the launcher gave no PMI-1 socket",
-            )
-        })??;
+        let started = Launcher::detect(timeout)?;
         Ok(Job {
-            rank,
-            size,
-            local_rank,
-            local_size,
-            pmi,
+            rank: started.rank,
+            size: started.size,
+            local_rank: started.local_rank,
+            local_size: started.local_size,
+            launcher: started.launcher,
             round: 0,
         })
+    }
+
+    /// The protocol this process talks to its launcher.
+    pub fn protocol(&self) -> Protocol {
+        self.launcher.protocol()
     }
 
     /// This process's rank, `0 .. size`.
@@ -195,7 +159,7 @@ impl Job {
 
     /// Waits until every rank reached the barrier.
     pub fn barrier(&mut self) -> Result<()> {
-        self.pmi.barrier()
+        self.launcher.barrier()
     }
 
     /// Every rank's `blob`, in rank order (each rank calls it with its
@@ -237,10 +201,10 @@ impl Job {
     fn exchange(&mut self, value: String) -> Result<Vec<String>> {
         self.round += 1;
         let key = |r: usize, round: u64| format!("psmrail-{round}-{r}");
-        self.pmi.put(&key(self.rank, self.round), &value)?;
-        self.pmi.barrier()?;
+        self.launcher.put(&key(self.rank, self.round), &value)?;
+        self.launcher.fence()?;
         (0..self.size)
-            .map(|r| self.pmi.get(&key(r, self.round)))
+            .map(|r| self.launcher.get(r, &key(r, self.round)))
             .collect()
     }
 }

@@ -7,19 +7,17 @@
 //! bootstrap runs once, before the job's traffic; from async code, run it
 //! where blocking is allowed (`tokio::task::spawn_blocking`).
 
-use super::pmi_wire::{encode, LineDecoder, Message, Reply, Request};
+use super::pmi_socket::{socket_from_fd_text, PmiSocket};
+use super::pmi_wire::{encode, LineDecoder, Reply, Request};
 use crate::{Error, ErrorKind, Result};
-use std::io::{ErrorKind as IoKind, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A process's PMI-1 connection to its process manager.
 #[derive(Debug)]
 pub struct PmiClient {
-    socket: UnixStream,
+    socket: PmiSocket,
     decoder: LineDecoder,
-    timeout: Duration,
     kvsname: String,
     /// The manager's longest value (`vallen_max`).
     max_value: usize,
@@ -41,49 +39,15 @@ impl PmiClient {
     }
 
     fn from_fd_text(raw: &str, timeout: Duration) -> Result<PmiClient> {
-        let fd: RawFd = raw
-            .trim()
-            .parse()
-            .ok()
-            .filter(|fd| *fd >= 0)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Inval,
-                    format!("PMI_FD={raw:?}: expected the number of an open descriptor"),
-                )
-            })?;
-        // libc, not nix: nix's fstat wants a descriptor already known open,
-        // and whether it is open is what this asks.
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstat writes only into `st` and fails with EBADF for a
-        // number that is no open descriptor.
-        let is_socket = unsafe { libc::fstat(fd, st.as_mut_ptr()) } == 0 && {
-            // SAFETY: fstat succeeded, so it filled `st`.
-            let st = unsafe { st.assume_init() };
-            st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-        };
-        if !is_socket {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                format!(
-                    "PMI_FD={fd}: not an open socket (no process manager started this process?)"
-                ),
-            ));
-        }
-        // SAFETY: the descriptor is an open socket (checked above) that the
-        // launcher handed to this process for PMI alone; `from_env`'s
-        // contract makes this the one owner.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        Self::connect(UnixStream::from(owned), timeout)
+        Self::connect(socket_from_fd_text(raw)?, timeout)
     }
 
     /// Runs the start of the protocol over `socket` (any stream socket to
     /// a PMI-1 manager).
     pub fn connect(socket: UnixStream, timeout: Duration) -> Result<PmiClient> {
         let mut c = PmiClient {
-            socket,
+            socket: PmiSocket::new(socket, timeout),
             decoder: LineDecoder::default(),
-            timeout,
             kvsname: String::new(),
             max_value: 0,
             max_key: 0,
@@ -166,51 +130,13 @@ impl PmiClient {
 
     /// Sends `req` and waits for its answer.
     fn call(&mut self, req: &Request) -> Result<Reply> {
-        let line = encode(req)?;
-        self.socket
-            .write_all(&line)
-            .map_err(|e| io_error("cannot write to the process manager", e))?;
-        let msg = self.read_message()?;
+        self.socket.send(&encode(req)?)?;
+        let decoder = &mut self.decoder;
+        let msg = self.socket.receive(|bytes| {
+            decoder.push(bytes);
+            decoder.next_message()
+        })??;
         Reply::from_message(req, &msg)
-    }
-
-    /// The manager's next message, within the timeout.
-    fn read_message(&mut self) -> Result<Message> {
-        let end = Instant::now() + self.timeout;
-        let mut buf = [0u8; 1024];
-        loop {
-            if let Some(m) = self.decoder.next_message() {
-                return m;
-            }
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::new(
-                    ErrorKind::TimedOut,
-                    format!(
-                        "PMI: no answer from the process manager within {:?}",
-                        self.timeout
-                    ),
-                ));
-            }
-            self.socket
-                .set_read_timeout(Some(left))
-                .map_err(|e| io_error("cannot set a read timeout", e))?;
-            match self.socket.read(&mut buf) {
-                Ok(0) => {
-                    return Err(Error::new(
-                        ErrorKind::Io,
-                        "PMI: the process manager closed the connection",
-                    ))
-                }
-                Ok(n) => self.decoder.push(&buf[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        IoKind::WouldBlock | IoKind::TimedOut | IoKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(io_error("cannot read from the process manager", e)),
-            }
-        }
     }
 }
 
@@ -220,13 +146,11 @@ impl Drop for PmiClient {
     }
 }
 
-fn io_error(what: &str, e: std::io::Error) -> Error {
-    Error::new(ErrorKind::Io, format!("PMI: {what}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::time::Instant;
 
     /// A manager that answers from a script: each request line it reads
     /// is checked and answered with the scripted line; then it closes, or
