@@ -13,6 +13,7 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
+use psmrail::bootstrap::settings::{pmi_version, pmix_lib};
 use psmrail::config::{ConfigError, MrailConfig, PsmConfig};
 use psmrail::engine::soft::JobSecret;
 use psmrail::fabric::{getinfo, Hints};
@@ -112,6 +113,16 @@ fn only_value(vars: &Vars) -> Option<&OsStr> {
 
 fn read_psm_lib(vars: &Vars) -> Result<(), Refused> {
     psm_sys::env::psm_lib(only_value(vars))?;
+    Ok(())
+}
+
+fn read_pmi_version(vars: &Vars) -> Result<(), Refused> {
+    pmi_version(vars)?;
+    Ok(())
+}
+
+fn read_pmix_lib(vars: &Vars) -> Result<(), Refused> {
+    pmix_lib(vars)?;
     Ok(())
 }
 
@@ -487,6 +498,29 @@ fn cases() -> Vec<Case> {
         secret: false,
     });
     cases.push(Case {
+        var: "PSMRAIL_PMI_VERSION",
+        read: read_pmi_version,
+        valid: ["1", "2"].map(os).to_vec(),
+        malformed: [
+            text_junk("2"),
+            ["0", "3", "-1", "02", "2.0", "two", "0x2"].map(os).to_vec(),
+        ]
+        .concat(),
+        secret: false,
+    });
+    cases.push(Case {
+        var: "PSMRAIL_PMIX_LIB",
+        read: read_pmix_lib,
+        valid: [
+            "libpmix.so.2",
+            "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so.2",
+        ]
+        .map(os)
+        .to_vec(),
+        malformed: [text_junk("libpmix.so.2"), vec![os(&"l".repeat(4096))]].concat(),
+        secret: false,
+    });
+    cases.push(Case {
         var: "PSMRAIL_PSM_LIB",
         read: read_psm_lib,
         valid: [
@@ -519,9 +553,10 @@ fn cases() -> Vec<Case> {
 
 /// The variables the sources name that only tests read (children of
 /// test binaries, the native tests' switch); not configuration.
-const TEST_ONLY: [&str; 3] = [
+const TEST_ONLY: [&str; 4] = [
     "PSMRAIL_GIVE_BACK_CHILD",
     "PSMRAIL_NATIVE_FAST_CHILD",
+    "PSMRAIL_REQUIRE_LAUNCHERS",
     "PSMRAIL_REQUIRE_NATIVE",
 ];
 

@@ -15,7 +15,7 @@ use crate::{Error, ErrorKind, Result};
 use std::time::Duration;
 
 /// The environment knob choosing the PMI wire over `PMI_FD`.
-pub const ENV_PMI_VERSION: &str = "PSMRAIL_PMI_VERSION";
+pub use super::settings::ENV_PMI_VERSION;
 
 /// The protocol a [`Job`](super::Job) talks to its launcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,13 +113,9 @@ impl Launcher {
             return Self::pmix(pmix?);
         }
         if std::env::var_os("PMI_FD").is_some() {
-            return match std::env::var(ENV_PMI_VERSION).as_deref() {
-                Err(_) | Ok("1") => Self::pmi1(timeout),
-                Ok("2") => Self::pmi2(timeout),
-                Ok(other) => Err(Error::new(
-                    ErrorKind::Inval,
-                    format!("{ENV_PMI_VERSION}={other:?}: expected 1 or 2"),
-                )),
+            return match super::settings::pmi_version(&crate::config::ProcessEnv)? {
+                2 => Self::pmi2(timeout),
+                _ => Self::pmi1(timeout),
             };
         }
         if std::env::var_os("PMI_RANK").is_some() {

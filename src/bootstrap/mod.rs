@@ -17,6 +17,7 @@
 //! * [`pmi2_wire`]: the PMI-2 protocol (length-prefixed frames), sans I/O;
 //! * [`pmi2_client`]: the blocking PMI-2 client over the same socket, and
 //!   [`process_mapping`], the node of each rank as PMI-2 launchers say it;
+//! * [`settings`]: `PSMRAIL_PMI_VERSION` and `PSMRAIL_PMIX_LIB`, checked;
 //! * [`pmix_client`]: the PMIx client (Open MPI's `mpirun`), over
 //!   `pmix_ffi`: the distribution's `libpmix.so.2`, loaded at run time.
 //!
@@ -45,6 +46,7 @@ pub mod pmi_wire;
 pub mod pmix_client;
 mod pmix_ffi;
 pub mod process_mapping;
+pub mod settings;
 
 pub use job::{Job, JobAv};
 pub use launcher::{Protocol, ENV_PMI_VERSION};

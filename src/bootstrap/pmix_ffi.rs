@@ -192,7 +192,7 @@ pub(crate) struct PmixApi {
 }
 
 /// The variable naming the PMIx library to load instead of the defaults.
-pub(crate) const ENV_PMIX_LIB: &str = "PSMRAIL_PMIX_LIB";
+pub(crate) use super::settings::ENV_PMIX_LIB;
 /// The soname, then where Debian's libpmix2 keeps it.
 const CANDIDATES: [&str; 2] = [
     "libpmix.so.2",
@@ -213,10 +213,10 @@ static LOADED: OnceLock<std::result::Result<Loaded, String>> = OnceLock::new();
 /// a function.
 pub(crate) fn api() -> Result<&'static PmixApi> {
     let loaded = LOADED.get_or_init(|| {
-        let names: Vec<String> = match std::env::var(ENV_PMIX_LIB) {
-            Ok(path) if path.is_empty() => return Err(format!("{ENV_PMIX_LIB} is empty")),
-            Ok(path) => vec![path],
-            Err(_) => CANDIDATES.iter().map(|s| s.to_string()).collect(),
+        let names: Vec<String> = match super::settings::pmix_lib(&crate::config::ProcessEnv) {
+            Err(e) => return Err(e.to_string()),
+            Ok(Some(path)) => vec![path],
+            Ok(None) => CANDIDATES.iter().map(|s| s.to_string()).collect(),
         };
         let mut tried = Vec::new();
         for name in &names {
