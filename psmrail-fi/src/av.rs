@@ -178,7 +178,7 @@ unsafe fn finish_insert(
                 f.0
             }
             Err(e) => {
-                crate::entry::log_info(&format!("fi_av_insert: address {i}: {e}"));
+                crate::entry::log_warn(&format!("fi_av_insert: address {i}: {e}"));
                 sys::FI_ADDR_NOTAVAIL
             }
         };

@@ -21,7 +21,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{assert_pair, pair, require_native, text, wait_bounded, with_env, Engine, FABTESTS};
+use support::{
+    assert_pair, pair, require_native, spin_lock, text, wait_bounded, with_env, Engine, FABTESTS,
+};
 
 /// Skips (returns `None`) or, when required, fails.
 fn missing(what: &str) -> Option<()> {
@@ -53,7 +55,6 @@ fn fabtest(name: &str) -> Option<PathBuf> {
 }
 
 const MRAIL_RAILS: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1,127.0.0.1");
-const MRAIL_ONE_RAIL: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1");
 
 #[test]
 fn fi_info_lists_and_keeps_ours() {
@@ -176,21 +177,12 @@ fn fi_pingpong_psm_native() {
     pingpong("psm", "dgram", Engine::Native, &[], "47615");
 }
 
-#[test]
-fn fi_pingpong_mrail_native() {
-    if !require_native() {
-        eprintln!("skipped: the native engine runs with PSMRAIL_REQUIRE_NATIVE=1");
-        return;
-    }
-    // One PSM endpoint per process: one rail.
-    pingpong(
-        "ofi_mrail",
-        "rdm",
-        Engine::Native,
-        &[MRAIL_ONE_RAIL],
-        "47616",
-    );
-}
+// fi_pingpong over ofi_mrail on the native engine is not run: ofi_mrail
+// connects its rails at insert, and a native connect is answered from the
+// peer's progress, while fi_pingpong's client, done with its own insert,
+// blocks on its control socket (docs/libfabric-provider.md, "Known
+// limitations"). The soft engine's reactor answers connects by itself,
+// so fi_pingpong_mrail_soft_two_rails runs the same program.
 
 /// The fabtests that must pass on psm (each: program and arguments).
 const PSM_PAIRS: &[&str] = &[
@@ -268,6 +260,11 @@ fn fabtests_unit_psm() {
         let mut words = entry.split_whitespace();
         let name = words.next().expect("a program");
         let Some(program) = fabtest(name) else { return };
+        // Under the lock the pairs take: a unit program's fabric may serve
+        // the job's name server (the first process of the job on the node
+        // does), and a pair's server registering there would lose its
+        // entry when the unit program exits.
+        let _lock = spin_lock();
         let mut c = with_env(Command::new(program), &dir, Engine::Soft);
         c.args(words).args(["-p", "psm"]);
         let out = wait_bounded(c.spawn().expect("spawn"), Duration::from_secs(90), entry);
