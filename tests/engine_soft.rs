@@ -1049,13 +1049,21 @@ fn steady_state_messages_allocate_little() {
     for _ in 0..200 {
         round(&r);
     }
-    let before = allocs();
+    // The best of three windows: a window in which the 1 MiB messages met
+    // full socket buffers (a busy machine) allocates for the waits, which
+    // is not the steady state; an edge that allocates per message does so
+    // in every window.
     const ROUNDS: u64 = 500;
-    for _ in 0..ROUNDS {
-        round(&r);
-    }
-    let per_round = (allocs() - before) as f64 / ROUNDS as f64;
-    println!("allocations per round (8 B + 1 MiB message): {per_round:.2}");
+    let per_round = (0..3)
+        .map(|_| {
+            let before = allocs();
+            for _ in 0..ROUNDS {
+                round(&r);
+            }
+            (allocs() - before) as f64 / ROUNDS as f64
+        })
+        .fold(f64::INFINITY, f64::min);
+    println!("allocations per round (8 B + 1 MiB message), best of 3 windows: {per_round:.2}");
     // The edge allocates nothing per message; the core's matcher allocates
     // a bucket node for a receive posted to an empty tag bucket.
     assert!(per_round <= 2.0, "{per_round} allocations per round");
