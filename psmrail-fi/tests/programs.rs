@@ -180,8 +180,8 @@ fn fi_pingpong_psm_native() {
 // fi_pingpong over ofi_mrail on the native engine is not run: ofi_mrail
 // connects its rails at insert, and a native connect is answered from the
 // peer's progress, while fi_pingpong's client, done with its own insert,
-// blocks on its control socket (docs/libfabric-provider.md, "Known
-// limitations"). The soft engine's reactor answers connects by itself,
+// blocks on its control socket (docs/libfabric-provider.md, "Addresses
+// connect at their first use"). The soft engine's reactor answers connects by itself,
 // so fi_pingpong_mrail_soft_two_rails runs the same program.
 
 /// The fabtests that must pass on psm (each: program and arguments).
