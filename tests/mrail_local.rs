@@ -832,3 +832,76 @@ fn a_peer_that_goes_away_fails_its_transfers_instead_of_hanging() {
     assert_eq!(sent.unwrap_err().kind(), ErrorKind::Io);
     drop(info);
 }
+
+/// An address vector that connects at first use (`AvAttr::lazy_connect`):
+/// inserting dials nothing, so it returns at once whatever the peer does;
+/// an inject before a rail serves the peer answers `Again`; the first
+/// message each way connects every rail, and every size then goes through
+/// with its source named; an address whose endpoint is gone fails the
+/// send with `FI_EIO` within `FI_PSM_TIMEOUT` instead of hanging.
+#[test]
+fn a_lazy_av_connects_each_peer_at_its_first_use() {
+    let info = mrail_nodes::info(2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+    let node = || {
+        let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
+        let av = domain.av(AvAttr::new().lazy_connect(true)).unwrap();
+        let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+        (domain, av, ep)
+    };
+    let (da, ava, a) = node();
+    let (db, avb, b) = node();
+    let (dc, _, c) = node();
+    let gone = c.getname();
+    c.close().unwrap();
+    dc.close().unwrap();
+    // Inserted from this one thread, nobody progressing: nothing waits.
+    let t = std::time::Instant::now();
+    let to_b = ava.insert(&[b.getname()]).remove(0).unwrap();
+    let to_a = avb.insert(&[a.getname()]).remove(0).unwrap();
+    let to_gone = ava.insert(&[gone]).remove(0).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "lazy inserts took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ava.lookup(to_b).unwrap(), b.getname());
+    let e = a.tinject(to_b, 1, b"early").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Again, "{e}");
+    assert!(e.message().contains("connecting"), "{e}");
+    let domains = [da.clone(), db.clone()];
+    for (k, &len) in SIZES.iter().enumerate() {
+        let tag = 0x1a2e_0000 | k as u64;
+        let r = b.trecv(vec![0u8; len], tag, 0);
+        let s = a.tsend(to_b, tag, pattern(len, k as u64));
+        let ((sent, _), (got, buf)) = mrail_nodes::drive(&domains, async { futures::join!(s, r) });
+        assert_eq!(sent.unwrap().len, len);
+        let got = got.unwrap();
+        assert_eq!((got.len, got.source), (len, to_a));
+        assert!(
+            buf.as_slice() == pattern(len, k as u64).as_slice(),
+            "{len} B"
+        );
+        let r = a.recv(vec![0u8; len]);
+        let s = b.send(to_a, pattern(len, !(k as u64)));
+        let ((sent, _), (got, buf)) = mrail_nodes::drive(&domains, async { futures::join!(s, r) });
+        assert_eq!(sent.unwrap().len, len);
+        assert_eq!(got.unwrap().source, to_b);
+        assert!(
+            buf.as_slice() == pattern(len, !(k as u64)).as_slice(),
+            "{len} B back"
+        );
+    }
+    // Every rail connected on the way, both sides: striped sizes used both.
+    for ep in [&a, &b] {
+        let stripes: Vec<u64> = ep.stats().rails.iter().map(|r| r.stripes).collect();
+        assert!(
+            stripes.iter().all(|&n| n > 0),
+            "stripes per rail {stripes:?}"
+        );
+    }
+    let t = std::time::Instant::now();
+    let (sent, _) = mrail_nodes::drive(&domains, a.send(to_gone, vec![5u8; 64]));
+    let e = sent.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}

@@ -139,3 +139,80 @@ fn a_one_rail_native_mrail_endpoint_carries_messages_between_processes() {
     assert!(a.wait(LINE).success());
     assert!(b.wait(LINE).success());
 }
+
+/// One side of [`inserting_lazily_needs_nothing_from_a_peer_that_waits_elsewhere`]:
+/// inserts the peer into a lazy address vector, says so, then blocks on
+/// its pipe (progressing nothing) until the parent says "go", as a
+/// libfabric program blocks on its control socket after its insert; then
+/// one message each way, eager and large.
+fn lazy_child(side: &str) {
+    let mut io = ChildIo::new();
+    let info = getinfo(Some(&hints("hfi1_0"))).unwrap().remove(0);
+    let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
+    let attr = AvAttr::new()
+        .lazy_connect(true)
+        .connect_timeout(Duration::from_secs(5));
+    let av = domain.av(attr).unwrap();
+    let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+    io.send_line(&format!("addr {}", ep.getname()));
+    let peer_text = io.recv_line();
+    let peer = av
+        .insert_str(peer_text.trim_start_matches("peer "))
+        .unwrap();
+    io.send_line("inserted");
+    assert_eq!(io.recv_line(), "go");
+    let r = domain.reactor();
+    for (k, len) in [8usize, 3 << 20].into_iter().enumerate() {
+        if side == "a" {
+            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u64)));
+            sent.unwrap();
+            let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
+            assert_eq!(got.unwrap().source, peer);
+            assert!(buf.as_slice() == pattern(len, !(k as u64)).as_slice());
+        } else {
+            let (got, buf) = r.block_on(ep.trecv(vec![0u8; len], k as u64, 0));
+            assert_eq!(got.unwrap().source, peer);
+            assert!(buf.as_slice() == pattern(len, k as u64).as_slice());
+            let (sent, _) = r.block_on(ep.send(peer, pattern(len, !(k as u64))));
+            sent.unwrap();
+        }
+    }
+    io.send_line("done");
+    let _ = io.recv_line();
+}
+
+/// A native connect is answered from the peer's own progress. With the
+/// rails connected at insert, the second side's insert waited for a peer
+/// that, done with its own insert, blocked elsewhere (fi_pingpong's control
+/// socket) and timed out; an address vector that connects at first use
+/// inserts at once, and the first messages connect the rail.
+#[test]
+fn inserting_lazily_needs_nothing_from_a_peer_that_waits_elsewhere() {
+    const TEST: &str = "inserting_lazily_needs_nothing_from_a_peer_that_waits_elsewhere";
+    if let Some(side) = role() {
+        lazy_child(&side);
+        return;
+    }
+    if !available() {
+        return;
+    }
+    let _lock = spin_lock();
+    let env = [("PSM2_DEVICES", "self,shm")];
+    let mut a = Peer::spawn(TEST, "a", &env);
+    let mut b = Peer::spawn(TEST, "b", &env);
+    let addr_a = a.recv_line(LINE);
+    let addr_b = b.recv_line(LINE);
+    // b inserts first and then waits on its pipe; a inserts after that.
+    b.send_line(&format!("peer {}", addr_a.trim_start_matches("addr ")));
+    assert_eq!(b.recv_line(LINE), "inserted");
+    a.send_line(&format!("peer {}", addr_b.trim_start_matches("addr ")));
+    assert_eq!(a.recv_line(LINE), "inserted");
+    a.send_line("go");
+    b.send_line("go");
+    assert_eq!(a.recv_line(LINE), "done");
+    assert_eq!(b.recv_line(LINE), "done");
+    a.send_line("bye");
+    b.send_line("bye");
+    assert!(a.wait(LINE).success());
+    assert!(b.wait(LINE).success());
+}

@@ -2,9 +2,9 @@
 //! and [`MrailAv`] (ofi_mrail): insert, insertsvc (the peer's name server),
 //! insertsym, remove, lookup and straddr. Addresses are `FI_ADDR_PSMX`
 //! bytes (see [`crate::info`]). Inserts with `FI_EVENT` report
-//! `FI_AV_COMPLETE` on the bound event queue. A psm AV connects each
-//! address at its first use ([`AvAttr::lazy_connect`]); ofi_mrail's rails
-//! connect at insert.
+//! `FI_AV_COMPLETE` on the bound event queue. Both providers' AVs connect
+//! each address at its first use ([`AvAttr::lazy_connect`]; ofi_mrail's
+//! rails all at once).
 
 use crate::domain::{DomainObj, RustDomain};
 use crate::entry::{guard, Errno, FiResult};
@@ -91,15 +91,13 @@ pub(crate) unsafe extern "C" fn open(
         if a.flags & !known != 0 {
             return Err(Errno::BADFLAGS);
         }
+        // Both providers connect each address at its first use: a program
+        // that exchanged addresses out of band may insert its peer's while
+        // the peer waits on that same exchange, progressing nothing
+        // (fabric::av's docs).
+        let rattr = rattr.lazy_connect(true);
         let (rust, addrlen) = match d.rust()? {
-            // psm connects each address at its first use: a program that
-            // exchanged addresses out of band may insert its peer's while
-            // the peer waits on that same exchange, progressing nothing
-            // (fabric::av's docs).
-            RustDomain::Psm(dom) => (
-                RustAv::Psm(dom.av(rattr.lazy_connect(true)).map_err(Errno::from)?),
-                8,
-            ),
+            RustDomain::Psm(dom) => (RustAv::Psm(dom.av(rattr).map_err(Errno::from)?), 8),
             RustDomain::Mrail(dom) => {
                 let n = dom.rails();
                 (RustAv::Mrail(dom.av(rattr).map_err(Errno::from)?), 8 * n)

@@ -87,8 +87,11 @@ fn mrail_rma_needs_raw_keys_and_maps_them() {
     // 48 KiB over both rails, and back.
     let data: Vec<u8> = (0..48 * 1024).map(|i| (i % 251) as u8).collect();
     let mut wctx = sys::fi_context::default();
+    // The first use of an address connects its rails: until one serves,
+    // RMA calls answer -FI_EAGAIN.
+    let wctx_ptr = ctx_ptr(&mut wctx);
     // SAFETY: our RMA table; the buffer and context outlive the operation.
-    let rc = unsafe {
+    let rc = post_again(o.cq, || unsafe {
         (*(*o.ep).rma).write.unwrap()(
             o.ep,
             data.as_ptr().cast(),
@@ -97,9 +100,9 @@ fn mrail_rma_needs_raw_keys_and_maps_them() {
             me,
             1024,
             key,
-            ctx_ptr(&mut wctx),
+            wctx_ptr,
         )
-    };
+    });
     assert_eq!(rc, 0);
     let c = completions(o.cq, 1).expect("a write completion");
     assert_eq!(

@@ -55,6 +55,7 @@ fn fabtest(name: &str) -> Option<PathBuf> {
 }
 
 const MRAIL_RAILS: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1,127.0.0.1");
+const MRAIL_ONE_RAIL: (&str, &str) = ("FI_OFI_MRAIL_ADDR", "127.0.0.1");
 
 #[test]
 fn fi_info_lists_and_keeps_ours() {
@@ -177,12 +178,21 @@ fn fi_pingpong_psm_native() {
     pingpong("psm", "dgram", Engine::Native, &[], "47615");
 }
 
-// fi_pingpong over ofi_mrail on the native engine is not run: ofi_mrail
-// connects its rails at insert, and a native connect is answered from the
-// peer's progress, while fi_pingpong's client, done with its own insert,
-// blocks on its control socket (docs/libfabric-provider.md, "Addresses
-// connect at their first use"). The soft engine's reactor answers connects by itself,
-// so fi_pingpong_mrail_soft_two_rails runs the same program.
+#[test]
+fn fi_pingpong_mrail_native() {
+    if !require_native() {
+        eprintln!("skipped: the native engine runs with PSMRAIL_REQUIRE_NATIVE=1");
+        return;
+    }
+    // One PSM endpoint per process: one rail.
+    pingpong(
+        "ofi_mrail",
+        "rdm",
+        Engine::Native,
+        &[MRAIL_ONE_RAIL],
+        "47616",
+    );
+}
 
 /// The fabtests that must pass on psm (each: program and arguments).
 const PSM_PAIRS: &[&str] = &[

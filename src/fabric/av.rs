@@ -82,7 +82,9 @@ pub struct AvAttr {
     /// address may wait for its peer.
     pub connect_timeout: Duration,
     /// Connect at an address's first use instead of at insert (see the
-    /// module docs); off by default.
+    /// module docs); off by default. An mrail address vector
+    /// ([`MrailDomain::av`](crate::mrail::MrailDomain::av)) connects all
+    /// rails of a peer at its first use then (`mrail::av`'s docs).
     pub lazy_connect: bool,
 }
 

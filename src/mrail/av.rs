@@ -15,6 +15,16 @@
 //! connect, by the endpoint's driver, fills the entry in). The insert
 //! fails only when no rail connects.
 //!
+//! An address vector opened with [`AvAttr::lazy_connect`] connects
+//! nothing at insert: an entry starts with no rail connected, and the
+//! endpoint connects its rails (each on a thread of its own, as it
+//! connects a rail that came back) when an operation first names the peer
+//! or a frame first comes from it. Sends posted meanwhile wait for the
+//! first rail, within `FI_PSM_TIMEOUT`; injects and RMA calls that cannot
+//! wait answer `Again` until one serves. Programs that exchange addresses
+//! out of band insert them lazily: a peer that blocks on the exchange
+//! progresses nothing, and a connect made then would wait for it.
+//!
 //! Removing an entry (`fi_av_remove`) forgets the peer: its later messages
 //! count as coming from an unknown peer, and operations naming its address
 //! fail with `FI_EINVAL`. Indices are never reused.
@@ -40,6 +50,9 @@ pub(crate) struct PeerEntry {
     /// The peer's engine handle on each rail, in rail order
     /// ([`UNCONNECTED`] until the rail connects).
     rails: Vec<AtomicU64>,
+    /// Inserted into a lazy address vector and not used yet: the
+    /// endpoint connects its rails when it first meets the peer.
+    unused: AtomicBool,
 }
 
 impl fmt::Debug for PeerEntry {
@@ -60,7 +73,23 @@ impl PeerEntry {
                 .iter()
                 .map(|p| AtomicU64::new(p.map_or(UNCONNECTED, |p| p.0)))
                 .collect(),
+            unused: AtomicBool::new(false),
         }
+    }
+
+    /// An entry of a lazy address vector: no rail connected, every one
+    /// to be connected at the peer's first use.
+    fn unused(addr: MrailAddr) -> Self {
+        let n = addr.len();
+        let entry = PeerEntry::new(addr, &vec![None; n]);
+        entry.unused.store(true, Ordering::Relaxed);
+        entry
+    }
+
+    /// Whether this is the peer's first use (true once, for an entry of a
+    /// lazy address vector that no operation or frame has named yet).
+    pub(crate) fn take_first_use(&self) -> bool {
+        self.unused.load(Ordering::Relaxed) && self.unused.swap(false, Ordering::AcqRel)
     }
 
     /// The peer on rail `rail`, once connected there.
@@ -103,6 +132,42 @@ struct Table {
     by_token: FxHashMap<u64, u32>,
 }
 
+impl Table {
+    /// The entry of `addr` inserted before, if any: a peer inserted again
+    /// shares its entry, so that every index of the peer sees each rail
+    /// connect.
+    fn earlier(&self, addr: &MrailAddr) -> Option<Arc<PeerEntry>> {
+        self.by_token
+            .get(&addr.token())
+            .and_then(|&i| self.entries.get(i as usize).cloned().flatten())
+            .filter(|e| e.addr == *addr)
+    }
+
+    /// Appends `entry` for `addr`: its `fi_addr`.
+    fn push(&mut self, addr: &MrailAddr, entry: Arc<PeerEntry>) -> Result<FiAddr> {
+        let index = self.entries.len();
+        let index32 = u32::try_from(index)
+            .map_err(|_| Error::new(ErrorKind::NoMem, "mrail address vector: full"))?;
+        self.by_token.entry(addr.token()).or_insert(index32);
+        self.entries.push(Some(entry));
+        Ok(FiAddr(index as u64))
+    }
+}
+
+/// `Inval` when `addr` has another number of rails than the domain's `n`.
+fn check_rails(addr: &MrailAddr, n: usize) -> Result<()> {
+    if addr.len() == n {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Inval,
+        format!(
+            "mrail address vector: {addr} has {} rails, this domain has {n}",
+            addr.len()
+        ),
+    ))
+}
+
 /// The shared state of an [`MrailAv`].
 pub(crate) struct MrailAvCore {
     pub(crate) domain: Arc<MrailDomainCore>,
@@ -110,6 +175,9 @@ pub(crate) struct MrailAvCore {
     table: RwLock<Table>,
     insert: Mutex<()>,
     connect_timeout: Duration,
+    /// Rails connect at the peer's first use, not at insert
+    /// ([`AvAttr::lazy_connect`]).
+    lazy: bool,
     /// Entries inserted with rails not connected, for the endpoint to
     /// connect later ([`take_incomplete`](MrailAvCore::take_incomplete)).
     incomplete: Mutex<Vec<Arc<PeerEntry>>>,
@@ -191,7 +259,10 @@ pub struct MrailAv {
 impl MrailAv {
     pub(crate) fn open(domain: Arc<MrailDomainCore>, attr: AvAttr) -> Result<MrailAv> {
         let connect_timeout = attr.connect_timeout;
-        // Rails connect at insert: the multi-rail handshake runs then.
+        let lazy = attr.lazy_connect;
+        // The rails' own tables are never used to connect lazily: this
+        // table connects its peers' rails (at insert, or through the
+        // endpoint at first use).
         let rail_attr = AvAttr {
             av_type: AvType::Table,
             lazy_connect: false,
@@ -209,6 +280,7 @@ impl MrailAv {
                 table: RwLock::new(Table::default()),
                 insert: Mutex::new(()),
                 connect_timeout,
+                lazy,
                 incomplete: Mutex::new(Vec::new()),
                 any_incomplete: AtomicBool::new(false),
             }),
@@ -236,6 +308,19 @@ impl MrailAv {
         let core = &*self.core;
         let _guard = core.insert.lock().unwrap_or_else(PoisonError::into_inner);
         let n = core.rails.len();
+        if core.lazy {
+            let mut table = core.table.write().unwrap_or_else(PoisonError::into_inner);
+            return addrs
+                .iter()
+                .map(|addr| {
+                    check_rails(addr, n)?;
+                    let earlier = table.earlier(addr);
+                    let entry =
+                        earlier.unwrap_or_else(|| Arc::new(PeerEntry::unused(addr.clone())));
+                    table.push(addr, entry)
+                })
+                .collect();
+        }
         let valid: Vec<bool> = addrs.iter().map(|a| a.len() == n).collect();
         let wanted: Vec<&MrailAddr> = addrs
             .iter()
@@ -282,15 +367,9 @@ impl MrailAv {
         let mut table = core.table.write().unwrap_or_else(PoisonError::into_inner);
         let mut k = 0;
         let mut out = Vec::with_capacity(addrs.len());
-        for (addr, ok) in addrs.iter().zip(valid) {
-            if !ok {
-                out.push(Err(Error::new(
-                    ErrorKind::Inval,
-                    format!(
-                        "mrail address vector: {addr} has {} rails, this domain has {n}",
-                        addr.len()
-                    ),
-                )));
+        for addr in addrs {
+            if let Err(e) = check_rails(addr, n) {
+                out.push(Err(e));
                 continue;
             }
             let mut rails = Vec::with_capacity(n);
@@ -321,28 +400,13 @@ impl MrailAv {
                 }
             }
             k += 1;
-            let index = table.entries.len();
-            let Ok(index32) = u32::try_from(index) else {
-                out.push(Err(Error::new(
-                    ErrorKind::NoMem,
-                    "mrail address vector: full",
-                )));
-                continue;
-            };
             match failed {
                 Some((_, e)) if rails.iter().all(Option::is_none) => {
                     table.entries.push(None);
                     out.push(Err(e));
                 }
                 _ => {
-                    // An address inserted before shares its entry, so that
-                    // every index of the peer sees each rail connect.
-                    let earlier = table
-                        .by_token
-                        .get(&addr.token())
-                        .and_then(|&i| table.entries.get(i as usize).cloned().flatten())
-                        .filter(|e| e.addr == *addr);
-                    let entry = match earlier {
+                    let entry = match table.earlier(addr) {
                         Some(e) => {
                             for (r, p) in rails.iter().enumerate() {
                                 if let Some(p) = p {
@@ -360,9 +424,7 @@ impl MrailAv {
                             .push(entry.clone());
                         core.any_incomplete.store(true, Ordering::Release);
                     }
-                    table.by_token.entry(addr.token()).or_insert(index32);
-                    table.entries.push(Some(entry));
-                    out.push(Ok(FiAddr(index as u64)));
+                    out.push(table.push(addr, entry));
                 }
             }
         }

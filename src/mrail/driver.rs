@@ -1458,6 +1458,10 @@ impl Driver {
             let Some(live) = self.peer_rails(&mut st, token, &entry) else {
                 return Err(no_rail_error());
             };
+            // Not past sends that wait for a rail, nor before one serves.
+            if live == 0 || st.waiting.iter().any(|w| w.entry.addr.token() == token) {
+                return Err(self.no_rail_now(&st, token));
+            }
             let rail = match st.chooser.choose(data.len() as u64, live) {
                 Some(RailChoice::One(r)) => r,
                 Some(RailChoice::All(mask)) => {
@@ -2547,7 +2551,7 @@ impl Driver {
             } else if live != 0 {
                 live.trailing_zeros() as usize
             } else {
-                return Err(no_rail_error());
+                return Err(self.no_rail_now(&st, peer.addr.token()));
             }
         };
         let frame = Frame::WriteData {
@@ -2562,13 +2566,16 @@ impl Driver {
 
     /// The rails an RMA operation of `len` bytes uses: the size policy's
     /// choice among the live rails, and for striping each rail's weight
-    /// ([`RailRates::weights`]); `None` when no rail is live.
-    pub(crate) fn rma_rails(&self, peer: &Arc<PeerEntry>, len: u64) -> Option<(u64, u64)> {
+    /// ([`RailRates::weights`]); `Again` while the peer's rails connect,
+    /// `Io` when no rail is left.
+    pub(crate) fn rma_rails(&self, peer: &Arc<PeerEntry>, len: u64) -> Result<(u64, u64)> {
         let mut st = relock(&self.state);
-        let live = self.peer_rails(&mut st, peer.addr.token(), peer)?;
-        match st.chooser.choose(len, live)? {
-            RailChoice::One(r) => Some((1 << r, 0)),
-            RailChoice::All(mask) => Some((mask, st.rates.weights(mask))),
+        let token = peer.addr.token();
+        let live = self.peer_rails(&mut st, token, peer).unwrap_or(0);
+        match st.chooser.choose(len, live) {
+            Some(RailChoice::One(r)) => Ok((1 << r, 0)),
+            Some(RailChoice::All(mask)) => Ok((mask, st.rates.weights(mask))),
+            None => Err(self.no_rail_now(&st, token)),
         }
     }
 
@@ -3321,10 +3328,42 @@ impl Driver {
     fn peer_rails(&self, st: &mut State, token: u64, entry: &Arc<PeerEntry>) -> Option<u64> {
         let live = st.live;
         let ps = st.peer(token, true)?;
-        if ps.entry.is_none() {
-            ps.entry = Some(entry.clone());
+        if ps.entry.is_some() {
+            return Some(ps.rails(live));
         }
-        Some(ps.rails(live))
+        ps.entry = Some(entry.clone());
+        self.first_use(st, entry);
+        st.peers.get(&token).map(|ps| ps.rails(live))
+    }
+
+    /// The driver meets `entry`'s peer for the first time: a peer of a
+    /// lazy address vector gets its rails connected now (`reconnect`
+    /// starts them at the next housekeeping).
+    fn first_use(&self, st: &mut State, entry: &Arc<PeerEntry>) {
+        if !entry.take_first_use() {
+            return;
+        }
+        let now = Instant::now();
+        for r in 0..self.rails.len() {
+            if entry.rail(r).is_none() {
+                self.want_connect(st, entry, r, now);
+            }
+        }
+        self.notify();
+    }
+
+    /// Why nothing can go to `entry`'s peer now: `Again` while one of its
+    /// rails is connecting or sends wait for one (the call is to be made
+    /// again after progress), else no rail is left.
+    fn no_rail_now(&self, st: &State, token: u64) -> Error {
+        let queued = st.waiting.iter().any(|w| w.entry.addr.token() == token);
+        if queued || self.rail_coming(st, token) {
+            return Error::new(
+                ErrorKind::Again,
+                format!("ofi_mrail: no rail serves peer {token:#x} yet (connecting)"),
+            );
+        }
+        no_rail_error()
     }
 
     /// The next rail of `usable` for a failover choice, in turn.
@@ -3929,6 +3968,7 @@ impl Driver {
             .and_then(|i| self.av.entry(i))?;
         let ps = st.peer(token, true)?;
         ps.entry = Some(entry.clone());
+        self.first_use(st, &entry);
         Some(entry)
     }
 

@@ -116,15 +116,16 @@
 //!   64 MiB of eager payload);
 //! * on each rail, the rail endpoint's connection to the peer (on the
 //!   soft engine a TCP connection per rail, made when the peer is
-//!   inserted), which is what costs most: kernel socket buffers.
+//!   inserted, or at its first use with `AvAttr::lazy_connect`), which is
+//!   what costs most: kernel socket buffers.
 //!
 //! The pools of control receives are per rail, not per peer (32 each), and
 //! a striped transfer's state lives only while it is in flight. So at
 //! 1,000 peers the mrail layer's own state is about 176 KB at rest and its
-//! resend logs stay bounded by the acknowledgement rule; what would have to
-//! change is the rails' connections: made lazily, on the first message to
-//! a peer instead of at insert, and closed when a peer has been idle, so
-//! that only the peers actually talked to hold sockets.
+//! resend logs stay bounded by the acknowledgement rule; what costs is the
+//! rails' connections. An address vector that connects at first use
+//! (`AvAttr::lazy_connect`) makes them only for the peers actually talked
+//! to; closing them when a peer has been idle is not done.
 
 mod addr;
 mod av;

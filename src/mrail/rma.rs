@@ -476,7 +476,7 @@ fn plan(
         .core
         .driver
         .rma_rails(peer, len)
-        .ok_or_else(|| Error::new(ErrorKind::Io, "ofi_mrail: RMA: no rail is left"))?;
+        .map_err(|e| Error::new(e.kind(), format!("RMA: {}", e.message())))?;
     let plan = StripePlan::from_weights(len, mask, weights)
         .or_else(|| StripePlan::from_mask(len, mask))
         .ok_or_else(|| Error::new(ErrorKind::Other, "ofi_mrail: RMA: no stripe plan"))?;

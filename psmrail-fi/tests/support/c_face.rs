@@ -170,6 +170,25 @@ pub(crate) fn enable_to_self(o: &Objects) -> sys::fi_addr_t {
     me
 }
 
+/// Posts with `post` until it is not `-FI_EAGAIN` (a peer's first use may
+/// answer that while its connection is made), reading `cq` in between to
+/// progress, as a libfabric program does; the call's answer.
+#[allow(dead_code)]
+pub(crate) fn post_again(cq: *mut sys::fid_cq, mut post: impl FnMut() -> isize) -> isize {
+    for _ in 0..2_000_000 {
+        let rc = post();
+        if rc != -(sys::FI_EAGAIN as isize) {
+            return rc;
+        }
+        let mut e = [sys::fi_cq_tagged_entry::default(); 1];
+        // SAFETY: room for one tagged entry; an entry read here would be
+        // lost, so this is for the first post only (nothing in flight).
+        let r = unsafe { (*(*cq).ops).read.unwrap()(cq, e.as_mut_ptr().cast(), 1) };
+        assert_eq!(r, -(sys::FI_EAGAIN as isize), "while retrying a post");
+    }
+    panic!("the post answered -FI_EAGAIN for 2,000,000 tries");
+}
+
 /// Reads `n` completions from `cq`, or the first error entry.
 pub(crate) fn completions(
     cq: *mut sys::fid_cq,
