@@ -2088,10 +2088,13 @@ fn learned_rates_come_from_the_first_parts_of_a_stream() {
         (1.9..3.1).contains(&ratio),
         "rail 1 is 2.5 x as fast as rail 0: {rates:?}"
     );
-    // Equal parts would give it 0.5; its share of the rates is 0.71.
+    // Equal parts would give it 0.5, its share of the rates (0.71 on an
+    // idle machine) what the rails reached: taking over the slow rail's
+    // last parts brings it at least half way there.
+    let ideal = rates[1] / (rates[0] + rates[1]);
     assert!(
-        first > 0.64,
-        "rail 1 took over the slow rail's last parts: its share {first}"
+        first > 0.5 + (ideal - 0.5) / 2.0,
+        "rail 1 took over the slow rail's last parts: its share {first}, of the rates {ideal:.3}"
     );
     // The next message is cut about 1:2.5 (weights 6 and 15).
     let us = carry(b, a, &[tagged(len, 5)]);
