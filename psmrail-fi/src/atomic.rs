@@ -86,6 +86,11 @@ fn bytes(count: usize, size: usize) -> FiResult<usize> {
 /// The call's vectors are null or valid for their element counts; the
 /// result's memory is the operation's until its completion.
 unsafe fn post(e: &EpObj, c: Call) -> FiResult<isize> {
+    // The `*msg` calls refuse FI_TRIGGER among their flags; the others
+    // follow the op flags.
+    if !matches!(c.want, Want::Flags(_)) && crate::trigger::asked(e.tx_op_flags()) {
+        return Err(crate::trigger::unsupported("an atomic operation"));
+    }
     let (ep, driver, selective) = e.driven()?;
     let RustEp::Psm(p) = &ep else {
         return Err(Errno::NOSYS);

@@ -30,6 +30,11 @@ unsafe impl Send for CntrObj {}
 unsafe impl Sync for CntrObj {}
 
 impl CntrObj {
+    /// The address of the counter's domain block.
+    pub(crate) fn domain_addr(&self) -> usize {
+        self.domain as usize
+    }
+
     pub(crate) fn rust(&self) -> crate::entry::FiResult<Counter> {
         obj::lock(&self.counter).clone().ok_or(Errno::INVAL)
     }

@@ -4,6 +4,11 @@
 //! them; the data path (`msg.rs`, `tagged.rs`) then posts operations with
 //! the application's context, whose completions reach the bound queues.
 //! Closing frees the psmrail endpoint and releases what it was bound to.
+//!
+//! `fi_ep_alias` (`FI_ALIAS`) makes another fid over the same endpoint
+//! that differs only in its op flags (fi_endpoint(3)): everything but the
+//! op flags is the parent's ([`EpObj::base`]), and the parent refuses to
+//! close (`-FI_EBUSY`) while an alias is open.
 
 use crate::av::{AvObj, RustAv};
 use crate::cntr::CntrObj;
@@ -12,7 +17,7 @@ use crate::domain::{DomainObj, RustDomain};
 use crate::drive::Driver;
 use crate::entry::{guard, Errno, FiResult};
 use crate::info::epid_bytes;
-use crate::obj::{self, fi_ops, FiOps, Table};
+use crate::obj::{self, fi_ops, Children, FiOps, Table};
 use crate::sys;
 use psmrail::engine::{OpBuffer, PostError};
 use psmrail::fabric::{Caps, CounterBind, CqBind, Endpoint, FiAddr, Info};
@@ -21,6 +26,7 @@ use psmrail::ops::{Claimed, MessageEndpoint, MultiPosted, Posted};
 use psmrail::reactor::SourceId;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The psmrail endpoint under a C one.
@@ -178,6 +184,15 @@ pub(crate) struct EpObj {
     pub(crate) claimed: Mutex<HashMap<u64, Claimed>>,
     /// The driver of RMA and atomics, made at the first (`drive.rs`).
     driver: Mutex<Option<(Arc<Driver>, SourceId)>>,
+    /// The endpoint this one is an alias of (`FI_ALIAS`), null for an
+    /// endpoint of its own.
+    parent: *const EpObj,
+    /// Open aliases of this endpoint.
+    aliases: Children,
+    /// Whether a triggered operation was deferred on it (`trigger.rs`):
+    /// its close then runs a progress round, which cancels those still
+    /// waiting.
+    pub(crate) triggered: AtomicBool,
 }
 
 // SAFETY: the domain pointer and the bound objects' addresses are kept
@@ -188,10 +203,40 @@ unsafe impl Send for EpObj {}
 unsafe impl Sync for EpObj {}
 
 impl EpObj {
+    /// The endpoint that holds the state: the parent of an alias, else
+    /// this one.
+    pub(crate) fn base(&self) -> &EpObj {
+        // SAFETY: a parent is a kept block (never freed) of an `EpObj`.
+        unsafe { self.parent.as_ref() }.unwrap_or(self)
+    }
+
+    /// The address of the endpoint's domain block (a counter given to a
+    /// triggered operation must be of the same domain).
+    pub(crate) fn domain_addr(&self) -> usize {
+        self.base().domain as usize
+    }
+
+    /// The psmrail domain of the endpoint's domain.
+    pub(crate) fn domain_rust(&self) -> FiResult<RustDomain> {
+        // SAFETY: the domain block is kept for the process.
+        unsafe { &*self.base().domain }.rust()
+    }
+
+    /// `-FI_EINVAL` for a closed alias (its kept block still leads to the
+    /// parent).
+    fn check_alias(&self) -> FiResult<()> {
+        if !self.parent.is_null() && !obj::is_live(self as *const EpObj as usize, sys::FI_CLASS_EP)
+        {
+            return Err(Errno::INVAL);
+        }
+        Ok(())
+    }
+
     /// The enabled psmrail endpoint: `-FI_EOPBADSTATE` before `fi_enable`,
     /// `-FI_EINVAL` after close.
     pub(crate) fn rust(&self) -> FiResult<RustEp> {
-        match &*obj::lock(&self.state) {
+        self.check_alias()?;
+        match &*obj::lock(&self.base().state) {
             State::Enabled(ep, _) => Ok(ep.clone()),
             State::Binding(_) => Err(Errno::OPBADSTATE),
             State::Closed => Err(Errno::INVAL),
@@ -201,7 +246,7 @@ impl EpObj {
     /// Records a posted receive for `fi_cancel`.
     pub(crate) fn remember(&self, ctx: u64, p: AnyPosted) {
         if ctx != 0 {
-            obj::lock(&self.posted).insert(ctx, p);
+            obj::lock(&self.base().posted).insert(ctx, p);
         }
     }
 
@@ -216,13 +261,18 @@ impl EpObj {
 
     /// The endpoint's capabilities (`FI_DIRECTED_RECV` honours sources).
     pub(crate) fn caps(&self) -> Caps {
-        self.info.caps
+        self.base().info.caps
     }
 
     /// The enabled endpoint, its driver of RMA and atomics (`drive.rs`),
     /// and whether its transmit CQ reports only operations asking for a
     /// completion (`FI_SELECTIVE_COMPLETION`).
     pub(crate) fn driven(&self) -> FiResult<(RustEp, Arc<Driver>, bool)> {
+        let base = self.base();
+        if !std::ptr::eq(base, self) {
+            self.check_alias()?;
+            return base.driven();
+        }
         let (ep, tx) = match &*obj::lock(&self.state) {
             State::Enabled(ep, binds) => (
                 ep.clone(),
@@ -335,6 +385,9 @@ pub(crate) unsafe extern "C" fn open2(
                 min_multi_recv: Mutex::new(0),
                 claimed: Mutex::new(HashMap::new()),
                 driver: Mutex::new(None),
+                parent: std::ptr::null(),
+                aliases: Children::default(),
+                triggered: AtomicBool::new(false),
             },
             sys::FI_CLASS_EP,
         );
@@ -356,7 +409,8 @@ unsafe extern "C" fn bind(fid: *mut sys::fid, bfid: *mut sys::fid, flags: u64) -
     guard("fi_ep_bind", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
-        if bfid.is_null() {
+        if bfid.is_null() || !e.parent.is_null() {
+            // An alias binds nothing: its parent's bindings are its own.
             return Err(Errno::INVAL);
         }
         let class = obj::class_of(bfid as usize).ok_or(Errno::INVAL)?;
@@ -512,7 +566,9 @@ unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_voi
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
         match command as u32 {
-            sys::FI_ENABLE => enable(e).map(|()| 0),
+            sys::FI_ENABLE => enable(e.base()).map(|()| 0),
+            // SAFETY: FI_ALIAS takes a `struct fi_alias` (null refused).
+            sys::FI_ALIAS => unsafe { alias(e, arg.cast()) }.map(|()| 0),
             sys::FI_GETOPSFLAG | sys::FI_SETOPSFLAG => {
                 let p = arg.cast::<u64>();
                 if p.is_null() {
@@ -542,11 +598,76 @@ unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_voi
     })
 }
 
+/// `FI_ALIAS`: a new fid over `e`'s endpoint whose transmit or receive op
+/// flags (the one `FI_TRANSMIT` or `FI_RECV` in `fi_alias.flags` names)
+/// are the rest of those flags; the other side's are `e`'s.
+///
+/// # Safety
+/// `arg` is null or a valid `struct fi_alias` whose `fid` is null or
+/// writable.
+unsafe fn alias(e: &EpObj, arg: *mut sys::fi_alias) -> FiResult<()> {
+    // SAFETY: the caller's promise.
+    let a = unsafe { arg.as_ref() }.ok_or(Errno::INVAL)?;
+    if a.fid.is_null() {
+        return Err(Errno::INVAL);
+    }
+    let (tx, rx) = ((sys::FI_TRANSMIT as u64), (sys::FI_RECV as u64));
+    let dir = a.flags & (tx | rx);
+    if dir != tx && dir != rx {
+        // fi_endpoint(3): one of the two, not both.
+        return Err(Errno::INVAL);
+    }
+    let base = e.base();
+    if matches!(&*obj::lock(&base.state), State::Closed) {
+        return Err(Errno::INVAL);
+    }
+    let (mut txf, mut rxf) = *obj::lock(&e.op_flags);
+    if dir == tx {
+        txf = a.flags & !dir;
+    } else {
+        rxf = a.flags & !dir;
+    }
+    base.aliases.add();
+    let o = obj::make(
+        EpObj {
+            fid: sys::fid_ep {
+                fid: obj::fid_header(sys::FI_CLASS_EP, base.fid.fid.context, &EP_FI_OPS),
+                ..base.fid
+            },
+            domain: base.domain,
+            info: base.info.clone(),
+            state: Mutex::new(State::Closed),
+            posted: Mutex::new(HashMap::new()),
+            op_flags: Mutex::new((txf, rxf)),
+            min_multi_recv: Mutex::new(0),
+            claimed: Mutex::new(HashMap::new()),
+            driver: Mutex::new(None),
+            parent: base,
+            aliases: Children::default(),
+            triggered: AtomicBool::new(false),
+        },
+        sys::FI_CLASS_EP,
+    );
+    // SAFETY: checked non-null; writable by the contract.
+    unsafe { *a.fid = o.cast() };
+    Ok(())
+}
+
 unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     guard("fi_close(ep)", || {
         crate::entry::without_sigpipe(|| {
             // SAFETY: EpObj is the block type of FI_CLASS_EP.
             let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+            if !e.parent.is_null() {
+                // An alias: only its fid goes.
+                e.base().aliases.remove();
+                obj::retire(fid as usize);
+                return Ok(0);
+            }
+            if e.aliases.any() {
+                // fi_endpoint(3): every alias closes before its endpoint.
+                return Err(Errno::BUSY);
+            }
             let old = std::mem::replace(&mut *obj::lock(&e.state), State::Closed);
             obj::lock(&e.posted).clear();
             obj::lock(&e.claimed).clear();
@@ -560,6 +681,9 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
                         RustEp::Psm(ep) => ep.close(),
                         RustEp::Mrail(ep) => ep.close(),
                     };
+                    if e.triggered.load(Ordering::Acquire) {
+                        crate::trigger::cancel_waiting(e);
+                    }
                     if let Some(av) = binds.av {
                         if let Ok(a) = live::<AvObj>(av, sys::FI_CLASS_AV) {
                             a.children.remove();
@@ -598,7 +722,7 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
 unsafe extern "C" fn cancel(fid: *mut sys::fid, context: *mut c_void) -> isize {
     guard("fi_cancel", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+        let e: &EpObj = unsafe { obj::cast::<EpObj>(fid, sys::FI_CLASS_EP)? }.base();
         let ep = e.rust()?;
         let Some(p) = obj::lock(&e.posted).remove(&(context as u64)) else {
             return Err(Errno::NOENT);
@@ -620,7 +744,7 @@ unsafe extern "C" fn getopt(
 ) -> c_int {
     guard("fi_getopt", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+        let e: &EpObj = unsafe { obj::cast::<EpObj>(fid, sys::FI_CLASS_EP)? }.base();
         if level as u32 != sys::FI_OPT_ENDPOINT {
             return Err(Errno(sys::FI_ENOPROTOOPT));
         }
@@ -656,7 +780,7 @@ unsafe extern "C" fn setopt(
 ) -> c_int {
     guard("fi_setopt", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+        let e: &EpObj = unsafe { obj::cast::<EpObj>(fid, sys::FI_CLASS_EP)? }.base();
         if level as u32 != sys::FI_OPT_ENDPOINT {
             return Err(Errno(sys::FI_ENOPROTOOPT));
         }
@@ -699,7 +823,7 @@ unsafe extern "C" fn rx_ctx(
 unsafe extern "C" fn rx_size_left(ep: *mut sys::fid_ep) -> isize {
     guard("fi_rx_size_left", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::block(ep)? };
+        let e: &EpObj = unsafe { obj::block::<EpObj, _>(ep)? }.base();
         e.rust()?;
         Ok(e.info.rx_attr.size as isize)
     })
@@ -708,7 +832,7 @@ unsafe extern "C" fn rx_size_left(ep: *mut sys::fid_ep) -> isize {
 unsafe extern "C" fn tx_size_left(ep: *mut sys::fid_ep) -> isize {
     guard("fi_tx_size_left", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::block(ep)? };
+        let e: &EpObj = unsafe { obj::block::<EpObj, _>(ep)? }.base();
         e.rust()?;
         Ok(e.info.tx_attr.size as isize)
     })
@@ -722,7 +846,7 @@ unsafe extern "C" fn setname(_: *mut sys::fid, _: *mut c_void, _: usize) -> c_in
 unsafe extern "C" fn getname(fid: *mut sys::fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     guard("fi_getname", || {
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
-        let e: &EpObj = unsafe { obj::cast(fid, sys::FI_CLASS_EP)? };
+        let e: &EpObj = unsafe { obj::cast::<EpObj>(fid, sys::FI_CLASS_EP)? }.base();
         if addrlen.is_null() {
             return Err(Errno::INVAL);
         }

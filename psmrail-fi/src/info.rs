@@ -337,10 +337,9 @@ fn source_record(bytes: &[u8]) -> Option<SourceRecord> {
     (rec.magic == SourceRecord::MAGIC).then_some(rec)
 }
 
-/// The capabilities the C face carries so far: messages, tagged messages,
-/// RMA, atomics, multi-receive buffers and directed receives. Triggered
-/// operations are psmrail's but not yet this library's: hints asking for
-/// them get `-FI_ENODATA`, and answers leave them out.
+/// The capabilities the C face carries: messages, tagged messages, RMA,
+/// atomics, multi-receive buffers, directed receives and triggered
+/// operations (`trigger.rs`).
 pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::TAGGED)
     .union(RMA_CAPS)
@@ -351,14 +350,20 @@ pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::REMOTE_COMM)
     .union(Caps::MULTI_RECV)
-    .union(Caps::DIRECTED_RECV);
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::TRIGGER);
 
 /// What the C face carries for `which`: ofi_mrail's Rust endpoint has no
-/// multi-receive, and its directed receives have no context-posted form.
+/// multi-receive and no triggered operations, and its directed receives
+/// have no context-posted form.
 pub(crate) fn c_face_caps(which: Which) -> Caps {
     match which {
         Which::Psm => C_FACE_CAPS,
-        Which::Mrail => C_FACE_CAPS.difference(Caps::MULTI_RECV.union(Caps::DIRECTED_RECV)),
+        Which::Mrail => C_FACE_CAPS.difference(
+            Caps::MULTI_RECV
+                .union(Caps::DIRECTED_RECV)
+                .union(Caps::TRIGGER),
+        ),
     }
 }
 

@@ -24,7 +24,9 @@
 //!   `mr`, `ep`; the data path in `msg`, `tagged`, `rma` and `atomic` over
 //!   `cbuf` (application memory as operation buffers), with `multi_recv`
 //!   (`FI_MULTI_RECV`), `peek` (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) and
-//!   `drive` reporting the completions of RMA and atomic futures.
+//!   `drive` reporting the completions of RMA and atomic futures, and
+//!   `trigger` (`FI_TRIGGER`) deferring operations until a counter's
+//!   threshold.
 
 #[cfg(libfabric)]
 mod atomic;
@@ -68,6 +70,8 @@ mod rma;
 pub mod sys;
 #[cfg(libfabric)]
 mod tagged;
+#[cfg(libfabric)]
+mod trigger;
 
 #[cfg(libfabric)]
 pub use provider::{provider, Which, API_VERSION, PROVIDER_VERSION};

@@ -4,13 +4,15 @@
 //! ([`crate::cbuf`]). Endpoints carry one iovec per operation
 //! (`iov_limit` 1); remote CQ data is not psm's (`-FI_ENOSYS`). Receives
 //! honour `FI_MULTI_RECV` (`multi_recv.rs`) and, on endpoints with
-//! `FI_DIRECTED_RECV`, their source address.
+//! `FI_DIRECTED_RECV`, their source address. `FI_TRIGGER` defers an
+//! operation until a counter's threshold (`trigger.rs`).
 
 use crate::cbuf::op_buffer;
 use crate::entry::{guard, Errno, FiResult};
 use crate::ep::EpObj;
 use crate::obj::{self, Table};
 use crate::sys;
+use crate::trigger::{self, Op};
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{Caps, FiAddr};
 use std::ffi::c_void;
@@ -115,6 +117,19 @@ unsafe fn receive(
     ctx: u64,
 ) -> FiResult<isize> {
     let rep = e.rust()?;
+    if trigger::asked(flags) {
+        if flags & sys::FI_MULTI_RECV as u64 != 0 {
+            return Err(trigger::unsupported("a multi-receive buffer"));
+        }
+        if directed(e, src).is_some() {
+            return Err(trigger::unsupported("a directed receive"));
+        }
+        // SAFETY: the caller's promise: the buffer is the operation's until
+        // its completion.
+        let b = unsafe { op_buffer(ptr, len) };
+        // SAFETY: the fi_trigger(3) contract for the context.
+        return unsafe { trigger::defer(e, Op::Recv, b, ctx as *mut c_void) };
+    }
     if flags & sys::FI_MULTI_RECV as u64 != 0 {
         // SAFETY: the caller's promise.
         return unsafe { crate::multi_recv::post(e, &rep, ptr, len, ctx) };
@@ -197,7 +212,7 @@ unsafe extern "C" fn recvmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, flag
         let e: &EpObj = unsafe { obj::block(ep)? };
         // SAFETY: null or a valid message (the contract).
         let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
-        if flags & !(MSG_FLAGS | sys::FI_MULTI_RECV as u64) != 0 {
+        if flags & !(MSG_FLAGS | trigger::FLAG | sys::FI_MULTI_RECV as u64) != 0 {
             return Err(Errno::BADFLAGS);
         }
         // SAFETY: the message's iovecs (the contract).
@@ -222,16 +237,20 @@ unsafe extern "C" fn send(
         if buf.is_null() && len > 0 {
             return Err(Errno::INVAL);
         }
-        if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
+        let b = if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
             // SAFETY: the fi_send contract.
-            let data = unsafe { slice(buf, len)? }.to_vec();
-            rep.post_send(FiAddr(dest_addr), data.into(), context as u64)?;
-            return Ok(0);
+            unsafe { slice(buf, len)? }.to_vec().into()
+        } else {
+            // SAFETY: the fi_send contract: the buffer stays untouched
+            // until the completion (the engine only reads it).
+            unsafe { op_buffer(buf.cast_mut().cast(), len) }
+        };
+        let dest = FiAddr(dest_addr);
+        if trigger::asked(e.tx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::Send { dest }, b, context) };
         }
-        // SAFETY: the fi_send contract: the buffer stays untouched until
-        // the completion (the engine only reads it).
-        let b = unsafe { op_buffer(buf.cast_mut().cast(), len) };
-        rep.post_send(FiAddr(dest_addr), b, context as u64)?;
+        rep.post_send(dest, b, context as u64)?;
         Ok(0)
     })
 }
@@ -250,7 +269,12 @@ unsafe extern "C" fn sendv(
         let rep = e.rust()?;
         // SAFETY: the fi_sendv contract.
         let b = unsafe { iov_buffer(iov, count)? };
-        rep.post_send(FiAddr(dest_addr), b, context as u64)?;
+        let dest = FiAddr(dest_addr);
+        if trigger::asked(e.tx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::Send { dest }, b, context) };
+        }
+        rep.post_send(dest, b, context as u64)?;
         Ok(0)
     })
 }
@@ -265,7 +289,7 @@ unsafe extern "C" fn sendmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, flag
         if flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
             return Err(Errno::NOSYS);
         }
-        if flags & !MSG_FLAGS != 0 {
+        if flags & !(MSG_FLAGS | trigger::FLAG) != 0 {
             return Err(Errno::BADFLAGS);
         }
         let b = if flags & sys::FI_INJECT as u64 != 0 {
@@ -275,7 +299,12 @@ unsafe extern "C" fn sendmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, flag
             // SAFETY: as above.
             unsafe { iov_buffer(m.msg_iov, m.iov_count)? }
         };
-        rep.post_send(FiAddr(m.addr), b, m.context as u64)?;
+        let dest = FiAddr(m.addr);
+        if trigger::asked(flags) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::Send { dest }, b, m.context) };
+        }
+        rep.post_send(dest, b, m.context as u64)?;
         Ok(0)
     })
 }
@@ -290,6 +319,9 @@ unsafe extern "C" fn inject(
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
         let rep = e.rust()?;
+        if trigger::asked(e.tx_op_flags()) {
+            return Err(trigger::unsupported("an inject (it has no context)"));
+        }
         if len > rep.inject_size() {
             return Err(Errno::MSGSIZE);
         }

@@ -50,7 +50,7 @@ pub(crate) unsafe fn trecvmsg(e: &EpObj, m: &sys::fi_msg_tagged, flags: u64) -> 
             return Err(Errno::INVAL);
         }
         if let Some(c) = ep.post_tpeek(m.tag, m.ignore, peek, ctx)? {
-            obj::lock(&e.claimed).insert(ctx, c);
+            obj::lock(&e.base().claimed).insert(ctx, c);
         }
         return Ok(0);
     }
@@ -60,7 +60,9 @@ pub(crate) unsafe fn trecvmsg(e: &EpObj, m: &sys::fi_msg_tagged, flags: u64) -> 
     }
     // SAFETY: the caller's promise.
     let (ptr, len) = unsafe { iov_parts(m.msg_iov, m.iov_count)? };
-    let claimed = obj::lock(&e.claimed).remove(&ctx).ok_or(Errno::INVAL)?;
+    let claimed = obj::lock(&e.base().claimed)
+        .remove(&ctx)
+        .ok_or(Errno::INVAL)?;
     if discard {
         ep.discard_claimed(claimed, ctx);
         return Ok(0);

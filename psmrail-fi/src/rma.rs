@@ -10,6 +10,8 @@
 //! `FI_RMA | FI_READ` or `FI_RMA | FI_WRITE` (`drive.rs`); injects report
 //! none. A key the target does not know, a range past a region's end or a
 //! missing access right is an error completion (`FI_EACCES`).
+//! `FI_TRIGGER` defers a write or read until a counter's threshold
+//! (`trigger.rs`).
 
 use crate::cbuf::op_buffer;
 use crate::drive::{OpFuture, Report};
@@ -18,6 +20,7 @@ use crate::ep::{EpObj, RustEp};
 use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
 use crate::obj::{self, Table};
 use crate::sys;
+use crate::trigger::{self, Op};
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{CompletionFlags, FiAddr};
 use psmrail::ops::RmaIov;
@@ -90,6 +93,13 @@ fn post(
     context: *mut c_void,
     want: Want,
 ) -> FiResult<isize> {
+    let flags = match want {
+        Want::Flags(f) => f,
+        Want::Default | Want::Never => e.tx_op_flags(),
+    };
+    if trigger::asked(flags) {
+        return triggered(e, dir, dest, buf, remote, data, context, want);
+    }
     let (ep, driver, selective) = e.driven()?;
     let dest = FiAddr(dest);
     let (failed, future) = match (&ep, dir) {
@@ -110,6 +120,44 @@ fn post(
     };
     driver.post(future, failed, report)?;
     Ok(0)
+}
+
+/// [`post`] with `FI_TRIGGER` (`trigger.rs`): one remote range as long as
+/// the buffer, no remote CQ data, a context.
+#[allow(clippy::too_many_arguments)]
+fn triggered(
+    e: &EpObj,
+    dir: Dir,
+    dest: sys::fi_addr_t,
+    buf: OpBuffer,
+    remote: &[RmaIov],
+    data: Option<u64>,
+    context: *mut c_void,
+    want: Want,
+) -> FiResult<isize> {
+    if matches!(want, Want::Never) {
+        return Err(trigger::unsupported("an RMA inject (it has no context)"));
+    }
+    if data.is_some() {
+        return Err(trigger::unsupported("an RMA write with remote CQ data"));
+    }
+    let [r] = remote else {
+        return Err(trigger::unsupported(
+            "an RMA operation on several remote ranges",
+        ));
+    };
+    if r.len != buf.len() as u64 {
+        return Err(Errno::INVAL);
+    }
+    let (dest, offset, key) = (FiAddr(dest), r.offset, r.key);
+    let op = match dir {
+        Dir::Write => Op::Write { dest, offset, key },
+        Dir::Read => Op::Read { dest, offset, key },
+    };
+    // SAFETY: `context` is the call's, which fi_trigger(3) makes a
+    // `struct fi_triggered_context` when the call asks for FI_TRIGGER;
+    // the buffer is the operation's as for the untriggered call.
+    unsafe { trigger::defer(e, op, buf, context) }
 }
 
 /// The one remote range of the short calls: as long as the local buffer.
@@ -160,8 +208,8 @@ unsafe fn remote_ranges(iov: *const sys::fi_rma_iov, count: usize) -> FiResult<V
 
 /// The flags `fi_writemsg` accepts (`fi_readmsg`: without `FI_INJECT` and
 /// `FI_REMOTE_CQ_DATA`).
-const WRITE_FLAGS: u64 = MSG_FLAGS | sys::FI_REMOTE_CQ_DATA as u64;
-const READ_FLAGS: u64 = MSG_FLAGS & !(sys::FI_INJECT as u64);
+const WRITE_FLAGS: u64 = MSG_FLAGS | trigger::FLAG | sys::FI_REMOTE_CQ_DATA as u64;
+const READ_FLAGS: u64 = (MSG_FLAGS | trigger::FLAG) & !(sys::FI_INJECT as u64);
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn read(

@@ -3,7 +3,8 @@
 //! buffers and flags). Peeking (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) is
 //! `peek.rs`'s; remote CQ data is `-FI_ENOSYS`. Tagged receives take any
 //! source: psm cannot direct them (`FI_DIRECTED_RECV` comes without
-//! `FI_TAGGED`, fi_psm(7)).
+//! `FI_TAGGED`, fi_psm(7)). `FI_TRIGGER` defers an operation until a
+//! counter's threshold (`trigger.rs`).
 
 use crate::cbuf::op_buffer;
 use crate::entry::{guard, Errno};
@@ -11,6 +12,7 @@ use crate::ep::EpObj;
 use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
 use crate::obj::{self, Table};
 use crate::sys;
+use crate::trigger::{self, Op};
 use psmrail::fabric::FiAddr;
 use std::ffi::c_void;
 
@@ -47,6 +49,10 @@ unsafe extern "C" fn trecv(
         }
         // SAFETY: the fi_trecv contract.
         let b = unsafe { op_buffer(buf.cast(), len) };
+        if trigger::asked(e.rx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::TRecv { tag, ignore }, b, context) };
+        }
         let p = rep.post_trecv(b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
         Ok(0)
@@ -70,6 +76,10 @@ unsafe extern "C" fn trecvv(
         let rep = e.rust()?;
         // SAFETY: the fi_trecvv contract.
         let b = unsafe { iov_buffer(iov, count)? };
+        if trigger::asked(e.rx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::TRecv { tag, ignore }, b, context) };
+        }
         let p = rep.post_trecv(b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
         Ok(0)
@@ -87,10 +97,24 @@ unsafe extern "C" fn trecvmsg(
         let rep = e.rust()?;
         // SAFETY: null or a valid message (the contract).
         let m = unsafe { msg.as_ref() }.ok_or(Errno::INVAL)?;
-        if flags & !(MSG_FLAGS | crate::peek::PEEK_FLAGS) != 0 {
+        if flags & !(MSG_FLAGS | trigger::FLAG | crate::peek::PEEK_FLAGS) != 0 {
             return Err(Errno::BADFLAGS);
         }
-        if flags & crate::peek::PEEK_FLAGS != 0 {
+        let peek = flags & crate::peek::PEEK_FLAGS != 0;
+        if trigger::asked(flags) {
+            if peek {
+                return Err(trigger::unsupported("a peek or a claimed receive"));
+            }
+            // SAFETY: the message's iovecs (the contract).
+            let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };
+            let op = Op::TRecv {
+                tag: m.tag,
+                ignore: m.ignore,
+            };
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, op, b, m.context) };
+        }
+        if peek {
             // SAFETY: a valid message (the contract).
             return unsafe { crate::peek::trecvmsg(e, m, flags) };
         }
@@ -120,16 +144,20 @@ unsafe extern "C" fn tsend(
         if buf.is_null() && len > 0 {
             return Err(Errno::INVAL);
         }
-        if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
+        let b = if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
             // SAFETY: the fi_tsend contract.
-            let data = unsafe { slice(buf, len)? }.to_vec();
-            rep.post_tsend(FiAddr(dest_addr), tag, data.into(), context as u64)?;
-            return Ok(0);
+            unsafe { slice(buf, len)? }.to_vec().into()
+        } else {
+            // SAFETY: the fi_tsend contract: the buffer stays untouched
+            // until the completion (the engine only reads it).
+            unsafe { op_buffer(buf.cast_mut().cast(), len) }
+        };
+        let dest = FiAddr(dest_addr);
+        if trigger::asked(e.tx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::TSend { dest, tag }, b, context) };
         }
-        // SAFETY: the fi_tsend contract: the buffer stays untouched until
-        // the completion (the engine only reads it).
-        let b = unsafe { op_buffer(buf.cast_mut().cast(), len) };
-        rep.post_tsend(FiAddr(dest_addr), tag, b, context as u64)?;
+        rep.post_tsend(dest, tag, b, context as u64)?;
         Ok(0)
     })
 }
@@ -150,7 +178,12 @@ unsafe extern "C" fn tsendv(
         let rep = e.rust()?;
         // SAFETY: the fi_tsendv contract.
         let b = unsafe { iov_buffer(iov, count)? };
-        rep.post_tsend(FiAddr(dest_addr), tag, b, context as u64)?;
+        let dest = FiAddr(dest_addr);
+        if trigger::asked(e.tx_op_flags()) {
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, Op::TSend { dest, tag }, b, context) };
+        }
+        rep.post_tsend(dest, tag, b, context as u64)?;
         Ok(0)
     })
 }
@@ -169,7 +202,7 @@ unsafe extern "C" fn tsendmsg(
         if flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 {
             return Err(Errno::NOSYS);
         }
-        if flags & !MSG_FLAGS != 0 {
+        if flags & !(MSG_FLAGS | trigger::FLAG) != 0 {
             return Err(Errno::BADFLAGS);
         }
         let b = if flags & sys::FI_INJECT as u64 != 0 {
@@ -179,7 +212,13 @@ unsafe extern "C" fn tsendmsg(
             // SAFETY: as above.
             unsafe { iov_buffer(m.msg_iov, m.iov_count)? }
         };
-        rep.post_tsend(FiAddr(m.addr), m.tag, b, m.context as u64)?;
+        let dest = FiAddr(m.addr);
+        if trigger::asked(flags) {
+            let op = Op::TSend { dest, tag: m.tag };
+            // SAFETY: the fi_trigger(3) contract for the context.
+            return unsafe { trigger::defer(e, op, b, m.context) };
+        }
+        rep.post_tsend(dest, m.tag, b, m.context as u64)?;
         Ok(0)
     })
 }
@@ -195,6 +234,9 @@ unsafe extern "C" fn tinject(
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
         let rep = e.rust()?;
+        if trigger::asked(e.tx_op_flags()) {
+            return Err(trigger::unsupported("an inject (it has no context)"));
+        }
         if len > rep.inject_size() {
             return Err(Errno::MSGSIZE);
         }

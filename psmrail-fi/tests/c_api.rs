@@ -70,7 +70,7 @@ fn getinfo_refuses_bad_input() {
     // Capabilities the C face does not carry, and a foreign address format.
     let h = tagged_hints();
     // SAFETY: our hints.
-    unsafe { (*h).caps |= sys::FI_TRIGGER as u64 };
+    unsafe { (*h).caps |= sys::FI_MULTICAST as u64 };
     assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
     // SAFETY: our hints.
     unsafe {
@@ -1064,4 +1064,464 @@ fn atomics_fetch_in_place_and_refuse_what_psm_does_not_carry() {
     assert_eq!(u64::from_ne_bytes(old), 40);
     assert_eq!(u64::from_ne_bytes(target), 42);
     close_objects(o, &[mr]);
+}
+
+/// A counter of `o`'s domain.
+fn cntr_open(o: &Objects) -> *mut sys::fid_cntr {
+    let mut c = null_mut();
+    let mut attr = sys::fi_cntr_attr::default();
+    // SAFETY: our domain's table with a valid attribute structure.
+    let rc =
+        unsafe { (*(*o.domain).ops).cntr_open.unwrap()(o.domain, &mut attr, &mut c, null_mut()) };
+    assert_eq!(rc, 0);
+    c
+}
+
+fn cntr_add(c: *mut sys::fid_cntr, v: u64) {
+    // SAFETY: an open counter of ours.
+    assert_eq!(unsafe { (*(*c).ops).add.unwrap()(c, v) }, 0);
+}
+
+fn cntr_read(c: *mut sys::fid_cntr) -> u64 {
+    // SAFETY: an open counter of ours.
+    unsafe { (*(*c).ops).read.unwrap()(c) }
+}
+
+/// A triggered context: `threshold` of `cntr`.
+fn trig(cntr: *mut sys::fid_cntr, threshold: usize) -> Box<sys::fi_triggered_context> {
+    // SAFETY: a plain C structure, for which zero bytes are valid.
+    let mut t: Box<sys::fi_triggered_context> = Box::new(unsafe { std::mem::zeroed() });
+    t.event_type = sys::FI_TRIGGER_THRESHOLD;
+    t.trigger.threshold = sys::fi_trigger_threshold { cntr, threshold };
+    t
+}
+
+fn trig_ptr(t: &mut sys::fi_triggered_context) -> *mut c_void {
+    (t as *mut sys::fi_triggered_context).cast()
+}
+
+/// `fi_tsendmsg` of `data` to `dest` with `tag`, `ctx` and `flags`.
+fn tsendmsg(
+    ep: *mut sys::fid_ep,
+    data: &[u8],
+    dest: sys::fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+    flags: u64,
+) -> isize {
+    let iov = sys::iovec {
+        iov_base: data.as_ptr().cast_mut().cast(),
+        iov_len: data.len(),
+    };
+    let msg = sys::fi_msg_tagged {
+        msg_iov: &iov,
+        iov_count: 1,
+        addr: dest,
+        tag,
+        context: ctx,
+        ..Default::default()
+    };
+    // SAFETY: our endpoint's tagged table; the data and context outlive
+    // the operation (the callers read its completion first).
+    unsafe { (*(*ep).tagged).sendmsg.unwrap()(ep, &msg, flags) }
+}
+
+/// `fi_trecv` of `buf` for exactly `tag`.
+fn trecv(ep: *mut sys::fid_ep, buf: &mut [u8], tag: u64, ctx: *mut c_void) -> isize {
+    // SAFETY: our endpoint's tagged table; the buffer and context outlive
+    // the operation.
+    unsafe {
+        (*(*ep).tagged).recv.unwrap()(
+            ep,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            null_mut(),
+            sys::FI_ADDR_NOTAVAIL,
+            tag,
+            0,
+            ctx,
+        )
+    }
+}
+
+/// `fi_write` of `data` to offset `addr` of the region `key` at `dest`.
+fn write(
+    ep: *mut sys::fid_ep,
+    data: &[u8],
+    dest: sys::fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: our endpoint's RMA table; the data and context outlive the
+    // operation.
+    unsafe {
+        (*(*ep).rma).write.unwrap()(
+            ep,
+            data.as_ptr().cast(),
+            data.len(),
+            null_mut(),
+            dest,
+            addr,
+            key,
+            ctx,
+        )
+    }
+}
+
+/// `fi_ep_alias` of `ep` with `flags`.
+fn ep_alias(ep: *mut sys::fid_ep, flags: u64) -> Result<*mut sys::fid_ep, c_int> {
+    let mut alias: *mut sys::fid_ep = null_mut();
+    let mut a = sys::fi_alias {
+        fid: (&mut alias as *mut *mut sys::fid_ep).cast(),
+        flags,
+    };
+    // SAFETY: our endpoint's control with a valid fi_alias.
+    let rc = unsafe {
+        (*(*ep).fid.ops).control.unwrap()(
+            &mut (*ep).fid,
+            sys::FI_ALIAS as c_int,
+            (&mut a as *mut sys::fi_alias).cast(),
+        )
+    };
+    if rc == 0 {
+        Ok(alias)
+    } else {
+        Err(rc)
+    }
+}
+
+/// Many reads of `o`'s CQ (each a progress round) find nothing.
+fn quiet(o: &Objects) {
+    for _ in 0..2000 {
+        let mut e = sys::fi_cq_tagged_entry::default();
+        // SAFETY: room for one tagged entry.
+        let n = unsafe {
+            (*(*o.cq).ops).read.unwrap()(o.cq, (&mut e as *mut sys::fi_cq_tagged_entry).cast(), 1)
+        };
+        assert_eq!(n, -(sys::FI_EAGAIN as isize), "a completion came: {e:?}");
+    }
+}
+
+const TRIGGER: u64 = sys::FI_TRIGGER as u64;
+
+#[test]
+fn trigger_fires_a_send_and_a_write_once_at_the_threshold() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_RMA | sys::FI_TRIGGER) as u64);
+    // SAFETY: the info we opened with.
+    let caps = unsafe { (*o.info).caps };
+    assert_ne!(caps & TRIGGER, 0, "psm offers FI_TRIGGER");
+    let writes = cntr_open(&o);
+    assert_eq!(ep_bind(o.ep, writes.cast(), sys::FI_WRITE as u64), 0);
+    let me = enable_to_self(&o);
+    let gate = cntr_open(&o);
+
+    // A triggered tagged send at 2 of `gate`: nothing moves before.
+    let data = *b"triggered";
+    let mut tctx = trig(gate, 2);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 5, trig_ptr(&mut tctx), TRIGGER),
+        0
+    );
+    let mut got = [0u8; 16];
+    let mut rctx = sys::fi_context::default();
+    assert_eq!(trecv(o.ep, &mut got, 5, ctx_ptr(&mut rctx)), 0);
+    quiet(&o);
+    cntr_add(gate, 1);
+    quiet(&o);
+    cntr_add(gate, 1);
+    let c = completions(o.cq, 2).expect("the send and its receive");
+    let send = c
+        .iter()
+        .find(|e| e.flags & sys::FI_SEND as u64 != 0)
+        .expect("the send's completion");
+    assert_eq!(
+        send.op_context,
+        trig_ptr(&mut tctx),
+        "the triggered context"
+    );
+    assert_eq!(send.flags, (sys::FI_SEND | sys::FI_TAGGED) as u64);
+    let recv = c
+        .iter()
+        .find(|e| e.op_context == ctx_ptr(&mut rctx))
+        .expect("the receive's completion");
+    assert_eq!((recv.len, recv.tag), (data.len(), 5));
+    assert_eq!(&got[..data.len()], &data);
+
+    // Once: the counter moving on posts nothing more.
+    let mut again = [0u8; 16];
+    let mut actx = sys::fi_context::default();
+    assert_eq!(trecv(o.ep, &mut again, 5, ctx_ptr(&mut actx)), 0);
+    cntr_add(gate, 3);
+    quiet(&o);
+    // SAFETY: our endpoint's table; a receive posted with this context.
+    let rc = unsafe { (*(*o.ep).ops).cancel.unwrap()(&mut (*o.ep).fid, ctx_ptr(&mut actx)) };
+    assert_eq!(rc, 0);
+    let err = completions(o.cq, 1).expect_err("the cancelled receive");
+    assert_eq!(
+        (err.err, err.op_context),
+        (sys::FI_ECANCELED as c_int, ctx_ptr(&mut actx))
+    );
+
+    // A threshold the counter has passed fires at once.
+    let mut late = trig(gate, 4);
+    assert_eq!(trecv(o.ep, &mut got, 6, ctx_ptr(&mut rctx)), 0);
+    assert_eq!(
+        tsendmsg(o.ep, b"late", me, 6, trig_ptr(&mut late), TRIGGER),
+        0
+    );
+    let c = completions(o.cq, 2).expect("the late send and its receive");
+    assert!(c.iter().any(|e| e.op_context == trig_ptr(&mut late)));
+    assert_eq!(&got[..4], b"late");
+
+    // An RMA write through an alias with FI_TRIGGER in its op flags (as
+    // fabtests' fi_rdm_rma_trigger): it waits for the write counter, which
+    // the plain write moves.
+    let mut target = vec![0u8; 32];
+    let mr = mr_reg(&o, target.as_mut_ptr(), 32, REMOTE, 0, 3).unwrap();
+    let alias = ep_alias(o.ep, sys::FI_TRANSMIT as u64 | TRIGGER).expect("an alias");
+    let mut wt = trig(writes, 1);
+    let second = *b"second";
+    assert_eq!(write(alias, &second, me, 0, 3, trig_ptr(&mut wt)), 0);
+    quiet(&o);
+    assert_eq!(&target[..6], &[0; 6]);
+    assert_eq!(cntr_read(writes), 0);
+    let first = *b"first!";
+    let mut wctx = sys::fi_context::default();
+    assert_eq!(write(o.ep, &first, me, 0, 3, ctx_ptr(&mut wctx)), 0);
+    let c = completions(o.cq, 2).expect("both writes");
+    let rma_write = (sys::FI_RMA | sys::FI_WRITE) as u64;
+    assert!(c
+        .iter()
+        .any(|e| e.op_context == ctx_ptr(&mut wctx) && e.flags == rma_write));
+    let triggered = c
+        .iter()
+        .find(|e| e.op_context == trig_ptr(&mut wt))
+        .expect("the triggered write's completion");
+    assert_eq!((triggered.flags, triggered.len), (rma_write, 6));
+    assert_eq!(&target[..6], b"second", "written after the plain write");
+    assert_eq!(cntr_read(writes), 2);
+    quiet(&o);
+
+    assert_eq!(close(o.ep.cast()), neg(sys::FI_EBUSY), "an alias is open");
+    assert_eq!(close(alias.cast()), 0);
+    assert_eq!(close(alias.cast()), neg(sys::FI_EINVAL));
+    for fid in [
+        mr.cast(),
+        o.ep.cast(),
+        writes.cast(),
+        gate.cast(),
+        o.av.cast(),
+        o.cq.cast(),
+        o.domain.cast(),
+        o.fabric.cast(),
+    ] {
+        assert_eq!(close(fid), 0);
+    }
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
+#[test]
+fn trigger_that_never_fires_is_cancelled_when_its_endpoint_closes() {
+    let p = setup();
+    let o = open_with(p, (sys::FI_TAGGED | sys::FI_TRIGGER) as u64);
+    let me = enable_to_self(&o);
+    let gate = cntr_open(&o);
+    let data = [7u8; 8];
+    let mut tctx = trig(gate, 1000);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut tctx), TRIGGER),
+        0
+    );
+    let mut buf = [0u8; 8];
+    let mut rctx = trig(gate, 1000);
+    assert_eq!(trecv_triggered(&o, &mut buf, trig_ptr(&mut rctx)), 0);
+    quiet(&o);
+    assert_eq!(close(o.ep.cast()), 0);
+    // Both come back cancelled, with their contexts, and nothing else.
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let err = completions(o.cq, 1).expect_err("a cancelled operation");
+        assert_eq!(err.err, sys::FI_ECANCELED as c_int);
+        seen.push(err.op_context);
+    }
+    assert!(seen.contains(&trig_ptr(&mut tctx)) && seen.contains(&trig_ptr(&mut rctx)));
+    cntr_add(gate, 2000);
+    quiet(&o);
+    for fid in [
+        gate.cast(),
+        o.av.cast(),
+        o.cq.cast(),
+        o.domain.cast(),
+        o.fabric.cast(),
+    ] {
+        assert_eq!(close(fid), 0);
+    }
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
+/// A triggered `fi_trecvmsg` of `buf` for tag 1.
+fn trecv_triggered(o: &Objects, buf: &mut [u8], ctx: *mut c_void) -> isize {
+    let iov = sys::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let msg = sys::fi_msg_tagged {
+        msg_iov: &iov,
+        iov_count: 1,
+        addr: sys::FI_ADDR_NOTAVAIL,
+        tag: 1,
+        context: ctx,
+        ..Default::default()
+    };
+    // SAFETY: our endpoint's tagged table; the buffer and context outlive
+    // the operation.
+    unsafe { (*(*o.ep).tagged).recvmsg.unwrap()(o.ep, &msg, TRIGGER) }
+}
+
+#[test]
+fn trigger_refuses_bad_arguments() {
+    let p = setup();
+    let o = open_with(
+        p,
+        (sys::FI_TAGGED | sys::FI_RMA | sys::FI_ATOMIC | sys::FI_TRIGGER) as u64,
+    );
+    let me = enable_to_self(&o);
+    let gate = cntr_open(&o);
+    let data = [1u8; 4];
+    let inval = -(sys::FI_EINVAL as isize);
+    let notsupp = -(sys::FI_EOPNOTSUPP as isize);
+    // The context: null, an unknown event type, an XPU trigger.
+    assert_eq!(tsendmsg(o.ep, &data, me, 1, null_mut(), TRIGGER), inval);
+    let mut t = trig(gate, 1);
+    t.event_type = 99;
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    t.event_type = sys::FI_TRIGGER_XPU;
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        -(sys::FI_ENOSYS as isize)
+    );
+    // The counter: null, not a counter, closed, of another domain.
+    let mut t = trig(null_mut(), 1);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    let mut t = trig(o.cq.cast(), 1);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    let dead = cntr_open(&o);
+    assert_eq!(close(dead.cast()), 0);
+    let mut t = trig(dead, 1);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    let other = open_with(p, (sys::FI_TAGGED | sys::FI_TRIGGER) as u64);
+    let foreign = cntr_open(&other);
+    let mut t = trig(foreign, 1);
+    assert_eq!(
+        tsendmsg(o.ep, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    // What cannot be triggered, through an alias with FI_TRIGGER.
+    let alias = ep_alias(o.ep, sys::FI_TRANSMIT as u64 | TRIGGER).unwrap();
+    let mut t = trig(gate, 1);
+    // SAFETY: our alias's tables with valid buffers (nothing is posted).
+    unsafe {
+        let rc = (*(*alias).msg).inject.unwrap()(alias, data.as_ptr().cast(), 4, me);
+        assert_eq!(rc, notsupp);
+        let rc = (*(*alias).tagged).inject.unwrap()(alias, data.as_ptr().cast(), 4, me, 1);
+        assert_eq!(rc, notsupp);
+        let rma = &*(*alias).rma;
+        let rc = rma.inject.unwrap()(alias, data.as_ptr().cast(), 4, me, 0, 3);
+        assert_eq!(rc, notsupp);
+        let rc = rma.writedata.unwrap()(
+            alias,
+            data.as_ptr().cast(),
+            4,
+            null_mut(),
+            9,
+            me,
+            0,
+            3,
+            trig_ptr(&mut t),
+        );
+        assert_eq!(rc, notsupp);
+        let rc = (*(*alias).atomic).write.unwrap()(
+            alias,
+            data.as_ptr().cast(),
+            1,
+            null_mut(),
+            me,
+            0,
+            3,
+            sys::FI_UINT32,
+            sys::FI_SUM,
+            trig_ptr(&mut t),
+        );
+        assert_eq!(rc, notsupp);
+    }
+    // A peek cannot be triggered either.
+    let iov = sys::iovec::default();
+    let msg = sys::fi_msg_tagged {
+        msg_iov: &iov,
+        iov_count: 0,
+        addr: sys::FI_ADDR_NOTAVAIL,
+        tag: 1,
+        context: trig_ptr(&mut t),
+        ..Default::default()
+    };
+    // SAFETY: our endpoint's tagged table with a valid message.
+    let rc =
+        unsafe { (*(*o.ep).tagged).recvmsg.unwrap()(o.ep, &msg, TRIGGER | sys::FI_PEEK as u64) };
+    assert_eq!(rc, notsupp);
+    // An alias takes one direction.
+    let both = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+    assert_eq!(
+        ep_alias(o.ep, both | TRIGGER).unwrap_err(),
+        neg(sys::FI_EINVAL)
+    );
+    assert_eq!(ep_alias(o.ep, TRIGGER).unwrap_err(), neg(sys::FI_EINVAL));
+    // An alias binds nothing.
+    assert_eq!(
+        ep_bind(alias, gate.cast(), sys::FI_SEND as u64),
+        neg(sys::FI_EINVAL)
+    );
+    // Nothing was deferred.
+    cntr_add(gate, 10);
+    quiet(&o);
+    assert_eq!(close(alias.cast()), 0);
+    // A closed alias posts nothing.
+    assert_eq!(
+        tsendmsg(alias, &data, me, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+
+    // An endpoint opened without FI_TRIGGER refuses it.
+    let plain = open_with(p, sys::FI_TAGGED as u64);
+    // SAFETY: the info we opened with.
+    let caps = unsafe { (*plain.info).caps };
+    assert_eq!(caps & TRIGGER, 0, "not asked for");
+    let me2 = enable_to_self(&plain);
+    let pgate = cntr_open(&plain);
+    let mut t = trig(pgate, 1);
+    assert_eq!(
+        tsendmsg(plain.ep, &data, me2, 1, trig_ptr(&mut t), TRIGGER),
+        inval
+    );
+    assert_eq!(close(pgate.cast()), 0);
+    close_all(plain);
+    assert_eq!(close(foreign.cast()), 0);
+    close_all(other);
+    assert_eq!(close(gate.cast()), 0);
+    close_all(o);
 }

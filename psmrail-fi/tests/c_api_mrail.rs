@@ -28,6 +28,10 @@ fn mrail_rma_needs_raw_keys_and_maps_them() {
         (*h).caps = rma;
         (*(*h).domain_attr).mr_mode = sys::FI_MR_LOCAL as c_int;
         assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
+        // No triggered operations in mrail's Rust API: never offered.
+        (*h).caps = (sys::FI_TAGGED | sys::FI_TRIGGER) as u64;
+        (*(*h).domain_attr).mr_mode = sys::FI_MR_RAW as c_int;
+        assert_eq!(getinfo(p, h).unwrap_err(), neg(sys::FI_ENODATA));
         sys::fi_freeinfo(h);
     }
     let o = open_mr_mode(p, rma, sys::FI_MR_RAW);

@@ -222,6 +222,7 @@ const PSM_PAIRS: &[&str] = &[
     "fi_rma_bw -e rdm -o read -v -S all -I 10",
     "fi_rma_bw -e rdm -o writedata -v -I 100",
     "fi_rdm_rma_event",
+    "fi_rdm_rma_trigger",
     "fi_multi_mr -e rdm -V",
     "fi_rdm_atomic -o all -I 10",
 ];
