@@ -221,6 +221,9 @@ const PSM_PAIRS: &[&str] = &[
     "fi_rma_bw -e rdm -o write -v -S all -I 10",
     "fi_rma_bw -e rdm -o read -v -S all -I 10",
     "fi_rma_bw -e rdm -o writedata -v -I 100",
+    // 8 MiB writes, 64 in flight to one range: each remote CQ data entry
+    // follows its bytes.
+    "fi_rma_bw -e rdm -o writedata -v -S 8388608 -I 100",
     "fi_rdm_rma_event",
     "fi_rdm_rma_trigger",
     "fi_multi_mr -e rdm -V",
