@@ -2,11 +2,15 @@
 //! add, set, adderr, seterr, wait). Reading a counter makes one progress
 //! round in manual progress; `fi_cntr_wait` waits up to its timeout
 //! (`-FI_ETIMEDOUT`) and answers `-FI_EAVAIL` when the error count moves.
+//! A counter opened with `FI_WAIT_FD` signals its eventfd at every change
+//! of either count (`crate::wait`); `fi_trywait` answers `-FI_EAGAIN` when
+//! a count changed since the last `fi_trywait` on it.
 
 use crate::domain::DomainObj;
 use crate::entry::{guard, guard_value, Errno};
 use crate::obj::{self, fi_ops, Children, FiOps, Table};
 use crate::sys;
+use crate::wait::{WaitFd, WaitSlot};
 use psmrail::fabric::Counter;
 use psmrail::ErrorKind;
 use std::ffi::{c_int, c_void};
@@ -21,6 +25,9 @@ pub(crate) struct CntrObj {
     /// Endpoints bound to it.
     pub(crate) children: Children,
     pub(crate) counter: Mutex<Option<Counter>>,
+    wait: WaitSlot,
+    /// The success and error counts the last `fi_trywait` saw.
+    seen: Mutex<(u64, u64)>,
 }
 
 // SAFETY: the domain pointer is a kept block; only its atomic counter is
@@ -38,9 +45,24 @@ impl CntrObj {
     pub(crate) fn rust(&self) -> crate::entry::FiResult<Counter> {
         obj::lock(&self.counter).clone().ok_or(Errno::INVAL)
     }
+
+    /// `fi_trywait` on this counter: whether a count changed since the
+    /// last `fi_trywait` (reading the success count progresses once in
+    /// manual progress); the fd is cleared when none did.
+    pub(crate) fn trywait(&self) -> crate::entry::FiResult<bool> {
+        let w = self.wait.get().ok_or(Errno::INVAL)?;
+        let c = self.rust()?;
+        Ok(w.reset(|| {
+            let now = (c.read(), c.read_err());
+            let mut seen = obj::lock(&self.seen);
+            let changed = *seen != now;
+            *seen = now;
+            changed
+        }))
+    }
 }
 
-static CNTR_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, None));
+static CNTR_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, Some(control)));
 static CNTR_OPS: Table<sys::fi_ops_cntr> = Table::new(sys::fi_ops_cntr {
     size: std::mem::size_of::<sys::fi_ops_cntr>(),
     read: Some(read),
@@ -73,14 +95,22 @@ pub(crate) unsafe extern "C" fn open(
                 sys::FI_WAIT_NONE
                 | sys::FI_WAIT_UNSPEC
                 | sys::FI_WAIT_MUTEX_COND
-                | sys::FI_WAIT_YIELD => {}
+                | sys::FI_WAIT_YIELD
+                | sys::FI_WAIT_FD => {}
+                // FI_WAIT_SET (no wait sets) and FI_WAIT_POLLFD.
                 _ => return Err(Errno::NOSYS),
             }
             if a.flags != 0 {
                 return Err(Errno::BADFLAGS);
             }
         }
+        // SAFETY: as above.
+        let wants_fd = unsafe { attr.as_ref() }.is_some_and(|a| a.wait_obj == sys::FI_WAIT_FD);
+        let wait = if wants_fd { Some(WaitFd::new()?) } else { None };
         let rust = d.rust()?.counter()?;
+        if let Some(w) = &wait {
+            rust.set_notify(crate::wait::notifier(w));
+        }
         d.children.add();
         let o = obj::make(
             CntrObj {
@@ -91,6 +121,8 @@ pub(crate) unsafe extern "C" fn open(
                 domain: d,
                 children: Children::default(),
                 counter: Mutex::new(Some(rust)),
+                wait: WaitSlot::new(wait),
+                seen: Mutex::new((0, 0)),
             },
             sys::FI_CLASS_CNTR,
         );
@@ -108,10 +140,24 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
             return Err(Errno::BUSY);
         }
         obj::lock(&c.counter).take();
+        c.wait.close();
         // SAFETY: the domain block is kept for the process.
         unsafe { (*c.domain).children.remove() };
         obj::retire(fid as usize);
         Ok(0)
+    })
+}
+
+unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard("fi_control(cntr)", || {
+        // SAFETY: CntrObj is the block type of FI_CLASS_CNTR.
+        let c: &CntrObj = unsafe { obj::cast(fid, sys::FI_CLASS_CNTR)? };
+        match command as u32 {
+            // The eventfd of an FI_WAIT_FD counter; -FI_ENOSYS for the others.
+            // SAFETY: FI_GETWAIT's argument is an `int *` for FD objects.
+            sys::FI_GETWAIT => unsafe { c.wait.getwait(arg) },
+            _ => Err(Errno::NOSYS),
+        }
     })
 }
 

@@ -3,11 +3,14 @@
 //! an empty queue makes one progress round in manual progress, as the
 //! psmrail queue does; `fi_cq_sread` waits up to its timeout. The
 //! `FI_CONTEXT` contexts come back untouched: a context is only carried.
+//! A queue opened with `FI_WAIT_FD` has an eventfd (`crate::wait`);
+//! `fi_cq_signal` wakes the threads in `fi_cq_sread`.
 
 use crate::domain::DomainObj;
 use crate::entry::{guard, Errno, FiResult};
 use crate::obj::{self, fi_ops, Children, FiOps, Table};
 use crate::sys;
+use crate::wait::{WaitFd, WaitSlot};
 use psmrail::fabric::{CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr};
 use psmrail::ErrorKind;
 use std::cell::RefCell;
@@ -24,6 +27,9 @@ pub(crate) struct CqObj {
     /// Endpoints bound to it.
     pub(crate) children: Children,
     pub(crate) cq: Mutex<Option<CompletionQueue>>,
+    /// Opened with `FI_WAIT_FD` (the cheap check of the read path).
+    has_fd: bool,
+    wait: WaitSlot,
 }
 
 // SAFETY: the domain pointer is a kept block; only its atomic counter is
@@ -35,6 +41,29 @@ unsafe impl Sync for CqObj {}
 impl CqObj {
     pub(crate) fn rust(&self) -> FiResult<CompletionQueue> {
         obj::lock(&self.cq).clone().ok_or(Errno::INVAL)
+    }
+
+    /// `fi_trywait` on this queue: whether it has entries (errors
+    /// included), after one progress round in manual progress; the fd is
+    /// cleared when it has none.
+    pub(crate) fn trywait(&self) -> FiResult<bool> {
+        let w = self.wait.get().ok_or(Errno::INVAL)?;
+        let cq = self.rust()?;
+        // SAFETY: the domain block is kept for the process.
+        if let Ok(d) = unsafe { &*self.domain }.rust() {
+            d.progress_if_manual();
+        }
+        Ok(w.reset(|| !cq.is_empty()))
+    }
+
+    /// After a read found nothing: clears the fd (an FD queue only).
+    fn empty_read(&self) {
+        if !self.has_fd {
+            return;
+        }
+        if let (Some(w), Ok(cq)) = (self.wait.get(), self.rust()) {
+            w.reset(|| !cq.is_empty());
+        }
     }
 }
 
@@ -77,7 +106,9 @@ pub(crate) unsafe extern "C" fn open(
             sys::FI_WAIT_NONE
             | sys::FI_WAIT_UNSPEC
             | sys::FI_WAIT_MUTEX_COND
-            | sys::FI_WAIT_YIELD => {}
+            | sys::FI_WAIT_YIELD
+            | sys::FI_WAIT_FD => {}
+            // FI_WAIT_SET (no wait sets) and FI_WAIT_POLLFD.
             _ => return Err(Errno::NOSYS),
         }
         if a.wait_cond != sys::FI_CQ_COND_NONE && a.wait_cond != sys::FI_CQ_COND_THRESHOLD {
@@ -87,7 +118,15 @@ pub(crate) unsafe extern "C" fn open(
         if a.size > 0 {
             rattr = rattr.size(a.size);
         }
+        let wait = if a.wait_obj == sys::FI_WAIT_FD {
+            Some(WaitFd::new()?)
+        } else {
+            None
+        };
         let rust = d.rust()?.cq(rattr)?;
+        if let Some(w) = &wait {
+            rust.set_notify(crate::wait::notifier(w));
+        }
         d.children.add();
         let o = obj::make(
             CqObj {
@@ -99,6 +138,8 @@ pub(crate) unsafe extern "C" fn open(
                 format,
                 children: Children::default(),
                 cq: Mutex::new(Some(rust)),
+                has_fd: wait.is_some(),
+                wait: WaitSlot::new(wait),
             },
             sys::FI_CLASS_CQ,
         );
@@ -116,6 +157,7 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
             return Err(Errno::BUSY);
         }
         obj::lock(&c.cq).take();
+        c.wait.close();
         // SAFETY: the domain block is kept for the process.
         unsafe { (*c.domain).children.remove() };
         obj::retire(fid as usize);
@@ -123,12 +165,17 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
     })
 }
 
-unsafe extern "C" fn control(_fid: *mut sys::fid, command: c_int, _arg: *mut c_void) -> c_int {
-    match command as u32 {
-        // No file-descriptor wait object to hand out.
-        sys::FI_GETWAIT => Errno::NOSYS.ret(),
-        _ => Errno::NOSYS.ret(),
-    }
+unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard("fi_control(cq)", || {
+        // SAFETY: CqObj is the block type of FI_CLASS_CQ.
+        let c: &CqObj = unsafe { obj::cast(fid, sys::FI_CLASS_CQ)? };
+        match command as u32 {
+            // The eventfd of an FI_WAIT_FD queue; -FI_ENOSYS for the others.
+            // SAFETY: FI_GETWAIT's argument is an `int *` for FD objects.
+            sys::FI_GETWAIT => unsafe { c.wait.getwait(arg) },
+            _ => Err(Errno::NOSYS),
+        }
+    })
 }
 
 /// Where a received message's data starts, or null.
@@ -261,7 +308,11 @@ unsafe extern "C" fn read(cq: *mut sys::fid_cq, buf: *mut c_void, count: usize) 
         // SAFETY: CqObj is the block type of FI_CLASS_CQ.
         let c: &CqObj = unsafe { obj::block(cq)? };
         // SAFETY: the fi_cq_read contract for buf.
-        unsafe { read_into(c, None, buf, count, std::ptr::null_mut()) }
+        let r = unsafe { read_into(c, None, buf, count, std::ptr::null_mut()) };
+        if r == Err(Errno::AGAIN) {
+            c.empty_read();
+        }
+        r
     })
 }
 
@@ -275,7 +326,11 @@ unsafe extern "C" fn readfrom(
         // SAFETY: CqObj is the block type of FI_CLASS_CQ.
         let c: &CqObj = unsafe { obj::block(cq)? };
         // SAFETY: the fi_cq_readfrom contract for buf and src_addr.
-        unsafe { read_into(c, None, buf, count, src_addr) }
+        let r = unsafe { read_into(c, None, buf, count, src_addr) };
+        if r == Err(Errno::AGAIN) {
+            c.empty_read();
+        }
+        r
     })
 }
 
@@ -299,6 +354,8 @@ unsafe fn sread_into(
     let first = match cq.sread(wait) {
         Ok(e) => e,
         Err(e) if e.kind() == ErrorKind::TimedOut => return Err(Errno::AGAIN),
+        // Woken by fi_cq_signal.
+        Err(e) if e.kind() == ErrorKind::Again => return Err(Errno::AGAIN),
         Err(e) if e.kind() == ErrorKind::Avail => return Err(Errno::AVAIL),
         Err(e) => return Err(Errno::from(e)),
     };
@@ -374,8 +431,19 @@ unsafe extern "C" fn readerr(
     })
 }
 
-unsafe extern "C" fn signal(_cq: *mut sys::fid_cq) -> c_int {
-    Errno::NOSYS.ret()
+/// `fi_cq_signal`: every thread in `fi_cq_sread` on the queue returns
+/// `-FI_EAGAIN`; with nobody there, the next `fi_cq_sread` does at once.
+/// An FD queue's fd becomes readable too.
+unsafe extern "C" fn signal(cq: *mut sys::fid_cq) -> c_int {
+    guard("fi_cq_signal", || {
+        // SAFETY: CqObj is the block type of FI_CLASS_CQ.
+        let c: &CqObj = unsafe { obj::cast(cq.cast(), sys::FI_CLASS_CQ)? };
+        c.rust()?.signal();
+        if let Some(w) = c.wait.get() {
+            w.signal();
+        }
+        Ok(0)
+    })
 }
 
 /// The text of a provider error number (`prov_errno` of error entries).

@@ -30,6 +30,18 @@ impl RustDomain {
         .map_err(Errno::from)
     }
 
+    /// One progress round if the domain progresses manually (the
+    /// application's calls drive it); nothing with a progress thread.
+    pub(crate) fn progress_if_manual(&self) {
+        let reactor = match self {
+            RustDomain::Psm(d) => d.reactor(),
+            RustDomain::Mrail(d) => d.reactor(),
+        };
+        if reactor.is_manual() {
+            reactor.progress();
+        }
+    }
+
     pub(crate) fn counter(&self) -> FiResult<Counter> {
         match self {
             RustDomain::Psm(d) => d.counter(CounterAttr::new()),

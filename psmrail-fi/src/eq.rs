@@ -2,11 +2,13 @@
 //! events, so what arrives here is what the application writes
 //! (`fi_eq_write`) and the completions of address-vector inserts made with
 //! `FI_EVENT` (`FI_AV_COMPLETE`). Reads never block; `fi_eq_sread` waits
-//! up to its timeout.
+//! up to its timeout. An EQ opened with `FI_WAIT_FD` signals its eventfd
+//! when an event is queued (`crate::wait`).
 
 use crate::entry::{guard, Errno, FiResult};
 use crate::obj::{self, fi_ops, FiOps, Table};
 use crate::sys;
+use crate::wait::{WaitFd, WaitSlot};
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Condvar, Mutex};
@@ -28,6 +30,9 @@ pub(crate) struct EqObj {
     fabric: *const crate::fabric::FabricObj,
     q: Mutex<Option<VecDeque<Event>>>,
     cond: Condvar,
+    /// Opened with `FI_WAIT_FD` (the cheap check of the read path).
+    has_fd: bool,
+    wait: WaitSlot,
 }
 
 // SAFETY: the fabric pointer is a kept block (never freed), only its
@@ -43,10 +48,35 @@ impl EqObj {
             q.push_back(ev);
         }
         self.cond.notify_all();
+        if self.has_fd {
+            if let Some(w) = self.wait.get() {
+                w.signal();
+            }
+        }
+    }
+
+    fn pending(&self) -> bool {
+        obj::lock(&self.q).as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    /// `fi_trywait` on this EQ: whether it has events; the fd is cleared
+    /// when it has none.
+    pub(crate) fn trywait(&self) -> FiResult<bool> {
+        let w = self.wait.get().ok_or(Errno::INVAL)?;
+        Ok(w.reset(|| self.pending()))
+    }
+
+    /// After a read found nothing: clears the fd (an FD EQ only).
+    fn empty_read(&self) {
+        if self.has_fd {
+            if let Some(w) = self.wait.get() {
+                w.reset(|| self.pending());
+            }
+        }
     }
 }
 
-static EQ_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, None));
+static EQ_FI_OPS: FiOps = FiOps::new(fi_ops(close, None, Some(control)));
 static EQ_OPS: Table<sys::fi_ops_eq> = Table::new(sys::fi_ops_eq {
     size: std::mem::size_of::<sys::fi_ops_eq>(),
     read: Some(read),
@@ -69,10 +99,13 @@ pub(crate) unsafe extern "C" fn open(
         if eq.is_null() {
             return Err(Errno::INVAL);
         }
+        let mut wait = None;
         // SAFETY: null or a valid attribute structure.
         if let Some(a) = unsafe { attr.as_ref() } {
             match a.wait_obj {
                 sys::FI_WAIT_NONE | sys::FI_WAIT_UNSPEC | sys::FI_WAIT_MUTEX_COND => {}
+                sys::FI_WAIT_FD => wait = Some(WaitFd::new()?),
+                // FI_WAIT_SET (no wait sets), FI_WAIT_POLLFD, FI_WAIT_YIELD.
                 _ => return Err(Errno::NOSYS),
             }
             if a.flags & !(sys::FI_WRITE as u64) != 0 {
@@ -89,6 +122,8 @@ pub(crate) unsafe extern "C" fn open(
                 fabric: f,
                 q: Mutex::new(Some(VecDeque::new())),
                 cond: Condvar::new(),
+                has_fd: wait.is_some(),
+                wait: WaitSlot::new(wait),
             },
             sys::FI_CLASS_EQ,
         );
@@ -103,6 +138,7 @@ unsafe extern "C" fn close(fid: *mut sys::fid) -> c_int {
         // SAFETY: EqObj is the block type of FI_CLASS_EQ.
         let e: &EqObj = unsafe { obj::cast(fid, sys::FI_CLASS_EQ)? };
         obj::lock(&e.q).take();
+        e.wait.close();
         e.cond.notify_all();
         // SAFETY: the fabric block is kept for the process.
         unsafe { (*e.fabric).children.remove() };
@@ -173,7 +209,24 @@ unsafe extern "C" fn read(
     guard("fi_eq_read", || {
         // SAFETY: EqObj is the block type of FI_CLASS_EQ.
         let e: &EqObj = unsafe { obj::block(eq)? };
-        take(e, event, buf, len, flags, None)
+        let r = take(e, event, buf, len, flags, None);
+        if r == Err(Errno::AGAIN) {
+            e.empty_read();
+        }
+        r
+    })
+}
+
+unsafe extern "C" fn control(fid: *mut sys::fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard("fi_control(eq)", || {
+        // SAFETY: EqObj is the block type of FI_CLASS_EQ.
+        let e: &EqObj = unsafe { obj::cast(fid, sys::FI_CLASS_EQ)? };
+        match command as u32 {
+            // The eventfd of an FI_WAIT_FD EQ; -FI_ENOSYS for the others.
+            // SAFETY: FI_GETWAIT's argument is an `int *` for FD objects.
+            sys::FI_GETWAIT => unsafe { e.wait.getwait(arg) },
+            _ => Err(Errno::NOSYS),
+        }
     })
 }
 

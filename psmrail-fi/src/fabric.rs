@@ -67,7 +67,7 @@ static FABRIC_OPS: Table<sys::fi_ops_fabric> = Table::new(sys::fi_ops_fabric {
     passive_ep: Some(passive_ep),
     eq_open: Some(crate::eq::open),
     wait_open: Some(wait_open),
-    trywait: Some(trywait),
+    trywait: Some(crate::wait::trywait),
     domain2: Some(crate::domain::open2),
 });
 
@@ -138,9 +138,4 @@ unsafe extern "C" fn wait_open(
     _: *mut *mut sys::fid_wait,
 ) -> c_int {
     Errno::NOSYS.ret()
-}
-
-unsafe extern "C" fn trywait(_: *mut sys::fid_fabric, _: *mut *mut sys::fid, _: c_int) -> c_int {
-    // Queues have no file-descriptor wait objects: nothing to arm.
-    0
 }

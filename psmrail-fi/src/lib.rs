@@ -26,7 +26,7 @@
 //!   (`FI_MULTI_RECV`), `peek` (`FI_PEEK`, `FI_CLAIM`, `FI_DISCARD`) and
 //!   `drive` reporting the completions of RMA and atomic futures, and
 //!   `trigger` (`FI_TRIGGER`) deferring operations until a counter's
-//!   threshold.
+//!   threshold, and `wait` (file-descriptor wait objects, `fi_trywait`).
 
 #[cfg(libfabric)]
 mod atomic;
@@ -72,6 +72,8 @@ pub mod sys;
 mod tagged;
 #[cfg(libfabric)]
 mod trigger;
+#[cfg(libfabric)]
+mod wait;
 
 #[cfg(libfabric)]
 pub use provider::{provider, Which, API_VERSION, PROVIDER_VERSION};

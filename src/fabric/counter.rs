@@ -107,6 +107,9 @@ struct Inner {
     /// The triggered operations waiting on this counter (`ops/triggered.rs`),
     /// created at the first one; dropped with the counter.
     triggers: OnceLock<Arc<dyn CounterWatch>>,
+    /// Called after every change of either value (wait objects of a layer
+    /// above, [`Counter::set_notify`]).
+    notify: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Inner {
@@ -115,11 +118,13 @@ impl Inner {
     }
 
     fn wake(&self) {
-        if self.waiting.load(SeqCst) == 0 {
-            return;
+        if self.waiting.load(SeqCst) != 0 {
+            let guard = lock(&self.waiters);
+            wake_all(&self.waiters, guard, &self.cond, |l| l, |l| self.mirror(l));
         }
-        let guard = lock(&self.waiters);
-        wake_all(&self.waiters, guard, &self.cond, |l| l, |l| self.mirror(l));
+        if let Some(notify) = self.notify.get() {
+            notify();
+        }
     }
 
     fn value_changed(&self, new: u64) {
@@ -210,6 +215,7 @@ impl Counter {
                 listener: RwLock::new(None),
                 reactor,
                 triggers: OnceLock::new(),
+                notify: OnceLock::new(),
             }),
         }
     }
@@ -404,6 +410,16 @@ impl Counter {
         CounterWaitOrError {
             core: WaitCore::new(self.clone(), threshold, Some(base)),
         }
+    }
+
+    /// Installs `notify`, called after every change of the success or the
+    /// error count (the application's and the operations'), on the
+    /// changing thread, outside the counter's mutex: for a wait object of
+    /// a layer above, such as the C face's file descriptors. It must be
+    /// short and must not block. One per counter: returns false (and drops
+    /// `notify`) if one is installed already.
+    pub fn set_notify(&self, notify: impl Fn() + Send + Sync + 'static) -> bool {
+        self.inner.notify.set(Box::new(notify)).is_ok()
     }
 
     /// Whether `other` is a handle on this same counter.

@@ -38,7 +38,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -258,6 +258,14 @@ enum Slot {
 struct State {
     queue: VecDeque<Slot>,
     waiters: WaitList,
+    /// Threads inside [`CompletionQueue::sread`].
+    sreaders: usize,
+    /// Bumped by [`CompletionQueue::signal`] while some thread is in
+    /// `sread`: each of them returns.
+    signals: u64,
+    /// A signal given while no thread was in `sread`: the next one
+    /// returns at once.
+    signal_pending: bool,
 }
 
 impl State {
@@ -274,6 +282,13 @@ impl State {
             },
         }
     }
+}
+
+fn signalled() -> Error {
+    Error::new(
+        ErrorKind::Again,
+        "completion queue: sread was woken by signal() before an entry arrived",
+    )
 }
 
 fn avail() -> Error {
@@ -317,11 +332,16 @@ impl IdleBackoff {
     }
 }
 
+/// What [`CompletionQueue::set_notify`] installs.
+type Notify = Box<dyn Fn() + Send + Sync>;
+
 struct Inner {
     state: Mutex<State>,
     cond: Condvar,
     reactor: Reactor,
     format: CqFormat,
+    /// Called after every push (wait objects of a layer above).
+    notify: OnceLock<Notify>,
 }
 
 impl Inner {
@@ -333,9 +353,23 @@ impl Inner {
         let mut st = lock(&self.state);
         st.queue.push_back(slot);
         if st.waiters.is_empty() {
-            return;
+            drop(st);
+        } else {
+            wake_all(&self.state, st, &self.cond, |s| &mut s.waiters, |_| {});
         }
-        wake_all(&self.state, st, &self.cond, |s| &mut s.waiters, |_| {});
+        if let Some(notify) = self.notify.get() {
+            notify();
+        }
+    }
+}
+
+/// Counts a thread out of `sread` on every way out.
+struct SreadGuard<'a>(&'a Inner);
+
+impl Drop for SreadGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = lock(&self.0.state);
+        st.sreaders = st.sreaders.saturating_sub(1);
     }
 }
 
@@ -393,10 +427,14 @@ impl CompletionQueue {
                 state: Mutex::new(State {
                     queue: VecDeque::with_capacity(attr.initial_capacity()),
                     waiters: WaitList::default(),
+                    sreaders: 0,
+                    signals: 0,
+                    signal_pending: false,
                 }),
                 cond: Condvar::new(),
                 reactor,
                 format: attr.format.resolved(),
+                notify: OnceLock::new(),
             }),
         }
     }
@@ -513,6 +551,8 @@ impl CompletionQueue {
     ///   `fi_cntr_wait` (and [`Counter::wait`](super::Counter::wait)) do,
     ///   while "nothing yet" is `Ok(None)` from [`read`](Self::read), not
     ///   an error. A C shim maps it back to `-FI_EAGAIN`.
+    /// * [`ErrorKind::Again`]: [`signal`](Self::signal) woke it (or was
+    ///   given before it started) and no entry was there.
     ///
     /// ```
     /// use std::time::Duration;
@@ -532,15 +572,30 @@ impl CompletionQueue {
     /// ```
     pub fn sread(&self, timeout: Option<Duration>) -> Result<CqEntry> {
         let deadline = deadline(timeout);
+        let base = {
+            let mut st = lock(&self.inner.state);
+            if let Some(r) = st.take_head() {
+                return r;
+            }
+            if std::mem::take(&mut st.signal_pending) {
+                return Err(signalled());
+            }
+            st.sreaders += 1;
+            st.signals
+        };
+        let _inside = SreadGuard(&self.inner);
         if self.inner.reactor.is_manual() {
             let mut backoff = IdleBackoff::default();
             loop {
-                if let Some(r) = self.inner.take_head() {
-                    return r;
-                }
                 let progress = self.inner.reactor.progress();
-                if let Some(r) = self.inner.take_head() {
-                    return r;
+                {
+                    let mut st = lock(&self.inner.state);
+                    if let Some(r) = st.take_head() {
+                        return r;
+                    }
+                    if st.signals != base {
+                        return Err(signalled());
+                    }
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(timed_out("sread", timeout));
@@ -552,6 +607,9 @@ impl CompletionQueue {
         loop {
             if let Some(r) = st.take_head() {
                 return r;
+            }
+            if st.signals != base {
+                return Err(signalled());
             }
             let wait = match deadline {
                 None => None,
@@ -577,6 +635,47 @@ impl CompletionQueue {
             };
             st.waiters.remove_sleeper();
         }
+    }
+
+    /// Wakes every thread blocked in [`sread`](Self::sread) on this queue
+    /// (`fi_cq_signal`): each returns [`ErrorKind::Again`] unless an entry
+    /// is there for it. Given while no thread is in `sread`, it is kept for
+    /// the next `sread`, which returns at once (so a signal cannot be lost
+    /// to a thread that was about to block). Futures of
+    /// [`next`](Self::next) are not affected.
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
+    /// # use psmrail::ErrorKind;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
+    /// cq.signal();
+    /// let e = cq.sread(None).unwrap_err(); // returns at once
+    /// assert_eq!(e.kind(), ErrorKind::Again);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn signal(&self) {
+        {
+            let mut st = lock(&self.inner.state);
+            if st.sreaders == 0 {
+                st.signal_pending = true;
+            } else {
+                st.signals = st.signals.wrapping_add(1);
+            }
+        }
+        self.inner.cond.notify_all();
+    }
+
+    /// Installs `notify`, called after every entry is queued (successes
+    /// and errors, from the progress path or [`write`](Self::write)), on
+    /// the pushing thread, after the queue's mutex is released: for a wait
+    /// object of a layer above, such as the C face's file descriptors. It
+    /// must be short and must not block. One per queue: returns false (and
+    /// drops `notify`) if one is installed already.
+    pub fn set_notify(&self, notify: impl Fn() + Send + Sync + 'static) -> bool {
+        self.inner.notify.set(Box::new(notify)).is_ok()
     }
 
     /// A future resolving with the oldest entry, taking it.

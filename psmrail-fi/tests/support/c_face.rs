@@ -151,9 +151,14 @@ pub(crate) fn enable(ep: *mut sys::fid_ep) -> c_int {
 /// Binds the AV and the CQ (both directions), enables, and inserts the
 /// endpoint's own address: the `fi_addr` of ourselves.
 pub(crate) fn enable_to_self(o: &Objects) -> sys::fi_addr_t {
+    enable_to_self_on(o, o.cq)
+}
+
+/// [`enable_to_self`] with `cq` (of `o`'s domain) for both directions.
+pub(crate) fn enable_to_self_on(o: &Objects, cq: *mut sys::fid_cq) -> sys::fi_addr_t {
     assert_eq!(ep_bind(o.ep, o.av.cast(), 0), 0);
     let both = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
-    assert_eq!(ep_bind(o.ep, o.cq.cast(), both), 0);
+    assert_eq!(ep_bind(o.ep, cq.cast(), both), 0);
     assert_eq!(enable(o.ep), 0);
     let mut name = [0u8; 64];
     let mut len = name.len();
@@ -266,3 +271,148 @@ pub(crate) fn close_objects(o: Objects, mrs: &[*mut sys::fid_mr]) {
 }
 
 pub(crate) const REMOTE: u64 = (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64;
+
+/// A CQ of `o`'s domain (tagged format) with `wait_obj`.
+pub(crate) fn cq_open_wait(
+    o: &Objects,
+    wait_obj: sys::fi_wait_obj,
+) -> Result<*mut sys::fid_cq, c_int> {
+    let mut cq = null_mut();
+    let mut attr = sys::fi_cq_attr {
+        format: sys::FI_CQ_FORMAT_TAGGED,
+        wait_obj,
+        ..Default::default()
+    };
+    // SAFETY: our domain's table with a valid attribute structure.
+    let rc =
+        unsafe { (*(*o.domain).ops).cq_open.unwrap()(o.domain, &mut attr, &mut cq, null_mut()) };
+    if rc == 0 {
+        Ok(cq)
+    } else {
+        Err(rc)
+    }
+}
+
+/// A counter of `o`'s domain with `wait_obj`.
+pub(crate) fn cntr_open_wait(
+    o: &Objects,
+    wait_obj: sys::fi_wait_obj,
+) -> Result<*mut sys::fid_cntr, c_int> {
+    let mut c = null_mut();
+    let mut attr = sys::fi_cntr_attr {
+        wait_obj,
+        ..Default::default()
+    };
+    // SAFETY: our domain's table with a valid attribute structure.
+    let rc =
+        unsafe { (*(*o.domain).ops).cntr_open.unwrap()(o.domain, &mut attr, &mut c, null_mut()) };
+    if rc == 0 {
+        Ok(c)
+    } else {
+        Err(rc)
+    }
+}
+
+/// An EQ of `o`'s fabric with `wait_obj`.
+pub(crate) fn eq_open_wait(
+    o: &Objects,
+    wait_obj: sys::fi_wait_obj,
+) -> Result<*mut sys::fid_eq, c_int> {
+    let mut eq = null_mut();
+    let mut attr = sys::fi_eq_attr {
+        size: 32,
+        flags: sys::FI_WRITE as u64,
+        wait_obj,
+        ..Default::default()
+    };
+    // SAFETY: our fabric's table with a valid attribute structure.
+    let rc =
+        unsafe { (*(*o.fabric).ops).eq_open.unwrap()(o.fabric, &mut attr, &mut eq, null_mut()) };
+    if rc == 0 {
+        Ok(eq)
+    } else {
+        Err(rc)
+    }
+}
+
+/// `fi_control(fid, FI_GETWAIT)`: the fd, or the error.
+pub(crate) fn getwait(fid: *mut sys::fid) -> Result<c_int, c_int> {
+    let mut fd: c_int = -1;
+    // SAFETY: one of our objects; FI_GETWAIT writes an int for FD objects.
+    let rc = unsafe {
+        (*(*fid).ops).control.unwrap()(
+            fid,
+            sys::FI_GETWAIT as c_int,
+            (&mut fd as *mut c_int).cast(),
+        )
+    };
+    if rc == 0 {
+        Ok(fd)
+    } else {
+        Err(rc)
+    }
+}
+
+/// `fi_trywait(fabric, fids, n)`.
+pub(crate) fn trywait(o: &Objects, fids: &[*mut sys::fid]) -> c_int {
+    let mut fids = fids.to_vec();
+    // SAFETY: our fabric's table; `fids` holds `len` fids.
+    unsafe { (*(*o.fabric).ops).trywait.unwrap()(o.fabric, fids.as_mut_ptr(), fids.len() as c_int) }
+}
+
+/// `poll(2)` of `fd` for input, `ms` milliseconds at most: 1 when it is
+/// readable, 0 when not.
+pub(crate) fn poll_in(fd: c_int, ms: c_int) -> c_int {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    assert!(n >= 0, "poll: {}", std::io::Error::last_os_error());
+    n
+}
+
+/// Reads one tagged entry from `cq`: its count (1) or the error.
+pub(crate) fn cq_read1(cq: *mut sys::fid_cq) -> isize {
+    let mut e = sys::fi_cq_tagged_entry::default();
+    // SAFETY: room for one tagged entry.
+    unsafe { (*(*cq).ops).read.unwrap()(cq, (&mut e as *mut sys::fi_cq_tagged_entry).cast(), 1) }
+}
+
+/// A tagged receive and a tagged send to ourselves (`me`) of `msg`: their
+/// completions go to the endpoint's CQ. The buffers are leaked (a test's
+/// few bytes), so nothing dangles whenever the completions are read.
+pub(crate) fn tagged_to_self(o: &Objects, me: sys::fi_addr_t, msg: &[u8]) {
+    let rbuf: &'static mut [u8] = vec![0u8; msg.len()].leak();
+    let sbuf: &'static [u8] = msg.to_vec().leak();
+    let rctx: &'static mut sys::fi_context = Box::leak(Box::default());
+    let sctx: &'static mut sys::fi_context = Box::leak(Box::default());
+    // SAFETY: our endpoint's tagged table; buffers and contexts live for
+    // the process.
+    unsafe {
+        let t = &*(*o.ep).tagged;
+        let rc = t.recv.unwrap()(
+            o.ep,
+            rbuf.as_mut_ptr().cast(),
+            rbuf.len(),
+            null_mut(),
+            sys::FI_ADDR_NOTAVAIL,
+            0x51,
+            0,
+            ctx_ptr(rctx),
+        );
+        assert_eq!(rc, 0);
+        let rc = t.send.unwrap()(
+            o.ep,
+            sbuf.as_ptr().cast(),
+            sbuf.len(),
+            null_mut(),
+            me,
+            0x51,
+            ctx_ptr(sctx),
+        );
+        assert_eq!(rc, 0);
+    }
+}
