@@ -173,3 +173,47 @@ fn mrail_rma_needs_raw_keys_and_maps_them() {
     }
     close_objects(o, &[mr]);
 }
+
+#[test]
+fn mrail_wait_fds_signal_completions_and_counter_changes() {
+    std::env::set_var("PSMRAIL_ENGINE", "soft");
+    std::env::set_var("FI_OFI_MRAIL_ADDR", "127.0.0.1,127.0.0.1");
+    // SAFETY: the provider structure lives for the process.
+    let p = unsafe { &*provider(Which::Mrail) };
+    let o = open_all(p);
+    let cq = cq_open_wait(&o, sys::FI_WAIT_FD).expect("an FI_WAIT_FD CQ");
+    let me = enable_to_self_on(&o, cq);
+    let fd = getwait(cq.cast()).unwrap();
+    assert_eq!(trywait(&o, &[cq.cast()]), 0);
+    assert_eq!(poll_in(fd, 0), 0);
+    tagged_to_self(&o, me, b"over the rails");
+    // Manual progress: fi_trywait progresses once each time.
+    let again = -(sys::FI_EAGAIN as c_int);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut got = 0;
+    while got < 2 {
+        assert!(std::time::Instant::now() < deadline, "{got} of 2");
+        if trywait(&o, &[cq.cast()]) == again {
+            assert_eq!(poll_in(fd, 0), 1, "entries queued: readable");
+        } else {
+            poll_in(fd, 1);
+        }
+        while cq_read1(cq) == 1 {
+            got += 1;
+        }
+    }
+    assert_eq!(trywait(&o, &[cq.cast()]), 0);
+    assert_eq!(poll_in(fd, 0), 0);
+    let c = cntr_open_wait(&o, sys::FI_WAIT_FD).expect("an FI_WAIT_FD counter");
+    let cfd = getwait(c.cast()).unwrap();
+    assert_eq!(trywait(&o, &[c.cast()]), 0);
+    // SAFETY: our counter's table.
+    assert_eq!(unsafe { (*(*c).ops).add.unwrap()(c, 1) }, 0);
+    assert_eq!(poll_in(cfd, 0), 1);
+    assert_eq!(trywait(&o, &[c.cast(), cq.cast()]), again);
+    assert_eq!(trywait(&o, &[c.cast(), cq.cast()]), 0);
+    assert_eq!(close(c.cast()), 0);
+    assert_eq!(close(o.ep.cast()), 0);
+    assert_eq!(close(cq.cast()), 0);
+    close_objects_but_ep(o);
+}

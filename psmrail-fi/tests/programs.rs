@@ -285,8 +285,24 @@ fn fabtests_unit_psm() {
         assert!(out.status.success(), "{entry}: {}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(!stdout.contains("FAIL"), "{entry}: {}", text(&out));
+        for case in MUST_PASS.iter().filter(|(p, _)| *p == name) {
+            let line = format!("Running {} ", case.1);
+            let passed = stdout
+                .lines()
+                .any(|l| l.starts_with(&line) && l.ends_with("PASS!"));
+            assert!(passed, "{entry}: {} did not pass: {}", case.1, text(&out));
+        }
     }
 }
+
+/// Unit cases that must run and pass (not be skipped), by program: the
+/// file-descriptor wait objects and `fi_cq_signal`.
+const MUST_PASS: &[(&str, &str)] = &[
+    ("fi_eq_test", "eq_wait_fd_poll"),
+    ("fi_eq_test", "eq_wait_fd_sread"),
+    ("fi_eq_test", "eq_wait_sread_peek"),
+    ("fi_cq_test", "cq_signal"),
+];
 
 #[test]
 fn fabtests_mrail_soft_two_rails() {

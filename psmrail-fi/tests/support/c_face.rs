@@ -270,6 +270,16 @@ pub(crate) fn close_objects(o: Objects, mrs: &[*mut sys::fid_mr]) {
     unsafe { sys::fi_freeinfo(o.info) };
 }
 
+/// [`close_objects`] after the endpoint was closed already.
+pub(crate) fn close_objects_but_ep(o: Objects) {
+    assert_eq!(close(o.av.cast()), 0);
+    assert_eq!(close(o.cq.cast()), 0);
+    assert_eq!(close(o.domain.cast()), 0);
+    assert_eq!(close(o.fabric.cast()), 0);
+    // SAFETY: our info, freed once.
+    unsafe { sys::fi_freeinfo(o.info) };
+}
+
 pub(crate) const REMOTE: u64 = (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64;
 
 /// A CQ of `o`'s domain (tagged format) with `wait_obj`.
