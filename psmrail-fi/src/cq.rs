@@ -268,6 +268,12 @@ unsafe fn read_into(
         return Err(Errno::INVAL);
     }
     let cq = c.rust()?;
+    // A poll that finds nothing (most of them, in a busy loop) progresses
+    // once and leaves, before the batch's thread-local (a call into the
+    // dynamic linker's TLS lookup, for a library libfabric loaded).
+    if first.is_none() && cq.is_empty() && (!cq.progress() || cq.is_empty()) {
+        return Err(Errno::AGAIN);
+    }
     BATCH.with(|b| {
         let mut batch = b.borrow_mut();
         batch.clear();

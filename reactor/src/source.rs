@@ -110,6 +110,19 @@ pub trait ProgressSource: Send + Sync + 'static {
     /// One non-blocking progress step; reports whether anything moved.
     fn progress(&self) -> Progress;
 
+    /// Whether a [`progress`](Self::progress) step could find work now: a
+    /// cheap hint (an atomic load, say) that a round reads before it takes
+    /// the source, skipping it on `false` as if it had been idle. Taking a
+    /// source costs two atomic read-modify-writes, and a program polling a
+    /// completion queue runs millions of rounds in which queues of work
+    /// are empty. A source that learns of its work only inside `progress`
+    /// (polling a device or a socket) keeps the default, `true`; one that
+    /// returns `false` must make it `true` again (from any thread) when
+    /// work arrives, and the next round takes it.
+    fn wants_progress(&self) -> bool {
+        true
+    }
+
     /// Registers this source's sockets with the auto thread's `Poll` under
     /// `token`, so readiness ends its sleep early. Default: nothing.
     fn register(&self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {

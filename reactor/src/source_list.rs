@@ -159,8 +159,12 @@ impl SourceList {
     /// caught (and poisoned); without, the panic propagates after poisoning.
     pub(crate) fn round(&self, counters: &Counters, catch: bool) -> Progress {
         let snapshot = self.snapshot();
+        let me = thread_number();
         let mut made = Progress::Idle;
         for entry in snapshot.iter() {
+            if !entry.source.wants_progress() {
+                continue;
+            }
             if entry
                 .flags
                 .compare_exchange(0, BUSY, Acquire, Relaxed)
@@ -168,7 +172,7 @@ impl SourceList {
             {
                 continue;
             }
-            entry.owner.store(thread_number(), Relaxed);
+            entry.owner.store(me, Relaxed);
             made |= if catch {
                 catch_unwind(AssertUnwindSafe(|| call(entry, counters))).unwrap_or(Progress::Idle)
             } else {
@@ -205,6 +209,37 @@ mod tests {
         assert_eq!(list.round(&c, false), Progress::Idle);
         let s = c.snapshot();
         assert_eq!((s.rounds, s.productive_rounds), (4, 1));
+    }
+
+    /// A source whose hint says it has nothing to do is not taken (not
+    /// called); once the hint turns, the next round takes it.
+    #[test]
+    fn a_source_that_wants_no_progress_is_skipped() {
+        struct Hinted {
+            wants: AtomicBool,
+            calls: AtomicUsize,
+        }
+        impl ProgressSource for Hinted {
+            fn progress(&self) -> Progress {
+                self.calls.fetch_add(1, SeqCst);
+                Progress::Made
+            }
+            fn wants_progress(&self) -> bool {
+                self.wants.load(SeqCst)
+            }
+        }
+        let list = SourceList::new();
+        let c = Counters::default();
+        let s = Arc::new(Hinted {
+            wants: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
+        });
+        list.insert(list.next_id(), s.clone());
+        assert_eq!(list.round(&c, false), Progress::Idle);
+        assert_eq!(s.calls.load(SeqCst), 0);
+        s.wants.store(true, SeqCst);
+        assert_eq!(list.round(&c, false), Progress::Made);
+        assert_eq!(s.calls.load(SeqCst), 1);
     }
 
     #[test]

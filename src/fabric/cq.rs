@@ -38,6 +38,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::Acquire, Ordering::Release};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -257,6 +258,9 @@ enum Slot {
 
 struct State {
     queue: VecDeque<Slot>,
+    /// The queue's length, as readers look at it without the lock
+    /// ([`Inner::queued`]): stored after every change of `queue`.
+    queued: Arc<AtomicUsize>,
     waiters: WaitList,
     /// Threads inside [`CompletionQueue::sread`].
     sreaders: usize,
@@ -276,7 +280,10 @@ impl State {
         match self.queue.front()? {
             Slot::Err(_) => Some(Err(avail())),
             Slot::Ok(_) => match self.queue.pop_front() {
-                Some(Slot::Ok(e)) => Some(Ok(e)),
+                Some(Slot::Ok(e)) => {
+                    self.queued.store(self.queue.len(), Release);
+                    Some(Ok(e))
+                }
                 // Not reached: the front was just seen to be a success.
                 _ => None,
             },
@@ -337,6 +344,11 @@ type Notify = Box<dyn Fn() + Send + Sync>;
 
 struct Inner {
     state: Mutex<State>,
+    /// How many entries the queue holds (a copy of `State::queued`): a
+    /// read finds an empty queue without taking its mutex, which a
+    /// program polling `fi_cq_read` does far more often than it finds an
+    /// entry.
+    queued: Arc<AtomicUsize>,
     cond: Condvar,
     reactor: Reactor,
     format: CqFormat,
@@ -345,13 +357,24 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether the queue is empty, without its mutex (a push racing with
+    /// this is seen by the next look).
+    #[inline]
+    fn looks_empty(&self) -> bool {
+        self.queued.load(Acquire) == 0
+    }
+
     fn take_head(&self) -> Option<Result<CqEntry>> {
+        if self.looks_empty() {
+            return None;
+        }
         lock(&self.state).take_head()
     }
 
     fn push_slot(&self, slot: Slot) {
         let mut st = lock(&self.state);
         st.queue.push_back(slot);
+        st.queued.store(st.queue.len(), Release);
         if st.waiters.is_empty() {
             drop(st);
         } else {
@@ -422,10 +445,13 @@ impl CompletionQueue {
     /// A queue progressed by `reactor` (the domain's).
     #[allow(dead_code)] // used by the domain and the ops
     pub(crate) fn new(attr: CqAttr, reactor: Reactor) -> CompletionQueue {
+        let queued = Arc::new(AtomicUsize::new(0));
         CompletionQueue {
             inner: Arc::new(Inner {
+                queued: queued.clone(),
                 state: Mutex::new(State {
                     queue: VecDeque::with_capacity(attr.initial_capacity()),
+                    queued,
                     waiters: WaitList::default(),
                     sreaders: 0,
                     signals: 0,
@@ -507,6 +533,9 @@ impl CompletionQueue {
     }
 
     fn drain_into(&self, out: &mut Vec<CqEntry>, max: usize) -> Result<usize> {
+        if self.inner.looks_empty() {
+            return Ok(0);
+        }
         let mut st = lock(&self.inner.state);
         let mut n = 0;
         while n < max {
@@ -529,7 +558,9 @@ impl CompletionQueue {
         if !matches!(st.queue.front(), Some(Slot::Err(_))) {
             return None;
         }
-        match st.queue.pop_front() {
+        let head = st.queue.pop_front();
+        st.queued.store(st.queue.len(), Release);
+        match head {
             Some(Slot::Err(e)) => Some(*e),
             _ => None,
         }
@@ -717,12 +748,34 @@ impl CompletionQueue {
 
     /// Entries queued, errors included. Never progresses.
     pub fn len(&self) -> usize {
-        lock(&self.inner.state).queue.len()
+        self.inner.queued.load(Acquire)
     }
 
     /// Whether no entry is queued. Never progresses.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// One progress round of the queue's reactor when its progress is
+    /// manual, as a [`read`](Self::read) that finds nothing runs (a no-op
+    /// under auto progress, whose thread progresses); whether anything
+    /// moved. For a poll loop that looks at [`is_empty`](Self::is_empty)
+    /// before it reads.
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, CqAttr, EngineChoice, Fabric, Hints};
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false).build()?;
+    /// # let info = getinfo(Some(&Hints::new().config(config).engine(EngineChoice::Soft)))?.remove(0);
+    /// # let cq = Fabric::open(&info)?.domain(&info)?.cq(CqAttr::new())?;
+    /// if cq.is_empty() {
+    ///     cq.progress();
+    /// }
+    /// assert!(cq.read()?.is_none()); // nothing was posted
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn progress(&self) -> bool {
+        self.inner.reactor.is_manual() && self.inner.reactor.progress().made()
     }
 
     /// The queue's format (never `Unspec`: that became `Tagged`).

@@ -1113,4 +1113,9 @@ impl ProgressSource for RmaTransport {
         }
         moved.into()
     }
+
+    /// Only once an operation, a request or a reply was queued.
+    fn wants_progress(&self) -> bool {
+        self.shared.dirty.load(Ordering::Relaxed)
+    }
 }

@@ -318,4 +318,9 @@ impl ProgressSource for AmMsgQueue {
         }
         moved.into()
     }
+
+    /// Only once a request was queued or a completion came in.
+    fn wants_progress(&self) -> bool {
+        self.shared.dirty.load(Ordering::Relaxed)
+    }
 }
