@@ -124,14 +124,28 @@ fn a_one_rail_native_mrail_endpoint_carries_messages_between_processes() {
         return;
     }
     let _lock = spin_lock();
+    let (mut a, mut b, addr_a, addr_b) = spawn_sides(TEST);
+    a.send_line(&format!("peer {addr_b}"));
+    b.send_line(&format!("peer {addr_a}"));
+    finish_sides(a, b);
+}
+
+/// Sides "a" and "b" of `test`, and the addresses each opened.
+fn spawn_sides(test: &str) -> (Peer, Peer, String, String) {
     let env = [("PSM2_DEVICES", "self,shm")];
-    let mut a = Peer::spawn(TEST, "a", &env);
-    let mut b = Peer::spawn(TEST, "b", &env);
-    let addr_a = a.recv_line(LINE);
-    let addr_b = b.recv_line(LINE);
-    assert!(addr_a.starts_with("addr fi_addr_mrail://"), "{addr_a}");
-    a.send_line(&format!("peer {}", addr_b.trim_start_matches("addr ")));
-    b.send_line(&format!("peer {}", addr_a.trim_start_matches("addr ")));
+    let mut a = Peer::spawn(test, "a", &env);
+    let mut b = Peer::spawn(test, "b", &env);
+    let addr = |p: &mut Peer| {
+        let line = p.recv_line(LINE);
+        assert!(line.starts_with("addr fi_addr_mrail://"), "{line}");
+        line.trim_start_matches("addr ").to_owned()
+    };
+    let (addr_a, addr_b) = (addr(&mut a), addr(&mut b));
+    (a, b, addr_a, addr_b)
+}
+
+/// Both sides said "done": they may close, and exit cleanly.
+fn finish_sides(mut a: Peer, mut b: Peer) {
     assert_eq!(a.recv_line(LINE), "done");
     assert_eq!(b.recv_line(LINE), "done");
     a.send_line("bye");
@@ -197,22 +211,13 @@ fn inserting_lazily_needs_nothing_from_a_peer_that_waits_elsewhere() {
         return;
     }
     let _lock = spin_lock();
-    let env = [("PSM2_DEVICES", "self,shm")];
-    let mut a = Peer::spawn(TEST, "a", &env);
-    let mut b = Peer::spawn(TEST, "b", &env);
-    let addr_a = a.recv_line(LINE);
-    let addr_b = b.recv_line(LINE);
+    let (mut a, mut b, addr_a, addr_b) = spawn_sides(TEST);
     // b inserts first and then waits on its pipe; a inserts after that.
-    b.send_line(&format!("peer {}", addr_a.trim_start_matches("addr ")));
+    b.send_line(&format!("peer {addr_a}"));
     assert_eq!(b.recv_line(LINE), "inserted");
-    a.send_line(&format!("peer {}", addr_b.trim_start_matches("addr ")));
+    a.send_line(&format!("peer {addr_b}"));
     assert_eq!(a.recv_line(LINE), "inserted");
     a.send_line("go");
     b.send_line("go");
-    assert_eq!(a.recv_line(LINE), "done");
-    assert_eq!(b.recv_line(LINE), "done");
-    a.send_line("bye");
-    b.send_line("bye");
-    assert!(a.wait(LINE).success());
-    assert!(b.wait(LINE).success());
+    finish_sides(a, b);
 }
