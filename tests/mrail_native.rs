@@ -10,8 +10,9 @@
 mod support;
 
 use psmrail::config::{MrailConfig, PsmConfig, RailAddr};
+use psmrail::fabric::FiAddr;
 use psmrail::fabric::{getinfo, AvAttr, Caps, EngineChoice, Hints, Provider};
-use psmrail::mrail::MrailFabric;
+use psmrail::mrail::{MrailDomain, MrailEndpoint, MrailFabric};
 use psmrail::ErrorKind;
 use std::time::Duration;
 use support::payload::pattern;
@@ -68,6 +69,33 @@ fn several_native_rails_are_refused_with_the_reason() {
     assert_eq!(info.mrail().unwrap().rails[0].ip, None);
 }
 
+/// Side "a" sends each size tagged and receives it back untagged; side
+/// "b" answers. Every byte, length, tag and source is checked.
+fn exchange(side: &str, domain: &MrailDomain, ep: &MrailEndpoint, peer: FiAddr, sizes: &[usize]) {
+    let r = domain.reactor();
+    for (k, &len) in sizes.iter().enumerate() {
+        let (tag, back) = (k as u64, 100 + k as u64);
+        if side == "a" {
+            let (sent, _) = r.block_on(ep.tsend(peer, tag, pattern(len, tag)));
+            sent.unwrap();
+            let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
+            let got = got.unwrap();
+            assert_eq!((got.len, got.source), (len, peer));
+            assert!(
+                buf.as_slice() == pattern(len, back).as_slice(),
+                "{len} B back"
+            );
+        } else {
+            let (got, buf) = r.block_on(ep.trecv(vec![0u8; len], tag, 0));
+            let got = got.unwrap();
+            assert_eq!((got.len, got.tag, got.source), (len, tag, peer));
+            assert!(buf.as_slice() == pattern(len, tag).as_slice(), "{len} B");
+            let (sent, _) = r.block_on(ep.send(peer, pattern(len, back)));
+            sent.unwrap();
+        }
+    }
+}
+
 /// One side: opens a one-rail native mrail endpoint, trades addresses with
 /// the parent, then receives and answers three messages (eager, and two
 /// large ones, tagged and untagged).
@@ -83,30 +111,7 @@ fn child(side: &str) {
     let peer = av
         .insert_str(peer_text.trim_start_matches("peer "))
         .unwrap();
-    let r = domain.reactor();
-    let sizes = [8usize, 100_000, 3 << 20];
-    for (k, &len) in sizes.iter().enumerate() {
-        if side == "a" {
-            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u64)));
-            sent.unwrap();
-            let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
-            assert_eq!(got.unwrap().len, len);
-            assert!(
-                buf.as_slice() == pattern(len, 100 + k as u64).as_slice(),
-                "{len} B back"
-            );
-        } else {
-            let (got, buf) = r.block_on(ep.trecv(vec![0u8; len], k as u64, 0));
-            let got = got.unwrap();
-            assert_eq!((got.len, got.tag, got.source), (len, k as u64, peer));
-            assert!(
-                buf.as_slice() == pattern(len, k as u64).as_slice(),
-                "{len} B"
-            );
-            let (sent, _) = r.block_on(ep.send(peer, pattern(len, 100 + k as u64)));
-            sent.unwrap();
-        }
-    }
+    exchange(side, &domain, &ep, peer, &[8, 100_000, 3 << 20]);
     io.send_line("done");
     // Wait for the parent before closing, so the peer is not torn down
     // under the other side's last completion.
@@ -175,22 +180,7 @@ fn lazy_child(side: &str) {
         .unwrap();
     io.send_line("inserted");
     assert_eq!(io.recv_line(), "go");
-    let r = domain.reactor();
-    for (k, len) in [8usize, 3 << 20].into_iter().enumerate() {
-        if side == "a" {
-            let (sent, _) = r.block_on(ep.tsend(peer, k as u64, pattern(len, k as u64)));
-            sent.unwrap();
-            let (got, buf) = r.block_on(ep.recv(vec![0u8; len]));
-            assert_eq!(got.unwrap().source, peer);
-            assert!(buf.as_slice() == pattern(len, !(k as u64)).as_slice());
-        } else {
-            let (got, buf) = r.block_on(ep.trecv(vec![0u8; len], k as u64, 0));
-            assert_eq!(got.unwrap().source, peer);
-            assert!(buf.as_slice() == pattern(len, k as u64).as_slice());
-            let (sent, _) = r.block_on(ep.send(peer, pattern(len, !(k as u64))));
-            sent.unwrap();
-        }
-    }
+    exchange(side, &domain, &ep, peer, &[8, 3 << 20]);
     io.send_line("done");
     let _ = io.recv_line();
 }

@@ -12,7 +12,7 @@ use crate::entry::{guard, Errno, FiResult};
 use crate::ep::EpObj;
 use crate::obj::{self, Table};
 use crate::sys;
-use crate::trigger::{self, Op};
+use crate::trigger;
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{Caps, FiAddr};
 use std::ffi::c_void;
@@ -85,6 +85,25 @@ pub(crate) unsafe fn iov_copy(iov: *const sys::iovec, count: usize) -> FiResult<
     }
 }
 
+/// The buffer of a short send (`fi_send`, `fi_tsend`): a copy when the
+/// endpoint's op flags hold `FI_INJECT`, the application's memory in place
+/// otherwise; `-FI_EINVAL` for a null buffer of some length.
+///
+/// # Safety
+/// `buf` is valid for reads of `len` bytes and, without `FI_INJECT`, stays
+/// untouched until the operation's completion (the engine only reads it).
+pub(crate) unsafe fn send_buffer(e: &EpObj, buf: *const c_void, len: usize) -> FiResult<OpBuffer> {
+    if buf.is_null() && len > 0 {
+        return Err(Errno::INVAL);
+    }
+    if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
+        // SAFETY: the caller's promise.
+        return Ok(unsafe { slice(buf, len)? }.to_vec().into());
+    }
+    // SAFETY: the caller's promise.
+    Ok(unsafe { op_buffer(buf.cast_mut().cast(), len) })
+}
+
 /// `len` bytes at `buf` as a slice (empty for zero).
 ///
 /// # Safety
@@ -128,7 +147,7 @@ unsafe fn receive(
         // its completion.
         let b = unsafe { op_buffer(ptr, len) };
         // SAFETY: the fi_trigger(3) contract for the context.
-        return unsafe { trigger::defer(e, Op::Recv, b, ctx as *mut c_void) };
+        return unsafe { trigger::defer(e, ctx as *mut c_void, |t, c| t.post_recv(b, c)) };
     }
     if flags & sys::FI_MULTI_RECV as u64 != 0 {
         // SAFETY: the caller's promise.
@@ -234,21 +253,12 @@ unsafe extern "C" fn send(
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
         let rep = e.rust()?;
-        if buf.is_null() && len > 0 {
-            return Err(Errno::INVAL);
-        }
-        let b = if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
-            // SAFETY: the fi_send contract.
-            unsafe { slice(buf, len)? }.to_vec().into()
-        } else {
-            // SAFETY: the fi_send contract: the buffer stays untouched
-            // until the completion (the engine only reads it).
-            unsafe { op_buffer(buf.cast_mut().cast(), len) }
-        };
+        // SAFETY: the fi_send contract.
+        let b = unsafe { send_buffer(e, buf, len)? };
         let dest = FiAddr(dest_addr);
         if trigger::asked(e.tx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::Send { dest }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_send(dest, b, c)) };
         }
         rep.post_send(dest, b, context as u64)?;
         Ok(0)
@@ -272,7 +282,7 @@ unsafe extern "C" fn sendv(
         let dest = FiAddr(dest_addr);
         if trigger::asked(e.tx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::Send { dest }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_send(dest, b, c)) };
         }
         rep.post_send(dest, b, context as u64)?;
         Ok(0)
@@ -302,7 +312,7 @@ unsafe extern "C" fn sendmsg(ep: *mut sys::fid_ep, msg: *const sys::fi_msg, flag
         let dest = FiAddr(m.addr);
         if trigger::asked(flags) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::Send { dest }, b, m.context) };
+            return unsafe { trigger::defer(e, m.context, |t, c| t.post_send(dest, b, c)) };
         }
         rep.post_send(dest, b, m.context as u64)?;
         Ok(0)

@@ -20,7 +20,7 @@ use crate::ep::{EpObj, RustEp};
 use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
 use crate::obj::{self, Table};
 use crate::sys;
-use crate::trigger::{self, Op};
+use crate::trigger;
 use psmrail::engine::OpBuffer;
 use psmrail::fabric::{CompletionFlags, FiAddr};
 use psmrail::ops::RmaIov;
@@ -150,14 +150,15 @@ fn triggered(
         return Err(Errno::INVAL);
     }
     let (dest, offset, key) = (FiAddr(dest), r.offset, r.key);
-    let op = match dir {
-        Dir::Write => Op::Write { dest, offset, key },
-        Dir::Read => Op::Read { dest, offset, key },
-    };
     // SAFETY: `context` is the call's, which fi_trigger(3) makes a
     // `struct fi_triggered_context` when the call asks for FI_TRIGGER;
     // the buffer is the operation's as for the untriggered call.
-    unsafe { trigger::defer(e, op, buf, context) }
+    unsafe {
+        trigger::defer(e, context, |t, c| match dir {
+            Dir::Write => t.post_write(dest, buf, offset, key, c),
+            Dir::Read => t.post_read(dest, buf, offset, key, c),
+        })
+    }
 }
 
 /// The one remote range of the short calls: as long as the local buffer.

@@ -12,7 +12,7 @@ use crate::ep::EpObj;
 use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
 use crate::obj::{self, Table};
 use crate::sys;
-use crate::trigger::{self, Op};
+use crate::trigger;
 use psmrail::fabric::FiAddr;
 use std::ffi::c_void;
 
@@ -51,7 +51,7 @@ unsafe extern "C" fn trecv(
         let b = unsafe { op_buffer(buf.cast(), len) };
         if trigger::asked(e.rx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::TRecv { tag, ignore }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_trecv(b, tag, ignore, c)) };
         }
         let p = rep.post_trecv(b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
@@ -78,7 +78,7 @@ unsafe extern "C" fn trecvv(
         let b = unsafe { iov_buffer(iov, count)? };
         if trigger::asked(e.rx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::TRecv { tag, ignore }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_trecv(b, tag, ignore, c)) };
         }
         let p = rep.post_trecv(b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
@@ -107,12 +107,9 @@ unsafe extern "C" fn trecvmsg(
             }
             // SAFETY: the message's iovecs (the contract).
             let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };
-            let op = Op::TRecv {
-                tag: m.tag,
-                ignore: m.ignore,
-            };
+            let (tag, ignore) = (m.tag, m.ignore);
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, op, b, m.context) };
+            return unsafe { trigger::defer(e, m.context, |t, c| t.post_trecv(b, tag, ignore, c)) };
         }
         if peek {
             // SAFETY: a valid message (the contract).
@@ -141,21 +138,12 @@ unsafe extern "C" fn tsend(
         // SAFETY: EpObj is the block type of FI_CLASS_EP.
         let e: &EpObj = unsafe { obj::block(ep)? };
         let rep = e.rust()?;
-        if buf.is_null() && len > 0 {
-            return Err(Errno::INVAL);
-        }
-        let b = if e.tx_op_flags() & sys::FI_INJECT as u64 != 0 {
-            // SAFETY: the fi_tsend contract.
-            unsafe { slice(buf, len)? }.to_vec().into()
-        } else {
-            // SAFETY: the fi_tsend contract: the buffer stays untouched
-            // until the completion (the engine only reads it).
-            unsafe { op_buffer(buf.cast_mut().cast(), len) }
-        };
+        // SAFETY: the fi_tsend contract.
+        let b = unsafe { crate::msg::send_buffer(e, buf, len)? };
         let dest = FiAddr(dest_addr);
         if trigger::asked(e.tx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::TSend { dest, tag }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_tsend(dest, tag, b, c)) };
         }
         rep.post_tsend(dest, tag, b, context as u64)?;
         Ok(0)
@@ -181,7 +169,7 @@ unsafe extern "C" fn tsendv(
         let dest = FiAddr(dest_addr);
         if trigger::asked(e.tx_op_flags()) {
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, Op::TSend { dest, tag }, b, context) };
+            return unsafe { trigger::defer(e, context, |t, c| t.post_tsend(dest, tag, b, c)) };
         }
         rep.post_tsend(dest, tag, b, context as u64)?;
         Ok(0)
@@ -214,9 +202,9 @@ unsafe extern "C" fn tsendmsg(
         };
         let dest = FiAddr(m.addr);
         if trigger::asked(flags) {
-            let op = Op::TSend { dest, tag: m.tag };
+            let tag = m.tag;
             // SAFETY: the fi_trigger(3) contract for the context.
-            return unsafe { trigger::defer(e, op, b, m.context) };
+            return unsafe { trigger::defer(e, m.context, |t, c| t.post_tsend(dest, tag, b, c)) };
         }
         rep.post_tsend(dest, m.tag, b, m.context as u64)?;
         Ok(0)

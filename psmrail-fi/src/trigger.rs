@@ -42,8 +42,9 @@ use crate::entry::{log_info, Errno, FiResult};
 use crate::ep::{EpObj, RustEp};
 use crate::obj;
 use crate::sys;
-use psmrail::engine::OpBuffer;
-use psmrail::fabric::{Caps, Counter, FiAddr};
+use psmrail::engine::PostError;
+use psmrail::fabric::{Caps, Counter};
+use psmrail::ops::Triggered;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
@@ -53,17 +54,6 @@ pub(crate) const FLAG: u64 = sys::FI_TRIGGER as u64;
 /// Whether `flags` ask for a triggered operation.
 pub(crate) fn asked(flags: u64) -> bool {
     flags & FLAG != 0
-}
-
-/// What a triggered operation posts when it fires, besides its buffer.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Op {
-    Send { dest: FiAddr },
-    Recv,
-    TSend { dest: FiAddr, tag: u64 },
-    TRecv { tag: u64, ignore: u64 },
-    Write { dest: FiAddr, offset: u64, key: u64 },
-    Read { dest: FiAddr, offset: u64, key: u64 },
 }
 
 /// `errno`, with `why` in libfabric's log.
@@ -127,18 +117,18 @@ unsafe fn condition(e: &EpObj, context: *mut c_void) -> FiResult<(Counter, u64)>
     Ok((c.rust()?, th.threshold as u64))
 }
 
-/// Defers `op` with `buf` on `e` until the condition of the triggered
-/// context at `context` holds (module docs); the completion carries
+/// Defers an operation of `e` until the condition of the triggered context
+/// at `context` holds (module docs): `post` makes it, a post of psmrail's
+/// [`Triggered`] given the context to report, and its completion carries
 /// `context`.
 ///
 /// # Safety
-/// As [`condition`] for `context`; `buf`'s memory is the operation's until
-/// its completion, as for the untriggered call.
+/// As [`condition`] for `context`; the buffer `post` hands over is the
+/// operation's until its completion, as for the untriggered call.
 pub(crate) unsafe fn defer(
     e: &EpObj,
-    op: Op,
-    buf: OpBuffer,
     context: *mut c_void,
+    post: impl FnOnce(&Triggered<'_>, u64) -> Result<(), PostError>,
 ) -> FiResult<isize> {
     let rep = e.rust()?;
     if !e.caps().contains(Caps::TRIGGER) {
@@ -152,16 +142,7 @@ pub(crate) unsafe fn defer(
     };
     // SAFETY: the caller's promise.
     let (counter, threshold) = unsafe { condition(e, context)? };
-    let t = ep.triggered(&counter, threshold);
-    let ctx = context as u64;
-    let r = match op {
-        Op::Send { dest } => t.post_send(dest, buf, ctx),
-        Op::Recv => t.post_recv(buf, ctx),
-        Op::TSend { dest, tag } => t.post_tsend(dest, tag, buf, ctx),
-        Op::TRecv { tag, ignore } => t.post_trecv(buf, tag, ignore, ctx),
-        Op::Write { dest, offset, key } => t.post_write(dest, buf, offset, key, ctx),
-        Op::Read { dest, offset, key } => t.post_read(dest, buf, offset, key, ctx),
-    };
+    let r = post(&ep.triggered(&counter, threshold), context as u64);
     r.map_err(|p| Errno::from(p.error))?;
     e.base().triggered.store(true, Ordering::Release);
     Ok(0)
