@@ -269,6 +269,41 @@ trampolines!(
     32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63
 );
 
+/// Entries of a compat endpoint's handler table that [`close_guard`] fills
+/// before any real handler is registered.
+pub(crate) const CLOSE_GUARD_ENTRIES: usize = 128;
+
+/// What a guard entry runs if a message ever names one: nothing.
+unsafe extern "C" fn guard_psm2(
+    _token: psm_am_token_t,
+    _args: *mut psm_amarg_t,
+    _nargs: c_int,
+    _src: *mut c_void,
+    _len: u32,
+) -> c_int {
+    0
+}
+
+/// The guard handlers for a compat endpoint whose PSM allows
+/// `max_handlers`: how many entries to fill, and the pointers to register.
+///
+/// libpsm2 (11.2) frees an endpoint's AM handler table at the start of
+/// `psm2_ep_close` and then, disconnecting from its peers, keeps polling
+/// shared memory: an AM request a peer sends during the close is
+/// dispatched through the freed table. glibc writes its free-list links
+/// over the first entries of a freed block, and the small allocations
+/// the close makes next are carved from its start, so the entries the
+/// first registrations get (0, 1, ...) hold garbage by then and the
+/// process jumps to it. Filling the first half of the table with no-op
+/// handlers puts every real handler in the second half, which the close
+/// leaves as it was: a late AM then runs its real handler (whose data
+/// lives until the close returns). Peers agree on indices because every
+/// endpoint registers the same guard first.
+pub(crate) fn close_guard(max_handlers: u32) -> Vec<ffi::psm_am_handler_ptr> {
+    let entries = CLOSE_GUARD_ENTRIES.min(max_handlers as usize / 2);
+    vec![guard_psm2 as ffi::psm_am_handler_ptr; entries]
+}
+
 /// Handler slots claimed by one endpoint; released when dropped (after the
 /// endpoint is closed).
 #[derive(Default)]

@@ -179,6 +179,8 @@ pub struct Endpoint {
     mq: ffi::psm_mq_t,
     peers: RefCell<HashMap<Epid, EpAddr>>,
     am_params: Cell<Option<AmParameters>>,
+    /// Handler-table entries the close guard holds (compat build).
+    guarded: u32,
     slots: SlotSet,
     psm2_mq: Option<Psm2Calls>,
     open: bool,
@@ -234,7 +236,7 @@ impl Endpoint {
                  could not tell them apart and its sends to that epid would loop back to itself"
             )));
         }
-        Ok(Endpoint {
+        let mut endpoint = Endpoint {
             lib,
             id: NEXT_ENDPOINT_ID.fetch_add(1, Ordering::Relaxed),
             ep,
@@ -243,10 +245,43 @@ impl Endpoint {
             mq: ptr::null_mut(),
             peers: RefCell::new(HashMap::new()),
             am_params: Cell::new(None),
+            guarded: 0,
             slots: SlotSet::default(),
             psm2_mq: Psm2Calls::of(lib),
             open: true,
-        })
+        };
+        if lib.build() == PsmBuild::Psm2Compat {
+            // Dropping the endpoint on failure closes it.
+            endpoint.fill_close_guard()?;
+        }
+        Ok(endpoint)
+    }
+
+    /// Registers the compat build's close guard (see [`am::close_guard`]):
+    /// no-op handlers in the first half of the AM handler table, so that
+    /// every handler registered later sits where libpsm2's close does not
+    /// overwrite it. [`Endpoint::am_parameters`] counts only what is left.
+    fn fill_close_guard(&mut self) -> Result<()> {
+        let max = self.raw_am_parameters()?.max_handlers;
+        let guard = am::close_guard(max);
+        if guard.is_empty() {
+            return Ok(());
+        }
+        let mut indices: Vec<c_int> = vec![-1; guard.len()];
+        // SAFETY: `guard` holds `guard.len()` no-op functions of the compat
+        // signature; `indices` has room for as many results.
+        let rc = unsafe {
+            (self.lib.api().psm_am_register_handlers)(
+                self.ep,
+                guard.as_ptr(),
+                guard.len() as c_int,
+                indices.as_mut_ptr(),
+            )
+        };
+        self.lib
+            .check(rc, "psm_am_register_handlers (close guard)")?;
+        self.guarded = guard.len() as u32;
+        Ok(())
     }
 
     fn open_reserved(
@@ -568,10 +603,19 @@ impl Endpoint {
     }
 
     /// AM limits (`psm_am_get_parameters`); cached after the first call.
+    /// The handler count is what is left for this crate's callers: on the
+    /// compat build, PSM's less the close guard's entries.
     pub fn am_parameters(&self) -> Result<AmParameters> {
         if let Some(p) = self.am_params.get() {
             return Ok(p);
         }
+        let mut params = self.raw_am_parameters()?;
+        params.max_handlers = params.max_handlers.saturating_sub(self.guarded);
+        self.am_params.set(Some(params));
+        Ok(params)
+    }
+
+    fn raw_am_parameters(&self) -> Result<AmParameters> {
         let mut params = AmParameters::default();
         let mut out_size: usize = 0;
         // SAFETY: `params` is writable for its size; out_size is a valid output.
@@ -584,7 +628,6 @@ impl Endpoint {
             )
         };
         self.lib.check(rc, "psm_am_get_parameters")?;
-        self.am_params.set(Some(params));
         Ok(params)
     }
 

@@ -533,6 +533,57 @@ fn compat_two_processes_over_shm() {
     );
 }
 
+/// A peer keeps sending AM requests while the endpoint closes: the close
+/// ends (within its bound) and the process exits cleanly. libpsm2 reads the
+/// handler table it has just freed for AMs arriving during
+/// `psm2_ep_close`; the close guard keeps the entries handlers use intact.
+#[test]
+fn compat_am_arriving_during_close_is_not_a_crash() {
+    if !available(Lib::Compat) {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for round in 0..5 {
+        let mut target = child_command("flood_target", Some(Lib::Compat), &[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn target");
+        let mut lines = BufReader::new(target.stdout.take().expect("stdout"));
+        let mut seen = String::new();
+        let epid = loop {
+            let mut line = String::new();
+            if lines.read_line(&mut line).expect("read target") == 0 {
+                let _ = target.kill();
+                panic!("target ended before printing its epid:\n{seen}");
+            }
+            seen.push_str(&line);
+            if let Some(rest) = line.trim().strip_prefix("EPID=") {
+                break rest.to_string();
+            }
+        };
+        let mut source = child_command("flood_source", Some(Lib::Compat), &[(PEER_ENV, &epid)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn source");
+        let rest = std::thread::spawn(move || std::io::read_to_string(lines).unwrap_or_default());
+        let status = wait_with_timeout(&mut target, "flood_target");
+        let _ = source.kill();
+        let _ = source.wait();
+        let out = seen + &rest.join().unwrap();
+        assert!(
+            status.success(),
+            "round {round}: the closing target exited with {status:?}\n{out}"
+        );
+        assert!(out.contains("SCENARIO-DONE flood_target"), "{out}");
+        if let Some(line) = out.lines().find(|l| l.contains("during the close")) {
+            eprintln!("round {round}: {line}");
+        }
+        remove_shm_segment_of(&out);
+    }
+}
+
 // --------------------------------------------------------------- child side
 
 /// Entry point of the child processes; a no-op in the normal test run.
@@ -558,6 +609,8 @@ fn scenario_child() {
         "connect_dead" => connect_dead(),
         "pp_server" => pp_server(),
         "pp_client" => pp_client(),
+        "flood_target" => flood_target(),
+        "flood_source" => flood_source(),
         other => panic!("unknown scenario {other}"),
     }
     println!("SCENARIO-DONE {name}");
@@ -1185,4 +1238,69 @@ fn pp_client() {
     println!("MQ 256 KiB across processes ok");
     mq.send(server, 0, PP_TAG_BYE, b"bye").unwrap();
     ep.close(Some(Duration::from_secs(5))).unwrap();
+}
+
+const FLOOD_TAG_HELLO: u64 = 0xf100d;
+
+/// Waits for the flood to start, then closes while it goes on.
+fn flood_target() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let mut ep = open_mq();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let handler: AmHandler = Box::new(move |_, _, _| {
+        counter.fetch_add(1, SeqCst);
+    });
+    ep.register_am_handlers(vec![handler]).unwrap();
+    println!("EPID={:#x}", ep.epid().0);
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    let mut hello = [0u8; 8];
+    ep.mq()
+        .unwrap()
+        .recv(FLOOD_TAG_HELLO, !0, &mut hello)
+        .unwrap();
+    // Connected both ways, as peers that talk are: the close then
+    // disconnects (and allocates) while it polls.
+    let source = Epid(u64::from_le_bytes(hello));
+    ep.connect(&[source], Some(Duration::from_secs(30)))
+        .unwrap()[0]
+        .as_ref()
+        .expect("connect back");
+    let start = Instant::now();
+    while count.load(SeqCst) < 2000 {
+        ep.poll().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(30), "no flood");
+    }
+    let before = count.load(SeqCst);
+    let closed = ep.close(Some(Duration::from_secs(1)));
+    println!(
+        "closed ({closed:?}) after {before} AMs, {} more during the close",
+        count.load(SeqCst) - before
+    );
+}
+
+/// Sends AM requests to the target until it is gone (or 20 s).
+fn flood_source() {
+    let peer = std::env::var(PEER_ENV).expect("peer epid");
+    let peer = Epid(u64::from_str_radix(peer.trim_start_matches("0x"), 16).expect("hex epid"));
+    let mut ep = open_mq();
+    let noop: AmHandler = Box::new(|_, _, _| {});
+    let idx = ep.register_am_handlers(vec![noop]).unwrap();
+    let target = *ep.connect(&[peer], Some(Duration::from_secs(30))).unwrap()[0]
+        .as_ref()
+        .expect("connect");
+    ep.mq()
+        .unwrap()
+        .send(target, 0, FLOOD_TAG_HELLO, &ep.epid().0.to_le_bytes())
+        .unwrap();
+    let start = Instant::now();
+    let flags = AmFlags { no_reply: true };
+    let args = [AmArg::from_u64(1), AmArg::from_u64(2)];
+    while start.elapsed() < Duration::from_secs(20) {
+        if ep.am_request(target, idx[0], &args, &[], flags).is_err() {
+            break;
+        }
+        let _ = ep.poll();
+    }
 }

@@ -25,6 +25,7 @@ use psmrail::fabric::{
 };
 use std::ffi::{c_char, c_void, CString};
 use std::ptr;
+use std::time::Duration;
 
 /// The `src_addr` of an info answered with `FI_SOURCE`: what the endpoint
 /// will bind to and register with the name server.
@@ -179,6 +180,13 @@ fn prov_name_matches(which: Which, name: &str) -> bool {
     }
 }
 
+/// How long a manual-progress domain of the C face may go without a
+/// progress round before its idle assist runs one
+/// ([`Hints::idle_assist`]): libfabric programs block outside the library
+/// (fabtests on their control socket) while a peer's first message to
+/// them connects, and a connect is answered from this process's progress.
+const IDLE_ASSIST: Duration = Duration::from_millis(5);
+
 /// Hints out of a C info.
 ///
 /// # Safety
@@ -188,7 +196,7 @@ pub(crate) unsafe fn hints_from_c(which: Which, c: &sys::fi_info) -> FiResult<(H
     if !c_face_caps(which).contains(caps) {
         return Err(Errno::NODATA);
     }
-    let mut h = Hints::new().caps(caps);
+    let mut h = Hints::new().caps(caps).idle_assist(IDLE_ASSIST);
     let mut extra = Extra::default();
     if which == Which::Mrail {
         h = h.provider(Provider::Mrail);

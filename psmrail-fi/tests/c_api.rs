@@ -666,6 +666,43 @@ fn a_directed_receive_takes_only_its_sender() {
     close_all(r);
 }
 
+/// Manual progress on both sides, and nobody drives the receiver: the
+/// sender's first message connects anyway (the domain's idle assist
+/// answers for the receiver, as it must for a libfabric program blocked on
+/// its control socket), in far less than the connect timeout; the message
+/// waits there until the receiver looks.
+#[test]
+fn a_first_message_connects_to_a_peer_that_is_not_progressing() {
+    let p = setup();
+    let manual = |h: &mut sys::fi_info| {
+        // SAFETY: hints with every attribute.
+        unsafe { (*h.domain_attr).data_progress = sys::FI_PROGRESS_MANUAL };
+    };
+    let r = open_caps(p, sys::FI_MSG as u64, manual);
+    let s = open_caps(p, sys::FI_MSG as u64, manual);
+    ready(&r);
+    ready(&s);
+    let s_to_r = insert(&s, &name(&r));
+    let start = std::time::Instant::now();
+    inject(&s, b"hello r", s_to_r);
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the first message took {took:?} to connect"
+    );
+    let mut ctx = sys::fi_context::default();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        recvmsg(&r, &mut buf, sys::FI_ADDR_NOTAVAIL, ctx_of(&mut ctx), 0),
+        0
+    );
+    let e = next_recv(&r).expect("the message");
+    assert_eq!(e.len, 7);
+    assert_eq!(&buf[..7], b"hello r");
+    close_all(s);
+    close_all(r);
+}
+
 #[test]
 fn rma_to_ourselves_writes_reads_and_carries_cq_data() {
     let p = setup();

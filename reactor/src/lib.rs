@@ -87,6 +87,8 @@ mod auto_thread;
 #[cfg(not(loom))]
 mod block_on;
 #[cfg(not(loom))]
+mod idle_assist;
+#[cfg(not(loom))]
 mod reactor;
 #[cfg(not(loom))]
 mod source_list;

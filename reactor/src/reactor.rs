@@ -18,6 +18,7 @@ use crate::auto_thread::{make_poll, AutoThread, AutoThreadInfo, Shared};
 use crate::completion::{CompletionTable, OpKey};
 use crate::cpu_set::CpuSet;
 use crate::gate::SleepGate;
+use crate::idle_assist::IdleAssist;
 use crate::source::{Progress, ProgressSource, SourceId};
 use crate::source_list::SourceList;
 use crate::stats::{bump, Counters, ReactorStats};
@@ -229,6 +230,7 @@ impl ProgressMode {
 pub struct ReactorBuilder {
     mode: ProgressMode,
     thread_name: String,
+    idle_assist: Option<Duration>,
 }
 
 impl Default for ReactorBuilder {
@@ -236,6 +238,7 @@ impl Default for ReactorBuilder {
         ReactorBuilder {
             mode: ProgressMode::Manual,
             thread_name: "psmrail-prog".to_owned(),
+            idle_assist: None,
         }
     }
 }
@@ -265,8 +268,45 @@ impl ReactorBuilder {
         self
     }
 
+    /// Manual mode only (the other modes have their thread): a thread that
+    /// runs a progress round whenever nobody has run one for `interval`, so
+    /// that peers waiting on this process's progress (a connect, a
+    /// handshake) are answered while the application is away from the
+    /// library. The reactor stays manual; while the application progresses,
+    /// the thread only reads a counter once per interval. See
+    /// `idle_assist.rs`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::{Duration, Instant};
+    /// use psmrail_reactor::{progress_fn, Progress, Reactor};
+    ///
+    /// let reactor = Reactor::builder()
+    ///     .idle_assist(Duration::from_millis(1))
+    ///     .build()?;
+    /// assert!(reactor.is_manual());
+    /// let ran = Arc::new(AtomicBool::new(false));
+    /// let r = ran.clone();
+    /// reactor.add_source(Arc::new(progress_fn(move || {
+    ///     r.store(true, Ordering::Release);
+    ///     Progress::Idle
+    /// })))?;
+    /// // Nobody calls progress: the assist does.
+    /// let start = Instant::now();
+    /// while !ran.load(Ordering::Acquire) {
+    ///     assert!(start.elapsed() < Duration::from_secs(10));
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn idle_assist(mut self, interval: Duration) -> Self {
+        self.idle_assist = Some(interval);
+        self
+    }
+
     /// Name of the auto thread (default `psmrail-prog`; Linux keeps the
-    /// first 15 bytes).
+    /// first 15 bytes; the idle assist's is this with `-assist`).
     pub fn thread_name(mut self, name: impl Into<String>) -> Self {
         self.thread_name = name.into();
         self
@@ -299,6 +339,7 @@ impl ReactorBuilder {
             spinners: crate::spin_window::SpinBeat::new(),
             registry,
         });
+        let assist_name = format!("{}-assist", self.thread_name);
         let thread = match auto {
             None => None,
             Some(auto) => Some(AutoThread::spawn(
@@ -311,6 +352,12 @@ impl ReactorBuilder {
                 self.thread_name,
             )?),
         };
+        let assist = match (self.idle_assist, &thread) {
+            (Some(interval), None) => {
+                Some(IdleAssist::spawn(shared.clone(), interval, assist_name)?)
+            }
+            _ => None,
+        };
         Ok(Reactor {
             inner: Arc::new(Inner {
                 manual: thread.is_none(),
@@ -318,6 +365,7 @@ impl ReactorBuilder {
                 shared,
                 mode: self.mode,
                 thread,
+                assist,
             }),
         })
     }
@@ -330,12 +378,17 @@ struct Inner {
     /// Adaptive mode's spin window.
     spin: Option<Duration>,
     thread: Option<AutoThread>,
+    /// Manual mode's idle assist, if asked for.
+    assist: Option<IdleAssist>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
             thread.stop(&self.shared);
+        }
+        if let Some(assist) = self.assist.take() {
+            assist.stop();
         }
         let entries = self.shared.sources.drain();
         if let Some(registry) = &self.shared.registry {

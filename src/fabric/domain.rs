@@ -69,7 +69,8 @@ use crate::proto::peer_watch::{PeerBook, PeerGate, PeerWatch};
 use crate::proto::rma_transport::RmaTransport;
 use crate::proto::tag_layout::TagLayout;
 use crate::reactor::{
-    AdaptiveProgress, CompletionTable, ProgressMode, ProgressSource, Reactor, SourceId,
+    AdaptiveProgress, CompletionTable, ProgressMode, ProgressSource, Reactor, ReactorBuilder,
+    SourceId,
 };
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
@@ -369,7 +370,7 @@ type Opened = (Arc<dyn EngineEndpoint>, DirectEngine, Reactor, SourceId);
 fn open_engine<E: Engine>(
     engine: &E,
     options: &EndpointOptions,
-    mode: ProgressMode,
+    reactor: ReactorBuilder,
     shared: Option<&Reactor>,
     book: &Arc<PeerBook>,
 ) -> Result<Opened> {
@@ -380,7 +381,7 @@ fn open_engine<E: Engine>(
     };
     let reactor = match shared {
         Some(r) => r.clone(),
-        None => Reactor::builder().mode(mode).build().map_err(|e| {
+        None => reactor.build().map_err(|e| {
             fail(
                 &ep,
                 ErrorKind::Inval,
@@ -496,15 +497,20 @@ impl Domain {
         } else {
             ProgressMode::Manual
         };
+        let mut reactor = Reactor::builder().mode(mode);
+        if let Some(every) = info.idle_assist {
+            // Manual progress only: the other modes have their thread.
+            reactor = reactor.idle_assist(every);
+        }
         let peers = Arc::new(PeerBook::new());
         let (engine, raw_engine, reactor, engine_source) = match info.engine {
             EngineKind::Native => {
-                open_engine(&NativeEngine::load()?, &options, mode, shared, &peers)?
+                open_engine(&NativeEngine::load()?, &options, reactor, shared, &peers)?
             }
             EngineKind::Soft => open_engine(
                 &SoftEngine::new(info.soft_config().clone())?,
                 &options,
-                mode,
+                reactor,
                 shared,
                 &peers,
             )?,

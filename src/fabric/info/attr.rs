@@ -277,6 +277,11 @@ pub struct Info {
     /// Adaptive progress's spin window (zero: futures sleep at once under
     /// auto progress; see [`Hints::spin`](crate::fabric::Hints::spin)).
     pub spin: Duration,
+    /// Manual progress's idle assist: the interval after which a thread
+    /// runs a progress round nobody else ran (see
+    /// [`Hints::idle_assist`](crate::fabric::Hints::idle_assist); `None`:
+    /// no such thread).
+    pub idle_assist: Option<Duration>,
     /// Address vector type, as asked (`Unspec` opens a MAP).
     pub av_type: AvType,
     /// Largest inject (`tx_attr.inject_size` in C): 64 bytes.

@@ -48,6 +48,8 @@ pub(crate) struct Settled {
     pub(crate) progress: ProgressKind,
     /// Adaptive progress's spin window (zero: none).
     pub(crate) spin: Duration,
+    /// Manual progress's idle assist.
+    pub(crate) idle_assist: Option<Duration>,
     pub(crate) av_type: AvType,
     pub(crate) threading: Threading,
     pub(crate) reserved: u64,
@@ -130,6 +132,7 @@ pub(crate) fn check(hints: &Hints, am_msg: bool, tagged_rma: bool) -> Result<Set
         ep_type,
         progress,
         spin,
+        idle_assist: hints.idle_assist,
         av_type: hints.av_type,
         threading,
         reserved: tags.reserved,

@@ -45,6 +45,7 @@ pub struct Hints {
     pub(crate) ep_type: EpType,
     pub(crate) progress: ProgressKind,
     pub(crate) spin: Option<Duration>,
+    pub(crate) idle_assist: Option<Duration>,
     pub(crate) av_type: AvType,
     pub(crate) threading: Threading,
     pub(crate) engine: Option<EngineChoice>,
@@ -76,6 +77,7 @@ impl fmt::Debug for Hints {
             .field("ep_type", &self.ep_type)
             .field("progress", &self.progress)
             .field("spin", &self.spin)
+            .field("idle_assist", &self.idle_assist)
             .field("av_type", &self.av_type)
             .field("threading", &self.threading)
             .field("engine", &self.engine)
@@ -164,6 +166,32 @@ impl Hints {
     /// ```
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = Some(spin);
+        self
+    }
+
+    /// Manual progress with a floor: a thread that runs one progress round
+    /// whenever nobody has run one for `interval`, so that a peer's connect
+    /// or handshake is answered while the application is away from the
+    /// library (blocked on a control socket, say). Progress stays manual:
+    /// operations make their own, and while the application progresses
+    /// the thread only reads a counter once per interval. Ignored with auto
+    /// progress (its thread does this and more). The C provider libraries
+    /// ask for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use psmrail::fabric::{getinfo, EngineChoice, Hints, ProgressKind};
+    /// let hints = Hints::new()
+    ///     .engine(EngineChoice::Soft)
+    ///     .progress(ProgressKind::Manual)
+    ///     .idle_assist(Duration::from_millis(2));
+    /// let info = getinfo(Some(&hints))?.remove(0);
+    /// assert_eq!(info.progress, ProgressKind::Manual);
+    /// assert_eq!(info.idle_assist, Some(Duration::from_millis(2)));
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn idle_assist(mut self, interval: Duration) -> Self {
+        self.idle_assist = Some(interval);
         self
     }
 

@@ -316,6 +316,7 @@ fn build(
         engine,
         progress: s.progress,
         spin: s.spin,
+        idle_assist: s.idle_assist,
         av_type: s.av_type,
         inject_size: INJECT_SIZE,
         max_msg_size: MAX_MSG_SIZE,

@@ -52,6 +52,9 @@ impl Info {
         if !self.spin.is_zero() {
             writeln!(f, "    spin: {} us", self.spin.as_micros())?;
         }
+        if let Some(every) = self.idle_assist {
+            writeln!(f, "    idle_assist: {} us", every.as_micros())?;
+        }
         writeln!(f, "    mem_tag_format: {:#018x}", self.mem_tag_format)?;
         writeln!(f, "    inject_size: {}", self.inject_size)?;
         writeln!(f, "    max_msg_size: {}", self.max_msg_size)?;
