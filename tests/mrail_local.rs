@@ -905,3 +905,177 @@ fn a_lazy_av_connects_each_peer_at_its_first_use() {
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
+
+/// What a node's CQ reported: entries and error entries, by context.
+#[derive(Default)]
+struct Seen {
+    ok: Vec<psmrail::fabric::CqEntry>,
+    err: Vec<psmrail::fabric::CqErrEntry>,
+}
+
+/// Reads every node's CQ (which progresses its domain) until `done` holds
+/// for what they reported, or 30 s.
+fn collect(
+    cqs: &[psmrail::fabric::CompletionQueue],
+    seen: &mut [Seen],
+    done: impl Fn(&[Seen]) -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !done(seen) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no completion came"
+        );
+        for (cq, s) in cqs.iter().zip(seen.iter_mut()) {
+            match cq.read() {
+                Ok(Some(e)) => s.ok.push(e),
+                Ok(None) => {}
+                Err(_) => s.err.push(cq.readerr().expect("an error entry")),
+            }
+        }
+    }
+}
+
+/// One progress round of every node's domain.
+fn progress_all(cqs: &[psmrail::fabric::CompletionQueue]) {
+    for cq in cqs {
+        let _ = cq.progress();
+    }
+}
+
+fn has(s: &Seen, ctx: u64) -> bool {
+    s.ok.iter().any(|e| e.context == ctx) || s.err.iter().any(|e| e.context == ctx)
+}
+
+fn entry(s: &Seen, ctx: u64) -> &psmrail::fabric::CqEntry {
+    s.ok.iter().find(|e| e.context == ctx).expect("an entry")
+}
+
+#[test]
+fn peeks_claims_discards_and_directed_receives_posted_with_contexts() {
+    use psmrail::ops::PeekFlags;
+    let info = mrail_nodes::info(
+        2,
+        "16384:fixed,-1:striping",
+        MSG_TAGGED | Caps::DIRECTED_RECV,
+        MANUAL,
+    );
+    let mut cqs = Vec::new();
+    let n = mrail_nodes::open_with(info, 3, |_, d, b| {
+        let cq = d.cq(CqAttr::new()).unwrap();
+        cqs.push(cq.clone());
+        b.bind_cq(&cq, CqBind::TRANSMIT | CqBind::RECV)
+    });
+    let mut seen: Vec<Seen> = (0..3).map(|_| Seen::default()).collect();
+    let (a, b, c) = (&n.nodes[0].ep, &n.nodes[1].ep, &n.nodes[2].ep);
+    let (from_a, from_b) = (n.addr(2, 0), n.addr(2, 1));
+    const BIG: usize = 300_000;
+    // Nothing queued: FI_ENOMSG.
+    assert!(c
+        .post_tpeek(None, 5, 0, PeekFlags::empty(), 1)
+        .unwrap()
+        .is_none());
+    let e = cqs[2].readerr().expect("an FI_ENOMSG entry");
+    assert_eq!((e.context, e.error.kind()), (1, ErrorKind::NoMsg));
+    // A small and a large message from A, a small one from B, all tag 5/6.
+    a.post_tsend(n.addr(0, 2), 5, pattern(10, 1), 101).unwrap();
+    a.post_tsend(n.addr(0, 2), 6, pattern(BIG, 2), 102).unwrap();
+    b.post_tsend(n.addr(1, 2), 5, pattern(10, 3), 201).unwrap();
+    // Peek the large one until it is there: it stays queued.
+    let mut ctx = 10;
+    let peeked = loop {
+        ctx += 1;
+        if c.tpeek_from(None, 6, 0).unwrap().is_some() {
+            assert!(c
+                .post_tpeek(None, 6, 0, PeekFlags::empty(), ctx)
+                .unwrap()
+                .is_none());
+            break entry_now(&cqs[2], ctx);
+        }
+        progress_all(&cqs);
+    };
+    assert_eq!((peeked.len, peeked.tag, peeked.source), (BIG, 6, from_a));
+    // Claim B's small message by its source, receive exactly it.
+    let claimed = loop {
+        if let Some(cl) = c.tclaim_from(Some(from_b), 5, 0).unwrap() {
+            break cl;
+        }
+        progress_all(&cqs);
+    };
+    assert_eq!(
+        (claimed.peeked().len, claimed.peeked().source),
+        (10, from_b)
+    );
+    c.post_trecv_claimed(claimed, vec![0u8; 16], 20).unwrap();
+    // Claim the large one (still at A) and receive it striped.
+    let large = c
+        .post_tpeek(None, 6, 0, PeekFlags::CLAIM, 21)
+        .unwrap()
+        .expect("the large message");
+    assert!(
+        c.tpeek_from(None, 6, 0).unwrap().is_none(),
+        "claimed: off the queue"
+    );
+    c.post_trecv_claimed(large, vec![0u8; BIG], 22).unwrap();
+    // Discard A's small one with the peek itself.
+    let _ = c
+        .post_tpeek(Some(from_a), 5, 0, PeekFlags::DISCARD, 23)
+        .unwrap();
+    collect(&cqs, &mut seen, |s| {
+        has(&s[2], 20) && has(&s[2], 21) && has(&s[2], 22) && has(&s[2], 23) && has(&s[0], 102)
+    });
+    let e = entry(&seen[2], 20);
+    assert_eq!((e.len, e.tag, e.source), (10, 5, from_b));
+    assert_eq!(
+        &e.buffer.as_ref().unwrap().as_slice()[..10],
+        pattern(10, 3).as_slice()
+    );
+    let e = entry(&seen[2], 22);
+    assert_eq!((e.len, e.source), (BIG, from_a));
+    assert!(e.buffer.as_ref().unwrap().as_slice() == pattern(BIG, 2).as_slice());
+    assert!(entry(&seen[2], 23).buffer.is_none());
+    assert!(c.tpeek_from(None, 5, !0).unwrap().is_none(), "nothing left");
+    // A large message claimed and discarded: its sender still completes.
+    a.post_tsend(n.addr(0, 2), 7, pattern(BIG, 4), 103).unwrap();
+    let gone = loop {
+        if let Some(cl) = c.tclaim_from(None, 7, 0).unwrap() {
+            break cl;
+        }
+        progress_all(&cqs);
+    };
+    c.discard_claimed(gone, 24);
+    collect(&cqs, &mut seen, |s| has(&s[2], 24) && has(&s[0], 103));
+    assert!(
+        seen[0].ok.iter().any(|e| e.context == 103),
+        "the sender completed"
+    );
+    // Context-posted directed receives: B's message only, then A's.
+    c.post_trecv_from(from_b, vec![0u8; 16], 9, 0, 30).unwrap();
+    a.post_tsend(n.addr(0, 2), 9, b"from a".to_vec(), 104)
+        .unwrap();
+    b.post_tsend(n.addr(1, 2), 9, b"from b".to_vec(), 202)
+        .unwrap();
+    collect(&cqs, &mut seen, |s| has(&s[2], 30));
+    let e = entry(&seen[2], 30);
+    assert_eq!(&e.buffer.as_ref().unwrap().as_slice()[..6], b"from b");
+    c.post_recv_from(from_a, vec![0u8; 16], 31).unwrap();
+    c.post_trecv_from(from_a, vec![0u8; 16], 9, 0, 32).unwrap();
+    a.post_send(n.addr(0, 2), b"untagged".to_vec(), 105)
+        .unwrap();
+    collect(&cqs, &mut seen, |s| has(&s[2], 31) && has(&s[2], 32));
+    assert_eq!(
+        &entry(&seen[2], 32).buffer.as_ref().unwrap().as_slice()[..6],
+        b"from a"
+    );
+    assert_eq!(entry(&seen[2], 31).len, 8);
+}
+
+/// The entry `ctx` a peek just pushed to `cq`.
+fn entry_now(cq: &psmrail::fabric::CompletionQueue, ctx: u64) -> psmrail::fabric::CqEntry {
+    loop {
+        let e = cq.read().unwrap().expect("the peek's entry");
+        if e.context == ctx {
+            return e;
+        }
+    }
+}

@@ -22,7 +22,7 @@ use crate::sys;
 use psmrail::engine::{OpBuffer, PostError};
 use psmrail::fabric::{Caps, CounterBind, CqBind, Endpoint, FiAddr, Info};
 use psmrail::mrail::{MrailEndpoint, MrailPosted};
-use psmrail::ops::{Claimed, MessageEndpoint, MultiPosted, Posted};
+use psmrail::ops::{MessageEndpoint, MultiPosted, Posted};
 use psmrail::reactor::SourceId;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -80,8 +80,7 @@ impl RustEp {
         .map_err(post_err)
     }
 
-    /// A receive from `src` only (`FI_DIRECTED_RECV`): psm's; ofi_mrail's
-    /// Rust endpoint has no context-posted directed receive.
+    /// A receive from `src` only (`FI_DIRECTED_RECV`).
     pub(crate) fn post_recv_from(
         &self,
         src: FiAddr,
@@ -89,11 +88,29 @@ impl RustEp {
         ctx: u64,
     ) -> FiResult<AnyPosted> {
         match self {
-            RustEp::Psm(ep) => ep
-                .post_recv_from(src, buf, ctx)
-                .map(AnyPosted::Psm)
+            RustEp::Psm(ep) => ep.post_recv_from(src, buf, ctx).map(AnyPosted::Psm),
+            RustEp::Mrail(ep) => ep.post_recv_from(src, buf, ctx).map(AnyPosted::Mrail),
+        }
+        .map_err(post_err)
+    }
+
+    /// A tagged receive from `src` only (`FI_DIRECTED_RECV`): ofi_mrail's
+    /// (psm offers directed receives of untagged messages only, so a psm
+    /// endpoint never has both capabilities).
+    pub(crate) fn post_trecv_from(
+        &self,
+        src: FiAddr,
+        buf: OpBuffer,
+        tag: u64,
+        ignore: u64,
+        ctx: u64,
+    ) -> FiResult<AnyPosted> {
+        match self {
+            RustEp::Psm(_) => Err(Errno::OPNOTSUPP),
+            RustEp::Mrail(ep) => ep
+                .post_trecv_from(src, buf, tag, ignore, ctx)
+                .map(AnyPosted::Mrail)
                 .map_err(post_err),
-            RustEp::Mrail(_) => Err(Errno::OPNOTSUPP),
         }
     }
 
@@ -181,7 +198,7 @@ pub(crate) struct EpObj {
     op_flags: Mutex<(u64, u64)>,
     min_multi_recv: Mutex<usize>,
     /// Messages claimed by `FI_PEEK | FI_CLAIM`, by context (`peek.rs`).
-    pub(crate) claimed: Mutex<HashMap<u64, Claimed>>,
+    pub(crate) claimed: Mutex<HashMap<u64, crate::peek::AnyClaimed>>,
     /// The driver of RMA and atomics, made at the first (`drive.rs`).
     driver: Mutex<Option<(Arc<Driver>, SourceId)>>,
     /// The endpoint this one is an alias of (`FI_ALIAS`), null for an

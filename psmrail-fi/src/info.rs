@@ -367,11 +367,7 @@ pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
 pub(crate) fn c_face_caps(which: Which) -> Caps {
     match which {
         Which::Psm => C_FACE_CAPS,
-        Which::Mrail => C_FACE_CAPS.difference(
-            Caps::MULTI_RECV
-                .union(Caps::DIRECTED_RECV)
-                .union(Caps::TRIGGER),
-        ),
+        Which::Mrail => C_FACE_CAPS.difference(Caps::MULTI_RECV.union(Caps::TRIGGER)),
     }
 }
 

@@ -13,8 +13,12 @@
 //!   holds nothing is `-FI_EINVAL`.
 //! * `FI_PEEK | FI_DISCARD`: the same as a peek, and the message is dropped.
 //!
-//! psm only: ofi_mrail's Rust endpoint cannot peek (`-FI_ENOSYS`).
+//! On ofi_mrail the same on [`MrailEndpoint::post_tpeek`], which also
+//! honours the message's source with `FI_DIRECTED_RECV`; a claim there
+//! leaves a large message at its sender until the claimed receive pulls
+//! it (`src/mrail/claim.rs`).
 //!
+//! [`MrailEndpoint::post_tpeek`]: psmrail::mrail::MrailEndpoint::post_tpeek
 //! [`Endpoint::post_tpeek`]: psmrail::fabric::Endpoint::post_tpeek
 //! [`Endpoint::post_trecv_claimed`]: psmrail::fabric::Endpoint::post_trecv_claimed
 //! [`Endpoint::discard_claimed`]: psmrail::fabric::Endpoint::discard_claimed
@@ -25,7 +29,16 @@ use crate::ep::{EpObj, RustEp};
 use crate::msg::iov_parts;
 use crate::obj;
 use crate::sys;
-use psmrail::ops::PeekFlags;
+use psmrail::mrail::MrailClaimed;
+use psmrail::ops::{Claimed, PeekFlags};
+
+/// A message a peek claimed, held by the endpoint under the operation's
+/// context until a receive or discard with `FI_CLAIM`.
+#[derive(Debug)]
+pub(crate) enum AnyClaimed {
+    Psm(Claimed),
+    Mrail(MrailClaimed),
+}
 
 /// The flags that make `fi_trecvmsg` a peek or a claimed receive.
 pub(crate) const PEEK_FLAGS: u64 = sys::FI_PEEK as u64 | sys::FI_CLAIM | sys::FI_DISCARD;
@@ -35,9 +48,7 @@ pub(crate) const PEEK_FLAGS: u64 = sys::FI_PEEK as u64 | sys::FI_CLAIM | sys::FI
 /// # Safety
 /// `m` is a valid message whose iovecs obey the `fi_trecvmsg` contract.
 pub(crate) unsafe fn trecvmsg(e: &EpObj, m: &sys::fi_msg_tagged, flags: u64) -> FiResult<isize> {
-    let RustEp::Psm(ep) = e.rust()? else {
-        return Err(Errno::NOSYS);
-    };
+    let rep = e.rust()?;
     let ctx = m.context as u64;
     let claim = flags & sys::FI_CLAIM != 0;
     let discard = flags & sys::FI_DISCARD != 0;
@@ -49,7 +60,17 @@ pub(crate) unsafe fn trecvmsg(e: &EpObj, m: &sys::fi_msg_tagged, flags: u64) -> 
             // The claimed message is found again by its context.
             return Err(Errno::INVAL);
         }
-        if let Some(c) = ep.post_tpeek(m.tag, m.ignore, peek, ctx)? {
+        let claimed = match &rep {
+            RustEp::Psm(ep) => ep
+                .post_tpeek(m.tag, m.ignore, peek, ctx)?
+                .map(AnyClaimed::Psm),
+            RustEp::Mrail(ep) => {
+                let src = crate::msg::directed(e, m.addr);
+                ep.post_tpeek(src, m.tag, m.ignore, peek, ctx)?
+                    .map(AnyClaimed::Mrail)
+            }
+        };
+        if let Some(c) = claimed {
             obj::lock(&e.base().claimed).insert(ctx, c);
         }
         return Ok(0);
@@ -63,14 +84,26 @@ pub(crate) unsafe fn trecvmsg(e: &EpObj, m: &sys::fi_msg_tagged, flags: u64) -> 
     let claimed = obj::lock(&e.base().claimed)
         .remove(&ctx)
         .ok_or(Errno::INVAL)?;
-    if discard {
-        ep.discard_claimed(claimed, ctx);
-        return Ok(0);
+    match (&rep, claimed) {
+        (RustEp::Psm(ep), AnyClaimed::Psm(c)) if discard => ep.discard_claimed(c, ctx),
+        (RustEp::Mrail(ep), AnyClaimed::Mrail(c)) if discard => ep.discard_claimed(c, ctx),
+        (RustEp::Psm(ep), AnyClaimed::Psm(c)) => {
+            // SAFETY: the fi_trecvmsg contract: the buffer is the
+            // operation's until its completion (reported before this
+            // returns: psm's claim holds the whole message).
+            let b = unsafe { op_buffer(ptr, len) };
+            ep.post_trecv_claimed(c, b, ctx)
+                .map_err(|e| Errno::from(e.error))?;
+        }
+        (RustEp::Mrail(ep), AnyClaimed::Mrail(c)) => {
+            // SAFETY: the fi_trecvmsg contract: the buffer is the
+            // operation's until its completion.
+            let b = unsafe { op_buffer(ptr, len) };
+            ep.post_trecv_claimed(c, b, ctx)
+                .map_err(|e| Errno::from(e.error))?;
+        }
+        // A context's claim is always its own endpoint's kind.
+        _ => return Err(Errno::INVAL),
     }
-    // SAFETY: the fi_trecvmsg contract: the buffer is the operation's
-    // until its completion (which is reported before this returns).
-    let b = unsafe { op_buffer(ptr, len) };
-    ep.post_trecv_claimed(claimed, b, ctx)
-        .map_err(|e| Errno::from(e.error))?;
     Ok(0)
 }

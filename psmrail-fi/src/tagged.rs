@@ -7,12 +7,13 @@
 //! counter's threshold (`trigger.rs`).
 
 use crate::cbuf::op_buffer;
-use crate::entry::{guard, Errno};
-use crate::ep::EpObj;
+use crate::entry::{guard, Errno, FiResult};
+use crate::ep::{AnyPosted, EpObj, RustEp};
 use crate::msg::{iov_buffer, iov_copy, slice, MSG_FLAGS};
 use crate::obj::{self, Table};
 use crate::sys;
 use crate::trigger;
+use psmrail::engine::OpBuffer;
 use psmrail::fabric::FiAddr;
 use std::ffi::c_void;
 
@@ -35,7 +36,7 @@ unsafe extern "C" fn trecv(
     buf: *mut c_void,
     len: usize,
     _desc: *mut c_void,
-    _src_addr: sys::fi_addr_t,
+    src_addr: sys::fi_addr_t,
     tag: u64,
     ignore: u64,
     context: *mut c_void,
@@ -53,7 +54,7 @@ unsafe extern "C" fn trecv(
             // SAFETY: the fi_trigger(3) contract for the context.
             return unsafe { trigger::defer(e, context, |t, c| t.post_trecv(b, tag, ignore, c)) };
         }
-        let p = rep.post_trecv(b, tag, ignore, context as u64)?;
+        let p = post_trecv(e, &rep, src_addr, b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
         Ok(0)
     })
@@ -65,7 +66,7 @@ unsafe extern "C" fn trecvv(
     iov: *const sys::iovec,
     _desc: *mut *mut c_void,
     count: usize,
-    _src_addr: sys::fi_addr_t,
+    src_addr: sys::fi_addr_t,
     tag: u64,
     ignore: u64,
     context: *mut c_void,
@@ -80,10 +81,27 @@ unsafe extern "C" fn trecvv(
             // SAFETY: the fi_trigger(3) contract for the context.
             return unsafe { trigger::defer(e, context, |t, c| t.post_trecv(b, tag, ignore, c)) };
         }
-        let p = rep.post_trecv(b, tag, ignore, context as u64)?;
+        let p = post_trecv(e, &rep, src_addr, b, tag, ignore, context as u64)?;
         e.remember(context as u64, p);
         Ok(0)
     })
+}
+
+/// A tagged receive, from `src` only where the endpoint has
+/// `FI_DIRECTED_RECV` and `src` names a peer.
+fn post_trecv(
+    e: &EpObj,
+    rep: &RustEp,
+    src: sys::fi_addr_t,
+    b: OpBuffer,
+    tag: u64,
+    ignore: u64,
+    ctx: u64,
+) -> FiResult<AnyPosted> {
+    match crate::msg::directed(e, src) {
+        Some(src) => rep.post_trecv_from(src, b, tag, ignore, ctx),
+        None => rep.post_trecv(b, tag, ignore, ctx),
+    }
 }
 
 unsafe extern "C" fn trecvmsg(
@@ -118,7 +136,7 @@ unsafe extern "C" fn trecvmsg(
         // SAFETY: the message's iovecs (the contract).
         let b = unsafe { iov_buffer(m.msg_iov, m.iov_count)? };
         let ctx = m.context as u64;
-        let p = rep.post_trecv(b, m.tag, m.ignore, ctx)?;
+        let p = post_trecv(e, &rep, m.addr, b, m.tag, m.ignore, ctx)?;
         e.remember(ctx, p);
         Ok(0)
     })

@@ -2,16 +2,17 @@
 //! `libopenmpi-dev`) runs `tests/mpi/mpi_check.c` under `mpirun` with the
 //! `cm` PML and the `ofi` MTL, libfabric finding psmrail's provider
 //! libraries through `FI_PROVIDER_PATH`: point-to-point messages of every
-//! size to 4 MiB, wildcard receives, probe, synchronous sends, cancel,
-//! all pairs at once and collectives, on 2 and 4 ranks of this host.
+//! size to 4 MiB, wildcard receives, probe, matched probe, synchronous
+//! sends, cancel, all pairs at once and collectives, on 2 and 4 ranks of
+//! this host.
 //!
 //! Open MPI 4.1's `mtl ofi` asks for `FI_TAGGED` with `FI_DIRECTED_RECV`.
 //! psm cannot offer the two together (a PSM tag has no room for the
 //! source, fi_psm(7)), so libfabric layers its ofi_rxd utility provider
-//! over psm's DGRAM endpoints (`psm;ofi_rxd`). ofi_mrail's C face does not
-//! carry directed receives yet, so Open MPI finds no ofi_mrail entry and
-//! says so: those runs check that the job ends with Open MPI's error,
-//! not a crash.
+//! over psm's DGRAM endpoints (`psm;ofi_rxd`). ofi_mrail matches above
+//! its rails and offers both: Open MPI runs on it directly, its probes
+//! and matched probes being mrail peeks and claims. Without rails the job
+//! ends with Open MPI's error, not a crash.
 //!
 //! The provider libraries are the ones cargo built beside this test
 //! binary (`cargo build -p psmrail-fi-psm -p psmrail-fi-mrail` first). A
@@ -134,9 +135,20 @@ const TAG_1: (&str, &str) = ("mtl_ofi_tag_mode", "ofi_tag_1");
 /// psm through ofi_rxd: synchronous sends are left out (see mpi_check.c).
 const NO_SSEND: (&str, &str) = ("MPI_CHECK_NO_SSEND", "1");
 
+/// psm through ofi_rxd: matched probes are left out (ofi_rxd's claim; see
+/// mpi_check.c).
+const NO_MPROBE: (&str, &str) = ("MPI_CHECK_NO_MPROBE", "1");
+
 #[test]
 fn open_mpi_over_psm_soft() {
-    check("psm", Engine::Soft, &[2, 4], &[NO_SSEND], &[], "psm");
+    check(
+        "psm",
+        Engine::Soft,
+        &[2, 4],
+        &[NO_SSEND, NO_MPROBE],
+        &[],
+        "psm",
+    );
 }
 
 /// Two and four ranks: at `MPI_Finalize` the ranks close while others still
@@ -144,24 +156,60 @@ fn open_mpi_over_psm_soft() {
 /// during `psm2_ep_close`; psm-sys's close guard keeps that harmless).
 #[test]
 fn open_mpi_over_psm_native() {
-    check("psm", Engine::Native, &[2, 4], &[NO_SSEND], &[], "psm");
+    check(
+        "psm",
+        Engine::Native,
+        &[2, 4],
+        &[NO_SSEND, NO_MPROBE],
+        &[],
+        "psm",
+    );
 }
 
-/// A job over ofi_mrail ends with Open MPI's error (no provider), with
-/// and without rails, and nothing crashes.
+/// ofi_mrail over two loopback rails (soft engine): Open MPI's probes are
+/// mrail peeks, its matched probes mrail claims, and its directed
+/// receives mrail's.
 #[test]
-fn open_mpi_over_mrail_ends_with_open_mpis_error() {
-    for rails in ["127.0.0.1,127.0.0.1", ""] {
-        let env = [("FI_OFI_MRAIL_ADDR", rails)];
-        let Some(out) = mpirun("ofi_mrail", Engine::Soft, 2, &env, &[TAG_1]) else {
-            return;
-        };
-        let all = text(&out);
-        assert!(!out.status.success(), "rails {rails:?}: {all}");
-        assert!(
-            !all.contains("Segmentation fault") && !all.contains("signal 11"),
-            "{all}"
-        );
-        assert!(all.contains("PML cm cannot be selected"), "{all}");
-    }
+fn open_mpi_over_mrail_soft_two_rails() {
+    let env = [("FI_OFI_MRAIL_ADDR", "127.0.0.1,127.0.0.1")];
+    check(
+        "ofi_mrail",
+        Engine::Soft,
+        &[2, 4],
+        &env,
+        &[TAG_1],
+        "ofi_mrail_fabric",
+    );
+}
+
+/// ofi_mrail on the native engine: one rail (one native endpoint per
+/// process here, docs/native-engine.md).
+#[test]
+fn open_mpi_over_mrail_native_one_rail() {
+    let env = [("FI_OFI_MRAIL_ADDR", "127.0.0.1")];
+    check(
+        "ofi_mrail",
+        Engine::Native,
+        &[2, 4],
+        &env,
+        &[TAG_1],
+        "ofi_mrail_fabric",
+    );
+}
+
+/// Without rails, a job over ofi_mrail ends with Open MPI's error (no
+/// provider), and nothing crashes.
+#[test]
+fn open_mpi_over_mrail_without_rails_ends_with_open_mpis_error() {
+    let env = [("FI_OFI_MRAIL_ADDR", "")];
+    let Some(out) = mpirun("ofi_mrail", Engine::Soft, 2, &env, &[TAG_1]) else {
+        return;
+    };
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        !all.contains("Segmentation fault") && !all.contains("signal 11"),
+        "{all}"
+    );
+    assert!(all.contains("PML cm cannot be selected"), "{all}");
 }

@@ -240,6 +240,7 @@ const MRAIL_PAIRS: &[&str] = &[
     "fi_rdm -E",
     "fi_recv_cancel -E -e rdm -V",
     "fi_bw -E -e rdm -v -T 1",
+    "fi_rdm_tagged_peek -E",
 ];
 
 /// runfabtests.sh's unit tests that run on psm (one process each).

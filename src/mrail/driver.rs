@@ -281,6 +281,16 @@ pub(crate) enum Sink {
     Cq { context: u64, id: u64 },
 }
 
+impl Sink {
+    /// The completion-table key of a future's sink.
+    pub(crate) fn key(&self) -> Option<OpKey> {
+        match self {
+            Sink::Future(key) => Some(*key),
+            Sink::Cq { .. } => None,
+        }
+    }
+}
+
 /// Counters of what the driver refused or could not place.
 #[derive(Debug, Default)]
 pub(crate) struct DriverStats {
@@ -346,6 +356,41 @@ impl Arrival {
             Arrival::Eager(v) => v.len(),
             Arrival::Rts { .. } => 0,
         }
+    }
+
+    /// The message's length.
+    fn len(&self) -> u64 {
+        match self {
+            Arrival::Eager(v) => v.len() as u64,
+            Arrival::Rts { len, .. } => *len,
+        }
+    }
+}
+
+/// A message a claim took off the unexpected queue (`FI_PEEK |
+/// FI_CLAIM`), held for one later receive ([`Driver::recv_claimed`]). A
+/// large one is still at its sender: the receive pulls it as a matched
+/// receive would.
+#[derive(Debug)]
+pub(crate) struct ClaimedArrival {
+    spec: ArrivalSpec,
+    arrival: Arrival,
+}
+
+impl ClaimedArrival {
+    /// Its class, tag and sender.
+    pub(crate) fn spec(&self) -> ArrivalSpec {
+        self.spec
+    }
+
+    /// Its length.
+    pub(crate) fn len(&self) -> u64 {
+        self.arrival.len()
+    }
+
+    /// Whether its payload is still at the sender (sent by rendezvous).
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self.arrival, Arrival::Rts { .. })
     }
 }
 
@@ -1758,6 +1803,50 @@ impl Driver {
         drop(st);
         self.notify();
         Ok(())
+    }
+
+    /// The oldest unexpected message `spec` would take: its class, tag,
+    /// sender and length (it stays queued).
+    pub(crate) fn peek(&self, spec: &RecvSpec) -> Option<(ArrivalSpec, u64)> {
+        let st = relock(&self.state);
+        st.matcher
+            .peek(spec)
+            .map(|(a, arrival)| (*a, arrival.len()))
+    }
+
+    /// Takes the message [`peek`](Self::peek) would show off the queue.
+    pub(crate) fn claim(&self, spec: &RecvSpec) -> Option<ClaimedArrival> {
+        let mut st = relock(&self.state);
+        if st.closed {
+            return None;
+        }
+        st.matcher
+            .claim(spec)
+            .map(|(spec, arrival)| ClaimedArrival { spec, arrival })
+    }
+
+    /// Receives a claimed message into `buf`, as if `buf` had been posted
+    /// when it arrived; the completion goes to `sink`.
+    pub(crate) fn recv_claimed(
+        &self,
+        claimed: ClaimedArrival,
+        buf: OpBuffer,
+        sink: Sink,
+    ) -> std::result::Result<(), (Error, OpBuffer)> {
+        let mut st = relock(&self.state);
+        if st.closed {
+            return Err((closed_error(), buf));
+        }
+        let ClaimedArrival { spec, arrival } = claimed;
+        self.matched(&mut st, PostedRecv { sink, buf }, spec, arrival);
+        drop(st);
+        self.notify();
+        Ok(())
+    }
+
+    /// The receive CQ, if one is bound.
+    pub(crate) fn rx_cq(&self) -> Option<&CompletionQueue> {
+        self.bindings.rx_cq.as_ref()
     }
 
     /// Cancels a receive that has not matched (`true`), completing it with

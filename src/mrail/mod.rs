@@ -129,6 +129,7 @@
 
 mod addr;
 mod av;
+mod claim;
 pub mod core;
 mod domain;
 mod driver;
@@ -147,6 +148,7 @@ mod stripe_join;
 
 pub use addr::{MrailAddr, MRAIL_SCHEME};
 pub use av::MrailAv;
+pub use claim::MrailClaimed;
 pub use core::rail_health::{RailEvent, RailReason, RailState};
 pub use domain::MrailDomain;
 pub use endpoint::{MrailEndpoint, MrailEndpointBuilder, MrailStats, RailTraffic};

@@ -199,6 +199,11 @@ fn traced(state: &State, d: OpDesc) -> OpSpan {
 }
 
 /// The checks every operation makes.
+/// The checks of a receive of `class` (peeks and claimed receives too).
+pub(super) fn check_recv(ep: &MrailEndpoint, class: Caps, name: &str) -> Result<()> {
+    check(ep, class, false, name)
+}
+
 fn check(ep: &MrailEndpoint, class: Caps, send: bool, name: &str) -> Result<()> {
     ep.core.ensure_open()?;
     let caps = ep.core.caps;
@@ -223,7 +228,7 @@ fn check_len(len: usize, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_writable(buf: &OpBuffer, name: &str) -> Result<()> {
+pub(super) fn check_writable(buf: &OpBuffer, name: &str) -> Result<()> {
     if buf.is_writable() {
         return Ok(());
     }
@@ -577,6 +582,47 @@ impl MrailEndpoint {
     ) -> std::result::Result<MrailPosted, PostError> {
         let spec = RecvSpec::tagged(tag, ignore, None);
         let r = self.do_recv(spec, buf.into(), |d| d.cq_sink(context));
+        self.posted(r, true)
+    }
+
+    /// [`post_recv`](Self::post_recv) from one source (`FI_DIRECTED_RECV`).
+    ///
+    /// # Errors
+    /// The checks of [`recv_from`](Self::recv_from).
+    pub fn post_recv_from(
+        &self,
+        src: FiAddr,
+        buf: impl Into<OpBuffer>,
+        context: u64,
+    ) -> std::result::Result<MrailPosted, PostError> {
+        let buf = buf.into();
+        let r = match self.directed(src) {
+            Ok(i) => self.do_recv(RecvSpec::msg(Some(i)), buf, |d| d.cq_sink(context)),
+            Err(error) => Err(PostError { error, buffer: buf }),
+        };
+        self.posted(r, true)
+    }
+
+    /// [`post_trecv`](Self::post_trecv) from one source
+    /// (`FI_DIRECTED_RECV`).
+    ///
+    /// # Errors
+    /// The checks of [`trecv_from`](Self::trecv_from).
+    pub fn post_trecv_from(
+        &self,
+        src: FiAddr,
+        buf: impl Into<OpBuffer>,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> std::result::Result<MrailPosted, PostError> {
+        let buf = buf.into();
+        let r = match self.directed(src) {
+            Ok(i) => self.do_recv(RecvSpec::tagged(tag, ignore, Some(i)), buf, |d| {
+                d.cq_sink(context)
+            }),
+            Err(error) => Err(PostError { error, buffer: buf }),
+        };
         self.posted(r, true)
     }
 

@@ -262,6 +262,27 @@ impl<R, A> Matcher<R, A> {
             .map(|u| (&u.spec, &u.payload))
     }
 
+    /// Takes the oldest unexpected message `spec` would take (the one
+    /// [`peek`](Self::peek) shows) off its queue, as a receive would,
+    /// without posting one: a claim (`FI_PEEK | FI_CLAIM`).
+    ///
+    /// ```
+    /// use psmrail::mrail::core::matcher::{ArrivalSpec, Matcher, RecvSpec};
+    ///
+    /// let mut m: Matcher<(), u8> = Matcher::new();
+    /// m.arrive(ArrivalSpec::tagged(7, 1), 10);
+    /// m.arrive(ArrivalSpec::tagged(7, 2), 20);
+    /// let from_2 = RecvSpec::tagged(7, 0, Some(2));
+    /// assert_eq!(m.claim(&from_2).map(|(_, p)| p), Some(20));
+    /// assert!(m.claim(&from_2).is_none());
+    /// assert_eq!(m.unexpected_len(), 1);
+    /// ```
+    pub fn claim(&mut self, spec: &RecvSpec) -> Option<(ArrivalSpec, A)> {
+        let q = &mut self.unexpected[queue(spec.class)];
+        let i = q.iter().position(|u| spec.matches(&u.spec))?;
+        q.remove(i).map(|u| (u.spec, u.payload))
+    }
+
     /// Removes every unexpected message for which `pred` holds (e.g. a
     /// departed peer's) and returns them in arrival order.
     ///
