@@ -28,9 +28,10 @@ use super::core::matcher::RecvSpec;
 use super::driver::ClaimedArrival;
 use super::endpoint::MrailEndpoint;
 use crate::engine::{OpBuffer, PostError};
-use crate::fabric::{Caps, CompletionFlags, CqEntry, CqErrEntry, FiAddr};
+use crate::fabric::{Caps, FiAddr};
+use crate::ops::claim::{check_peek_flags, report_discard, report_peek};
 use crate::ops::{PeekFlags, Peeked};
-use crate::{Error, ErrorKind, Result};
+use crate::Result;
 
 /// A tagged message claimed by a peek (`FI_PEEK | FI_CLAIM`): off the
 /// endpoint's unexpected queue, held for one later receive or discard.
@@ -46,8 +47,6 @@ impl MrailClaimed {
         self.peeked
     }
 }
-
-const PEEK_FLAGS: CompletionFlags = CompletionFlags::RECV.union(CompletionFlags::TAGGED);
 
 fn peeked_of(arrival: &ClaimedArrival) -> Peeked {
     let spec = arrival.spec();
@@ -143,7 +142,8 @@ impl MrailEndpoint {
     ///     if let Some(c) = ep.post_tpeek(None, 9, 0, PeekFlags::CLAIM, 2)? {
     ///         break c;
     ///     }
-    ///     let _ = cq.readerr();
+    ///     let _ = cq.readerr(); // not there yet: FI_ENOMSG
+    ///     cq.progress();
     /// };
     /// // The inject's own completion, then the peek's.
     /// let e = loop {
@@ -179,41 +179,20 @@ impl MrailEndpoint {
         flags: PeekFlags,
         context: u64,
     ) -> Result<Option<MrailClaimed>> {
-        if flags.contains(PeekFlags::CLAIM | PeekFlags::DISCARD) {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                "peek: FI_CLAIM and FI_DISCARD together need a claimed message (no FI_PEEK)",
-            ));
-        }
+        check_peek_flags(flags)?;
         let found = if flags.is_empty() {
             self.tpeek_from(src, tag, ignore)?.map(|p| (p, None))
         } else {
             self.tclaim_from(src, tag, ignore)?
                 .map(|c| (c.peeked, Some(c)))
         };
-        let cq = self.core.driver.rx_cq();
-        let Some((peeked, claimed)) = found else {
-            if let Some(cq) = cq {
-                cq.push_err(CqErrEntry {
-                    tag,
-                    ..CqErrEntry::new(
-                        context,
-                        PEEK_FLAGS,
-                        Error::new(ErrorKind::NoMsg, "peek: no queued message matches"),
-                    )
-                });
-            }
-            return Ok(None);
-        };
-        if let Some(cq) = cq {
-            cq.push(CqEntry {
-                len: usize::try_from(peeked.len).unwrap_or(usize::MAX),
-                tag: peeked.tag,
-                source: peeked.source,
-                ..CqEntry::new(context, PEEK_FLAGS)
-            });
-        }
-        match claimed {
+        report_peek(
+            self.core.driver.rx_cq(),
+            context,
+            tag,
+            found.as_ref().map(|(p, _)| *p),
+        );
+        match found.and_then(|(_, c)| c) {
             Some(c) if flags.contains(PeekFlags::DISCARD) => {
                 self.drop_claimed(c.arrival);
                 Ok(None)
@@ -261,13 +240,7 @@ impl MrailEndpoint {
     /// # Cancel safety
     /// Not a future.
     pub fn discard_claimed(&self, claimed: MrailClaimed, context: u64) {
-        if let Some(cq) = self.core.driver.rx_cq() {
-            cq.push(CqEntry {
-                tag: claimed.peeked.tag,
-                source: claimed.peeked.source,
-                ..CqEntry::new(context, PEEK_FLAGS)
-            });
-        }
+        report_discard(self.core.driver.rx_cq(), context, claimed.peeked);
         self.drop_claimed(claimed.arrival);
     }
 

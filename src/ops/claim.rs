@@ -24,7 +24,9 @@ use super::outcome::OpName;
 use super::submit::{check_caps, Dir};
 use super::tagged::{PeekFlags, Peeked};
 use crate::engine::{OpBuffer, PostError};
-use crate::fabric::{Caps, CompletionFlags, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint};
+use crate::fabric::{
+    Caps, CompletionFlags, CompletionQueue, CounterKind, CqEntry, CqErrEntry, Direction, Endpoint,
+};
 use crate::{Error, ErrorKind, Result};
 
 /// A tagged message claimed by a peek (`FI_PEEK | FI_CLAIM`): off the
@@ -43,6 +45,55 @@ impl Claimed {
 }
 
 const PEEK_FLAGS: CompletionFlags = CompletionFlags::RECV.union(CompletionFlags::TAGGED);
+
+/// Refuses a peek with both `FI_CLAIM` and `FI_DISCARD` (both providers).
+pub(crate) fn check_peek_flags(flags: PeekFlags) -> Result<()> {
+    if flags.contains(PeekFlags::CLAIM | PeekFlags::DISCARD) {
+        return Err(Error::new(
+            ErrorKind::Inval,
+            "peek: FI_CLAIM and FI_DISCARD together need a claimed message (no FI_PEEK)",
+        ));
+    }
+    Ok(())
+}
+
+/// A peek's answer on the receive CQ (both providers): the message's
+/// length, tag and source, or an `FI_ENOMSG` error entry for `tag`.
+pub(crate) fn report_peek(
+    cq: Option<&CompletionQueue>,
+    context: u64,
+    tag: u64,
+    found: Option<Peeked>,
+) {
+    let Some(cq) = cq else { return };
+    match found {
+        Some(p) => cq.push(CqEntry {
+            len: usize::try_from(p.len).unwrap_or(usize::MAX),
+            tag: p.tag,
+            source: p.source,
+            ..CqEntry::new(context, PEEK_FLAGS)
+        }),
+        None => cq.push_err(CqErrEntry {
+            tag,
+            ..CqErrEntry::new(
+                context,
+                PEEK_FLAGS,
+                Error::new(ErrorKind::NoMsg, "peek: no queued message matches"),
+            )
+        }),
+    }
+}
+
+/// A discarded claim's entry on the receive CQ (both providers): no data.
+pub(crate) fn report_discard(cq: Option<&CompletionQueue>, context: u64, peeked: Peeked) {
+    if let Some(cq) = cq {
+        cq.push(CqEntry {
+            tag: peeked.tag,
+            source: peeked.source,
+            ..CqEntry::new(context, PEEK_FLAGS)
+        });
+    }
+}
 
 impl Endpoint {
     /// Claims the first queued tagged message matching `tag`/`ignore`
@@ -147,44 +198,18 @@ impl Endpoint {
         flags: PeekFlags,
         context: u64,
     ) -> Result<Option<Claimed>> {
-        if flags.contains(PeekFlags::CLAIM | PeekFlags::DISCARD) {
-            return Err(Error::new(
-                ErrorKind::Inval,
-                "peek: FI_CLAIM and FI_DISCARD together need a claimed message (no FI_PEEK)",
-            ));
-        }
+        check_peek_flags(flags)?;
         let found = if flags.is_empty() {
             self.tpeek(tag, ignore)?.map(|p| (p, None))
         } else {
             self.tclaim(tag, ignore)?.map(|c| (c.peeked, Some(c)))
         };
         let cq = self.core.cq(Direction::Recv);
-        let Some((peeked, claimed)) = found else {
-            if let Some(cq) = cq {
-                cq.push_err(CqErrEntry {
-                    context,
-                    flags: PEEK_FLAGS,
-                    len: 0,
-                    buffer: None,
-                    olen: 0,
-                    tag,
-                    data: 0,
-                    error: Error::new(ErrorKind::NoMsg, "peek: no queued message matches"),
-                    prov_errno: 0,
-                });
-            }
-            return Ok(None);
-        };
-        if let Some(cq) = cq {
-            cq.push(CqEntry {
-                len: usize::try_from(peeked.len).unwrap_or(usize::MAX),
-                tag: peeked.tag,
-                source: peeked.source,
-                ..CqEntry::new(context, PEEK_FLAGS)
-            });
-        }
+        report_peek(cq, context, tag, found.as_ref().map(|(p, _)| *p));
         // FI_DISCARD: the claimed message is dropped here.
-        Ok(claimed.filter(|_| flags.contains(PeekFlags::CLAIM)))
+        Ok(found
+            .and_then(|(_, c)| c)
+            .filter(|_| flags.contains(PeekFlags::CLAIM)))
     }
 
     /// Receives a claimed message into `buf` (`fi_trecvmsg` with
@@ -257,12 +282,6 @@ impl Endpoint {
     /// # Cancel safety
     /// Not a future.
     pub fn discard_claimed(&self, claimed: Claimed, context: u64) {
-        if let Some(cq) = self.core.cq(Direction::Recv) {
-            cq.push(CqEntry {
-                tag: claimed.peeked.tag,
-                source: claimed.peeked.source,
-                ..CqEntry::new(context, PEEK_FLAGS)
-            });
-        }
+        report_discard(self.core.cq(Direction::Recv), context, claimed.peeked);
     }
 }

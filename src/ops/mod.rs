@@ -110,7 +110,7 @@
 
 pub mod atomic;
 mod atomic_ops;
-mod claim;
+pub(crate) mod claim;
 pub(crate) mod deferred;
 mod dyn_endpoint;
 mod inject;
