@@ -362,8 +362,7 @@ pub(crate) const C_FACE_CAPS: Caps = Caps::MSG
     .union(Caps::TRIGGER);
 
 /// What the C face carries for `which`: ofi_mrail's Rust endpoint has no
-/// multi-receive and no triggered operations, and its directed receives
-/// have no context-posted form.
+/// multi-receive and no triggered operations.
 pub(crate) fn c_face_caps(which: Which) -> Caps {
     match which {
         Which::Psm => C_FACE_CAPS,
