@@ -24,7 +24,7 @@
 //! behind an earlier one that is, is not seen yet (`FI_ENOMSG`; peek
 //! again).
 
-use super::core::matcher::RecvSpec;
+use super::core::matcher::{ArrivalSpec, RecvSpec};
 use super::driver::ClaimedArrival;
 use super::endpoint::MrailEndpoint;
 use crate::engine::{OpBuffer, PostError};
@@ -48,10 +48,10 @@ impl MrailClaimed {
     }
 }
 
-fn peeked_of(arrival: &ClaimedArrival) -> Peeked {
-    let spec = arrival.spec();
+/// What a peek reports of a queued message of `len` bytes.
+fn peeked(spec: ArrivalSpec, len: u64) -> Peeked {
     Peeked {
-        len: arrival.len(),
+        len,
         tag: spec.tag,
         source: FiAddr(u64::from(spec.source)),
     }
@@ -80,11 +80,7 @@ impl MrailEndpoint {
     /// Not a future.
     pub fn tpeek_from(&self, src: Option<FiAddr>, tag: u64, ignore: u64) -> Result<Option<Peeked>> {
         let spec = self.peek_spec(src, tag, ignore)?;
-        Ok(self.core.driver.peek(&spec).map(|(a, len)| Peeked {
-            len,
-            tag: a.tag,
-            source: FiAddr(u64::from(a.source)),
-        }))
+        Ok(self.core.driver.peek(&spec).map(|(a, len)| peeked(a, len)))
     }
 
     /// Claims the first queued tagged message matching `tag`/`ignore`
@@ -104,7 +100,7 @@ impl MrailEndpoint {
     ) -> Result<Option<MrailClaimed>> {
         let spec = self.peek_spec(src, tag, ignore)?;
         Ok(self.core.driver.claim(&spec).map(|arrival| MrailClaimed {
-            peeked: peeked_of(&arrival),
+            peeked: peeked(arrival.spec(), arrival.len()),
             arrival,
         }))
     }
