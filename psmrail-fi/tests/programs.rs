@@ -18,11 +18,18 @@
 
 mod support;
 
+// The multi-rail rig of psmrail's own tests: two network namespaces joined
+// by veth rails (root).
+#[allow(dead_code)]
+#[path = "../../tests/support/rig.rs"]
+mod rig;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    assert_pair, pair, require_native, spin_lock, text, wait_bounded, with_env, Engine, FABTESTS,
+    assert_pair, pair, require_native, run_pair, spin_lock, text, wait_bounded, with_env, Engine,
+    Side, FABTESTS,
 };
 
 /// Skips (returns `None`) or, when required, fails.
@@ -237,6 +244,7 @@ const MRAIL_PAIRS: &[&str] = &[
     "fi_rdm_pingpong -E -v -S all -I 10",
     "fi_rdm_tagged_pingpong -E -v -S all -I 10",
     "fi_rdm_cntr_pingpong -E -v -S all -I 10",
+    "fi_rdm_tagged_bw -E -v -S all -I 10",
     "fi_rdm -E",
     "fi_recv_cancel -E -e rdm -V",
     "fi_bw -E -e rdm -v -T 1",
@@ -308,6 +316,56 @@ const MUST_PASS: &[(&str, &str)] = &[
 #[test]
 fn fabtests_mrail_soft_two_rails() {
     fabtests_pairs("ofi_mrail", MRAIL_PAIRS, Engine::Soft, &[MRAIL_RAILS]);
+}
+
+/// [`MRAIL_PAIRS`] between two hosts: the server in namespace A, the
+/// client in B, each given its own ends of two veth rails as
+/// `FI_OFI_MRAIL_ADDR`; the out-of-band connection goes over rail 0. Both
+/// rails must carry the bytes (their interface counters).
+#[test]
+fn fabtests_mrail_soft_two_veth_rails() {
+    let Some(dir) = provider_dir() else { return };
+    let rig = match rig::RailRig::new(2) {
+        Ok(rig) => rig,
+        Err(reason) => {
+            missing(&format!("no rail rig for ofi_mrail: {reason}"));
+            return;
+        }
+    };
+    let before: Vec<u64> = (0..2)
+        .map(|r| rig.link_bytes(rig.b(), rig.b_if(r)).rx)
+        .collect();
+    let (a_src, b_src) = (rig.a_ip(0).to_string(), rig.b_ip(0).to_string());
+    for entry in MRAIL_PAIRS {
+        let mut words = entry.split_whitespace();
+        let name = words.next().expect("a program");
+        let Some(program) = fabtest(name) else { return };
+        let args: Vec<&str> = words.collect();
+        let mk = |side: Side, more: &[&str]| {
+            let (ns, rails, src) = match side {
+                Side::Server => (rig.a(), rig.mrail_addr_a(), &a_src),
+                Side::Client => (rig.b(), rig.mrail_addr_b(), &b_src),
+            };
+            let mut c = with_env(rig.command_in(ns, &program), &dir, Engine::Soft);
+            c.args(&args)
+                .args(["-p", "ofi_mrail", "-s", src])
+                .args(more)
+                .env("FI_OFI_MRAIL_ADDR", rails);
+            c
+        };
+        assert_pair(
+            &format!("{entry} -p ofi_mrail over two veth rails"),
+            run_pair(Duration::from_millis(800), mk, &[], &[&a_src]),
+        );
+    }
+    for (rail, was) in before.iter().enumerate() {
+        let got = rig.link_bytes(rig.b(), rig.b_if(rail)).rx - was;
+        eprintln!("rail {rail}: {got} bytes into host B");
+        assert!(
+            got > 64 << 20,
+            "rail {rail} carried {got} bytes into host B over the whole list"
+        );
+    }
 }
 
 #[test]

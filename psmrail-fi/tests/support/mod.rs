@@ -233,9 +233,7 @@ pub(crate) fn pair_after(
     engine: Engine,
     extra_env: &[(&str, &str)],
 ) -> (Output, Output) {
-    let _lock = spin_lock();
-    let limit = Duration::from_secs(90);
-    let mk = |more: &[&str]| {
+    let mk = |_: Side, more: &[&str]| {
         let mut c = with_env(Command::new(program), dir, engine);
         c.args(args).args(more);
         for (k, v) in extra_env {
@@ -243,7 +241,32 @@ pub(crate) fn pair_after(
         }
         c
     };
-    let server = Reaped::new(mk(server_args).spawn().expect("spawn the server"));
+    run_pair(start, mk, server_args, client_args)
+}
+
+/// Which process of a pair a command is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Server,
+    Client,
+}
+
+/// A server made by `mk(Side::Server, server_args)`, then, `start` later,
+/// its client (`mk(Side::Client, client_args)`), tried again while it
+/// ends at once; both waited for with a bound, under the spin lock.
+pub(crate) fn run_pair(
+    start: Duration,
+    mk: impl Fn(Side, &[&str]) -> Command,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (Output, Output) {
+    let _lock = spin_lock();
+    let limit = Duration::from_secs(90);
+    let server = Reaped::new(
+        mk(Side::Server, server_args)
+            .spawn()
+            .expect("spawn the server"),
+    );
     let server_pid = server.id();
     // The server opens its listening socket (or registers with its name
     // server) first; a client that comes too early finds nobody and ends
@@ -253,7 +276,9 @@ pub(crate) fn pair_after(
     let client = loop {
         tries += 1;
         let started = Instant::now();
-        let c = mk(client_args).spawn().expect("spawn the client");
+        let c = mk(Side::Client, client_args)
+            .spawn()
+            .expect("spawn the client");
         let out = wait_bounded(c, limit, "the client");
         let quick = started.elapsed() < Duration::from_secs(3);
         if out.status.success() || !quick || tries == 5 {
