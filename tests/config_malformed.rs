@@ -491,6 +491,48 @@ fn cases() -> Vec<Case> {
         secret: false,
     });
     cases.push(Case {
+        var: "PSMRAIL_SOFT_ADDR",
+        read: read_engine,
+        valid: [
+            "127.0.0.1",
+            "lo",
+            "localhost",
+            "fi_sockaddr_in://127.0.0.1:0",
+        ]
+        .map(os)
+        .to_vec(),
+        malformed: [
+            text_junk("127.0.0.1"),
+            addr_junk(),
+            [
+                "::1",
+                "0.0.0.0",
+                "255.255.255.255",
+                "127.0.0.1,lo",
+                "psmrail-no-such-if0",
+                "fi_addr_psmx://1234",
+            ]
+            .map(os)
+            .to_vec(),
+        ]
+        .concat(),
+        secret: false,
+    });
+    cases.push(Case {
+        var: "PSMRAIL_NAME_SERVER_ADDR",
+        read: read_engine,
+        valid: ["*", "lo", "127.0.0.1,lo"].map(os).to_vec(),
+        malformed: [
+            text_junk("lo"),
+            addr_junk(),
+            ["*,lo", "**", "::1", "psmrail-no-such-if0"]
+                .map(os)
+                .to_vec(),
+        ]
+        .concat(),
+        secret: false,
+    });
+    cases.push(Case {
         var: "PSMRAIL_WATCH_HOST",
         read: read_watch_host,
         valid: ["elsewhere", "node 7", "host-b.example"].map(os).to_vec(),

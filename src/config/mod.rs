@@ -12,7 +12,9 @@
 //! `getinfo` and the mrail provider above it: [`rail_resolve`] (each
 //! `FI_OFI_MRAIL_ADDR` item to the IPv4 address its rail binds to) and
 //! [`local_rank`](mod@local_rank) (the process's rank on its node, from
-//! the launcher's variables).
+//! the launcher's variables); [`listen_addr`] resolves where the soft
+//! engine and the name server listen (`PSMRAIL_SOFT_ADDR`,
+//! `PSMRAIL_NAME_SERVER_ADDR`), in the same address forms.
 //!
 //! The environment is one way to fill them, not the only one: `from_env()`
 //! is `from_vars(&ProcessEnv)`, and [`from_vars`](PsmConfig::from_vars)
@@ -90,6 +92,7 @@ mod env;
 mod error;
 #[cfg(any(test, feature = "hooks"))]
 pub(crate) mod fuzzing;
+pub mod listen_addr;
 pub mod local_rank;
 mod mrail;
 mod number;
@@ -108,6 +111,7 @@ pub use boolean::parse_bool;
 pub(crate) use env::read_var;
 pub use env::{FnVars, ProcessEnv, VarSource};
 pub use error::ConfigError;
+pub use listen_addr::NameServerListen;
 pub use mrail::{
     MrailConfig, MrailConfigBuilder, MrailParam, ADDR_STRC_VAR, ADDR_VAR, CONFIG_VAR,
     MAX_RAIL_RATE, RATES_VAR as MRAIL_RATES_VAR,

@@ -86,7 +86,7 @@ impl fmt::Display for ResolvedRail {
 ///
 /// let err = resolve_rail(&"fe80::1".parse().unwrap()).unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::Inval);
-/// assert!(err.message().contains("IPv6 rails are not supported"));
+/// assert!(err.message().contains("IPv6 is not supported"));
 /// ```
 pub fn resolve_rail(addr: &RailAddr) -> Result<ResolvedRail> {
     resolve_with(ADDR_VAR, addr, &System)
@@ -123,6 +123,12 @@ pub fn resolve_rails(addrs: &[RailAddr]) -> Result<Vec<ResolvedRail>> {
 /// ```
 pub fn resolve_config_rails(config: &MrailConfig) -> Result<Vec<ResolvedRail>> {
     resolve_all(config.addr_var(), config.rails(), &System)
+}
+
+/// Resolves one item of `var` (any variable in this grammar), looking
+/// names up on this machine; errors name `var`.
+pub(crate) fn resolve_item(var: &str, addr: &RailAddr) -> Result<ResolvedRail> {
+    resolve_with(var, addr, &System)
 }
 
 fn resolve_all(var: &str, addrs: &[RailAddr], sys: &dyn Lookup) -> Result<Vec<ResolvedRail>> {
@@ -211,7 +217,7 @@ fn item_error(var: &str, kind: ErrorKind, item: &RailAddr, problem: impl fmt::Di
 }
 
 const IPV6_PROBLEM: &str =
-    "IPv6 rails are not supported: a soft-engine endpoint id carries an IPv4 address";
+    "IPv6 is not supported: a soft-engine endpoint id carries an IPv4 address";
 
 /// Resolves `addr`, an item of `var`, with the lookups of `sys`.
 fn resolve_with(var: &str, addr: &RailAddr, sys: &dyn Lookup) -> Result<ResolvedRail> {
@@ -225,7 +231,7 @@ fn resolve_with(var: &str, addr: &RailAddr, sys: &dyn Lookup) -> Result<Resolved
             var,
             ErrorKind::Inval,
             addr,
-            "a rail needs an address, not only a port",
+            "an address is needed, not only a port",
         )),
         RailAddr::AddrStr(AddrStr::SockaddrIn6 { .. }) | RailAddr::Ip(IpAddr::V6(_)) => {
             Err(item_error(var, ErrorKind::Inval, addr, IPV6_PROBLEM))
@@ -235,7 +241,7 @@ fn resolve_with(var: &str, addr: &RailAddr, sys: &dyn Lookup) -> Result<Resolved
             ErrorKind::Inval,
             addr,
             format_args!(
-                "{} addresses are not IP addresses; a rail needs an IPv4 address",
+                "{} addresses are not IP addresses; an IPv4 address is needed",
                 other.format_name()
             ),
         )),
@@ -374,7 +380,7 @@ mod tests {
     #[test]
     fn sockaddr_in_without_an_address_is_invalid() {
         let msg = err(item("fi_sockaddr_in://:7000"), ErrorKind::Inval);
-        assert!(msg.contains("a rail needs an address"), "{msg}");
+        assert!(msg.contains("an address is needed"), "{msg}");
     }
 
     #[test]

@@ -93,7 +93,8 @@ impl fmt::Debug for Fabric {
 
 impl Fabric {
     /// Opens a fabric with `info`'s configuration, starting (or joining)
-    /// the job's name server when `FI_PSM_NAME_SERVER` is on, with `info`'s
+    /// the job's name server when `FI_PSM_NAME_SERVER` is on, listening
+    /// where [`Info::name_server_listen`] says, with `info`'s
     /// job secret ([`SoftConfig::job_secret`](crate::engine::soft::SoftConfig::job_secret),
     /// whichever engine serves) if it has one.
     ///
@@ -106,7 +107,7 @@ impl Fabric {
         let port = port_for(&uuid);
         let name_server = if config.name_server() {
             let secret = info.soft_config().job_secret.clone();
-            match NameServer::start_with(&uuid, secret) {
+            match NameServer::start_listening(&uuid, secret, info.name_server_listen()) {
                 Ok(ns) => Some(ns),
                 Err(e) => {
                     tracing::warn!(

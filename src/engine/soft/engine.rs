@@ -27,7 +27,11 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SoftConfig {
     /// The IPv4 address to listen on; it is part of the epid, so it must
-    /// be an address peers can reach (not `0.0.0.0`). Default `127.0.0.1`.
+    /// be an address peers can reach (not `0.0.0.0`). Default `127.0.0.1`
+    /// (this host only); [`bind_named`](Self::bind_named) takes an
+    /// interface or host name, and `getinfo` reads `PSMRAIL_SOFT_ADDR`
+    /// when the hints carry no soft configuration. IPv4 only: see
+    /// [`listen_addr`](crate::config::listen_addr) for why.
     pub bind: Ipv4Addr,
     /// The TCP port; 0 picks a free one per endpoint (the default). A fixed
     /// port allows one open endpoint per address.
@@ -167,6 +171,35 @@ impl SoftConfig {
         verify_peers: true,
         job_secret: None,
     };
+
+    /// This configuration listening at `spec`: an IPv4 address, an
+    /// interface name, a host name or `fi_sockaddr_in://<ipv4>[:<port>]`
+    /// (the forms of `PSMRAIL_SOFT_ADDR`, resolved now; a port there sets
+    /// [`port`](Self::port)).
+    ///
+    /// ```
+    /// use psmrail::engine::soft::SoftConfig;
+    /// use std::net::Ipv4Addr;
+    ///
+    /// let cfg = SoftConfig::default().bind_named("lo")?;
+    /// assert_eq!(cfg.bind, Ipv4Addr::LOCALHOST);
+    /// let cfg = SoftConfig::default().bind_named("fi_sockaddr_in://127.0.0.1:7301")?;
+    /// assert_eq!((cfg.bind, cfg.port), (Ipv4Addr::LOCALHOST, 7301));
+    /// assert!(SoftConfig::default().bind_named("::1").is_err());
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Inval` for a malformed, IPv6 or unreachable address; `NoData`
+    /// for a name that does not resolve here.
+    pub fn bind_named(mut self, spec: &str) -> Result<SoftConfig> {
+        let at = crate::config::listen_addr::resolve_listen_addr("SoftConfig::bind_named", spec)?;
+        self.bind = at.ip;
+        if let Some(port) = at.port {
+            self.port = port;
+        }
+        Ok(self)
+    }
 
     /// Checks every field; the error names the one at fault.
     pub fn validate(&self) -> Result<()> {

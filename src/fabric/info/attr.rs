@@ -5,7 +5,7 @@ use bitflags::bitflags;
 use std::time::Duration;
 
 use super::mrail_attr::{MrailAttr, Provider};
-use crate::config::PsmConfig;
+use crate::config::{NameServerListen, PsmConfig};
 use crate::engine::soft::SoftConfig;
 use crate::engine::{EngineKind, Epid};
 use crate::fabric::caps::{AvType, Caps, EpType, Mode, ProgressKind, Threading};
@@ -311,6 +311,7 @@ pub struct Info {
     pub fabric_attr: FabricAttr,
     pub(super) config: PsmConfig,
     pub(super) soft: SoftConfig,
+    pub(super) name_server_listen: NameServerListen,
     pub(super) mrail: Option<MrailAttr>,
 }
 
@@ -325,6 +326,14 @@ impl Info {
     /// soft).
     pub fn soft_config(&self) -> &SoftConfig {
         &self.soft
+    }
+
+    /// Where the name server a fabric opened from this info starts (when
+    /// `FI_PSM_NAME_SERVER` is on) listens: `PSMRAIL_NAME_SERVER_ADDR`,
+    /// else loopback plus the soft engine's address when that is not a
+    /// loopback one ([`NameServerListen::for_soft_bind`]).
+    pub fn name_server_listen(&self) -> &NameServerListen {
+        &self.name_server_listen
     }
 
     /// The provider this info describes: [`Provider::Mrail`] when it came

@@ -262,7 +262,21 @@ impl<'a> GetInfo<'a> {
         };
         let (choice, from) = engine_choice::resolve(hints.engine, vars)?;
         let engine = engine_choice::decide(choice, from, engine_choice::native_probe)?;
-        let mut soft = hints.soft.clone().unwrap_or_default();
+        // The hints' soft configuration decides where it listens; without
+        // one, PSMRAIL_SOFT_ADDR may say.
+        let mut soft = match &hints.soft {
+            Some(soft) => soft.clone(),
+            None => {
+                let mut soft = crate::engine::soft::SoftConfig::default();
+                if let Some(at) = crate::config::listen_addr::soft_addr_from_vars(vars)? {
+                    soft.bind = at.ip;
+                    soft.port = at.port.unwrap_or(0);
+                }
+                soft
+            }
+        };
+        let name_server_listen = crate::config::listen_addr::name_server_from_vars(vars)?
+            .unwrap_or_else(|| crate::config::NameServerListen::for_soft_bind(soft.bind));
         if soft.job_secret.is_none() {
             soft.job_secret = crate::engine::soft::JobSecret::from_vars(vars)?;
         }
@@ -279,7 +293,15 @@ impl<'a> GetInfo<'a> {
             }
             _ => None,
         };
-        let info = build(settled, engine, source, dest_addr, config, soft);
+        let info = build(
+            settled,
+            engine,
+            source,
+            dest_addr,
+            config,
+            soft,
+            name_server_listen,
+        );
         if mrail {
             return Ok(vec![mrail_discovery::into_mrail(info, user_hints, vars)?]);
         }
@@ -307,6 +329,7 @@ fn build(
     dest_addr: Option<Epid>,
     config: PsmConfig,
     soft: crate::engine::soft::SoftConfig,
+    name_server_listen: crate::config::NameServerListen,
 ) -> Info {
     let comp_order = MsgOrder::empty();
     Info {
@@ -381,6 +404,7 @@ fn build(
         },
         config,
         soft,
+        name_server_listen,
         mrail: None,
     }
 }

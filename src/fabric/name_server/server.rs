@@ -39,7 +39,7 @@ pub use super::registry::{MAX_ENTRIES_PER_SESSION, MAX_SESSIONS};
 use super::service::Service;
 use super::session::{Session, Step, Then};
 use super::wire::{Change, Frame, STATUS_NOT_FOUND};
-use crate::config::JobUuid;
+use crate::config::{JobUuid, NameServerListen};
 use crate::engine::soft::{new_nonce, JobSecret};
 use crate::engine::Epid;
 use crate::{Error, ErrorKind, Result};
@@ -191,9 +191,36 @@ impl NameServer {
         )
     }
 
+    /// Starts (or joins) the name server of the job `uuid` on this node,
+    /// listening where `listen` says: loopback, plus the addresses it
+    /// names (or every address of the host). What the fabric calls, with
+    /// [`Info::name_server_listen`](crate::fabric::Info::name_server_listen).
+    ///
+    /// Errors: as [`start`](Self::start).
+    pub fn start_listening(
+        uuid: &JobUuid,
+        secret: Option<JobSecret>,
+        listen: &NameServerListen,
+    ) -> Result<NameServer> {
+        let port = port_for(uuid);
+        match listen {
+            NameServerListen::Everywhere => Self::start_on_host(port, secret),
+            NameServerListen::Loopback => Self::serve_locally(port, secret, &[]),
+            NameServerListen::LoopbackAnd(ips) => {
+                let ips: Vec<IpAddr> = ips.iter().copied().map(IpAddr::V4).collect();
+                Self::serve_locally(port, secret, &ips)
+            }
+        }
+    }
+
     /// Serves `port` on loopback and the host's addresses.
     fn start_on_host(port: u16, secret: Option<JobSecret>) -> Result<NameServer> {
-        let host = access::host_addrs();
+        Self::serve_locally(port, secret, &access::host_addrs())
+    }
+
+    /// Serves `port` on loopback and those of `also` that can be bound on
+    /// their own ([`access::listen_ips`]).
+    fn serve_locally(port: u16, secret: Option<JobSecret>, also: &[IpAddr]) -> Result<NameServer> {
         // C sends to "localhost" and tries what it resolves to; the two
         // loopback addresses are that without depending on /etc/hosts.
         let local = Server::at(
@@ -204,9 +231,9 @@ impl NameServer {
             ],
         );
         Self::bind_or_join(
-            &access::listen_ips(&host),
+            &access::listen_ips(also),
             port,
-            LocalHost::new(host),
+            LocalHost::new(access::host_addrs()),
             local,
             secret,
         )
