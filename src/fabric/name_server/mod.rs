@@ -41,10 +41,12 @@
 //!
 //! # What it trusts
 //!
-//! The serving process also binds the port on each address configured on
-//! the host's interfaces (each on its own, never the wildcard `0.0.0.0`),
-//! so that clients on other nodes can query it by the node's name or
-//! address. Anyone who reaches it may QUERY. Only the node itself may
+//! The serving process also binds the port on the addresses its fabric
+//! asks for ([`NameServer::start_listening`]: the soft engine's address,
+//! `PSMRAIL_NAME_SERVER_ADDR`) or, with [`NameServer::start`], on each
+//! address configured on the host's interfaces (each on its own, never
+//! the wildcard `0.0.0.0`), so that clients on other nodes can query it
+//! by the node's name or address. Anyone who reaches it may QUERY. Only the node itself may
 //! register: a registration whose peer address is neither loopback nor one
 //! of the host's own is refused with status [`wire::STATUS_NOT_LOCAL`]
 //! (`access.rs`).
