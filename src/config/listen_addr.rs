@@ -2,7 +2,7 @@
 //! address (`PSMRAIL_SOFT_ADDR`) and the name server's
 //! (`PSMRAIL_NAME_SERVER_ADDR`).
 //!
-//! Both take the address forms of `FI_OFI_MRAIL_ADDR` ([`RailAddr`]): an
+//! Both take the address forms of `FI_OFI_MRAIL_ADDR` ([`RailAddr`](super::RailAddr)): an
 //! IPv4 address (`198.18.0.1`), an interface name (`eth0`: its first
 //! IPv4 address), a host name (`node12`: the first IPv4 address the
 //! system resolver gives), or `fi_sockaddr_in://<ipv4>[:<port>]`; a word
