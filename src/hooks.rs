@@ -25,6 +25,11 @@ pub mod soft {
     pub use crate::engine::soft::fuzzing::*;
 }
 
+/// The soft engine's shared-memory ring, against a hostile peer.
+pub mod shm {
+    pub use crate::engine::soft::shm::fuzzing::*;
+}
+
 /// The name server's frames.
 pub mod name_server {
     pub use crate::fabric::name_server::fuzzing::*;

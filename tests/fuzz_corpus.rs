@@ -81,6 +81,11 @@ fn soft_handshake_corpus() {
 }
 
 #[test]
+fn shm_ring_corpus() {
+    replay_soft("shm_ring", psmrail::hooks::shm::fuzz_shm_ring);
+}
+
+#[test]
 fn name_server_frame_corpus() {
     replay(
         "name_server_frame",
