@@ -906,6 +906,49 @@ fn a_lazy_av_connects_each_peer_at_its_first_use() {
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
 }
 
+/// A send to a peer of a lazy address vector that no rail has reached
+/// yet waits for its first connects as long as the vector's connect
+/// timeout allows, not only `FI_PSM_TIMEOUT` (2 s here): a job's first
+/// all-to-all, every rank dialing every other at once, takes longer than
+/// that on a loaded host. The peer makes no progress for 3.5 s, so its
+/// handshakes wait; the send is still pending then, and completes once
+/// the peer progresses.
+#[test]
+fn a_first_connect_slower_than_the_psm_timeout_still_delivers() {
+    let info = mrail_nodes::info(2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
+    let node = || {
+        let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
+        let av = domain.av(AvAttr::new().lazy_connect(true)).unwrap();
+        let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
+        (domain, av, ep)
+    };
+    let (da, ava, a) = node();
+    let (db, avb, b) = node();
+    let to_b = ava.insert(&[b.getname()]).remove(0).unwrap();
+    avb.insert(&[a.getname()]).remove(0).unwrap();
+    let mut send = std::pin::pin!(a.tsend(to_b, 7, pattern(4096, 7)));
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(3500) {
+        if let std::task::Poll::Ready((r, _)) = send.as_mut().poll(&mut cx) {
+            panic!(
+                "the send ended after {:?} while its first connects were under way: {r:?}",
+                t.elapsed()
+            );
+        }
+        da.reactor().progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let recv = b.trecv(vec![0u8; 4096], 7, 0);
+    let ((sent, _), (got, buf)) = mrail_nodes::drive(&[da.clone(), db.clone()], async {
+        futures::join!(send, recv)
+    });
+    assert_eq!(sent.unwrap().len, 4096);
+    assert_eq!(got.unwrap().len, 4096);
+    assert!(buf.as_slice() == pattern(4096, 7).as_slice());
+}
+
 /// What a node's CQ reported: entries and error entries, by context.
 #[derive(Default)]
 struct Seen {

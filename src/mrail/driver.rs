@@ -531,7 +531,8 @@ impl PeerState {
 
 /// A send that found no rail to its peer while one was coming (a rail of
 /// ours rejoining, or connecting to the peer again): it waits, behind the
-/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most.
+/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most, or the address
+/// vector's connect timeout for a peer no rail has reached yet.
 struct WaitingSend {
     entry: Arc<PeerEntry>,
     class: MsgClass,
@@ -1342,7 +1343,17 @@ impl Driver {
         let usable = self.peer_rails(&mut st, token, &entry).unwrap_or(0);
         let queued = st.waiting.iter().any(|w| w.entry.addr.token() == token);
         if queued || (usable == 0 && self.rail_coming(&st, token)) {
-            let until = Instant::now() + self.rail_domain(0).config().timeout();
+            // A peer no rail has reached yet waits for its first connects
+            // as long as the address vector lets a connect take (a job's
+            // first all-to-all, every rank dialing every other at once,
+            // takes seconds on a loaded host); a peer that lost its rails
+            // waits `FI_PSM_TIMEOUT` for one to come back.
+            let wait = if entry.connected() == 0 {
+                self.av.connect_timeout()
+            } else {
+                self.rail_domain(0).config().timeout()
+            };
+            let until = Instant::now() + wait;
             st.waiting.push_back(WaitingSend {
                 entry,
                 class,
