@@ -531,15 +531,20 @@ impl PeerState {
 
 /// A send that found no rail to its peer while one was coming (a rail of
 /// ours rejoining, or connecting to the peer again): it waits, behind the
-/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most, or the address
-/// vector's connect timeout for a peer no rail has reached yet.
+/// peer's earlier ones, for `FI_PSM_TIMEOUT` at most; for a peer no rail
+/// has reached yet, as long as its first connects are under way, up to
+/// the address vector's connect timeout.
 struct WaitingSend {
     entry: Arc<PeerEntry>,
     class: MsgClass,
     tag: u64,
     buf: OpBuffer,
     sink: Sink,
+    /// `FI_PSM_TIMEOUT` after the post.
     until: Instant,
+    /// The connect timeout after the post, for a peer no rail has
+    /// reached (else `until`).
+    first_until: Instant,
 }
 
 /// A large send: waiting for its CTS, then its parts.
@@ -958,6 +963,8 @@ struct Reconnect {
     /// When it may be tried; `None` while a try is under way.
     due: Option<Instant>,
     backoff: Duration,
+    /// A try has failed (the peer refused, or did not answer in time).
+    failed: bool,
 }
 
 /// Connects made on threads of their own (each waits for its handshakes):
@@ -1344,16 +1351,18 @@ impl Driver {
         let queued = st.waiting.iter().any(|w| w.entry.addr.token() == token);
         if queued || (usable == 0 && self.rail_coming(&st, token)) {
             // A peer no rail has reached yet waits for its first connects
-            // as long as the address vector lets a connect take (a job's
-            // first all-to-all, every rank dialing every other at once,
-            // takes seconds on a loaded host); a peer that lost its rails
-            // waits `FI_PSM_TIMEOUT` for one to come back.
-            let wait = if entry.connected() == 0 {
-                self.av.connect_timeout()
+            // while they are under way, as long as the address vector lets
+            // a connect take (a job's first all-to-all, every rank dialing
+            // every other at once, takes seconds on a loaded host); a peer
+            // that lost its rails, or refused a first connect, waits
+            // `FI_PSM_TIMEOUT` for one.
+            let now = Instant::now();
+            let until = now + self.rail_domain(0).config().timeout();
+            let first_until = if entry.connected() == 0 {
+                until.max(now + self.av.connect_timeout())
             } else {
-                self.rail_domain(0).config().timeout()
+                until
             };
-            let until = Instant::now() + wait;
             st.waiting.push_back(WaitingSend {
                 entry,
                 class,
@@ -1361,6 +1370,7 @@ impl Driver {
                 buf,
                 sink,
                 until,
+                first_until,
             });
             drop(st);
             self.notify();
@@ -1438,6 +1448,19 @@ impl Driver {
         }
     }
 
+    /// When the waiting send `w` fails: `FI_PSM_TIMEOUT` after its post,
+    /// or, while its peer's first connects are under way and none has
+    /// failed, the connect timeout.
+    fn send_deadline(&self, st: &State, w: &WaitingSend) -> Instant {
+        let token = w.entry.addr.token();
+        let refused = st.reconnects.iter().any(|r| r.token == token && r.failed);
+        if refused {
+            w.until
+        } else {
+            w.first_until
+        }
+    }
+
     /// Whether a rail may soon serve the peer `token`: one of ours is
     /// rejoining, or one in service is connecting to the peer again after
     /// its connection there ended (not after its peer book judged it
@@ -1479,7 +1502,7 @@ impl Driver {
                 if let Err((e, buf)) = self.send_now(st, &w.entry, w.class, w.tag, w.buf, w.sink) {
                     self.finish(w.sink, Dir::Send, w.class, Err(e), buf);
                 }
-            } else if now >= w.until || !self.rail_coming(st, token) {
+            } else if now >= self.send_deadline(st, &w) || !self.rail_coming(st, token) {
                 moved = true;
                 self.finish(w.sink, Dir::Send, w.class, Err(no_rail_error()), w.buf);
             } else {
@@ -4505,6 +4528,7 @@ impl Driver {
             rail,
             due: Some(due),
             backoff: RECONNECT_MIN,
+            failed: false,
         });
     }
 
@@ -4607,6 +4631,7 @@ impl Driver {
                 );
                 r.due = Some(now + r.backoff);
                 r.backoff = (r.backoff * 2).min(RECONNECT_MAX);
+                r.failed = true;
                 return;
             }
         };
