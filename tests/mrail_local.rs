@@ -833,6 +833,20 @@ fn a_peer_that_goes_away_fails_its_transfers_instead_of_hanging() {
     drop(info);
 }
 
+/// A node of `info` whose address vector connects at first use.
+fn lazy_node(
+    info: &psmrail::fabric::Info,
+) -> (
+    psmrail::mrail::MrailDomain,
+    psmrail::mrail::MrailAv,
+    psmrail::mrail::MrailEndpoint,
+) {
+    let domain = MrailFabric::open(info).unwrap().domain(info).unwrap();
+    let av = domain.av(AvAttr::new().lazy_connect(true)).unwrap();
+    let ep = domain.endpoint(info).bind_av(&av).enable().unwrap();
+    (domain, av, ep)
+}
+
 /// An address vector that connects at first use (`AvAttr::lazy_connect`):
 /// inserting dials nothing, so it returns at once whatever the peer does;
 /// an inject before a rail serves the peer answers `Again`; the first
@@ -842,12 +856,7 @@ fn a_peer_that_goes_away_fails_its_transfers_instead_of_hanging() {
 #[test]
 fn a_lazy_av_connects_each_peer_at_its_first_use() {
     let info = mrail_nodes::info(2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
-    let node = || {
-        let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
-        let av = domain.av(AvAttr::new().lazy_connect(true)).unwrap();
-        let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
-        (domain, av, ep)
-    };
+    let node = || lazy_node(&info);
     let (da, ava, a) = node();
     let (db, avb, b) = node();
     let (dc, _, c) = node();
@@ -916,12 +925,7 @@ fn a_lazy_av_connects_each_peer_at_its_first_use() {
 #[test]
 fn a_first_connect_slower_than_the_psm_timeout_still_delivers() {
     let info = mrail_nodes::info(2, "16384:fixed,-1:striping", MSG_TAGGED, MANUAL);
-    let node = || {
-        let domain = MrailFabric::open(&info).unwrap().domain(&info).unwrap();
-        let av = domain.av(AvAttr::new().lazy_connect(true)).unwrap();
-        let ep = domain.endpoint(&info).bind_av(&av).enable().unwrap();
-        (domain, av, ep)
-    };
+    let node = || lazy_node(&info);
     let (da, ava, a) = node();
     let (db, avb, b) = node();
     let to_b = ava.insert(&[b.getname()]).remove(0).unwrap();

@@ -205,22 +205,31 @@ impl NameServer {
         let port = port_for(uuid);
         match listen {
             NameServerListen::Everywhere => Self::start_on_host(port, secret),
-            NameServerListen::Loopback => Self::serve_locally(port, secret, &[]),
+            NameServerListen::Loopback => {
+                Self::serve_locally(port, secret, &[], access::host_addrs())
+            }
             NameServerListen::LoopbackAnd(ips) => {
                 let ips: Vec<IpAddr> = ips.iter().copied().map(IpAddr::V4).collect();
-                Self::serve_locally(port, secret, &ips)
+                Self::serve_locally(port, secret, &ips, access::host_addrs())
             }
         }
     }
 
     /// Serves `port` on loopback and the host's addresses.
     fn start_on_host(port: u16, secret: Option<JobSecret>) -> Result<NameServer> {
-        Self::serve_locally(port, secret, &access::host_addrs())
+        let host = access::host_addrs();
+        Self::serve_locally(port, secret, &host.clone(), host)
     }
 
     /// Serves `port` on loopback and those of `also` that can be bound on
-    /// their own ([`access::listen_ips`]).
-    fn serve_locally(port: u16, secret: Option<JobSecret>, also: &[IpAddr]) -> Result<NameServer> {
+    /// their own ([`access::listen_ips`]); registrations are taken from
+    /// loopback and `host`, the host's own addresses.
+    fn serve_locally(
+        port: u16,
+        secret: Option<JobSecret>,
+        also: &[IpAddr],
+        host: Vec<IpAddr>,
+    ) -> Result<NameServer> {
         // C sends to "localhost" and tries what it resolves to; the two
         // loopback addresses are that without depending on /etc/hosts.
         let local = Server::at(
@@ -233,7 +242,7 @@ impl NameServer {
         Self::bind_or_join(
             &access::listen_ips(also),
             port,
-            LocalHost::new(access::host_addrs()),
+            LocalHost::new(host),
             local,
             secret,
         )
