@@ -411,7 +411,7 @@ fn run(
             SleepStrategy::Spin => thread::yield_now(),
             SleepStrategy::Nap => thread::sleep(interval),
             SleepStrategy::Park | SleepStrategy::Poll => {
-                if !shared.gate.prepare_sleep() {
+                if !shared.sources.prepare_sleep() || !shared.gate.prepare_sleep() {
                     continue;
                 }
                 bump(&shared.counters.sleeps);

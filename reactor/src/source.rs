@@ -123,6 +123,18 @@ pub trait ProgressSource: Send + Sync + 'static {
         true
     }
 
+    /// Called by the auto thread just before it sleeps in its `Poll`
+    /// (after a round that found nothing to do): a source whose work
+    /// arrives by a path the `Poll` does not watch on its own (a ring in
+    /// shared memory, whose producer signals an eventfd only when asked
+    /// to) asks for that signal here, and answers `false` if work came
+    /// meanwhile, so the thread runs another round instead of sleeping.
+    /// Called without the source being taken by a round: it must be
+    /// cheap and must not block. Default: `true`, nothing to arm.
+    fn prepare_sleep(&self) -> bool {
+        true
+    }
+
     /// Registers this source's sockets with the auto thread's `Poll` under
     /// `token`, so readiness ends its sleep early. Default: nothing.
     fn register(&self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {

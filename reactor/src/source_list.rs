@@ -154,6 +154,19 @@ impl SourceList {
         v
     }
 
+    /// Asks every source whether the thread may sleep now
+    /// ([`ProgressSource::prepare_sleep`]); `false` as soon as one says
+    /// no (the rest are not asked: the thread runs a round instead). A
+    /// removed or poisoned source is skipped; a panic in one counts as a
+    /// yes.
+    pub(crate) fn prepare_sleep(&self) -> bool {
+        let snapshot = self.snapshot();
+        snapshot.iter().all(|entry| {
+            entry.flags.load(Acquire) & (REMOVED | POISONED) != 0
+                || catch_unwind(AssertUnwindSafe(|| entry.source.prepare_sleep())).unwrap_or(true)
+        })
+    }
+
     /// One progress round: one step of every source that is not running
     /// elsewhere, removed or poisoned. With `catch`, a panicking source is
     /// caught (and poisoned); without, the panic propagates after poisoning.
@@ -209,6 +222,46 @@ mod tests {
         assert_eq!(list.round(&c, false), Progress::Idle);
         let s = c.snapshot();
         assert_eq!((s.rounds, s.productive_rounds), (4, 1));
+    }
+
+    /// The thread may sleep only if every source agrees; a source that
+    /// panics in `prepare_sleep` does not keep it awake.
+    #[test]
+    fn sleep_needs_every_source_to_agree() {
+        struct Armed {
+            ready: AtomicBool,
+            asked: AtomicUsize,
+        }
+        impl ProgressSource for Armed {
+            fn progress(&self) -> Progress {
+                Progress::Idle
+            }
+            fn prepare_sleep(&self) -> bool {
+                self.asked.fetch_add(1, SeqCst);
+                !self.ready.load(SeqCst)
+            }
+        }
+        struct Panics;
+        impl ProgressSource for Panics {
+            fn progress(&self) -> Progress {
+                Progress::Idle
+            }
+            fn prepare_sleep(&self) -> bool {
+                panic!("prepare_sleep fails")
+            }
+        }
+        let list = SourceList::new();
+        assert!(list.prepare_sleep());
+        let armed = Arc::new(Armed {
+            ready: AtomicBool::new(false),
+            asked: AtomicUsize::new(0),
+        });
+        list.insert(list.next_id(), armed.clone());
+        list.insert(list.next_id(), Arc::new(Panics));
+        assert!(list.prepare_sleep());
+        armed.ready.store(true, SeqCst);
+        assert!(!list.prepare_sleep());
+        assert_eq!(armed.asked.load(SeqCst), 2);
     }
 
     /// A source whose hint says it has nothing to do is not taken (not

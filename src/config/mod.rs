@@ -101,6 +101,7 @@ mod rail_addr;
 mod rail_policy;
 pub mod rail_resolve;
 pub(crate) mod secret;
+pub mod soft_shm;
 mod source;
 pub(crate) mod text;
 mod uuid;

@@ -34,8 +34,16 @@ fn engine(unix: bool) -> SoftEngine {
 /// window (so a receiver catching up returns credit, writing to the
 /// sender, long before it read everything).
 fn engine_small(unix: bool) -> SoftEngine {
+    engine_small_on(unix, true)
+}
+
+/// As [`engine_small`], with or without shared memory between the two
+/// (whose rings are small too).
+fn engine_small_on(unix: bool, shared_memory: bool) -> SoftEngine {
     SoftEngine::new(SoftConfig {
         unix_sockets: unix,
+        shared_memory,
+        shm_ring: 4 << 10,
         socket_buffer: Some(16 << 10),
         linger: Duration::from_millis(300),
         protocol: ProtocolConfig {
@@ -252,9 +260,18 @@ fn unacknowledged_bytes_survive_the_close_tcp() {
 /// sender's output buffer (the receiver, driven by the same thread, reads
 /// nothing meanwhile): they go to the lingerer with the socket, and every
 /// send reported complete arrives.
-fn timed_out_close(unix: bool) {
-    let what = format!("unix {unix}");
-    let (a, b, ab, ba) = pair_on(&engine_small(unix));
+fn timed_out_close(unix: bool, shared_memory: bool) {
+    let what = format!("unix {unix}, shared memory {shared_memory}");
+    let (a, b, ab, ba) = pair_on(&engine_small_on(unix, shared_memory));
+    if unix && shared_memory {
+        // The pair's links moved onto shared memory (the precondition of
+        // what follows: output waits for room in a ring).
+        for _ in 0..50 {
+            a.progress();
+            b.progress();
+        }
+        assert!(a.stats().shm_links >= 1, "{what}: {:?}", a.stats());
+    }
     // Below 4 KiB eager payloads are copied: such a send completes once
     // composed, before its bytes are written.
     let len = 2000;
@@ -307,12 +324,17 @@ fn timed_out_close(unix: bool) {
 
 #[test]
 fn output_of_a_timed_out_close_still_arrives_unix() {
-    timed_out_close(true);
+    timed_out_close(true, false);
+}
+
+#[test]
+fn output_of_a_timed_out_close_still_arrives_shared_memory() {
+    timed_out_close(true, true);
 }
 
 #[test]
 fn output_of_a_timed_out_close_still_arrives_tcp() {
-    timed_out_close(false);
+    timed_out_close(false, false);
 }
 
 /// A peer played by a bare core over plain sockets, so the test decides

@@ -17,6 +17,7 @@
 
 use super::protocol::{OpId, PayloadRef, SendPayloads};
 use super::session::Session;
+use super::shm::switch::ShmSwitch;
 use super::wire::{
     encode, put_data, put_data_header, put_eager, put_eager_header, Frame, FrameLimits, Hello,
     ENTRY_OVERHEAD,
@@ -222,6 +223,9 @@ pub(crate) struct Conn {
     pub direct: Option<DirectFrame>,
     /// The credit queue it waits in.
     pub credit_wait: CreditWait,
+    /// Moving the link onto shared memory (`shm::switch`); fresh for
+    /// each transport.
+    pub shm: ShmSwitch,
 }
 
 /// Why transmitting stopped early.
@@ -311,6 +315,7 @@ impl Conn {
             incoming: BTreeMap::new(),
             direct: None,
             credit_wait: CreditWait::No,
+            shm: ShmSwitch::default(),
         }
     }
 
@@ -403,6 +408,7 @@ impl Conn {
             | ConnPhase::Closed
             | ConnPhase::Detached
             | ConnPhase::Resuming => !self.hs.is_empty(),
+            ConnPhase::Established | ConnPhase::Closing if self.shm.output_paused => false,
             ConnPhase::Established | ConnPhase::Closing => {
                 !self.hs.is_empty()
                     || !self.control.is_empty()
@@ -439,8 +445,17 @@ impl Conn {
         payloads: &dyn SendPayloads,
         done: &mut Vec<(OpId, MqStatus)>,
     ) -> Result<(), MissingPayload> {
+        if self.shm.output_paused {
+            // Our ShmSwitch is the last thing for the socket; the rest
+            // waits for the edge to write to the segment.
+            return Ok(());
+        }
         while let Some(f) = self.hs.pop_front() {
             encode(&f, out.out);
+            if f == Frame::ShmSwitch {
+                self.shm.switch_sent();
+                return Ok(());
+            }
         }
         if !self.has_transport() {
             return Ok(());

@@ -14,6 +14,11 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The smallest ring of a shared-memory link ([`SoftConfig::shm_ring`]).
+pub const SHM_RING_MIN: usize = 4 << 10;
+/// The largest ring of a shared-memory link ([`SoftConfig::shm_ring`]).
+pub const SHM_RING_MAX: usize = 1 << 30;
+
 /// How soft endpoints are opened: where they listen, the protocol's sizes,
 /// and the edge's timeouts and buffer sizes.
 ///
@@ -144,6 +149,15 @@ pub struct SoftConfig {
     /// owner-only file `PSMRAIL_JOB_SECRET_FILE` names, when the hints
     /// give none. Default none.
     pub job_secret: Option<super::JobSecret>,
+    /// Same-host peers reached over a Unix socket move their link onto
+    /// memory both processes map, after the handshake: a sealed memfd
+    /// passed over the socket, one ring each way. The socket stays the
+    /// link's life line (its end is the peer's). `getinfo` turns it off
+    /// for `PSMRAIL_SOFT_SHM=0`. Default on.
+    pub shared_memory: bool,
+    /// Bytes of each of a shared-memory link's two rings: a power of two
+    /// from 4 KiB to 1 GiB (`PSMRAIL_SOFT_SHM_RING`). Default 1 MiB.
+    pub shm_ring: usize,
 }
 
 impl SoftConfig {
@@ -170,6 +184,8 @@ impl SoftConfig {
         forget_peer_after: Duration::from_secs(60),
         verify_peers: true,
         job_secret: None,
+        shared_memory: true,
+        shm_ring: 1 << 20,
     };
 
     /// This configuration listening at `spec`: an IPv4 address, an
@@ -238,6 +254,14 @@ impl SoftConfig {
         }
         if self.socket_buffer == Some(0) {
             return bad("soft engine configuration: socket_buffer must be at least 1".into());
+        }
+        if !self.shm_ring.is_power_of_two()
+            || !(SHM_RING_MIN..=SHM_RING_MAX).contains(&self.shm_ring)
+        {
+            return bad(format!(
+                "soft engine configuration: shm_ring ({}) must be a power of two from {} to {}",
+                self.shm_ring, SHM_RING_MIN, SHM_RING_MAX
+            ));
         }
         Ok(())
     }

@@ -27,8 +27,13 @@
 //!
 //! A Unix-domain socket lingers only for output it still has to write: a
 //! write puts the bytes straight into the peer's receive queue, where they
-//! stay readable after we close.
+//! stay readable after we close. A link whose output moved to shared
+//! memory lingers with its segment: the rest goes into the ring as the
+//! peer makes room (looked at every tick, the peer woken as on the link),
+//! then the socket's write half is shut down, which the peer reads as the
+//! end once it emptied the ring (the segment stays mapped on its side).
 
+use super::shm::path::ShmPath;
 use super::transport::{poll_for, Drained, Stream};
 use std::io::{self, IoSlice};
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +52,8 @@ const DISCARD_LIMIT: usize = 1 << 20;
 /// A socket held until its peer has our bytes.
 struct Held {
     stream: Stream,
+    /// The link's shared-memory path, when its output went there.
+    ring: Option<Box<ShmPath>>,
     /// Bytes still to write, then shut down.
     output: Vec<u8>,
     written: usize,
@@ -64,10 +71,17 @@ impl Held {
             return true;
         }
         while self.written < self.output.len() {
-            match self
-                .stream
-                .write_vectored(&[IoSlice::new(&self.output[self.written..])])
-            {
+            let rest = [IoSlice::new(&self.output[self.written..])];
+            let r = match self.ring.as_mut() {
+                Some(ring) => ring.write_vectored(&rest),
+                None => self.stream.write_vectored(&rest),
+            };
+            if let Some(ring) = &self.ring {
+                if ring.peer_waits_for_bytes() {
+                    self.stream.send_wake();
+                }
+            }
+            match r {
                 Ok(0) => break,
                 Ok(n) => self.written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -97,7 +111,8 @@ impl Held {
         if !self.eof {
             events |= libc::POLLIN;
         }
-        if self.written < self.output.len() {
+        if self.written < self.output.len() && self.ring.is_none() {
+            // (Room in a ring wakes no poll: the tick looks again.)
             events |= libc::POLLOUT;
         }
         events
@@ -137,14 +152,18 @@ pub(crate) fn safe_to_close(stream: &Stream) -> bool {
 /// down (unless `shut` says it is) and closing is safe, at the latest at
 /// `deadline`: at once when all that is true now, else in the lingerer.
 /// `false` when a write failed (the peer is gone) with output left.
+/// With `ring` the output goes there, not to the socket (a link whose
+/// output moved to shared memory).
 pub(crate) fn close_when_safe(
     stream: Stream,
+    ring: Option<Box<ShmPath>>,
     output: Vec<u8>,
     shut: bool,
     deadline: Instant,
 ) -> bool {
     let mut held = Held {
         stream,
+        ring: ring.filter(|r| r.writes),
         output,
         written: 0,
         shut,

@@ -91,9 +91,6 @@ pub mod protocol;
 mod protocol;
 mod reconnect;
 mod session;
-// Not yet used by the edge, which will map the segments and build rings
-// over them: until then only the tests and the fuzz hooks reach it.
-#[allow(dead_code)]
 pub(crate) mod shm;
 mod table_alloc;
 mod transport;
@@ -114,7 +111,7 @@ mod tests;
 
 pub use config::ProtocolConfig;
 pub use endpoint::{SoftEndpoint, SoftStats};
-pub use engine::{SoftConfig, SoftEngine};
+pub use engine::{SoftConfig, SoftEngine, SHM_RING_MAX, SHM_RING_MIN};
 pub use epid::{SoftEpid, SoftEpidError, MAX_INSTANCE};
 pub(crate) use job_secret::{new_nonce, MAC_LEN, NONCE_LEN};
 pub use job_secret::{JobSecret, JOB_SECRET_FILE_VAR, JOB_SECRET_VAR, MIN_SECRET_LEN};

@@ -130,6 +130,7 @@ use super::job_secret::{new_nonce, JobSecret, ProofSide, Transcript, MAC_LEN, NO
 use super::link_key::{self, KeyHalf, LinkEnds, LinkKey, Resumption, Side};
 use super::matcher::{Arrival, TagMatcher};
 use super::session::Session;
+use super::shm::switch::{ShmNotice, ShmSwitch};
 use super::table_alloc::Table;
 use super::wire::{
     check_hello, AmArgs, AmFrame, Frame, FrameDecoder, FrameKind, FrameLimits, HandshakeError,
@@ -349,6 +350,30 @@ pub enum Event {
         peer: PeerAddr,
         /// The peer's endpoint id.
         epid: Epid,
+    },
+    /// Acceptor: the dialer offers a shared segment of `segment_len`
+    /// bytes for the rest of the link (its descriptors came with the
+    /// socket bytes that carried the offer). Answer with
+    /// [`answer_shm`](SoftCore::answer_shm).
+    ShmOffered {
+        /// The connection.
+        conn: ConnId,
+        /// The segment's length, as the offer names it.
+        segment_len: u64,
+    },
+    /// The peer's frames on `conn` now come through the shared segment:
+    /// decoding stopped right after its ShmSwitch frame. Whatever input
+    /// is left from the socket is a violation; read the segment from now
+    /// on and say so with [`shm_reads_moved`](SoftCore::shm_reads_moved).
+    ShmPeerMoved {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Dialer: the acceptor declined the segment; the link stays on the
+    /// socket.
+    ShmDeclined {
+        /// The connection.
+        conn: ConnId,
     },
     /// A connection ended: flush `poll_transmit` once more, close the
     /// socket, call `connection_lost`.
@@ -761,6 +786,7 @@ impl SoftCore {
             c.phase = ConnPhase::Detached;
             c.hs.clear();
             c.their_hello = None;
+            c.shm = ShmSwitch::default();
             return true;
         }
         if !c.has_transport() || c.peer.is_none() || !c.session.logging() || c.session.key.is_none()
@@ -771,6 +797,7 @@ impl SoftCore {
         c.resume_to = c.phase;
         c.phase = ConnPhase::Detached;
         c.hs.clear();
+        c.shm = ShmSwitch::default();
         true
     }
 
@@ -915,14 +942,19 @@ impl SoftCore {
 
     fn input_frames(&mut self, mut conn: ConnId, input: &mut BytesMut) -> Result<(), ConnError> {
         loop {
-            match self.conns.get(&conn).map(|c| (c.phase, c.direct.is_some())) {
+            match self
+                .conns
+                .get(&conn)
+                .map(|c| (c.phase, c.direct.is_some() || c.shm.input_paused))
+            {
                 None => return Err(ConnError::Lost(format!("unknown connection {conn:?}"))),
                 Some((ConnPhase::Closed, _)) => {
                     input.clear();
                     return Ok(());
                 }
                 // The stream continues with a payload the edge places
-                // itself (`take_direct`); nothing to decode until it has.
+                // itself (`take_direct`), or in a shared segment the edge
+                // does not read yet: nothing to decode until it has.
                 Some((_, true)) => return Ok(()),
                 Some(_) => {}
             }
@@ -1044,7 +1076,7 @@ impl SoftCore {
         // Reused across calls: no allocation per transmit.
         let mut done = std::mem::take(&mut self.done_scratch);
         let result = c.transmit(out, limit, payloads, &mut done);
-        let bye = c.phase == ConnPhase::Closing && c.drained();
+        let bye = c.phase == ConnPhase::Closing && c.drained() && !c.shm.output_paused;
         for (op, status) in done.drain(..) {
             self.complete(op, status);
         }
@@ -1170,6 +1202,92 @@ impl SoftCore {
             let op = inc.op;
             c.incoming.remove(&token);
             self.complete(op, status);
+        }
+    }
+
+    /// Dialer, peer on the same host: offers the acceptor a shared
+    /// segment of `segment_len` bytes for the rest of `conn`'s link (the
+    /// exchange is in `shm::switch`). The ShmOffer frame goes out first in
+    /// the next transmit; the edge sends the segment's descriptors with
+    /// the first socket write after this call (any write from here on
+    /// carries bytes at or before the offer). `Inval` unless `conn` is an
+    /// established connection this side dialed that offered nothing yet
+    /// on this transport.
+    pub fn offer_shm(&mut self, conn: ConnId, segment_len: u64) -> Result<()> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .filter(|c| c.phase == ConnPhase::Established)
+            .ok_or_else(|| inval(format!("{conn:?} is not an established connection")))?;
+        let dialer = matches!(c.role, Role::Dialer { .. });
+        let frame = c
+            .shm
+            .offer(dialer, segment_len)
+            .ok_or_else(|| inval(format!("{conn:?} cannot offer shared memory now")))?;
+        c.hs.push_back(frame);
+        self.hint(conn);
+        Ok(())
+    }
+
+    /// Acceptor: answers [`Event::ShmOffered`]. With `accept` (the edge
+    /// mapped and checked the segment) a ShmSwitch goes out, after which
+    /// this side's transmit stops ([`shm_output_paused`](Self::shm_output_paused))
+    /// until the edge writes to the segment; without, a ShmDecline, and
+    /// the link stays on the socket. `Inval` when no offer waits.
+    pub fn answer_shm(&mut self, conn: ConnId, accept: bool) -> Result<()> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or_else(|| inval(format!("unknown connection {conn:?}")))?;
+        let frame = c
+            .shm
+            .answer(accept)
+            .ok_or_else(|| inval(format!("no shared-memory offer waits on {conn:?}")))?;
+        c.hs.push_back(frame);
+        self.hint(conn);
+        Ok(())
+    }
+
+    /// Dialer: after [`Event::ShmPeerMoved`] and
+    /// [`shm_reads_moved`](Self::shm_reads_moved), this side's own
+    /// ShmSwitch; transmit then stops as after
+    /// [`answer_shm`](Self::answer_shm). `Inval` out of turn.
+    pub fn follow_shm(&mut self, conn: ConnId) -> Result<()> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or_else(|| inval(format!("unknown connection {conn:?}")))?;
+        let frame = c
+            .shm
+            .follow()
+            .ok_or_else(|| inval(format!("{conn:?} has no shared-memory move to follow")))?;
+        c.hs.push_back(frame);
+        self.hint(conn);
+        Ok(())
+    }
+
+    /// Whether this side's ShmSwitch went into `conn`'s output and
+    /// transmit waits for the edge to write to the segment: flush what
+    /// is for the socket, then call
+    /// [`shm_writes_moved`](Self::shm_writes_moved).
+    pub fn shm_output_paused(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.shm.output_paused)
+    }
+
+    /// The edge writes `conn`'s frames to the shared segment from now on:
+    /// transmit resumes.
+    pub fn shm_writes_moved(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.shm.writes_moved();
+            self.hint(conn);
+        }
+    }
+
+    /// The edge reads `conn`'s input from the shared segment from now on:
+    /// decoding resumes.
+    pub fn shm_reads_moved(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.shm.reads_moved();
         }
     }
 
@@ -1487,6 +1605,26 @@ impl SoftCore {
         if let Some(p) = self.peers.get_mut(&source) {
             p.activity = p.activity.wrapping_add(1);
         }
+        if matches!(
+            frame,
+            Frame::ShmOffer { .. } | Frame::ShmSwitch | Frame::ShmDecline
+        ) {
+            // Outside the numbered stream (`shm::switch`).
+            let dialer = matches!(conn.role, Role::Dialer { .. });
+            let notice = conn
+                .shm
+                .on_frame(dialer, &frame)
+                .map_err(Violation::UnexpectedFrame)?;
+            self.events.push_back(match notice {
+                ShmNotice::Offered { segment_len } => Event::ShmOffered {
+                    conn: id,
+                    segment_len,
+                },
+                ShmNotice::PeerMoved => Event::ShmPeerMoved { conn: id },
+                ShmNotice::Declined => Event::ShmDeclined { conn: id },
+            });
+            return Ok(());
+        }
         // Every frame past the handshake is part of the link's stream. Its
         // sender waits for the acknowledgement of a payload it referenced
         // (a large Eager message, the last Data chunk of a transfer).
@@ -1661,9 +1799,10 @@ impl SoftCore {
             | Frame::Challenge { .. }
             | Frame::Proof { .. }
             | Frame::AuthChallenge { .. }
-            | Frame::AuthProof { .. } => {
-                return Err(Violation::UnexpectedFrame(frame.kind()).into())
-            }
+            | Frame::AuthProof { .. }
+            | Frame::ShmOffer { .. }
+            | Frame::ShmSwitch
+            | Frame::ShmDecline => return Err(Violation::UnexpectedFrame(frame.kind()).into()),
         }
         Ok(())
     }
@@ -2102,6 +2241,8 @@ impl SoftCore {
         t.session.generation = f.generation;
         t.phase = t.resume_to;
         t.hs.clear();
+        // A new transport: whatever its old one had moved to is gone.
+        t.shm = ShmSwitch::default();
         t.hs.extend(pending);
         let r = Resumption {
             link: f.link,

@@ -2,7 +2,8 @@
 //! step by step (quinn-proto's `Pair`, for several nodes).
 
 use super::wire::{
-    encode, Frame, FrameLimits, HandshakeError, Hello, JobUuid, Refusal, Refuse, PROTOCOL_VERSION,
+    encode, Frame, FrameKind, FrameLimits, HandshakeError, Hello, JobUuid, Refusal, Refuse,
+    PROTOCOL_VERSION,
 };
 use super::*;
 use crate::engine::{Epid, MqStatus, PeerAddr, SendMode, TagMatch};
@@ -57,6 +58,8 @@ struct Node {
     am_requests: Vec<AmSeen>,
     am_replies: Vec<AmSeen>,
     hooked: Vec<(PeerAddr, Vec<u8>)>,
+    /// Shared-memory exchange events: which, on what, the offer's length.
+    shm: Vec<(&'static str, ConnId, u64)>,
     max_unexpected: u64,
     next_op: u64,
 }
@@ -75,6 +78,7 @@ impl Node {
             am_requests: Vec::new(),
             am_replies: Vec::new(),
             hooked: Vec::new(),
+            shm: Vec::new(),
             max_unexpected: 0,
             next_op: 1,
         }
@@ -109,6 +113,11 @@ impl Node {
                 Event::Connected { conn, peer, epid } => self.connected.push((conn, peer, epid)),
                 Event::Resumed { conn, replaced } => self.resumed.push((conn, replaced)),
                 Event::Verify { conn, .. } => self.core.verified(conn, Ok(())),
+                Event::ShmOffered { conn, segment_len } => {
+                    self.shm.push(("offered", conn, segment_len))
+                }
+                Event::ShmPeerMoved { conn } => self.shm.push(("moved", conn, 0)),
+                Event::ShmDeclined { conn } => self.shm.push(("declined", conn, 0)),
                 Event::ConnectionClosed { conn, error } => self.closed.push((conn, error)),
                 Event::PeerDown { peer, error, .. } => self.down.push((peer, error)),
                 Event::Place { op, offset, bytes } => {
@@ -1766,4 +1775,93 @@ fn an_idle_link_acknowledges_so_its_peer_keeps_nothing() {
     net.nodes[0].core.release_connection_memory(c0);
     net.nodes[1].core.release_connection_memory(c1);
     assert!(!net.step(), "two idle links answer each other forever");
+}
+
+// ----- moving onto shared memory --------------------------------------------
+
+/// The exchange in the core: each side's output stops right after its
+/// ShmSwitch and its peer's input right after decoding it, until the edge
+/// says the direction moved; messages posted meanwhile all arrive, in
+/// order, and the exchange frames are not part of the numbered stream.
+#[test]
+fn moving_to_shared_memory_pauses_each_direction_at_its_switch() {
+    let mut net = Net::pair(small(), small());
+    let (p01, p10) = (net.peer(0, 1), net.peer(1, 0));
+    let (_, c0) = net.links[0].ends[0];
+    let (_, c1) = net.links[0].ends[1];
+    // An acceptor cannot offer; the dialer can, once.
+    assert!(net.nodes[1].core.offer_shm(c1, 1 << 20).is_err());
+    net.nodes[0].core.offer_shm(c0, 1 << 20).unwrap();
+    assert!(net.nodes[0].core.offer_shm(c0, 1 << 20).is_err());
+    net.run();
+    assert_eq!(net.nodes[1].shm, [("offered", c1, 1 << 20)]);
+    // Messages queued both ways across the moves.
+    let mut sent = Vec::new();
+    for k in 0..4u8 {
+        sent.push(net.nodes[0].send(p01, 7, data(100, k), SendMode::Standard));
+        sent.push(net.nodes[1].send(p10, 9, data(100, k + 10), SendMode::Standard));
+    }
+    net.nodes[1].core.answer_shm(c1, true).unwrap();
+    // The acceptor's transmit ends with its switch and then stops.
+    net.transmit(0, 1, 1 << 20);
+    let flight = &net.links[0].dirs[1].flight;
+    assert_eq!(flight[flight.len() - 8], FrameKind::ShmSwitch as u8);
+    assert!(net.nodes[1].core.shm_output_paused(c1));
+    assert!(!net.nodes[1].core.wants_transmit(c1));
+    assert_eq!(net.transmit(0, 1, 1 << 20), 0);
+    // The dialer decodes up to the switch and no further.
+    net.deliver(0, 1, usize::MAX);
+    assert_eq!(net.nodes[0].shm, [("moved", c0, 0)]);
+    net.links[0].dirs[1].flight.extend_from_slice(&[0xff; 3]);
+    net.deliver(0, 1, usize::MAX);
+    assert_eq!(&net.links[0].dirs[1].input[..], &[0xff; 3], "undecoded");
+    net.links[0].dirs[1].input.clear();
+    // The edges move: the acceptor writes, the dialer reads and follows.
+    net.nodes[1].core.shm_writes_moved(c1);
+    net.nodes[0].core.shm_reads_moved(c0);
+    net.nodes[0].core.follow_shm(c0).unwrap();
+    net.transmit(0, 0, 1 << 20);
+    assert!(net.nodes[0].core.shm_output_paused(c0));
+    net.deliver(0, 0, usize::MAX);
+    assert_eq!(net.nodes[1].shm.last(), Some(&("moved", c1, 0)));
+    net.nodes[0].core.shm_writes_moved(c0);
+    net.nodes[1].core.shm_reads_moved(c1);
+    let r0: Vec<_> = (0..4)
+        .map(|_| net.nodes[0].recv(TagMatch::exact(9), 100))
+        .collect();
+    let r1: Vec<_> = (0..4)
+        .map(|_| net.nodes[1].recv(TagMatch::exact(7), 100))
+        .collect();
+    net.run();
+    for (k, (a, b)) in r0.iter().zip(&r1).enumerate() {
+        assert_eq!(net.nodes[0].done[a].data, data(100, k as u8 + 10));
+        assert_eq!(net.nodes[1].done[b].data, data(100, k as u8));
+    }
+    for op in sent {
+        assert!(net.nodes[0].done.contains_key(&op) || net.nodes[1].done.contains_key(&op));
+    }
+    assert!(net.nodes[0].closed.is_empty() && net.nodes[1].closed.is_empty());
+}
+
+/// A switch nobody offered, or an offer to a dialer, closes the
+/// connection as a protocol violation.
+#[test]
+fn an_exchange_frame_out_of_turn_closes_the_connection() {
+    for (to, frame) in [
+        (1, Frame::ShmSwitch),
+        (0, Frame::ShmOffer { segment_len: 4096 }),
+        (0, Frame::ShmDecline),
+    ] {
+        let mut net = Net::pair(small(), small());
+        let mut wire = BytesMut::new();
+        encode(&frame, &mut wire);
+        net.links[0].dirs[1 - to].flight.extend_from_slice(&wire);
+        net.deliver(0, 1 - to, usize::MAX);
+        match &net.nodes[to].closed[..] {
+            [(_, Some(ConnError::Protocol(Violation::UnexpectedFrame(k))))] => {
+                assert_eq!(*k, frame.kind())
+            }
+            other => panic!("{frame:?} to node {to}: {other:?}"),
+        }
+    }
 }

@@ -42,6 +42,7 @@
 //! level-triggered epoll set, whose cost is that of the ready sockets.
 
 use super::protocol::{ConnId, DirectData, PayloadRef};
+use super::shm::path::ShmPath;
 use super::SoftConfig;
 use crate::engine::Epid;
 use bytes::BytesMut;
@@ -148,6 +149,110 @@ impl Stream {
         }
     }
 
+    /// As [`write_vectored`](Self::write_vectored), passing descriptor
+    /// `fd` along with the bytes (`SCM_RIGHTS`, Unix sockets only): the
+    /// peer receives it with the first of them. Nothing is passed when
+    /// nothing is written (`WouldBlock`).
+    pub(super) fn write_vectored_passing(
+        &self,
+        bufs: &[IoSlice<'_>],
+        fd: RawFd,
+    ) -> io::Result<usize> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+        let Stream::Unix(s) = self else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "descriptors pass over Unix sockets only",
+            ));
+        };
+        let fds = [fd];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        loop {
+            let r = sendmsg::<UnixAddr>(s.as_raw_fd(), bufs, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+                .map_err(io::Error::from);
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// As [`read_slice`](Self::read_slice), keeping the descriptors a
+    /// peer passed with the bytes (`SCM_RIGHTS`; close-on-exec) in
+    /// `fds`, at most [`MAX_PASSED_FDS`] there: any beyond are closed.
+    pub(super) fn read_slice_taking_fds(
+        &self,
+        dst: &mut [u8],
+        fds: &mut Vec<OwnedFd>,
+    ) -> io::Result<usize> {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+        let Stream::Unix(s) = self else {
+            return self.read_slice(dst);
+        };
+        let mut cmsg = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+        loop {
+            let mut iov = [io::IoSliceMut::new(dst)];
+            let r = recvmsg::<UnixAddr>(
+                s.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            );
+            let msg = match r {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+                Ok(m) => m,
+            };
+            let n = msg.bytes;
+            if let Ok(list) = msg.cmsgs() {
+                for c in list {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        for fd in raw {
+                            // SAFETY: the kernel just installed `fd` in
+                            // this process for us (SCM_RIGHTS): it is open
+                            // and nothing else owns it.
+                            let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                            if fds.len() < MAX_PASSED_FDS {
+                                fds.push(owned);
+                            }
+                        }
+                    }
+                }
+            }
+            return Ok(n);
+        }
+    }
+
+    /// As [`read_buf`](Self::read_buf), keeping passed descriptors as
+    /// [`read_slice_taking_fds`](Self::read_slice_taking_fds) does (at
+    /// most 64 KiB per read: such a link is in its first frames).
+    pub(super) fn read_buf_taking_fds(
+        &self,
+        buf: &mut BytesMut,
+        want: usize,
+        fds: &mut Vec<OwnedFd>,
+    ) -> io::Result<usize> {
+        let want = want.min(64 << 10);
+        let at = buf.len();
+        buf.resize(at + want, 0);
+        let r = self.read_slice_taking_fds(&mut buf[at..], fds);
+        buf.truncate(at + r.as_ref().map_or(0, |n| *n));
+        r
+    }
+
+    /// Sends one byte, never blocking, never raising `SIGPIPE`: a
+    /// wake-up for a peer sleeping on this socket's readiness (the
+    /// shared-memory path, whose bytes bypass the socket). A full socket
+    /// already holds a wake-up; a gone peer is found by the reads.
+    pub(super) fn send_wake(&self) {
+        use nix::sys::socket::{send, MsgFlags};
+        let _ = send(
+            self.fd(),
+            &[0],
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        );
+    }
+
     /// Ends the write half (the peer reads EOF after our last bytes).
     pub(super) fn shutdown_write(&self) {
         // A socket that is already reset cannot be shut down; nothing to do.
@@ -251,6 +356,10 @@ impl Stream {
         }
     }
 }
+
+/// Most descriptors a link keeps of those a peer passed (a segment's
+/// memfd is one; any more are closed as they come).
+pub(crate) const MAX_PASSED_FDS: usize = 2;
 
 /// Size of the first look at a socket whose buffer has no memory.
 const PROBE_READ: usize = 1024;
@@ -631,6 +740,10 @@ pub(crate) enum Polled {
     /// The set of accepted connections still in their handshake, looked
     /// at less often.
     Cold,
+    /// Sockets of links whose input comes through shared memory: only
+    /// their end (or a wake-up byte) comes there, looked at as often as
+    /// the cold set.
+    Lifeline,
 }
 
 /// Where a link is in its life.
@@ -723,6 +836,17 @@ pub(crate) struct Link {
     /// It carries the identity Challenge for this accepted connection
     /// (`verify.rs`).
     pub challenge: Option<ConnId>,
+    /// Its shared-memory path (same-host Unix links): offered (dialer),
+    /// accepted (acceptor), and which directions moved onto it.
+    pub shm: Option<Box<ShmPath>>,
+    /// Reads keep descriptors the peer passes along (an accepted Unix
+    /// link that may be offered a segment).
+    pub take_fds: bool,
+    /// Descriptors the peer passed, until its offer takes them.
+    pub passed_fds: Vec<OwnedFd>,
+    /// The socket of a link whose input moved to shared memory reached
+    /// its end: the link ends once the ring is empty.
+    pub socket_done: bool,
 }
 
 /// Smallest read into an input buffer.
@@ -766,6 +890,10 @@ impl Link {
             probe: false,
             superseded: false,
             challenge: None,
+            shm: None,
+            take_fds: false,
+            passed_fds: Vec::new(),
+            socket_done: false,
         }
     }
 

@@ -272,6 +272,9 @@ impl<'a> GetInfo<'a> {
                     soft.bind = at.ip;
                     soft.port = at.port.unwrap_or(0);
                 }
+                let shm = crate::config::soft_shm::from_vars(vars)?;
+                soft.shared_memory = shm.enabled.unwrap_or(soft.shared_memory);
+                soft.shm_ring = shm.ring.unwrap_or(soft.shm_ring);
                 soft
             }
         };

@@ -32,6 +32,9 @@ impl Inner {
                 Event::Connected { conn, peer, epid } => self.on_connected(conn, peer, epid),
                 Event::Resumed { conn, replaced } => self.on_resumed(conn, replaced),
                 Event::Verify { conn, epid } => self.on_verify(conn, epid),
+                Event::ShmOffered { conn, segment_len } => self.on_shm_offered(conn, segment_len),
+                Event::ShmPeerMoved { conn } => self.on_shm_peer_moved(conn),
+                Event::ShmDeclined { conn } => self.on_shm_declined(conn),
                 Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
                 Event::PeerDown { peer, epid, error } => {
                     tracing::debug!(?peer, %epid, %error, "soft engine: peer down");
@@ -140,7 +143,9 @@ impl Inner {
             tracing::debug!(?peer, %epid, "soft engine: too many connections from one peer; closing the newest");
             self.stats.evicted += 1;
             self.core.close_connection(conn);
+            return;
         }
+        self.offer_shm(i, conn);
     }
 
     /// A peer went down: its unexpected messages and then itself are due

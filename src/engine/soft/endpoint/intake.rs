@@ -40,6 +40,8 @@ impl Inner {
                 self.core.require_verification(conn);
             }
             link.conn = Some(conn);
+            // A same-host dialer may offer a shared segment later.
+            link.take_fds = self.cfg.shared_memory && link.remote == Remote::Unix;
             // A Hello is small: no room for more before it is in.
             link.read_size = MIN_READ;
             link.timeout = self.cfg.handshake_timeout;

@@ -3,10 +3,28 @@
 //! within a round's budget.
 
 use super::*;
+use std::os::fd::AsRawFd;
 
 impl Inner {
-    /// Reads what link `i`'s socket has, up to about `budget` bytes.
-    pub(super) fn read_link(&mut self, i: usize, mut budget: usize) -> bool {
+    /// Reads what link `i` has, up to about `budget` bytes: from its
+    /// socket, or from its ring once its input moved to shared memory
+    /// (the socket then only says whether the peer is still there).
+    pub(super) fn read_link(&mut self, i: usize, budget: usize) -> bool {
+        let ring = self.links[i].shm.as_ref().is_some_and(|p| p.reads);
+        if !ring {
+            return self.read_link_bytes(i, budget, false);
+        }
+        if self.links[i].readable {
+            self.check_lifeline(i);
+        }
+        let made = self.read_link_bytes(i, budget, true);
+        if i < self.links.len() {
+            self.shm_wake(i, false);
+        }
+        made
+    }
+
+    fn read_link_bytes(&mut self, i: usize, mut budget: usize, ring: bool) -> bool {
         let mut made = false;
         loop {
             let link = &mut self.links[i];
@@ -32,14 +50,23 @@ impl Inner {
                     );
                     return true;
                 };
-                match stream.read_slice(dst) {
+                let r = match link.shm.as_mut() {
+                    Some(p) if ring => p.read_slice(dst),
+                    _ if link.take_fds => stream.read_slice_taking_fds(dst, &mut link.passed_fds),
+                    _ => stream.read_slice(dst),
+                };
+                match r {
                     Ok(0) => {
                         self.end_link(i, None);
                         return true;
                     }
                     Ok(n) => {
                         made = true;
-                        self.stats.bytes_read += n as u64;
+                        if ring {
+                            self.stats.shm_bytes_read += n as u64;
+                        } else {
+                            self.stats.bytes_read += n as u64;
+                        }
                         link.active = self.epoch;
                         link.direct = (n < d.len).then(|| crate::engine::soft::DirectData {
                             offset: d.offset + n,
@@ -59,7 +86,9 @@ impl Inner {
                         }
                         continue;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return self.ring_drained(i, ring) || made;
+                    }
                     Err(e) => {
                         self.end_link(i, Some(e));
                         return true;
@@ -68,14 +97,25 @@ impl Inner {
             }
             let want = link.read_size.min(self.cfg.max_read).max(MIN_READ);
             let before = link.input.len();
-            match stream.read_buf(&mut link.input, want) {
+            let r = match link.shm.as_mut() {
+                Some(p) if ring => p.read_buf(&mut link.input, want),
+                _ if link.take_fds => {
+                    stream.read_buf_taking_fds(&mut link.input, want, &mut link.passed_fds)
+                }
+                _ => stream.read_buf(&mut link.input, want),
+            };
+            match r {
                 Ok(0) => {
                     self.end_link(i, None);
                     return true;
                 }
                 Ok(n) => {
                     made = true;
-                    self.stats.bytes_read += n as u64;
+                    if ring {
+                        self.stats.shm_bytes_read += n as u64;
+                    } else {
+                        self.stats.bytes_read += n as u64;
+                    }
                     link.active = self.epoch;
                     if n == want {
                         link.read_size = (want * 2).min(self.cfg.max_read);
@@ -103,13 +143,26 @@ impl Inner {
                         return made;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return made,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return self.ring_drained(i, ring) || made;
+                }
                 Err(e) => {
                     self.end_link(i, Some(e));
                     return true;
                 }
             }
         }
+    }
+
+    /// Link `i`'s input has nothing more for now: a shared-memory link
+    /// whose socket reached its end ends here (the ring is empty, so
+    /// everything the peer wrote before it went was read).
+    fn ring_drained(&mut self, i: usize, ring: bool) -> bool {
+        if ring && self.links[i].socket_done {
+            self.end_link(i, None);
+            return true;
+        }
+        false
     }
 
     /// Between two reads of link `i`: write what it has, so a connection
@@ -127,9 +180,20 @@ impl Inner {
     }
 
     /// Writes link `i`'s pending output; `Ok(true)` once all of it is out.
+    /// A link whose output moved to shared memory writes to its ring, and
+    /// wakes the peer if it sleeps waiting for bytes.
     pub(super) fn flush(&mut self, i: usize) -> io::Result<bool> {
+        let ring = self.links[i].shm.as_ref().is_some_and(|p| p.writes);
+        let r = self.flush_bytes(i, ring);
+        if ring && i < self.links.len() {
+            self.shm_wake(i, true);
+        }
+        r
+    }
+
+    fn flush_bytes(&mut self, i: usize, ring: bool) -> io::Result<bool> {
         loop {
-            let link = &self.links[i];
+            let link = &mut self.links[i];
             if !link.has_output() {
                 return Ok(true);
             }
@@ -172,12 +236,30 @@ impl Inner {
                 n_iov += 1;
             }
             let total: usize = iov[..n_iov].iter().map(|s| s.len()).sum();
-            let n = match stream.write_vectored(&iov[..n_iov]) {
+            let written = match link.shm.as_mut() {
+                Some(p) if ring => p.write_vectored(&iov[..n_iov]),
+                Some(p) if p.memfd.is_some() => {
+                    // The offer's segment goes with the first bytes
+                    // written after it was queued.
+                    let fd = p.memfd.as_ref().map_or(-1, |f| f.as_raw_fd());
+                    let r = stream.write_vectored_passing(&iov[..n_iov], fd);
+                    if matches!(r, Ok(n) if n > 0) {
+                        p.memfd = None;
+                    }
+                    r
+                }
+                _ => stream.write_vectored(&iov[..n_iov]),
+            };
+            let n = match written {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(e),
             };
-            self.stats.bytes_written += n as u64;
+            if ring {
+                self.stats.shm_bytes_written += n as u64;
+            } else {
+                self.stats.bytes_written += n as u64;
+            }
             self.links[i].active = self.epoch;
             let mut released = std::mem::take(&mut self.released);
             self.links[i].consume(n, &mut released);
@@ -218,7 +300,11 @@ impl Inner {
         }
         loop {
             match self.flush(i) {
-                Ok(true) => {}
+                Ok(true) => {
+                    if self.links[i].shm.as_ref().is_some_and(|p| !p.writes) {
+                        self.shm_move_writes(i);
+                    }
+                }
                 Ok(false) => {
                     // The socket is full: try again next step.
                     self.watch(i);

@@ -97,6 +97,10 @@ impl Inner {
                 self.cold.delete(fd);
                 self.cold_links -= 1;
             }
+            Polled::Lifeline => {
+                self.lifeline.delete(fd);
+                self.lifeline_links -= 1;
+            }
             Polled::No => {}
         }
         let added = match to {
@@ -104,6 +108,10 @@ impl Inner {
                 self.hot_links.insert(id);
             }),
             Polled::Cold => self.cold.add(fd, id.0).map(|()| self.cold_links += 1),
+            Polled::Lifeline => self
+                .lifeline
+                .add(fd, id.0)
+                .map(|()| self.lifeline_links += 1),
             Polled::No => Ok(()),
         };
         if let Err(e) = added {

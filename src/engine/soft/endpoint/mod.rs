@@ -190,8 +190,8 @@ use super::optable::{OpKind, OpTable};
 use super::protocol::{AmToken, ConnError, ConnId, CoreStats, Event, OpId};
 use super::table_alloc::{Table, TableSet};
 use super::transport::{
-    dial_epid, ConnectState, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller, Stream,
-    FIRST_READ, MIN_READ,
+    dial_epid, ConnectState, Drained, Link, LinkId, LinkPhase, Listeners, Pipe, Polled, Poller,
+    Remote, Stream, FIRST_READ, MIN_READ,
 };
 use super::wire::{HandshakeError, JobUuid};
 use super::{linger, Role, SoftConfig, SoftCore, SoftEpid};
@@ -218,6 +218,7 @@ mod intake;
 mod link_end;
 mod link_io;
 mod links;
+mod shm_link;
 mod step;
 mod upkeep;
 
@@ -308,6 +309,17 @@ pub struct SoftStats {
     /// Times the endpoint handed the allocator's free memory back to the
     /// system (module docs, "Resources").
     pub memory_trims: u64,
+    /// Links whose two directions run over shared memory now
+    /// ([`SoftConfig::shared_memory`]); the others use their socket.
+    pub shm_links: usize,
+    /// Links moved onto shared memory so far.
+    pub shm_moves: u64,
+    /// Bytes written to shared-memory rings.
+    pub shm_bytes_written: u64,
+    /// Bytes read from shared-memory rings.
+    pub shm_bytes_read: u64,
+    /// Wake-ups sent to a peer sleeping on a shared-memory link.
+    pub shm_wakes: u64,
 }
 
 /// The edge's state; all of it is behind the endpoint's mutex.
@@ -356,6 +368,13 @@ pub(crate) struct Inner {
     pub hot_links: TableSet<LinkId>,
     /// How many links `cold` holds.
     pub cold_links: usize,
+    /// Sockets of links whose input comes through shared memory.
+    pub lifeline: Poller,
+    /// How many links `lifeline` holds.
+    pub lifeline_links: usize,
+    /// Links whose input comes through shared memory: looked at every
+    /// step (gone ones are pruned when met).
+    pub shm_links: Vec<LinkId>,
     /// Accepted links in their handshake, oldest first (with entries of
     /// links that since finished or went: skipped when met).
     pub handshakes: VecDeque<LinkId>,
@@ -481,7 +500,7 @@ impl SoftEndpoint {
             Poller::new(POLL_BATCH)
                 .map_err(|e| io_error(ErrorKind::Io, "soft engine: epoll_create".to_owned(), e))
         };
-        let (hot, cold) = (poller()?, poller()?);
+        let (hot, cold, lifeline) = (poller()?, poller()?, poller()?);
         let mut watched = Ok(());
         listeners.fds(|_, fd| {
             if watched.is_ok() {
@@ -526,6 +545,9 @@ impl SoftEndpoint {
                 cold,
                 hot_links: TableSet::default(),
                 cold_links: 0,
+                lifeline,
+                lifeline_links: 0,
+                shm_links: Vec::new(),
                 handshakes: VecDeque::new(),
                 slots: Table::default(),
                 by_conn: Table::default(),
@@ -646,6 +668,11 @@ impl Inner {
         s.input_buffers = self.links.iter().map(|l| l.buffer_capacity().0).sum();
         s.output_buffers = self.links.iter().map(|l| l.buffer_capacity().1).sum();
         s.live_ops = self.ops.len();
+        s.shm_links = self
+            .links
+            .iter()
+            .filter(|l| l.is_live() && l.shm.as_ref().is_some_and(|p| p.reads && p.writes))
+            .count();
         s
     }
 }
@@ -679,6 +706,15 @@ impl ProgressSource for SoftEndpoint {
             give_back::give_back_memory();
         }
         made.into()
+    }
+
+    fn prepare_sleep(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(mut g) => g.closed || g.prepare_sleep(),
+            // Someone is posting or stepping: look again rather than sleep.
+            Err(TryLockError::WouldBlock) => false,
+            Err(TryLockError::Poisoned(_)) => true,
+        }
     }
 
     fn register(&self, registry: &mio::Registry, token: mio::Token) -> io::Result<()> {

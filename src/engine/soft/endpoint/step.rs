@@ -20,6 +20,17 @@ impl Inner {
         if look && self.cold_links > 0 {
             self.cold_ready(&mut todo);
         }
+        if look && self.lifeline_links > 0 {
+            let lifeline = &mut self.lifeline;
+            if lifeline
+                .ready(|token| todo.push((LinkId(token), true)))
+                .is_err()
+            {
+                todo.extend(self.shm_links.iter().map(|id| (*id, true)));
+            }
+        }
+        // Shared-memory links: their rings are looked at every step.
+        todo.extend(self.shm_links.iter().map(|id| (*id, false)));
         // The listed links come after the ready ones (which are read).
         let mut watch = std::mem::take(&mut self.watch);
         for &id in &watch {
@@ -128,7 +139,9 @@ impl Inner {
                     self.salvage(i);
                     return true;
                 }
-                let read = self.links[i].readable && self.read_link(i, self.cfg.read_budget);
+                let link = &self.links[i];
+                let ring = link.shm.as_ref().is_some_and(|p| p.reads);
+                let read = (link.readable || ring) && self.read_link(i, self.cfg.read_budget);
                 read | self.transmit(i)
             }
         }

@@ -40,6 +40,7 @@ impl Inner {
     /// Drops the links that died; whether any went.
     pub(super) fn reap(&mut self) -> bool {
         let mut made = false;
+        let prune = !self.dead.is_empty() && !self.shm_links.is_empty();
         // Reaping may kill more (a loopback partner): they go too.
         while let Some(id) = self.dead.pop() {
             let Some(i) = self.slot(id) else {
@@ -84,7 +85,8 @@ impl Inner {
                     // peer has them (at once unless some wait to be
                     // written, or TCP has them unacknowledged).
                     let deadline = Instant::now() + self.cfg.linger;
-                    written = linger::close_when_safe(s, output, link.shut, deadline);
+                    let ring = link.shm.take();
+                    written = linger::close_when_safe(s, ring, output, link.shut, deadline);
                 }
                 Pipe::Loopback { partner: p } => partner = Some(p),
             }
@@ -105,6 +107,9 @@ impl Inner {
                 }
                 self.loopback = None;
             }
+        }
+        if prune {
+            self.prune_shm_links();
         }
         made
     }

@@ -160,10 +160,6 @@ impl Harness {
         self.area.capacity()
     }
 
-    fn exact(&self) -> bool {
-        !self.indices_tampered && !self.data_tampered
-    }
-
     /// Checks a call's result against the side's error state before it:
     /// `Some(value)` when it succeeded.
     fn settle<T>(

@@ -170,17 +170,14 @@ impl<R: SharedRegion> RingProducer<R> {
         p
     }
 
-    /// The ring's capacity in bytes.
-    pub(crate) fn capacity(&self) -> usize {
-        self.area.capacity()
-    }
-
     /// Bytes written so far (the free-running `tail`).
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn position(&self) -> u64 {
         self.tail
     }
 
     /// The first error this side met, if any.
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn error(&self) -> Option<RingError> {
         self.broken
     }
@@ -196,6 +193,7 @@ impl<R: SharedRegion> RingProducer<R> {
     /// area), then publishes it. `Ok(0)` when the ring is full or `src` is
     /// empty.
     #[inline]
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn write(&mut self, src: &[u8]) -> Result<usize, RingError> {
         self.check()?;
         if src.is_empty() {
@@ -378,17 +376,14 @@ impl<R: SharedRegion> RingConsumer<R> {
         c
     }
 
-    /// The ring's capacity in bytes.
-    pub(crate) fn capacity(&self) -> usize {
-        self.area.capacity()
-    }
-
     /// Bytes consumed so far (the free-running `head`).
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn position(&self) -> u64 {
         self.head
     }
 
     /// The first error this side met, if any.
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn error(&self) -> Option<RingError> {
         self.broken
     }
@@ -421,6 +416,7 @@ impl<R: SharedRegion> RingConsumer<R> {
 
     /// Consumes up to `n` readable bytes without copying them (after a
     /// [`peek`](Self::peek)); returns how many.
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn consume(&mut self, n: usize) -> Result<usize, RingError> {
         self.check()?;
         let n = self.available(n)?;

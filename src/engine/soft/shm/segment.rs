@@ -56,6 +56,7 @@
 //! (the header once, by [`Layout::validate`] on a private copy; the ring
 //! indices on every load, by the ring).
 
+#[cfg(any(test, feature = "hooks"))]
 use std::alloc::Layout as AllocLayout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -137,6 +138,7 @@ pub(crate) struct RingArea {
 
 impl RingArea {
     /// Offset of the control block.
+    #[cfg_attr(not(any(test, feature = "hooks")), allow(dead_code))]
     pub(crate) fn control_offset(&self) -> usize {
         self.control
     }
@@ -721,12 +723,14 @@ unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
 /// A region on this process's heap: zeroed, aligned to [`LINE`]. The
 /// model of a shared mapping, for tests and fuzzing (both "processes" are
 /// this one).
+#[cfg(any(test, feature = "hooks"))]
 #[derive(Debug)]
 pub(crate) struct HeapRegion {
     raw: RawRegion,
     alloc: AllocLayout,
 }
 
+#[cfg(any(test, feature = "hooks"))]
 impl HeapRegion {
     /// A zeroed region of `len` bytes.
     pub(crate) fn new(len: usize) -> HeapRegion {
@@ -754,6 +758,7 @@ impl HeapRegion {
     }
 }
 
+#[cfg(any(test, feature = "hooks"))]
 impl Drop for HeapRegion {
     fn drop(&mut self) {
         // SAFETY: the block came from `alloc_zeroed` with `self.alloc` and
@@ -762,6 +767,7 @@ impl Drop for HeapRegion {
     }
 }
 
+#[cfg(any(test, feature = "hooks"))]
 impl SharedRegion for HeapRegion {
     fn len(&self) -> usize {
         self.raw.len()

@@ -36,6 +36,13 @@ pub enum FrameKind {
     AuthChallenge = 0x09,
     /// Proves knowledge of the job secret (and may ask in turn).
     AuthProof = 0x0a,
+    /// Offers shared memory for the rest of the link (dialer to acceptor,
+    /// same host; the segment rides with it as a descriptor).
+    ShmOffer = 0x0b,
+    /// The sender's frames continue through the shared segment.
+    ShmSwitch = 0x0c,
+    /// The acceptor declines a [`ShmOffer`](FrameKind::ShmOffer).
+    ShmDecline = 0x0d,
     /// A whole message, tag and payload.
     Eager = 0x10,
     /// Request to send a large message.
@@ -66,6 +73,9 @@ impl FrameKind {
             0x08 => FrameKind::Proof,
             0x09 => FrameKind::AuthChallenge,
             0x0a => FrameKind::AuthProof,
+            0x0b => FrameKind::ShmOffer,
+            0x0c => FrameKind::ShmSwitch,
+            0x0d => FrameKind::ShmDecline,
             0x10 => FrameKind::Eager,
             0x11 => FrameKind::Rts,
             0x12 => FrameKind::Cts,
@@ -194,6 +204,20 @@ pub enum Frame {
         /// HMAC-SHA256 of the challenge answered, both epids and the link.
         mac: [u8; 32],
     },
+    /// The dialer offers a shared segment for the rest of the link: the
+    /// descriptors (the segment's memfd and two eventfds) ride on the
+    /// Unix socket with the bytes that carry this frame (`SCM_RIGHTS`).
+    /// Outside the link's numbered stream, like the handshake.
+    ShmOffer {
+        /// The segment's length in bytes, as the memfd must have it.
+        segment_len: u64,
+    },
+    /// The sender's frames after this one come through the shared
+    /// segment, not the socket (which from then on only carries the
+    /// connection's end).
+    ShmSwitch,
+    /// The acceptor declines the offer: the link stays on the socket.
+    ShmDecline,
     /// The sender consumed this many bytes of the receiver's stream.
     Ack {
         /// Bytes consumed since the link began.
@@ -265,6 +289,9 @@ impl Frame {
             Frame::Proof { .. } => FrameKind::Proof,
             Frame::AuthChallenge { .. } => FrameKind::AuthChallenge,
             Frame::AuthProof { .. } => FrameKind::AuthProof,
+            Frame::ShmOffer { .. } => FrameKind::ShmOffer,
+            Frame::ShmSwitch => FrameKind::ShmSwitch,
+            Frame::ShmDecline => FrameKind::ShmDecline,
             Frame::Eager { .. } => FrameKind::Eager,
             Frame::Rts { .. } => FrameKind::Rts,
             Frame::Cts { .. } => FrameKind::Cts,
@@ -288,6 +315,8 @@ impl Frame {
                 Frame::Proof { .. } => PROOF_BODY,
                 Frame::AuthChallenge { .. } => AUTH_CHALLENGE_BODY,
                 Frame::AuthProof { .. } => AUTH_PROOF_BODY,
+                Frame::ShmOffer { .. } => SHM_OFFER_BODY,
+                Frame::ShmSwitch | Frame::ShmDecline => 0,
                 Frame::Eager { payload, .. } => 8 + payload.len(),
                 Frame::Rts { .. } | Frame::Cts { .. } => 24,
                 Frame::Data { payload, .. } => 16 + payload.len(),
@@ -308,6 +337,7 @@ const CHALLENGE_BODY: usize = 24;
 const PROOF_BODY: usize = 8;
 const AUTH_CHALLENGE_BODY: usize = 16;
 const AUTH_PROOF_BODY: usize = 48;
+const SHM_OFFER_BODY: usize = 8;
 
 /// The `resume` of a [`Frame::Session`] that starts a new link.
 pub const NEW_LINK: u64 = u64::MAX;
@@ -333,6 +363,8 @@ pub(crate) fn body_bounds(kind: FrameKind, limits: &FrameLimits) -> (u32, u32) {
         FrameKind::Proof => fixed(PROOF_BODY),
         FrameKind::AuthChallenge => fixed(AUTH_CHALLENGE_BODY),
         FrameKind::AuthProof => fixed(AUTH_PROOF_BODY),
+        FrameKind::ShmOffer => fixed(SHM_OFFER_BODY),
+        FrameKind::ShmSwitch | FrameKind::ShmDecline => fixed(0),
         FrameKind::Eager => (8, 8 + limits.max_eager),
         FrameKind::Rts | FrameKind::Cts => fixed(24),
         FrameKind::Data => (17, 16 + limits.max_chunk),
@@ -482,6 +514,12 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
             out.put_slice(nonce);
             out.put_slice(mac);
         }
+        Frame::ShmOffer { segment_len } => {
+            put_header(out, FrameKind::ShmOffer, SHM_OFFER_BODY);
+            out.put_u64_le(*segment_len);
+        }
+        Frame::ShmSwitch => put_header(out, FrameKind::ShmSwitch, 0),
+        Frame::ShmDecline => put_header(out, FrameKind::ShmDecline, 0),
         Frame::Eager { tag, payload } => put_eager(out, *tag, payload),
         Frame::Rts { msg_id, tag, len } => {
             put_header(out, FrameKind::Rts, 24);
@@ -685,6 +723,11 @@ impl FrameDecoder {
                     uuid: super::JobUuid(b.arr(3)),
                 })
             }
+            FrameKind::ShmOffer => Frame::ShmOffer {
+                segment_len: b.u64(0),
+            },
+            FrameKind::ShmSwitch => Frame::ShmSwitch,
+            FrameKind::ShmDecline => Frame::ShmDecline,
             FrameKind::Credit => Frame::Credit {
                 eager_bytes: b.u64(0),
                 rts: b.u32(8),
