@@ -79,14 +79,8 @@ fn runtime_default_progress(hints: &Hints) -> Option<Hints> {
 }
 
 /// Whether the calling thread runs inside a tokio runtime.
-#[cfg(feature = "tokio")]
 fn in_tokio_runtime() -> bool {
-    tokio::runtime::Handle::try_current().is_ok()
-}
-
-#[cfg(not(feature = "tokio"))]
-fn in_tokio_runtime() -> bool {
-    false
+    crate::fabric::offload::in_async_runtime()
 }
 
 /// How long a name-server lookup may take by default.
