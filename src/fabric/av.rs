@@ -36,6 +36,16 @@
 //!   until the AV is dropped, so an `fi_addr` held by an in-flight
 //!   operation never dangles.
 //!
+//! * **Async inserts** ([`AddressVector::insert_async`],
+//!   [`insert_str_async`](AddressVector::insert_str_async),
+//!   [`insert_service_async`](AddressVector::insert_service_async)): the
+//!   engines' connect is a blocking call (`psm_ep_connect`; the soft
+//!   engine follows the same contract), so it runs on a thread of its own
+//!   (`psmrail-connect`, one per insert, as mrail's reconnects run), and
+//!   the future awaits it: the results are the blocking form's, and no
+//!   executor thread waits. A dropped future records nothing unless its
+//!   connect had ended (its docs, "Cancel safety").
+//!
 //! The entries live in [`AvEntries`](super::av_entries), an append-only
 //! array read without locks; the reverse maps (peer or epid to `fi_addr`,
 //! for completion sources) are hash maps behind a read-write lock.

@@ -44,6 +44,20 @@
 //! `FI_PSM_TIMEOUT` can take `FI_PSM_DELAY + 2 s`, and one with a timeout
 //! under a second `FI_PSM_DELAY + 1 s` (see [the native engine](crate::engine::native),
 //! "Closing"; TrueScale's PSM 1.x may wait up to 60 s more).
+//!
+//! Where a close waits: [`Domain::close`] waits on the calling thread.
+//! [`Domain::close_async`] (and [`Endpoint::close_async`] when it drops
+//! the domain's last handle) runs the steps that do not wait on the
+//! polling thread, then the sleep and the engine's close on a thread of
+//! its own (`psmrail-close`: the engines' close is a blocking call), which
+//! the future awaits. Dropping the last handle waits on the dropping
+//! thread, except on a tokio runtime's thread (feature `tokio`,
+//! `tokio::runtime::Handle::try_current`): there the same thread of its own
+//! takes the sleep and the engine's close, and the drop returns at once.
+//! The order and the delay stay as above either way; what changes is only
+//! which thread sleeps. A process that exits right after such a drop does
+//! not wait for that thread (the peers then see it go without the delay):
+//! await `close_async` before exiting to give them the delay.
 
 use super::av::{AddressVector, AvAttr};
 use super::endpoint::Endpoint;
@@ -922,7 +936,9 @@ impl Domain {
     /// `FI_PSM_DELAY`, then closes the engine endpoint within
     /// `FI_PSM_TIMEOUT` (forced at once when it is zero). Other handles
     /// (endpoints, AVs) then report `FI_EOPBADSTATE`. Dropping the last
-    /// handle does the same, ignoring errors.
+    /// handle does the same, ignoring errors (on a tokio runtime's thread,
+    /// with the sleep and the engine's close on a thread of its own: see
+    /// the module docs, "Where a close waits").
     ///
     /// Returns within `FI_PSM_DELAY + FI_PSM_TIMEOUT`, except on the native
     /// engine with connected peers and a timeout under a second, where

@@ -104,6 +104,11 @@ pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Ok::<(), psmrail::Error>(())
 /// ```
 ///
+/// # Blocking
+/// As [`GetInfo::run`]: the first call of the process that considers the
+/// native engine loads PSM (about 100 ms here); later calls take
+/// microseconds.
+///
 /// # Errors
 /// See [`GetInfo::run`].
 pub fn getinfo(hints: Option<&Hints>) -> Result<Vec<Info>> {
@@ -208,6 +213,18 @@ impl<'a> GetInfo<'a> {
     }
 
     /// Runs discovery. The answer holds one [`Info`].
+    ///
+    /// # Blocking
+    /// Choosing the engine (`auto` or `native`) probes the PSM library:
+    /// the first probe of the process loads it and runs `psm_init` (about
+    /// 100 ms here), and its outcome, success or failure, is kept for the
+    /// process (`psm_sys::PsmLibrary::get`, `PsmLibrary::init`); every
+    /// later probe reads the device variables and `/dev` only, in
+    /// microseconds. The soft engine, asked for, probes nothing. In async
+    /// code, make the first call before the runtime starts or in
+    /// `spawn_blocking`, or ask for the soft engine. A node to resolve is
+    /// a name-server query that waits up to the lookup
+    /// [`timeout`](Self::timeout) (5 s by default).
     ///
     /// # Errors
     /// * `NoData`: a hint psm cannot satisfy (the message names it), the
