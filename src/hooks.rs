@@ -52,3 +52,10 @@ pub mod mrail {
 }
 
 pub use crate::proto::am_msg::{AmMsgCounts, AmMsgHook};
+
+/// How many domains whose last handle was dropped on an async runtime's
+/// thread are still closing (their `FI_PSM_DELAY` and engine close run on
+/// a thread of their own).
+pub fn lingering_domains() -> usize {
+    crate::fabric::lingering_domains()
+}

@@ -28,6 +28,44 @@
 //! `examples/tokio_echo.rs` runs a `Framed<ByteStream,
 //! LengthDelimitedCodec>` echo server and client.
 //!
+//! # Calls that wait
+//!
+//! Operations are futures, but some object calls wait for the network or
+//! for time, as their C counterparts do; each says so in a "Blocking"
+//! section. In async code use their async forms, which wait on a thread
+//! of their own and park no executor thread:
+//!
+//! | blocking form | waits for | async form |
+//! |---|---|---|
+//! | [`AddressVector::insert`](crate::fabric::AddressVector::insert), `insert_str`, `insert_service` | the connect (30 s at most by default) | [`insert_async`](crate::fabric::AddressVector::insert_async), `insert_str_async`, `insert_service_async` |
+//! | [`Endpoint::close`](crate::fabric::Endpoint::close), [`Domain::close`](crate::fabric::Domain::close) | `FI_PSM_DELAY` (1 s by default), then the engine's close | [`Endpoint::close_async`](crate::fabric::Endpoint::close_async), [`Domain::close_async`](crate::fabric::Domain::close_async) |
+//!
+//! Dropping a domain's last handle on a runtime thread does not wait
+//! there: its delay and engine close go to a thread of their own (the
+//! domain's docs, "Where a close waits"); await `close_async` before the
+//! process exits to be sure its peers get the delay. `getinfo` loads the
+//! PSM library once per process (about 100 ms, the first call only).
+//!
+//! ```
+//! # use psmrail::config::PsmConfig;
+//! # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+//! # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+//! #     .delay(std::time::Duration::from_millis(10)).build().unwrap();
+//! # let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+//! # let info = getinfo(Some(&hints))?.remove(0);
+//! let rt = tokio::runtime::Builder::new_current_thread().build()?;
+//! rt.block_on(async {
+//!     let domain = Fabric::open(&info)?.domain(&info)?;
+//!     let av = domain.av(AvAttr::new())?;
+//!     let ep = domain.endpoint(&info).bind_av(&av).enable()?;
+//!     let me = av.insert_async(&[ep.getname()]).await.remove(0)?;
+//!     # let _ = me;
+//!     ep.close_async().await?;
+//!     domain.close_async().await
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Progress under tokio
 //!
 //! `getinfo` called inside a tokio runtime with the progress model left

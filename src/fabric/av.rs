@@ -36,6 +36,16 @@
 //!   until the AV is dropped, so an `fi_addr` held by an in-flight
 //!   operation never dangles.
 //!
+//! * **Async inserts** ([`AddressVector::insert_async`],
+//!   [`insert_str_async`](AddressVector::insert_str_async),
+//!   [`insert_service_async`](AddressVector::insert_service_async)): the
+//!   engines' connect is a blocking call (`psm_ep_connect`; the soft
+//!   engine follows the same contract), so it runs on a thread of its own
+//!   (`psmrail-connect`, one per insert, as mrail's reconnects run), and
+//!   the future awaits it: the results are the blocking form's, and no
+//!   executor thread waits. A dropped future records nothing unless its
+//!   connect had ended (its docs, "Cancel safety").
+//!
 //! The entries live in [`AvEntries`](super::av_entries), an append-only
 //! array read without locks; the reverse maps (peer or epid to `fi_addr`,
 //! for completion sources) are hash maps behind a read-write lock.
@@ -43,14 +53,18 @@
 use super::av_entries::{AvEntries, Entry, MAX_ENTRIES};
 use super::domain::DomainCore;
 use super::name_server::Service;
+use super::offload::{self, Offload};
 use super::{AvType, FiAddr};
 use crate::engine::{Epid, PeerAddr};
 use crate::{Error, ErrorKind, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// How long an insert waits for its peers by default: the C provider's
@@ -295,6 +309,116 @@ impl AvCore {
         }
     }
 
+    /// [`AddressVector::insert`]; with `cancel`, nothing is done when it
+    /// is set before the connect starts, and nothing recorded when it is
+    /// set before the connect ends (`None` then).
+    fn insert_with(
+        &self,
+        epids: &[Epid],
+        cancel: Option<&AtomicBool>,
+    ) -> Option<Vec<Result<FiAddr>>> {
+        if let Err(e) = self.domain.ensure_open() {
+            return Some(closed_results(epids.len(), &e));
+        }
+        // One insert at a time: indices are handed out in call order and
+        // a map never connects the same epid twice concurrently.
+        let guard = self.insert.lock().unwrap_or_else(|p| p.into_inner());
+        self.insert_locked(epids, cancel, &guard)
+    }
+
+    /// [`insert_with`](Self::insert_with) with the insert lock held.
+    fn insert_locked(
+        &self,
+        epids: &[Epid],
+        cancel: Option<&AtomicBool>,
+        _guard: &MutexGuard<'_, ()>,
+    ) -> Option<Vec<Result<FiAddr>>> {
+        let core = self;
+        let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Acquire));
+        if cancelled() {
+            return None;
+        }
+        if let Err(e) = core.domain.ensure_open() {
+            return Some(closed_results(epids.len(), &e));
+        }
+        let mut results: Vec<Option<Result<FiAddr>>> = (0..epids.len()).map(|_| None).collect();
+        // A map reuses what it holds already.
+        let mut todo: Vec<usize> = Vec::with_capacity(epids.len());
+        {
+            let rev = core.reverse.read().unwrap_or_else(|p| p.into_inner());
+            for (i, e) in epids.iter().enumerate() {
+                match (core.salt, rev.by_epid.get(e)) {
+                    (Some(_), Some(&idx)) => results[i] = Some(Ok(core.addr_of(idx))),
+                    _ => todo.push(i),
+                }
+            }
+        }
+        // Lazily, nothing is dialled: every epid goes in pending.
+        let wanted: Vec<Epid> = todo.iter().map(|&i| epids[i]).collect();
+        let connected: Vec<Result<Option<PeerAddr>>> = if core.lazy_connect {
+            wanted.iter().map(|_| Ok(None)).collect()
+        } else if wanted.is_empty() {
+            Vec::new()
+        } else {
+            core.domain
+                .engine()
+                .connect(&wanted, core.connect_timeout)
+                .into_iter()
+                .map(|r| r.map(Some))
+                .collect()
+        };
+        if cancelled() {
+            return None;
+        }
+        let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
+        for (&i, outcome) in todo.iter().zip(connected) {
+            let epid = epids[i];
+            // A duplicate within this batch of a map: same address.
+            let duplicate = core.salt.and(rev.by_epid.get(&epid).copied());
+            let result = match (outcome, duplicate) {
+                (Ok(_), Some(idx)) => Ok(core.addr_of(idx)),
+                (Ok(peer), None) => {
+                    let entry = peer.map_or(Entry::Pending(epid), |p| Entry::Peer(epid, p));
+                    match core.entries.push(entry) {
+                        Some(idx) => {
+                            rev.by_epid.entry(epid).or_insert(idx);
+                            if let Some(p) = peer {
+                                rev.by_peer.entry(p).or_insert(idx);
+                            }
+                            Ok(core.addr_of(idx))
+                        }
+                        None => Err(full()),
+                    }
+                }
+                (Err(e), _) => {
+                    if core.salt.is_none() && core.entries.push(Entry::Hole(epid)).is_none() {
+                        Err(full())
+                    } else {
+                        Err(insert_error(epid, e))
+                    }
+                }
+            };
+            results[i] = Some(result);
+        }
+        Some(
+            results
+                .into_iter()
+                .map(|r| {
+                    r.unwrap_or_else(|| {
+                        Err(Error::new(ErrorKind::Other, "address vector: no result"))
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The epid the name server on `node` has under `service`, waiting at
+    /// most the connect timeout.
+    fn query_service(&self, node: &str, service: Service) -> Result<Epid> {
+        let port = self.domain.fabric().name_server_port();
+        super::name_server::query(node, port, service, self.connect_timeout).map(|(_, e)| e)
+    }
+
     #[cold]
     fn bad_addr(&self, addr: FiAddr) -> Error {
         if addr.is_unspec() {
@@ -433,93 +557,102 @@ impl AddressVector {
     /// Errors per address: `TimedOut` (no answer in time), `ConnRefused`
     /// (another job or version; nothing listening), `NoMem` when the AV is
     /// full (2^32 entries), `OpBadState` after the domain closed.
+    ///
+    /// # Blocking
+    /// The calling thread waits for the connects: up to the AV's connect
+    /// timeout (30 s by default; on the native engine `psm_ep_connect`
+    /// takes at least 2 s when a peer does not answer), plus the time
+    /// another insert of the same AV holds it. An AV that connects at
+    /// first use waits only for such an insert. In async code, await
+    /// [`insert_async`](Self::insert_async) instead.
     pub fn insert(&self, epids: &[Epid]) -> Vec<Result<FiAddr>> {
-        let core = &*self.core;
-        if let Err(e) = core.domain.ensure_open() {
-            return epids.iter().map(|_| Err(copy_error(&e))).collect();
-        }
-        // One insert at a time: indices are handed out in call order and
-        // a map never connects the same epid twice concurrently.
-        let _guard = core.insert.lock().unwrap_or_else(|p| p.into_inner());
-        let mut results: Vec<Option<Result<FiAddr>>> = (0..epids.len()).map(|_| None).collect();
-        // A map reuses what it holds already.
-        let mut todo: Vec<usize> = Vec::with_capacity(epids.len());
-        {
-            let rev = core.reverse.read().unwrap_or_else(|p| p.into_inner());
-            for (i, e) in epids.iter().enumerate() {
-                match (core.salt, rev.by_epid.get(e)) {
-                    (Some(_), Some(&idx)) => results[i] = Some(Ok(core.addr_of(idx))),
-                    _ => todo.push(i),
-                }
-            }
-        }
-        // Lazily, nothing is dialled: every epid goes in pending.
-        let wanted: Vec<Epid> = todo.iter().map(|&i| epids[i]).collect();
-        let connected: Vec<Result<Option<PeerAddr>>> = if core.lazy_connect {
-            wanted.iter().map(|_| Ok(None)).collect()
-        } else if wanted.is_empty() {
-            Vec::new()
-        } else {
-            core.domain
-                .engine()
-                .connect(&wanted, core.connect_timeout)
-                .into_iter()
-                .map(|r| r.map(Some))
-                .collect()
-        };
-        let mut rev = core.reverse.write().unwrap_or_else(|p| p.into_inner());
-        for (&i, outcome) in todo.iter().zip(connected) {
-            let epid = epids[i];
-            // A duplicate within this batch of a map: same address.
-            let duplicate = core.salt.and(rev.by_epid.get(&epid).copied());
-            let result = match (outcome, duplicate) {
-                (Ok(_), Some(idx)) => Ok(core.addr_of(idx)),
-                (Ok(peer), None) => {
-                    let entry = peer.map_or(Entry::Pending(epid), |p| Entry::Peer(epid, p));
-                    match core.entries.push(entry) {
-                        Some(idx) => {
-                            rev.by_epid.entry(epid).or_insert(idx);
-                            if let Some(p) = peer {
-                                rev.by_peer.entry(p).or_insert(idx);
-                            }
-                            Ok(core.addr_of(idx))
-                        }
-                        None => Err(full()),
-                    }
-                }
-                (Err(e), _) => {
-                    if core.salt.is_none() && core.entries.push(Entry::Hole(epid)).is_none() {
-                        Err(full())
-                    } else {
-                        Err(insert_error(epid, e))
-                    }
-                }
-            };
-            results[i] = Some(result);
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result")))
-            })
-            .collect()
+        self.core.insert_with(epids, None).unwrap_or_default()
+    }
+
+    /// The async form of [`insert`](Self::insert) (`fi_av_insert` with
+    /// `FI_EVENT`, as a future): the same results, in the same order, with
+    /// the connect run on a thread of its own (`psmrail-connect`: the
+    /// engines' connect is a blocking call) while the future waits for it,
+    /// parking no executor thread. An AV that connects at first use
+    /// ([`AvAttr::lazy_connect`]) dials nothing and resolves at once (from
+    /// the thread too when another insert holds the AV).
+    ///
+    /// ```
+    /// use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+    /// # use psmrail::config::PsmConfig;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// let hints = Hints::new().engine(EngineChoice::Soft).config(config);
+    /// let info = getinfo(Some(&hints))?.remove(0);
+    /// let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// let me = domain.epid();
+    /// let addrs = futures::executor::block_on(av.insert_async(&[me]));
+    /// // The same address the blocking form gives.
+    /// assert_eq!(addrs[0].as_ref().ok(), av.insert(&[me])[0].as_ref().ok());
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// Inserts of one AV still run one at a time, in the order their
+    /// connects start (a future's at its first poll).
+    ///
+    /// # Blocking
+    /// Never: the first poll starts the thread; when none can be started,
+    /// every address fails with `Again` (nothing is inserted).
+    ///
+    /// # Cancel safety
+    /// Nothing happens before the first poll. Dropped later, before its
+    /// connect has ended, the insert records nothing: no entry, no table
+    /// index, no hole; the connect itself runs to its end on its thread
+    /// (at most the connect timeout), and the connections it made stay
+    /// with the engine, so inserting those epids again is immediate.
+    /// Dropped in the short window after its connect ended, the entries
+    /// are recorded as [`insert`](Self::insert) records them and only the
+    /// results are lost (a map's are found again with
+    /// [`addr_of_epid`](Self::addr_of_epid)).
+    pub fn insert_async(&self, epids: &[Epid]) -> AvInsert {
+        AvInsert::new(self.core.clone(), Work::Insert(epids.to_vec()))
     }
 
     /// Inserts one address in its text form, `fi_addr_psmx://<hex>` (a
     /// bare hex number is accepted too).
     ///
+    /// # Blocking
+    /// As [`insert`](Self::insert); the async form is
+    /// [`insert_str_async`](Self::insert_str_async).
+    ///
     /// # Errors
     /// `Inval` naming the text when it is not an address; otherwise as
     /// [`insert`](Self::insert).
     pub fn insert_str(&self, addr: &str) -> Result<FiAddr> {
-        let epid: Epid = addr.parse().map_err(|e| {
-            Error::with_source(
-                ErrorKind::Inval,
-                format!("address vector: cannot insert {addr:?}: not an fi_addr_psmx address"),
-                e,
-            )
-        })?;
-        self.insert_one(epid)
+        self.insert_one(parse_addr(addr)?)
+    }
+
+    /// The async form of [`insert_str`](Self::insert_str): as
+    /// [`insert_async`](Self::insert_async) with one address (the same
+    /// blocking and cancel safety); text that is not an address resolves
+    /// to the `Inval` error at once.
+    ///
+    /// ```
+    /// # use psmrail::fabric::{getinfo, AvAttr, EngineChoice, Fabric, Hints};
+    /// # use psmrail::config::PsmConfig;
+    /// # let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    /// #     .delay(std::time::Duration::ZERO).build().unwrap();
+    /// # let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// let text = domain.epid().to_string();
+    /// let addr = futures::executor::block_on(av.insert_str_async(&text))?;
+    /// assert_eq!(av.lookup(addr)?, domain.epid());
+    /// let bad = futures::executor::block_on(av.insert_str_async("nonsense"));
+    /// assert_eq!(bad.unwrap_err().kind(), psmrail::ErrorKind::Inval);
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    pub fn insert_str_async(&self, addr: &str) -> AvInsertOne {
+        AvInsertOne(match parse_addr(addr) {
+            Ok(epid) => AvInsert::new(self.core.clone(), Work::Insert(vec![epid])),
+            Err(e) => AvInsert::ready(vec![Err(e)]),
+        })
     }
 
     /// Asks the name server on `node` for the endpoint registered under
@@ -530,14 +663,50 @@ impl AddressVector {
     /// AV's connect timeout. This goes beyond C, whose `fi_av_insertsvc`
     /// is `FI_ENOSYS` (it resolved names in `fi_getinfo` only).
     ///
+    /// # Blocking
+    /// The query waits up to the connect timeout, then the insert as
+    /// [`insert`](Self::insert) does: up to twice the connect timeout in
+    /// all. The async form is
+    /// [`insert_service_async`](Self::insert_service_async).
+    ///
     /// # Errors
     /// Those of the query (`NoData` when nothing is registered there, `Io`
     /// or `TimedOut` when the server cannot be reached), then as
     /// [`insert`](Self::insert).
     pub fn insert_service(&self, node: &str, service: impl Into<Service>) -> Result<FiAddr> {
-        let port = self.core.domain.fabric().name_server_port();
-        let (_, epid) = super::name_server::query(node, port, service, self.core.connect_timeout)?;
+        let epid = self.core.query_service(node, service.into())?;
         self.insert_one(epid)
+    }
+
+    /// The async form of [`insert_service`](Self::insert_service): the
+    /// query and the insert run on a thread of its own while the future
+    /// waits, as [`insert_async`](Self::insert_async) runs its connect.
+    ///
+    /// ```no_run
+    /// # use psmrail::fabric::{getinfo, AvAttr, Fabric, Hints};
+    /// # async fn demo() -> psmrail::Result<()> {
+    /// # let info = getinfo(Some(&Hints::new()))?.remove(0);
+    /// # let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let av = domain.av(AvAttr::new())?;
+    /// // The endpoint registered under service 7 on node "n2".
+    /// let peer = av.insert_service_async("n2", 7u32).await?;
+    /// # let _ = peer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Blocking
+    /// Never (when no thread can be started it resolves to `Again`).
+    ///
+    /// # Cancel safety
+    /// As [`insert_async`](Self::insert_async)'s: dropped before the
+    /// query and the connect have ended, nothing is recorded; the query
+    /// and the connect run to their ends on the thread.
+    pub fn insert_service_async(&self, node: &str, service: impl Into<Service>) -> AvInsertOne {
+        AvInsertOne(AvInsert::new(
+            self.core.clone(),
+            Work::Service(node.to_owned(), service.into()),
+        ))
     }
 
     fn insert_one(&self, epid: Epid) -> Result<FiAddr> {
@@ -597,11 +766,189 @@ impl AddressVector {
     }
 }
 
+/// What an [`AvInsert`] runs on its thread.
+#[derive(Debug)]
+enum Work {
+    Insert(Vec<Epid>),
+    /// Query the name server on the node for the service, then insert.
+    Service(String, Service),
+}
+
+impl Work {
+    fn len(&self) -> usize {
+        match self {
+            Work::Insert(epids) => epids.len(),
+            Work::Service(..) => 1,
+        }
+    }
+
+    /// Runs on the thread; `None` when cancelled in time (nothing
+    /// recorded).
+    fn run(self, core: &AvCore, cancel: &AtomicBool) -> Option<Vec<Result<FiAddr>>> {
+        match self {
+            Work::Insert(epids) => core.insert_with(&epids, Some(cancel)),
+            Work::Service(node, service) => match core.query_service(&node, service) {
+                Ok(epid) => core.insert_with(&[epid], Some(cancel)),
+                Err(e) => Some(vec![Err(e)]),
+            },
+        }
+    }
+}
+
+/// The future of [`AddressVector::insert_async`]: one result per epid, in
+/// order, as [`AddressVector::insert`] gives them.
+#[must_use = "a future does nothing unless polled"]
+#[derive(Debug)]
+pub struct AvInsert {
+    state: InsertState,
+}
+
+#[derive(Debug)]
+enum InsertState {
+    /// Not polled yet.
+    Start(Arc<AvCore>, Work),
+    Running {
+        task: Offload<Option<Vec<Result<FiAddr>>>>,
+        /// Set when the future is dropped: the thread then records nothing
+        /// if its connect has not ended.
+        cancel: Arc<AtomicBool>,
+        len: usize,
+    },
+    Ready(Vec<Result<FiAddr>>),
+    Done,
+}
+
+impl AvInsert {
+    fn new(core: Arc<AvCore>, work: Work) -> Self {
+        AvInsert {
+            state: InsertState::Start(core, work),
+        }
+    }
+
+    fn ready(results: Vec<Result<FiAddr>>) -> Self {
+        AvInsert {
+            state: InsertState::Ready(results),
+        }
+    }
+
+    /// Starts the work: at once when it cannot wait (a lazy AV nobody
+    /// else holds), else on a thread of its own.
+    fn start(core: Arc<AvCore>, work: Work) -> InsertState {
+        if let Work::Insert(epids) = &work {
+            if let Err(e) = core.domain.ensure_open() {
+                return InsertState::Ready(closed_results(epids.len(), &e));
+            }
+            // Nothing waits here: the AV dials nothing, and nobody else
+            // holds it.
+            if core.lazy_connect {
+                if let Ok(guard) = core.insert.try_lock() {
+                    let results = core.insert_locked(epids, None, &guard);
+                    return InsertState::Ready(results.unwrap_or_default());
+                }
+            }
+        }
+        let len = work.len();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let theirs = cancel.clone();
+        match offload::spawn("psmrail-connect", move || work.run(&core, &theirs)) {
+            Ok(task) => InsertState::Running { task, cancel, len },
+            Err((e, _)) => InsertState::Ready(
+                (0..len)
+                    .map(|_| {
+                        Err(Error::new(
+                            ErrorKind::Again,
+                            format!("address vector: no thread to connect: {e}"),
+                        ))
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Future for AvInsert {
+    type Output = Vec<Result<FiAddr>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let InsertState::Start(..) = this.state {
+            if let InsertState::Start(core, work) =
+                std::mem::replace(&mut this.state, InsertState::Done)
+            {
+                this.state = AvInsert::start(core, work);
+            }
+        }
+        match &mut this.state {
+            InsertState::Running { task, len, .. } => {
+                let out = std::task::ready!(Pin::new(task).poll(cx));
+                let len = *len;
+                this.state = InsertState::Done;
+                Poll::Ready(out.flatten().unwrap_or_else(|| {
+                    (0..len)
+                        .map(|_| {
+                            Err(Error::new(
+                                ErrorKind::Other,
+                                "address vector: the connect thread ended without a result",
+                            ))
+                        })
+                        .collect()
+                }))
+            }
+            InsertState::Ready(_) => match std::mem::replace(&mut this.state, InsertState::Done) {
+                InsertState::Ready(results) => Poll::Ready(results),
+                _ => Poll::Ready(Vec::new()),
+            },
+            // Polled after it gave its results.
+            InsertState::Start(..) | InsertState::Done => Poll::Ready(Vec::new()),
+        }
+    }
+}
+
+impl Drop for AvInsert {
+    fn drop(&mut self) {
+        if let InsertState::Running { cancel, .. } = &self.state {
+            cancel.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The future of [`AddressVector::insert_str_async`] and
+/// [`AddressVector::insert_service_async`]: one address's result.
+#[must_use = "a future does nothing unless polled"]
+#[derive(Debug)]
+pub struct AvInsertOne(AvInsert);
+
+impl Future for AvInsertOne {
+    type Output = Result<FiAddr>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<FiAddr>> {
+        Pin::new(&mut self.0).poll(cx).map(|mut v| {
+            v.pop()
+                .unwrap_or_else(|| Err(Error::new(ErrorKind::Other, "address vector: no result")))
+        })
+    }
+}
+
+fn parse_addr(addr: &str) -> Result<Epid> {
+    addr.parse().map_err(|e| {
+        Error::with_source(
+            ErrorKind::Inval,
+            format!("address vector: cannot insert {addr:?}: not an fi_addr_psmx address"),
+            e,
+        )
+    })
+}
+
 fn full() -> Error {
     Error::new(
         ErrorKind::NoMem,
         format!("address vector: full ({MAX_ENTRIES} entries)"),
     )
+}
+
+/// Every address's result when the domain is closed: its error.
+fn closed_results(n: usize, e: &Error) -> Vec<Result<FiAddr>> {
+    (0..n).map(|_| Err(copy_error(e))).collect()
 }
 
 fn copy_error(e: &Error) -> Error {

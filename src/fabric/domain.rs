@@ -44,6 +44,20 @@
 //! `FI_PSM_TIMEOUT` can take `FI_PSM_DELAY + 2 s`, and one with a timeout
 //! under a second `FI_PSM_DELAY + 1 s` (see [the native engine](crate::engine::native),
 //! "Closing"; TrueScale's PSM 1.x may wait up to 60 s more).
+//!
+//! Where a close waits: [`Domain::close`] waits on the calling thread.
+//! [`Domain::close_async`] (and [`Endpoint::close_async`] when it drops
+//! the domain's last handle) runs the steps that do not wait on the
+//! polling thread, then the sleep and the engine's close on a thread of
+//! its own (`psmrail-close`: the engines' close is a blocking call), which
+//! the future awaits. Dropping the last handle waits on the dropping
+//! thread, except on a tokio runtime's thread (feature `tokio`,
+//! `tokio::runtime::Handle::try_current`): there the same thread of its own
+//! takes the sleep and the engine's close, and the drop returns at once.
+//! The order and the delay stay as above either way; what changes is only
+//! which thread sleeps. A process that exits right after such a drop does
+//! not wait for that thread (the peers then see it go without the delay):
+//! await `close_async` before exiting to give them the delay.
 
 use super::av::{AddressVector, AvAttr};
 use super::endpoint::Endpoint;
@@ -74,7 +88,7 @@ use crate::reactor::{
 };
 use crate::{Error, ErrorKind, Result};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -310,13 +324,23 @@ impl DomainCore {
         relock(&self.made).counters.iter().any(|c| c.same(counter))
     }
 
-    /// The close sequence (module docs); runs once, later calls return
-    /// `Ok` at once. Only steps 2 and 3 wait: `FI_PSM_DELAY`, then the
-    /// engine's close within `FI_PSM_TIMEOUT` (both bounded by the
-    /// configuration's maxima).
+    /// The close sequence (module docs), on the calling thread; runs
+    /// once, later calls return `Ok` at once. Only steps 2 and 3 wait:
+    /// `FI_PSM_DELAY`, then the engine's close within `FI_PSM_TIMEOUT`
+    /// (both bounded by the configuration's maxima).
     fn shutdown(&self) -> Result<()> {
+        match self.begin_shutdown() {
+            Some(linger) => linger.run(),
+            None => Ok(()),
+        }
+    }
+
+    /// The steps of the close sequence that do not wait (0 and 1: the
+    /// goodbyes, the sources out of the reactor), and what is left to do
+    /// ([`Linger`]); `None` when the domain was closed already.
+    fn begin_shutdown(&self) -> Option<Linger> {
         if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return None;
         }
         // 0. Peers waiting for us learn at once that we are gone (and get
         // no answer to RMA from here any more: they learn it that way).
@@ -328,31 +352,91 @@ impl DomainCore {
         for id in relock(&self.sources).drain(..).rev() {
             self.reactor.remove_source(id);
         }
-        // 2. The C provider's workaround for a PSM assertion at close.
         let config = self.info.config();
-        if !config.delay().is_zero() {
-            std::thread::sleep(config.delay());
-        }
-        // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0);
-        // the native engine's own psm_ep_close included (module docs).
-        let result = self.engine.close(config.timeout());
-        // 4. RMA and atomics still waiting for their peers end now (their
-        // MQ transfers were just completed by the engine's close).
-        if let Ok(rma) = &self.rma {
-            rma.fail_all("the domain closed");
-        }
-        // Queues and counters of this domain may now be dropped by the
-        // application alone.
-        *relock(&self.made) = Made::default();
-        result.map_err(|e| {
-            let message = format!("closing domain {}: {}", self.epid, e.message());
-            Error::with_source(e.kind(), message, e)
+        Some(Linger {
+            engine: self.engine.clone(),
+            rma: self.rma.as_ref().ok().cloned(),
+            delay: config.delay(),
+            timeout: config.timeout(),
+            epid: self.epid,
+            made: std::mem::take(&mut *relock(&self.made)),
         })
     }
 }
 
+/// The waiting part of a domain's close (steps 2 to 4 of the sequence in
+/// the module docs), which holds what it needs: it runs on the closing
+/// thread ([`Domain::close`]), or on a thread of its own
+/// ([`Domain::close_async`], and the last handle dropped on an async
+/// runtime's thread).
+struct Linger {
+    engine: Arc<dyn EngineEndpoint>,
+    rma: Option<Arc<RmaTransport>>,
+    delay: Duration,
+    timeout: Duration,
+    epid: Epid,
+    /// The domain's queues and counters, dropped once the engine closed.
+    made: Made,
+}
+
+impl Linger {
+    fn run(self) -> Result<()> {
+        // 2. The C provider's workaround for a PSM assertion at close.
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        // 3. Graceful within FI_PSM_TIMEOUT, forced after (or at once for 0);
+        // the native engine's own psm_ep_close included (module docs).
+        let result = self.engine.close(self.timeout);
+        // 4. RMA and atomics still waiting for their peers end now (their
+        // MQ transfers were just completed by the engine's close).
+        if let Some(rma) = &self.rma {
+            rma.fail_all("the domain closed");
+        }
+        // Queues and counters of this domain may now be dropped by the
+        // application alone.
+        drop(self.made);
+        let epid = self.epid;
+        result.map_err(|e| {
+            let message = format!("closing domain {epid}: {}", e.message());
+            Error::with_source(e.kind(), message, e)
+        })
+    }
+
+    /// Runs on a thread of its own (here when none starts), reporting a
+    /// failure at `warn` as a dropped domain does.
+    fn run_elsewhere(self) {
+        LINGERING.fetch_add(1, Ordering::AcqRel);
+        crate::fabric::offload::spawn_or_run("psmrail-close", move || {
+            if let Err(e) = self.run() {
+                tracing::warn!("domain dropped: {e}");
+            }
+            LINGERING.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+/// Domains whose last handle was dropped on an async runtime's thread and
+/// whose close still runs on a thread of its own.
+static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many domains dropped on an async runtime's thread are still closing
+/// (the integration tests' view, `psmrail::hooks`).
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn lingering() -> usize {
+    LINGERING.load(Ordering::Acquire)
+}
+
 impl Drop for DomainCore {
     fn drop(&mut self) {
+        // On an async runtime's thread, the waiting part runs on a thread
+        // of its own: the worker goes on at once (module docs, "Closing").
+        if crate::fabric::offload::in_async_runtime() {
+            if let Some(linger) = self.begin_shutdown() {
+                linger.run_elsewhere();
+            }
+            return;
+        }
         if let Err(e) = self.shutdown() {
             tracing::warn!("domain dropped: {e}");
         }
@@ -852,17 +936,108 @@ impl Domain {
     /// `FI_PSM_DELAY`, then closes the engine endpoint within
     /// `FI_PSM_TIMEOUT` (forced at once when it is zero). Other handles
     /// (endpoints, AVs) then report `FI_EOPBADSTATE`. Dropping the last
-    /// handle does the same, ignoring errors.
+    /// handle does the same, ignoring errors (on a tokio runtime's thread,
+    /// with the sleep and the engine's close on a thread of its own: see
+    /// the module docs, "Where a close waits").
     ///
     /// Returns within `FI_PSM_DELAY + FI_PSM_TIMEOUT`, except on the native
     /// engine with connected peers and a timeout under a second, where
     /// libpsm2's own close adds up to 1 s (2 s for a zero, forced, timeout);
     /// see [the native engine](crate::engine::native), "Closing".
     ///
+    /// # Blocking
+    /// The calling thread sleeps `FI_PSM_DELAY` (1 s by default) and waits
+    /// for the engine's close, as said above. In async code, await
+    /// [`close_async`](Self::close_async) instead.
+    ///
     /// # Errors
     /// The engine's close error (the endpoint is closed anyway).
     pub fn close(self) -> Result<()> {
         self.core.shutdown()
+    }
+
+    /// The async form of [`close`](Self::close): the same sequence, whose
+    /// waiting part (`FI_PSM_DELAY`, then the engine's close within
+    /// `FI_PSM_TIMEOUT`) runs on a thread of its own (`psmrail-close`: the
+    /// engines' close is a blocking call) while the future waits for it,
+    /// parking no executor thread. It resolves when the engine endpoint is
+    /// closed, as `close` returns, with the same result.
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, EngineChoice, Fabric, Hints};
+    /// let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    ///     .delay(std::time::Duration::from_millis(50)).build().unwrap();
+    /// let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
+    /// let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let other = domain.clone();
+    /// futures::executor::block_on(domain.close_async())?;
+    /// assert!(other.av(Default::default()).is_err()); // FI_EOPBADSTATE
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// # Blocking
+    /// Never: the first poll runs the steps that do not wait (the peers'
+    /// goodbyes, the domain's sources out of its reactor) and starts the
+    /// thread; only when no thread can be started does the close run
+    /// there, on the polling thread (said at `warn`).
+    ///
+    /// # Cancel safety
+    /// Nothing happens before the first poll: dropping the future then
+    /// only drops this handle. Once polled, the domain is closed for every
+    /// handle, and dropping the future lets the close finish on its thread
+    /// (the engine endpoint is closed, nothing is leaked); only its result
+    /// is lost (an error is logged at `warn`, as for a dropped domain).
+    /// A domain already closed (or closing) resolves to `Ok` at once.
+    pub fn close_async(self) -> DomainClose {
+        DomainClose {
+            domain: Some(self),
+            running: None,
+        }
+    }
+}
+
+/// The future of [`Domain::close_async`]: the domain's close, its waiting
+/// part on a thread of its own.
+#[must_use = "a future does nothing unless polled"]
+#[derive(Debug)]
+pub struct DomainClose {
+    domain: Option<Domain>,
+    running: Option<crate::fabric::offload::Offload<Result<()>>>,
+}
+
+impl std::future::Future for DomainClose {
+    type Output = Result<()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        let this = &mut *self;
+        if let Some(domain) = this.domain.take() {
+            let Some(linger) = domain.core.begin_shutdown() else {
+                return std::task::Poll::Ready(Ok(()));
+            };
+            match crate::fabric::offload::spawn("psmrail-close", move || linger.run()) {
+                Ok(running) => this.running = Some(running),
+                Err((e, work)) => {
+                    tracing::warn!(error = %e, "cannot start the psmrail-close thread: closing here");
+                    return std::task::Poll::Ready(work());
+                }
+            }
+        }
+        let Some(running) = this.running.as_mut() else {
+            return std::task::Poll::Ready(Ok(()));
+        };
+        std::pin::Pin::new(running).poll(cx).map(|r| {
+            this.running = None;
+            r.unwrap_or_else(|| {
+                Err(Error::new(
+                    ErrorKind::Other,
+                    "closing the domain: its close thread ended without a result",
+                ))
+            })
+        })
     }
 }
 

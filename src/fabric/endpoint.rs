@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 bitflags! {
     /// How a completion queue is bound (`fi_ep_bind` flags), libfabric's
@@ -284,8 +285,40 @@ impl EndpointCore {
     }
 }
 
+impl EndpointCore {
+    /// Whether [`release`](Self::release) may wait: it removes a
+    /// name-server entry that another process serves (a round trip).
+    fn release_may_wait(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && self
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .registration
+                .as_ref()
+                .is_some_and(|r| r.is_remote())
+    }
+}
+
 impl Drop for EndpointCore {
     fn drop(&mut self) {
+        // On an async runtime's thread, a name-server entry that another
+        // process serves is removed from a thread of its own.
+        if self.release_may_wait() && crate::fabric::offload::in_async_runtime() {
+            let registration = self
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .registration
+                .take();
+            if let Some(r) = registration {
+                crate::fabric::offload::spawn_or_run("psmrail-close", move || {
+                    if let Err(e) = r.unregister() {
+                        tracing::warn!("endpoint dropped: {e}");
+                    }
+                });
+            }
+        }
         if let Err(e) = self.release() {
             tracing::warn!("endpoint dropped: {e}");
         }
@@ -445,11 +478,60 @@ impl Endpoint {
     /// entry (C: DEL). Operations then fail with `FI_EOPBADSTATE`; dropping
     /// the last handle does the same silently. A second close is `Ok`.
     ///
+    /// # Blocking
+    /// Removing the name-server entry is a loopback round trip when
+    /// another process of the node serves (normally well under a
+    /// millisecond; at most 5 s, the server's update timeout). When this
+    /// was the last handle of the domain too (the application dropped the
+    /// [`Domain`] and its other objects), the domain closes here as
+    /// [`Domain::close`] does, sleeping `FI_PSM_DELAY` (1 s by default)
+    /// and waiting for the engine's close. In async code, await
+    /// [`close_async`](Self::close_async) instead.
+    ///
     /// # Errors
     /// The name server's, when the entry could not be removed (the
     /// endpoint is closed anyway).
     pub fn close(self) -> Result<()> {
         self.core.release()
+    }
+
+    /// The async form of [`close`](Self::close): the same, with nothing
+    /// waited for on the polling thread. A name-server entry that another
+    /// process serves is removed from a thread of its own, and when this
+    /// was the domain's last handle, the domain's close runs as
+    /// [`Domain::close_async`] runs it (its linger and the engine's close
+    /// on a thread of its own); the future resolves when all that is
+    /// done, with the result `close` gives.
+    ///
+    /// ```
+    /// # use psmrail::config::PsmConfig;
+    /// # use psmrail::fabric::{getinfo, Caps, EngineChoice, Fabric, Hints};
+    /// let config = PsmConfig::builder_from_env().unwrap().name_server(false)
+    ///     .delay(std::time::Duration::from_millis(50)).build().unwrap();
+    /// let info = getinfo(Some(&Hints::new().engine(EngineChoice::Soft).config(config)))?.remove(0);
+    /// let domain = Fabric::open(&info)?.domain(&info)?;
+    /// let ep = domain.endpoint(&info).caps(Caps::TAGGED).enable()?;
+    /// drop(domain); // the endpoint holds the domain's last handle now
+    /// futures::executor::block_on(ep.close_async())?; // and closes it
+    /// # Ok::<(), psmrail::Error>(())
+    /// ```
+    ///
+    /// # Blocking
+    /// Never (only when no thread can be started does the waiting part
+    /// run on the polling thread, said at `warn`).
+    ///
+    /// # Cancel safety
+    /// Nothing happens before the first poll: dropping the future then
+    /// drops this handle only (as dropping the endpoint does). The first
+    /// poll closes the endpoint for every handle; dropping the future
+    /// afterwards lets the entry's removal and the domain's close finish
+    /// on their threads, losing only the result.
+    pub fn close_async(self) -> EndpointClose {
+        EndpointClose {
+            endpoint: Some(self),
+            releasing: None,
+            domain: None,
+        }
     }
 
     /// `fi_connect`: not supported (fi_psm(7): no connection management).
@@ -515,5 +597,101 @@ impl Endpoint {
         Err(unsupported(
             "tagged inject with immediate data (fi_tinjectdata)",
         ))
+    }
+}
+
+/// The future of [`Endpoint::close_async`].
+#[must_use = "a future does nothing unless polled"]
+#[derive(Debug)]
+pub struct EndpointClose {
+    endpoint: Option<Endpoint>,
+    /// The name-server entry's removal, on a thread of its own.
+    releasing: Option<crate::fabric::offload::Offload<Result<()>>>,
+    /// The domain's close, when the endpoint held its last handle; with
+    /// the release's outcome, reported first.
+    domain: Option<(super::domain::DomainClose, Result<()>)>,
+}
+
+impl EndpointClose {
+    /// The endpoint handle goes; when it held its domain's last handle,
+    /// the domain's close starts (the release gave `released`).
+    fn drop_endpoint(&mut self, endpoint: Endpoint, released: Result<()>) -> Poll<Result<()>> {
+        let domain = endpoint.core.domain.clone();
+        drop(endpoint);
+        // Only the clone is left: the domain closes now. (When another
+        // handle goes concurrently, its drop closes the domain: without
+        // waiting on an async runtime's thread.)
+        if Arc::strong_count(&domain) == 1 {
+            let close = Domain { core: domain }.close_async();
+            self.domain = Some((close, released));
+            return Poll::Pending;
+        }
+        Poll::Ready(released)
+    }
+}
+
+impl std::future::Future for EndpointClose {
+    type Output = Result<()>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = &mut *self;
+        loop {
+            if let Some((close, released)) = this.domain.as_mut() {
+                let closed = std::task::ready!(std::pin::Pin::new(close).poll(cx));
+                let released = std::mem::replace(released, Ok(()));
+                this.domain = None;
+                return Poll::Ready(released.and(closed));
+            }
+            if let Some(releasing) = this.releasing.as_mut() {
+                let released = std::task::ready!(std::pin::Pin::new(releasing).poll(cx))
+                    .unwrap_or_else(|| {
+                        Err(Error::new(
+                            ErrorKind::Other,
+                            "closing the endpoint: its close thread ended without a result",
+                        ))
+                    });
+                this.releasing = None;
+                let Some(endpoint) = this.endpoint.take() else {
+                    return Poll::Ready(released);
+                };
+                match this.drop_endpoint(endpoint, released) {
+                    Poll::Pending => continue,
+                    ready => return ready,
+                }
+            }
+            let Some(endpoint) = this.endpoint.take() else {
+                return Poll::Ready(Ok(()));
+            };
+            if endpoint.core.release_may_wait() {
+                let core = endpoint.core.clone();
+                match crate::fabric::offload::spawn("psmrail-close", move || {
+                    let released = core.release();
+                    // Before the result is sent: the future then sees
+                    // whether the domain's last handle is its own.
+                    drop(core);
+                    released
+                }) {
+                    Ok(running) => {
+                        this.releasing = Some(running);
+                        // The handle goes once the entry is removed.
+                        this.endpoint = Some(endpoint);
+                        continue;
+                    }
+                    Err((e, work)) => {
+                        tracing::warn!(error = %e, "cannot start the psmrail-close thread: closing here");
+                        let released = work();
+                        match this.drop_endpoint(endpoint, released) {
+                            Poll::Pending => continue,
+                            ready => return ready,
+                        }
+                    }
+                }
+            }
+            let released = endpoint.core.release();
+            match this.drop_endpoint(endpoint, released) {
+                Poll::Pending => continue,
+                ready => return ready,
+            }
+        }
     }
 }

@@ -51,15 +51,20 @@ mod endpoint_stats;
 #[allow(clippy::module_inception)]
 mod fabric;
 pub mod name_server;
+pub(crate) mod offload;
 mod op_counters;
 mod rma_target_events;
 pub use crate::proto::mr::{MemoryRegion, MrAccess, RawKey, RAW_KEY_SIZE};
-pub use av::{AddressVector, AvAttr, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT};
-pub use domain::Domain;
+pub use av::{
+    AddressVector, AvAttr, AvInsert, AvInsertOne, DEFAULT_AV_COUNT, DEFAULT_CONNECT_TIMEOUT,
+};
+#[cfg_attr(not(feature = "hooks"), allow(unused_imports))]
+pub(crate) use domain::lingering as lingering_domains;
 #[allow(unused_imports)]
 pub(crate) use domain::DomainCore;
+pub use domain::{Domain, DomainClose};
 pub(crate) use endpoint::EndpointCore;
-pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint};
+pub use endpoint::{CounterBind, CounterKind, CqBind, Direction, Endpoint, EndpointClose};
 pub use endpoint_builder::EndpointBuilder;
 pub use endpoint_stats::EndpointStats;
 pub use fabric::Fabric;

@@ -79,14 +79,8 @@ fn runtime_default_progress(hints: &Hints) -> Option<Hints> {
 }
 
 /// Whether the calling thread runs inside a tokio runtime.
-#[cfg(feature = "tokio")]
 fn in_tokio_runtime() -> bool {
-    tokio::runtime::Handle::try_current().is_ok()
-}
-
-#[cfg(not(feature = "tokio"))]
-fn in_tokio_runtime() -> bool {
-    false
+    crate::fabric::offload::in_async_runtime()
 }
 
 /// How long a name-server lookup may take by default.
@@ -109,6 +103,11 @@ pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// assert_eq!(err.kind(), psmrail::ErrorKind::NoData);
 /// # Ok::<(), psmrail::Error>(())
 /// ```
+///
+/// # Blocking
+/// As [`GetInfo::run`]: the first call of the process that considers the
+/// native engine loads PSM (about 100 ms here); later calls take
+/// microseconds.
 ///
 /// # Errors
 /// See [`GetInfo::run`].
@@ -214,6 +213,18 @@ impl<'a> GetInfo<'a> {
     }
 
     /// Runs discovery. The answer holds one [`Info`].
+    ///
+    /// # Blocking
+    /// Choosing the engine (`auto` or `native`) probes the PSM library:
+    /// the first probe of the process loads it and runs `psm_init` (about
+    /// 100 ms here), and its outcome, success or failure, is kept for the
+    /// process (`psm_sys::PsmLibrary::get`, `PsmLibrary::init`); every
+    /// later probe reads the device variables and `/dev` only, in
+    /// microseconds. The soft engine, asked for, probes nothing. In async
+    /// code, make the first call before the runtime starts or in
+    /// `spawn_blocking`, or ask for the soft engine. A node to resolve is
+    /// a name-server query that waits up to the lookup
+    /// [`timeout`](Self::timeout) (5 s by default).
     ///
     /// # Errors
     /// * `NoData`: a hint psm cannot satisfy (the message names it), the

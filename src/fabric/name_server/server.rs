@@ -649,6 +649,13 @@ impl Registration {
         self.epid
     }
 
+    /// Whether removing the entry is a round trip to another process's
+    /// server (which may take up to [`UPDATE_TIMEOUT`]), not a change of
+    /// this process's own table.
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self.target, Some(Target::Remote { .. }))
+    }
+
     /// Removes the entry now, reporting failure (drop ignores it).
     ///
     /// Errors: [`ErrorKind::Inval`] if the entry is gone; when another
