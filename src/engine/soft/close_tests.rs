@@ -17,9 +17,9 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const UUID: [u8; 16] = [0x4c; 16];
+pub(super) const UUID: [u8; 16] = [0x4c; 16];
 /// Generous bound for anything that should take milliseconds.
-const LIMIT: Duration = Duration::from_secs(20);
+pub(super) const LIMIT: Duration = Duration::from_secs(20);
 
 fn engine(unix: bool) -> SoftEngine {
     SoftEngine::new(SoftConfig {
@@ -55,7 +55,7 @@ fn engine_small_on(unix: bool, shared_memory: bool) -> SoftEngine {
     .unwrap()
 }
 
-fn open(engine: &SoftEngine) -> Arc<SoftEndpoint> {
+pub(super) fn open(engine: &SoftEngine) -> Arc<SoftEndpoint> {
     engine
         .open(&EndpointOptions {
             uuid: UUID,
@@ -72,7 +72,9 @@ fn pair(unix: bool) -> (Arc<SoftEndpoint>, Arc<SoftEndpoint>, PeerAddr, PeerAddr
     pair_on(&engine(unix))
 }
 
-fn pair_on(e: &SoftEngine) -> (Arc<SoftEndpoint>, Arc<SoftEndpoint>, PeerAddr, PeerAddr) {
+pub(super) fn pair_on(
+    e: &SoftEngine,
+) -> (Arc<SoftEndpoint>, Arc<SoftEndpoint>, PeerAddr, PeerAddr) {
     let (a, b) = (open(e), open(e));
     let (ab, ba) = std::thread::scope(|s| {
         let t = s.spawn(|| b.connect(&[a.epid()], LIMIT).remove(0));
@@ -90,13 +92,13 @@ fn pair_on(e: &SoftEngine) -> (Arc<SoftEndpoint>, Arc<SoftEndpoint>, PeerAddr, P
     (a, b, ab, ba)
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(super) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
         .collect()
 }
 
-fn post_send(ep: &SoftEndpoint, peer: PeerAddr, tag: u64, data: Vec<u8>) -> OpKey {
+pub(super) fn post_send(ep: &SoftEndpoint, peer: PeerAddr, tag: u64, data: Vec<u8>) -> OpKey {
     let key = ep.completions().insert();
     ep.isend(peer, tag, SendMode::Standard, OpBuffer::from(data), key)
         .map_err(|e| e.error)
@@ -104,7 +106,7 @@ fn post_send(ep: &SoftEndpoint, peer: PeerAddr, tag: u64, data: Vec<u8>) -> OpKe
     key
 }
 
-fn post_recv(ep: &SoftEndpoint, tag: u64, cap: usize) -> OpKey {
+pub(super) fn post_recv(ep: &SoftEndpoint, tag: u64, cap: usize) -> OpKey {
     let key = ep.completions().insert();
     ep.irecv(TagMatch::exact(tag), OpBuffer::from(vec![0u8; cap]), key)
         .map_err(|e| e.error)
@@ -114,7 +116,12 @@ fn post_recv(ep: &SoftEndpoint, tag: u64, cap: usize) -> OpKey {
 
 /// Progresses `eps` in turn until `key` of `owner` completes (looking
 /// after every call, so the others do not run after it completed).
-fn drive(eps: &[&SoftEndpoint], owner: &SoftEndpoint, key: OpKey, what: &str) -> MqCompletion {
+pub(super) fn drive(
+    eps: &[&SoftEndpoint],
+    owner: &SoftEndpoint,
+    key: OpKey,
+    what: &str,
+) -> MqCompletion {
     let end = Instant::now() + LIMIT;
     loop {
         for ep in eps {

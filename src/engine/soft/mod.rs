@@ -107,6 +107,8 @@ mod close_tests;
 #[cfg(test)]
 mod direct_tests;
 #[cfg(test)]
+mod shm_tests;
+#[cfg(test)]
 mod tests;
 
 pub use config::ProtocolConfig;

@@ -77,6 +77,10 @@ pub(crate) struct RunArgs {
 pub(crate) enum Variant {
     /// The psm provider, soft engine, manual progress (futures busy-poll).
     SoftManual,
+    /// The psm provider, soft engine over its Unix-domain sockets without
+    /// the shared-memory path (`SoftConfig::shared_memory` off), manual
+    /// progress.
+    SoftUnix,
     /// The psm provider, soft engine over loopback TCP instead of its
     /// Unix-domain sockets between processes of one host, manual progress.
     SoftTcp,
@@ -105,6 +109,7 @@ impl Variant {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Variant::SoftManual => "soft-manual",
+            Variant::SoftUnix => "soft-unix",
             Variant::SoftTcp => "soft-tcp",
             Variant::SoftAuto => "soft-auto",
             Variant::SoftAdaptive => "soft-adaptive",
@@ -121,6 +126,7 @@ impl Variant {
         matches!(
             self,
             Variant::SoftManual
+                | Variant::SoftUnix
                 | Variant::SoftTcp
                 | Variant::SoftAuto
                 | Variant::SoftAdaptive

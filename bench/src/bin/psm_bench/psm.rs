@@ -4,8 +4,9 @@
 //! streaming windows of `tsend`s, each acknowledged by a 1-byte message.
 //!
 //! The soft engine keeps its defaults: between two processes of one host
-//! that is its Unix-socket transport (`SoftConfig::unix_sockets`), what a
-//! user gets. The native engine is libpsm_infinipath's (one endpoint per
+//! that is its shared-memory path after a Unix-socket handshake
+//! (`SoftConfig::shared_memory`), what a user gets; `soft-unix` stays on
+//! the socket, `soft-tcp` uses loopback TCP. The native engine is libpsm_infinipath's (one endpoint per
 //! process, which is why every variant runs in processes of its own).
 
 use crate::cli::{ClientArgs, PeerArgs, Variant};
@@ -74,6 +75,12 @@ pub(crate) fn info(variant: Variant) -> Result<Info, String> {
     if variant == Variant::SoftTcp {
         hints = hints.soft_config(SoftConfig {
             unix_sockets: false,
+            ..SoftConfig::default()
+        });
+    }
+    if variant == Variant::SoftUnix {
+        hints = hints.soft_config(SoftConfig {
+            shared_memory: false,
             ..SoftConfig::default()
         });
     }

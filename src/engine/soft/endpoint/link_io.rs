@@ -90,6 +90,9 @@ impl Inner {
                         return self.ring_drained(i, ring) || made;
                     }
                     Err(e) => {
+                        if ring {
+                            self.note_ring_fault(i, &e);
+                        }
                         self.end_link(i, Some(e));
                         return true;
                     }
@@ -147,6 +150,9 @@ impl Inner {
                     return self.ring_drained(i, ring) || made;
                 }
                 Err(e) => {
+                    if ring {
+                        self.note_ring_fault(i, &e);
+                    }
                     self.end_link(i, Some(e));
                     return true;
                 }

@@ -574,6 +574,28 @@ impl SoftEndpoint {
         })
     }
 
+    /// Calls `f` with the segment and layout of each of its links on
+    /// shared memory: tests play a peer that scribbles over it.
+    #[cfg(test)]
+    pub(crate) fn with_shm_segments(
+        &self,
+        mut f: impl FnMut(
+            &crate::engine::soft::shm::mapping::MappedSegment,
+            &crate::engine::soft::shm::segment::Layout,
+        ),
+    ) -> usize {
+        let g = self.lock_any().expect("a live endpoint");
+        let mut n = 0;
+        for link in &g.links {
+            if let Some(p) = &link.shm {
+                let (seg, layout) = p.segment();
+                f(seg, layout);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Locks the state of an open endpoint.
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         let g = self.lock_any()?;

@@ -153,6 +153,21 @@ impl Inner {
         }
     }
 
+    /// The peer of link `i` broke its ring's rules (`e` says how): a
+    /// warning naming the peer; the link then ends as a failed transport
+    /// does (its connection may resume over a new socket).
+    pub(super) fn note_ring_fault(&self, i: usize, e: &io::Error) {
+        let peer = self.links[i]
+            .conn
+            .and_then(|c| self.core.connection_peer(c));
+        let epid = peer.and_then(|p| self.core.peer_epid(p));
+        tracing::warn!(
+            epid = ?epid,
+            error = %e,
+            "soft engine: a same-host peer broke its shared segment; its link ends"
+        );
+    }
+
     /// The socket of link `i`, whose input moved to shared memory, is
     /// readable: wake-up bytes are dropped; its end is the peer's.
     pub(super) fn check_lifeline(&mut self, i: usize) {

@@ -32,6 +32,9 @@ pub(crate) struct ShmPath {
     pub read: u64,
     /// The segment's length.
     segment_len: u64,
+    /// The segment and its layout (for tests that play a hostile peer).
+    #[cfg(test)]
+    segment: (Arc<MappedSegment>, Layout),
 }
 
 impl ShmPath {
@@ -72,6 +75,8 @@ impl ShmPath {
         memfd: Option<OwnedFd>,
     ) -> ShmPath {
         ShmPath {
+            #[cfg(test)]
+            segment: (segment.clone(), *layout),
             producer: RingProducer::new(segment.clone(), layout.ring(out)),
             consumer: RingConsumer::new(segment, layout.ring(inn)),
             memfd,
@@ -87,6 +92,12 @@ impl ShmPath {
     /// The segment's length in bytes (what the offer names).
     pub(crate) fn segment_len(&self) -> u64 {
         self.segment_len
+    }
+
+    /// The mapped segment and its layout, as a peer could write them.
+    #[cfg(test)]
+    pub(crate) fn segment(&self) -> (&MappedSegment, &Layout) {
+        (&self.segment.0, &self.segment.1)
     }
 
     /// Reads into `dst`; `WouldBlock` when the ring is empty.

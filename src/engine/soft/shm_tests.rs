@@ -1,0 +1,125 @@
+//! The shared-memory path between endpoints of one process over real
+//! memfds and Unix sockets: links move onto it, a peer that scribbles
+//! over the segment loses its link with an error and nothing else, and
+//! the environment switch keeps links on their sockets.
+
+use super::close_tests::{drive, open, pair_on, pattern, post_recv, post_send, LIMIT};
+use super::shm::segment::{Direction, SharedRegion};
+use super::{SoftConfig, SoftEndpoint, SoftEngine};
+use crate::engine::EngineEndpoint;
+use crate::reactor::ProgressSource;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn engine(shared_memory: bool) -> SoftEngine {
+    SoftEngine::new(SoftConfig {
+        shared_memory,
+        ..SoftConfig::default()
+    })
+    .unwrap()
+}
+
+fn settle(eps: &[&Arc<SoftEndpoint>]) {
+    for _ in 0..100 {
+        for e in eps {
+            e.progress();
+        }
+    }
+}
+
+#[test]
+fn same_host_links_move_and_carry_every_size() {
+    let (a, b, ab, ba) = pair_on(&engine(true));
+    settle(&[&a, &b]);
+    let (sa, sb) = (a.stats(), b.stats());
+    assert!(sa.shm_links >= 1 && sb.shm_links >= 1, "{sa:?}\n{sb:?}");
+    for (i, n) in [0usize, 1, 4095, 4096, 65_536, 1 << 20, 5 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let tag = 10 + i as u64;
+        for (from, to, peer) in [(&a, &b, ab), (&b, &a, ba)] {
+            let data = pattern(n, i as u8);
+            let r = post_recv(to, tag, n);
+            let s = post_send(from, peer, tag, data.clone());
+            let c = drive(&[&a, &b], to, r, "receive");
+            assert_eq!(c.status.error, None, "{n} B: {:?}", c.status);
+            assert!(c.buffer.as_slice()[..n] == data[..], "{n} B: bytes differ");
+            drive(&[&a, &b], from, s, "send");
+        }
+    }
+    let s = a.stats();
+    assert!(
+        s.shm_bytes_written > 6 << 20 && s.shm_bytes_read > 6 << 20,
+        "{s:?}"
+    );
+}
+
+#[test]
+fn shared_memory_off_keeps_the_sockets() {
+    let (a, b, _, _) = pair_on(&engine(false));
+    settle(&[&a, &b]);
+    let s = a.stats();
+    assert_eq!(
+        (s.shm_links, s.shm_moves, s.shm_bytes_read),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    assert!(s.bytes_read > 0);
+}
+
+/// A peer that writes nonsense into the indices of the segment: the link
+/// over it ends with an error (its connection resumes on a new transport,
+/// a socket, as after a reset), nothing sent on it is lost, and another
+/// peer of the same endpoint goes on as before.
+#[test]
+fn a_scribbling_peer_loses_its_link_and_nothing_else() {
+    let e = engine(true);
+    let (a, b, ab, _) = pair_on(&e);
+    let c = open(&e);
+    let (ac, ca) = std::thread::scope(|s| {
+        let t = s.spawn(|| c.connect(&[a.epid()], LIMIT).remove(0));
+        let ac = a.connect(&[c.epid()], LIMIT).remove(0).unwrap();
+        (ac, t.join().unwrap().unwrap())
+    });
+    settle(&[&a, &b, &c]);
+    let before = a.stats();
+    // b scribbles: every index of every ring it shares with a.
+    let n = b.with_shm_segments(|seg, layout| {
+        for d in [Direction::FromCreator, Direction::ToCreator] {
+            let area = layout.ring(d);
+            seg.atomic_u64(area.tail_offset())
+                .store(u64::MAX / 3, Ordering::Release);
+            seg.atomic_u64(area.head_offset())
+                .store(u64::MAX / 5, Ordering::Release);
+        }
+    });
+    assert!(n >= 1, "b has shared-memory links");
+    // Messages to and from the scribbler arrive whole all the same.
+    for (i, size) in [8usize, 1 << 20].into_iter().enumerate() {
+        let data = pattern(size, i as u8);
+        let r = post_recv(&b, 7, size);
+        let s = post_send(&a, ab, 7, data.clone());
+        let got = drive(&[&a, &b, &c], &b, r, "receive at the scribbler");
+        assert_eq!(got.status.error, None, "{:?}", got.status);
+        assert!(got.buffer.as_slice() == &data[..]);
+        let sent = drive(&[&a, &b, &c], &a, s, "send to the scribbler");
+        assert_eq!(sent.status.error, None);
+    }
+    let after = a.stats();
+    assert!(
+        after.detached > before.detached && b.stats().shm_links == 0,
+        "the scribbled links ended:\n{before:?}\n{after:?}"
+    );
+    // c is untouched: a message each way, still over shared memory.
+    for (from, to, peer) in [(&a, &c, ac), (&c, &a, ca)] {
+        let data = pattern(100_000, 9);
+        let r = post_recv(to, 8, data.len());
+        let s = post_send(from, peer, 8, data.clone());
+        let got = drive(&[&a, &c], to, r, "receive after the scribble");
+        assert_eq!(got.status.error, None);
+        assert!(got.buffer.as_slice() == &data[..]);
+        drive(&[&a, &c], from, s, "send after the scribble");
+    }
+    assert!(c.stats().shm_links >= 1);
+}
