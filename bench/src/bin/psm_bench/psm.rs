@@ -38,7 +38,7 @@ const BYE_TAG: u64 = 2;
 
 /// How the soft engine reaches a peer on the same host, for the output.
 pub(crate) const SOFT_TRANSPORT: &str =
-    "soft engine with its defaults: Unix-domain sockets between processes of one host";
+    "soft engine with its defaults: shared memory after a Unix-socket handshake between processes of one host";
 
 fn psm_config() -> Result<PsmConfig, String> {
     PsmConfig::builder_from_env()

@@ -34,6 +34,9 @@
 //! | 0x08 | Proof      | nonce u64: 8 B                                              |
 //! | 0x09 | AuthChallenge | nonce (16 B): 16 B                                       |
 //! | 0x0a | AuthProof  | nonce (16 B), HMAC-SHA256 (32 B): 48 B                      |
+//! | 0x0b | ShmOffer   | segment length u64 (the memfd rides with the socket bytes, `SCM_RIGHTS`): 8 B |
+//! | 0x0c | ShmSwitch  | empty: the sender's later frames come through the shared segment |
+//! | 0x0d | ShmDecline | empty: the link stays on its socket                         |
 //! | 0x10 | Eager      | tag u64, payload (≤ receiver's `max_eager`)                 |
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
 //! | 0x12 | Cts        | msg id u64, receiver token u64, accepted length u64: 24 B   |
@@ -118,7 +121,7 @@ pub const HEADER_LEN: usize = 8;
 /// First bytes of every Hello and HelloAck body.
 pub const MAGIC: [u8; 8] = *b"PSMRAIL\0";
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Most AM arguments the frame format can carry (a configuration may allow
 /// fewer).
 pub const MAX_WIRE_AM_ARGS: usize = 16;
