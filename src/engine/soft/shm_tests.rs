@@ -123,3 +123,30 @@ fn a_scribbling_peer_loses_its_link_and_nothing_else() {
     }
     assert!(c.stats().shm_links >= 1);
 }
+
+/// One side with the path off: the dialer's offer is declined (or never
+/// made) and the link stays on its socket, both ways, whichever side
+/// dials.
+#[test]
+fn a_peer_without_shared_memory_declines_and_both_stay_on_the_socket() {
+    let (on, off) = (engine(true), engine(false));
+    let (a, b) = (open(&on), open(&off));
+    let (ab, ba) = std::thread::scope(|s| {
+        let t = s.spawn(|| b.connect(&[a.epid()], LIMIT).remove(0));
+        let ab = a.connect(&[b.epid()], LIMIT).remove(0).unwrap();
+        (ab, t.join().unwrap().unwrap())
+    });
+    settle(&[&a, &b]);
+    for (from, to, peer) in [(&a, &b, ab), (&b, &a, ba)] {
+        let data = pattern(300_000, 4);
+        let r = post_recv(to, 5, data.len());
+        let s = post_send(from, peer, 5, data.clone());
+        let got = drive(&[&a, &b], to, r, "receive");
+        assert_eq!(got.status.error, None);
+        assert!(got.buffer.as_slice() == &data[..]);
+        drive(&[&a, &b], from, s, "send");
+    }
+    for s in [a.stats(), b.stats()] {
+        assert_eq!((s.shm_links, s.shm_bytes_read), (0, 0), "{s:?}");
+    }
+}

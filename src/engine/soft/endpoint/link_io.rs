@@ -17,8 +17,11 @@ impl Inner {
         if self.links[i].readable {
             self.check_lifeline(i);
         }
+        let before = self.ring_counts(i);
         let made = self.read_link_bytes(i, budget, true);
-        if i < self.links.len() {
+        // Room was made: the peer may sleep waiting for it (a fence, so
+        // only after bytes were read).
+        if i < self.links.len() && self.ring_counts(i).0 != before.0 {
             self.shm_wake(i, false);
         }
         made
@@ -160,6 +163,14 @@ impl Inner {
         }
     }
 
+    /// Bytes link `i` read from and wrote to its rings so far.
+    fn ring_counts(&self, i: usize) -> (u64, u64) {
+        self.links[i]
+            .shm
+            .as_ref()
+            .map_or((0, 0), |p| (p.read, p.written))
+    }
+
     /// Link `i`'s input has nothing more for now: a shared-memory link
     /// whose socket reached its end ends here (the ring is empty, so
     /// everything the peer wrote before it went was read).
@@ -190,8 +201,12 @@ impl Inner {
     /// wakes the peer if it sleeps waiting for bytes.
     pub(super) fn flush(&mut self, i: usize) -> io::Result<bool> {
         let ring = self.links[i].shm.as_ref().is_some_and(|p| p.writes);
-        let r = self.flush_bytes(i, ring);
-        if ring && i < self.links.len() {
+        if !ring {
+            return self.flush_bytes(i, false);
+        }
+        let before = self.ring_counts(i);
+        let r = self.flush_bytes(i, true);
+        if i < self.links.len() && self.ring_counts(i).1 != before.1 {
             self.shm_wake(i, true);
         }
         r

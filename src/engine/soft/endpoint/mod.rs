@@ -227,6 +227,9 @@ const STEPS_PER_PROGRESS: usize = 4;
 /// Without a reactor poll to say so, look for new connections, and at the
 /// connections still in their handshake, every this many steps.
 const ACCEPT_EVERY: u32 = 16;
+/// Steps between two looks at the clock for the upkeep while nothing
+/// else reads it (`Inner::maybe_sweep`).
+const SWEEP_LOOK_EVERY: u32 = 8;
 /// Most connections accepted in one step (more wait for the next).
 const MAX_ACCEPTS: usize = 64;
 /// Most ready sockets one look at a poller reports.

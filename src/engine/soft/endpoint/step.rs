@@ -67,7 +67,12 @@ impl Inner {
         self.todo = todo;
         made |= self.reconnect_due();
         made |= self.transmit_all();
-        self.maybe_sweep(now);
+        // The clock is read for the upkeep every few steps of a spinning
+        // caller (it costs more than a step that finds nothing), every
+        // step of a sleeping one.
+        if now.is_some() || look || self.steps % SWEEP_LOOK_EVERY == 0 {
+            self.maybe_sweep(now);
+        }
         made |= self.reap();
         if let Some((a, b)) = self.loopback {
             let waiting = [a, b].into_iter().any(|id| {
