@@ -569,6 +569,23 @@ pub fn seeds() -> (Seeds, Seeds) {
             "many-small-frames",
             with(3, frames(&vec![eager(1, b"x"); 40])),
         ),
+        (
+            "shm-exchange",
+            with(
+                0,
+                frames(&[
+                    Frame::ShmOffer {
+                        segment_len: (2 << 20) + 4096,
+                    },
+                    Frame::ShmSwitch,
+                    Frame::ShmDecline,
+                ]),
+            ),
+        ),
+        (
+            "shm-offer-short",
+            with(0, [header(0x0b, 0, 0, 4), vec![0; 4]].concat()),
+        ),
     ];
 
     let mut bad_uuid = hello(JobUuid([0; 16]), FUZZ_PEER);
