@@ -625,6 +625,79 @@ fn auto_thread_wakes_on_socket_readiness() {
     }
 }
 
+/// CPU time this process used so far (user + system), from
+/// `/proc/self/stat` (clock ticks of 10 ms).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    Duration::from_millis((f[0] + f[1]) * 10)
+}
+
+/// Two endpoints whose link runs over shared memory, under an auto
+/// thread with a 2 s interval: idle, the thread sleeps (it arms the
+/// rings' wake-ups before it does, so it need not spin), and a message
+/// still wakes it at once, each way.
+#[test]
+fn shared_memory_links_sleep_idle_and_wake_on_a_message() {
+    use psmrail::reactor::AutoProgress;
+    let _lock = spin_lock();
+    let _dog = Watchdog::new(Duration::from_secs(40), "shared-memory sleep");
+    let r = Reactor::auto(AutoProgress::new().interval(Duration::from_secs(2))).unwrap();
+    let engine = make_soft();
+    let a = open(&engine, &r);
+    let b = open(&engine, &r);
+    let (ab, ba) = connect_pair(&a, &b);
+    let rk = recv(&r, &*b, TagMatch::exact(1), 8);
+    let sk = send(&r, &*a, ab, 1, vec![1; 8]);
+    wait(&r, &*b, rk);
+    wait_ok(&r, &*a, sk, "warm-up");
+    assert!(
+        a.stats().shm_links >= 1 && b.stats().shm_links >= 1,
+        "{:?}",
+        a.stats()
+    );
+    let (cpu, wall) = (process_cpu(), Instant::now());
+    std::thread::sleep(Duration::from_millis(800));
+    let used = process_cpu() - cpu;
+    assert!(
+        used < Duration::from_millis(200),
+        "idle for {:?}, the process used {used:?} of CPU",
+        wall.elapsed()
+    );
+    for (i, (from, to, peer, source)) in
+        [(&a, &b, ab, ba), (&b, &a, ba, ab)].into_iter().enumerate()
+    {
+        let tag = 10 + i as u64;
+        let rk = recv(&r, &**to, TagMatch::exact(tag), 64);
+        // The receiver's thread is asleep again by now.
+        std::thread::sleep(Duration::from_millis(100));
+        let start = Instant::now();
+        let sk = send(&r, &**from, peer, tag, pattern(64, tag));
+        check_recv(
+            &wait(&r, &**to, rk),
+            tag,
+            &pattern(64, tag),
+            source,
+            "woken",
+        );
+        let took = start.elapsed();
+        wait_ok(&r, &**from, sk, "send");
+        assert!(
+            took < Duration::from_secs(1),
+            "a message to a sleeping peer took {took:?}: no wake-up"
+        );
+    }
+    let woken = a.stats().shm_wakes + b.stats().shm_wakes;
+    assert!(woken >= 2, "wake-ups sent: {woken}");
+}
+
 /// A handler that tries to post into its own endpoint.
 struct Reentrant {
     ep: Mutex<Weak<SoftEndpoint>>,
