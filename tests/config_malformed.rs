@@ -491,6 +491,38 @@ fn cases() -> Vec<Case> {
         secret: false,
     });
     cases.push(Case {
+        var: "PSMRAIL_SOFT_SHM",
+        read: read_engine,
+        valid: ["0", "1", "off", "ON", "yes", "false"].map(os).to_vec(),
+        malformed: [text_junk("1"), bool_junk()].concat(),
+        secret: false,
+    });
+    cases.push(Case {
+        var: "PSMRAIL_SOFT_SHM_RING",
+        read: read_engine,
+        valid: ["4096", "65536", "1048576", "1073741824"].map(os).to_vec(),
+        malformed: [
+            text_junk("65536"),
+            number_junk(),
+            [
+                "0",
+                "4095",
+                "2048",
+                "65535",
+                "1m",
+                "64k",
+                "0x10000",
+                "-65536",
+                "2147483648",
+                "18446744073709551616",
+            ]
+            .map(os)
+            .to_vec(),
+        ]
+        .concat(),
+        secret: false,
+    });
+    cases.push(Case {
         var: "PSMRAIL_SOFT_ADDR",
         read: read_engine,
         valid: [

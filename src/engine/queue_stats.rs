@@ -1,5 +1,6 @@
 //! [`QueueStats`]: what an engine endpoint can tell about its unexpected
-//! queue (messages that arrived before a receive matched them).
+//! queue (messages that arrived before a receive matched them), and how
+//! many of its links run over shared memory.
 
 /// An engine endpoint's unexpected queue, as far as the engine can tell
 /// ([`EngineEndpoint::queue_stats`](super::EngineEndpoint::queue_stats)).
@@ -19,4 +20,8 @@ pub struct QueueStats {
     /// Messages that arrived unexpected since the endpoint opened; `None`
     /// where not counted.
     pub unexpected_total: Option<u64>,
+    /// Links to peers of this host whose traffic runs over shared memory
+    /// now (the soft engine's `SoftConfig::shared_memory`); `None` where
+    /// the engine does not say (PSM picks its devices itself).
+    pub shm_links: Option<u64>,
 }

@@ -309,6 +309,7 @@ impl DomainCore {
             unexpected_msgs: q.unexpected_msgs.map(|n| n + am.unexpected as u64),
             unexpected_bytes: q.unexpected_bytes.map(|n| n + am.unexpected_bytes),
             unexpected_total: q.unexpected_total,
+            shm_links: q.shm_links,
             dead_peers: self.peers.dead_count(),
             ..EndpointStats::default()
         }

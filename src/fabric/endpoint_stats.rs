@@ -83,6 +83,13 @@ pub struct EndpointStats {
     /// Peers declared dead (psm: by the domain's peer watch; mrail: peers
     /// lost on every rail).
     pub dead_peers: u64,
+    /// Links to peers of this host that run over shared memory now: the
+    /// soft engine's path for same-host peers (`PSMRAIL_SOFT_SHM`,
+    /// `SoftConfig::shared_memory`); links to other hosts, and all links
+    /// with the path off, use their sockets. `None` where the engine does
+    /// not say (the native engine: PSM picks its devices) and on mrail
+    /// endpoints.
+    pub shm_links: Option<u64>,
 }
 
 impl EndpointStats {

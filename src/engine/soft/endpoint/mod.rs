@@ -999,11 +999,12 @@ impl EngineEndpoint for SoftEndpoint {
     }
 
     fn queue_stats(&self) -> QueueStats {
-        let core = self.stats().core;
+        let s = self.stats();
         QueueStats {
-            unexpected_msgs: Some(core.unexpected_msgs as u64),
-            unexpected_bytes: Some(core.unexpected_bytes),
-            unexpected_total: Some(core.unexpected_total),
+            unexpected_msgs: Some(s.core.unexpected_msgs as u64),
+            unexpected_bytes: Some(s.core.unexpected_bytes),
+            unexpected_total: Some(s.core.unexpected_total),
+            shm_links: Some(s.shm_links as u64),
         }
     }
 
