@@ -498,6 +498,13 @@ fn cases() -> Vec<Case> {
         secret: false,
     });
     cases.push(Case {
+        var: "PSMRAIL_SOFT_SHM_SINGLE_COPY",
+        read: read_engine,
+        valid: ["0", "1", "off", "ON"].map(os).to_vec(),
+        malformed: [text_junk("1"), bool_junk()].concat(),
+        secret: false,
+    });
+    cases.push(Case {
         var: "PSMRAIL_SOFT_SHM_RING",
         read: read_engine,
         valid: ["4096", "65536", "1048576", "1073741824"].map(os).to_vec(),

@@ -1,6 +1,7 @@
 //! The soft engine's shared-memory path as the environment sets it:
-//! `PSMRAIL_SOFT_SHM` (on or off) and `PSMRAIL_SOFT_SHM_RING` (each
-//! ring's size), read by `getinfo` when the hints carry no soft
+//! `PSMRAIL_SOFT_SHM` (on or off), `PSMRAIL_SOFT_SHM_RING` (each ring's
+//! size) and `PSMRAIL_SOFT_SHM_SINGLE_COPY` (large messages read from the
+//! sender's memory), read by `getinfo` when the hints carry no soft
 //! configuration.
 //!
 //! ```
@@ -26,16 +27,22 @@ pub const SHM_VAR: &str = "PSMRAIL_SOFT_SHM";
 /// rings (a power of two, 4096 to 2^30; default 1 MiB).
 pub const SHM_RING_VAR: &str = "PSMRAIL_SOFT_SHM_RING";
 
-/// What the two variables say (`None`: unset).
+/// `PSMRAIL_SOFT_SHM_SINGLE_COPY`: large messages on a shared-memory
+/// link are read from the sender's memory (a boolean; default on).
+pub const SHM_SINGLE_COPY_VAR: &str = "PSMRAIL_SOFT_SHM_SINGLE_COPY";
+
+/// What the variables say (`None`: unset).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SoftShmVars {
     /// `PSMRAIL_SOFT_SHM`.
     pub enabled: Option<bool>,
     /// `PSMRAIL_SOFT_SHM_RING`.
     pub ring: Option<usize>,
+    /// `PSMRAIL_SOFT_SHM_SINGLE_COPY`.
+    pub single_copy: Option<bool>,
 }
 
-/// Reads both variables from `vars`.
+/// Reads the variables from `vars`.
 ///
 /// # Errors
 /// `Inval` naming the variable for a value that is not a boolean, not a
@@ -44,6 +51,9 @@ pub fn from_vars<V: VarSource + ?Sized>(vars: &V) -> Result<SoftShmVars> {
     let mut out = SoftShmVars::default();
     if let Some(v) = read_var(vars, SHM_VAR)? {
         out.enabled = Some(parse_bool_var(SHM_VAR, &v)?);
+    }
+    if let Some(v) = read_var(vars, SHM_SINGLE_COPY_VAR)? {
+        out.single_copy = Some(parse_bool_var(SHM_SINGLE_COPY_VAR, &v)?);
     }
     if let Some(v) = read_var(vars, SHM_RING_VAR)? {
         let expected = "a power of two from 4096 to 1073741824 (bytes)";
@@ -70,6 +80,7 @@ mod tests {
         for (var, bad) in [
             (SHM_VAR, "maybe"),
             (SHM_VAR, ""),
+            (SHM_SINGLE_COPY_VAR, "2"),
             (SHM_RING_VAR, "1m"),
             (SHM_RING_VAR, "-4096"),
             (SHM_RING_VAR, "2048"),

@@ -76,6 +76,9 @@ pub(crate) struct Incoming {
     pub accept: u64,
     pub received: u64,
     pub source: PeerAddr,
+    /// The message came as a PullRts and the edge is reading it from the
+    /// sender's memory: the sender's id for it (`SoftCore::pull_done`).
+    pub pulling: Option<u64>,
 }
 
 impl Incoming {
@@ -226,10 +229,18 @@ pub(crate) struct Conn {
     /// Moving the link onto shared memory (`shm::switch`); fresh for
     /// each transport.
     pub shm: ShmSwitch,
+    /// Single copy over this transport (`SoftCore::set_pull`): large sends
+    /// go as PullRts with their buffer's address, and a PullRts that comes
+    /// is read from the sender's memory. Off for each new transport.
+    pub pull: bool,
 }
 
 /// Why transmitting stopped early.
 pub(crate) struct MissingPayload(pub OpId);
+
+/// Rendezvous messages at least this long go as PullRts where the
+/// transport allows single copies (`Conn::pull`).
+pub(crate) const PULL_MIN: u64 = 32 << 10;
 
 /// Payloads at least this long are referred to, not copied, by a
 /// vectored transmit.
@@ -316,6 +327,7 @@ impl Conn {
             direct: None,
             credit_wait: CreditWait::No,
             shm: ShmSwitch::default(),
+            pull: false,
         }
     }
 
@@ -581,14 +593,24 @@ impl Conn {
             self.tx.rts -= 1;
             let msg_id = self.next_msg_id;
             self.next_msg_id += 1;
-            encode(
-                &Frame::Rts {
+            let frame = if self.pull && s.len >= PULL_MIN {
+                // The buffer stays where it is until the send completes,
+                // which only the peer's Pulled (or its Cts and the Data
+                // that follow) can bring about.
+                Frame::PullRts {
                     msg_id,
                     tag: s.tag,
                     len: s.len,
-                },
-                out.out,
-            );
+                    addr: p.as_ptr() as u64,
+                }
+            } else {
+                Frame::Rts {
+                    msg_id,
+                    tag: s.tag,
+                    len: s.len,
+                }
+            };
+            encode(&frame, out.out);
             self.awaiting_cts.insert(msg_id, s);
         }
         Ok(())

@@ -158,6 +158,14 @@ pub struct SoftConfig {
     /// Bytes of each of a shared-memory link's two rings: a power of two
     /// from 4 KiB to 1 GiB (`PSMRAIL_SOFT_SHM_RING`). Default 1 MiB.
     pub shm_ring: usize,
+    /// On a shared-memory link, a rendezvous message of 32 KiB or more is
+    /// read by the receiver straight from the sender's buffer
+    /// (`process_vm_readv`: one copy, by the kernel) instead of crossing
+    /// the ring in two; where the kernel refuses (`kernel.yama.ptrace_scope`
+    /// 2 or 3, a container's seccomp filter, another user) the message
+    /// comes through the ring. `PSMRAIL_SOFT_SHM_SINGLE_COPY=0` turns it
+    /// off. Default on.
+    pub shm_single_copy: bool,
 }
 
 impl SoftConfig {
@@ -186,6 +194,7 @@ impl SoftConfig {
         job_secret: None,
         shared_memory: true,
         shm_ring: 1 << 20,
+        shm_single_copy: true,
     };
 
     /// This configuration listening at `spec`: an IPv4 address, an

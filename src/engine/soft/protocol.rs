@@ -361,6 +361,22 @@ pub enum Event {
         /// The segment's length, as the offer names it.
         segment_len: u64,
     },
+    /// Read `len` bytes at `addr` in the sender's memory (the peer of
+    /// `conn`, a process of this host) into the buffer of receive `op`
+    /// from its start, then answer with
+    /// [`pull_done`](SoftCore::pull_done) and `token`.
+    Pull {
+        /// The connection.
+        conn: ConnId,
+        /// The transfer's token.
+        token: u64,
+        /// The receive.
+        op: OpId,
+        /// Where the bytes are in the sender.
+        addr: u64,
+        /// How many to read (the accepted length: at most the buffer's).
+        len: usize,
+    },
     /// The peer's frames on `conn` now come through the shared segment:
     /// decoding stopped right after its ShmSwitch frame. Whatever input
     /// is left from the socket is a violation; read the segment from now
@@ -490,6 +506,8 @@ enum Pending {
         conn: ConnId,
         msg_id: u64,
         len: u64,
+        /// A PullRts: where the bytes are in the sender.
+        addr: Option<u64>,
     },
 }
 
@@ -787,6 +805,7 @@ impl SoftCore {
             c.hs.clear();
             c.their_hello = None;
             c.shm = ShmSwitch::default();
+            c.pull = false;
             return true;
         }
         if !c.has_transport() || c.peer.is_none() || !c.session.logging() || c.session.key.is_none()
@@ -798,6 +817,7 @@ impl SoftCore {
         c.phase = ConnPhase::Detached;
         c.hs.clear();
         c.shm = ShmSwitch::default();
+        c.pull = false;
         true
     }
 
@@ -1283,6 +1303,60 @@ impl SoftCore {
         }
     }
 
+    /// Single copies on `conn`'s current transport (both sides on one
+    /// host, the edge able to read the peer's memory): large sends go as
+    /// PullRts carrying their buffer's address, and PullRts that come are
+    /// handed to the edge to read ([`Event::Pull`]). Off again when the
+    /// transport changes.
+    pub fn set_pull(&mut self, conn: ConnId, on: bool) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.pull = on;
+        }
+    }
+
+    /// The edge's answer to [`Event::Pull`]: `true` once the message's
+    /// accepted bytes are in the receive buffer (the receive completes,
+    /// and Pulled tells the sender); `false` when it could not read them
+    /// (the receive goes on the ordinary way: a Cts, then Data; no more
+    /// pulls on this transport).
+    pub fn pull_done(&mut self, conn: ConnId, token: u64, ok: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Some(inc) = c.incoming.get_mut(&token) else {
+            return;
+        };
+        let Some(msg_id) = inc.pulling.take() else {
+            return;
+        };
+        let accept = inc.accept;
+        if ok {
+            inc.received = accept;
+            let status = inc.status(trunc(inc));
+            let op = inc.op;
+            c.incoming.remove(&token);
+            c.control.push_back(Control {
+                frame: Frame::Pulled {
+                    msg_id,
+                    len: accept,
+                },
+                returns_am_credit: false,
+            });
+            self.complete(op, status);
+        } else {
+            c.pull = false;
+            c.control.push_back(Control {
+                frame: Frame::Cts {
+                    msg_id,
+                    token,
+                    len: accept,
+                },
+                returns_am_credit: false,
+            });
+        }
+        self.hint(conn);
+    }
+
     /// The edge reads `conn`'s input from the shared segment from now on:
     /// decoding resumes.
     pub fn shm_reads_moved(&mut self, conn: ConnId) {
@@ -1696,7 +1770,17 @@ impl SoftCore {
                 }
                 self.want_credit(id, true);
             }
-            Frame::Rts { msg_id, tag, len } => {
+            Frame::Rts { .. } | Frame::PullRts { .. } => {
+                let (msg_id, tag, len, addr) = match frame {
+                    Frame::PullRts {
+                        msg_id,
+                        tag,
+                        len,
+                        addr,
+                    } => (msg_id, tag, len, Some(addr)),
+                    Frame::Rts { msg_id, tag, len } => (msg_id, tag, len, None),
+                    _ => unreachable!("matched above"),
+                };
                 if conn.rx.rts == 0 {
                     return Err(Violation::RtsCredit.into());
                 }
@@ -1706,11 +1790,27 @@ impl SoftCore {
                     conn: id,
                     msg_id,
                     len,
+                    addr,
                 };
                 if let Arrival::Matched { recv, payload } = self.matcher.arrive(tag, 0, pending) {
                     self.deliver(recv, tag, payload);
                 }
                 self.want_credit(id, true);
+            }
+            Frame::Pulled { msg_id, len } => {
+                // The receiver read the message itself: the send is done.
+                let send = conn
+                    .awaiting_cts
+                    .remove(&msg_id)
+                    .ok_or(Violation::UnknownMsgId(msg_id))?;
+                if len > send.len {
+                    return Err(Violation::CtsTooLong {
+                        accept: len,
+                        len: send.len,
+                    }
+                    .into());
+                }
+                self.complete(send.op, send.status(None));
             }
             Frame::Cts { msg_id, token, len } => {
                 let send = conn
@@ -2243,6 +2343,7 @@ impl SoftCore {
         t.hs.clear();
         // A new transport: whatever its old one had moved to is gone.
         t.shm = ShmSwitch::default();
+        t.pull = false;
         t.hs.extend(pending);
         let r = Resumption {
             link: f.link,
@@ -2432,6 +2533,7 @@ impl SoftCore {
                 conn,
                 msg_id,
                 len,
+                addr,
             } => {
                 let Some(c) = self.conns.get_mut(&conn).filter(|c| c.is_open()) else {
                     // Entries of closed connections are removed when they
@@ -2451,14 +2553,17 @@ impl SoftCore {
                 let accept = len.min(cap as u64);
                 let token = c.next_token;
                 c.next_token += 1;
-                c.control.push_back(Control {
-                    frame: Frame::Cts {
-                        msg_id,
-                        token,
-                        len: accept,
-                    },
-                    returns_am_credit: false,
-                });
+                let pull = addr.filter(|_| c.pull && accept > 0);
+                if pull.is_none() {
+                    c.control.push_back(Control {
+                        frame: Frame::Cts {
+                            msg_id,
+                            token,
+                            len: accept,
+                        },
+                        returns_am_credit: false,
+                    });
+                }
                 c.grant(Credit {
                     rts: 1,
                     ..Credit::default()
@@ -2470,7 +2575,17 @@ impl SoftCore {
                     accept,
                     received: 0,
                     source,
+                    pulling: pull.map(|_| msg_id),
                 };
+                if let Some(addr) = pull {
+                    self.events.push_back(Event::Pull {
+                        conn,
+                        token,
+                        op,
+                        addr,
+                        len: accept as usize,
+                    });
+                }
                 if accept == 0 {
                     let status = inc.status(trunc(&inc));
                     self.complete(op, status);

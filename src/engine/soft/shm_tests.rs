@@ -12,8 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn engine(shared_memory: bool) -> SoftEngine {
+    engine_with(shared_memory, true)
+}
+
+fn engine_with(shared_memory: bool, shm_single_copy: bool) -> SoftEngine {
     SoftEngine::new(SoftConfig {
         shared_memory,
+        shm_single_copy,
         ..SoftConfig::default()
     })
     .unwrap()
@@ -29,7 +34,13 @@ fn settle(eps: &[&Arc<SoftEndpoint>]) {
 
 #[test]
 fn same_host_links_move_and_carry_every_size() {
-    let (a, b, ab, ba) = pair_on(&engine(true));
+    for single_copy in [true, false] {
+        carry_every_size(single_copy);
+    }
+}
+
+fn carry_every_size(single_copy: bool) {
+    let (a, b, ab, ba) = pair_on(&engine_with(true, single_copy));
     settle(&[&a, &b]);
     let (sa, sb) = (a.stats(), b.stats());
     assert!(sa.shm_links >= 1 && sb.shm_links >= 1, "{sa:?}\n{sb:?}");
@@ -48,11 +59,22 @@ fn same_host_links_move_and_carry_every_size() {
             drive(&[&a, &b], from, s, "send");
         }
     }
-    let s = a.stats();
-    assert!(
-        s.shm_bytes_written > 6 << 20 && s.shm_bytes_read > 6 << 20,
-        "{s:?}"
-    );
+    let (sa, sb) = (a.stats(), b.stats());
+    let pulled = sa.shm_pull_bytes + sb.shm_pull_bytes;
+    if single_copy {
+        // The 1 and 5 MiB messages each way were read from their
+        // senders' memory; the rest crossed the rings.
+        assert!(sa.shm_pulls >= 2 && sb.shm_pulls >= 2, "{sa:?}\n{sb:?}");
+        assert!(pulled >= 2 * (6 << 20), "{sa:?}\n{sb:?}");
+        assert_eq!(sa.shm_pull_fallbacks + sb.shm_pull_fallbacks, 0);
+        assert!(sa.shm_bytes_written < 1 << 20, "{sa:?}");
+    } else {
+        assert_eq!(pulled, 0);
+        assert!(
+            sa.shm_bytes_written > 6 << 20 && sa.shm_bytes_read > 6 << 20,
+            "{sa:?}"
+        );
+    }
 }
 
 #[test]
@@ -149,4 +171,33 @@ fn a_peer_without_shared_memory_declines_and_both_stay_on_the_socket() {
     for s in [a.stats(), b.stats()] {
         assert_eq!((s.shm_links, s.shm_bytes_read), (0, 0), "{s:?}");
     }
+}
+
+/// A kernel that refuses to let one process read another's memory (as
+/// under `kernel.yama.ptrace_scope` 2, or a container's filter): the
+/// first large message falls back to the ring, the link pulls no more,
+/// and every message arrives whole.
+#[test]
+fn refused_single_copies_fall_back_to_the_ring() {
+    super::shm::peer_read::REFUSE.with(|r| r.set(true));
+    let (a, b, ab, ba) = pair_on(&engine(true));
+    settle(&[&a, &b]);
+    for (i, n) in [1usize << 20, 3 << 20, 1 << 20].into_iter().enumerate() {
+        for (from, to, peer) in [(&a, &b, ab), (&b, &a, ba)] {
+            let data = pattern(n, 40 + i as u8);
+            let r = post_recv(to, 60 + i as u64, n);
+            let s = post_send(from, peer, 60 + i as u64, data.clone());
+            let c = drive(&[&a, &b], to, r, "receive");
+            assert_eq!(c.status.error, None, "{:?}", c.status);
+            assert!(c.buffer.as_slice() == &data[..], "{n} B: bytes differ");
+            drive(&[&a, &b], from, s, "send");
+        }
+    }
+    super::shm::peer_read::REFUSE.with(|r| r.set(false));
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.shm_pulls + sb.shm_pulls, 0, "{sa:?}");
+    let fallbacks = sa.shm_pull_fallbacks + sb.shm_pull_fallbacks;
+    // One per link that was asked (each side's links pull no more after).
+    assert!((1..=4).contains(&fallbacks), "{sa:?}\n{sb:?}");
+    assert!(sa.shm_bytes_written > 4 << 20, "{sa:?}");
 }

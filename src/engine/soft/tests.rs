@@ -60,6 +60,8 @@ struct Node {
     hooked: Vec<(PeerAddr, Vec<u8>)>,
     /// Shared-memory exchange events: which, on what, the offer's length.
     shm: Vec<(&'static str, ConnId, u64)>,
+    /// Pulls asked for: connection, token, receive, address, length.
+    pulls: Vec<(ConnId, u64, OpId, u64, usize)>,
     max_unexpected: u64,
     next_op: u64,
 }
@@ -79,6 +81,7 @@ impl Node {
             am_replies: Vec::new(),
             hooked: Vec::new(),
             shm: Vec::new(),
+            pulls: Vec::new(),
             max_unexpected: 0,
             next_op: 1,
         }
@@ -118,6 +121,13 @@ impl Node {
                 }
                 Event::ShmPeerMoved { conn } => self.shm.push(("moved", conn, 0)),
                 Event::ShmDeclined { conn } => self.shm.push(("declined", conn, 0)),
+                Event::Pull {
+                    conn,
+                    token,
+                    op,
+                    addr,
+                    len,
+                } => self.pulls.push((conn, token, op, addr, len)),
                 Event::ConnectionClosed { conn, error } => self.closed.push((conn, error)),
                 Event::PeerDown { peer, error, .. } => self.down.push((peer, error)),
                 Event::Place { op, offset, bytes } => {
@@ -1863,5 +1873,101 @@ fn an_exchange_frame_out_of_turn_closes_the_connection() {
             }
             other => panic!("{frame:?} to node {to}: {other:?}"),
         }
+    }
+}
+
+// ----- single copies ----------------------------------------------------------
+
+/// Where `addr` (a PullRts's) points among `node`'s send buffers: the
+/// bytes from there (the harness's stand-in for `process_vm_readv`).
+fn read_sender(node: &Node, addr: u64, len: usize) -> Vec<u8> {
+    for data in node.sends.values() {
+        let base = data.as_ptr() as u64;
+        if addr >= base && addr + len as u64 <= base + data.len() as u64 {
+            let at = (addr - base) as usize;
+            return data[at..at + len].to_vec();
+        }
+    }
+    panic!("the address {addr:#x} is in no send buffer of the sender");
+}
+
+/// Both sides single-copy: a large send goes as PullRts, the receiver's
+/// edge reads it, Pulled completes the send, and no Data crosses.
+#[test]
+fn a_pulled_message_completes_both_sides_without_data() {
+    let mut net = Net::pair(small(), small());
+    let p01 = net.peer(0, 1);
+    let (_, c0) = net.links[0].ends[0];
+    let (_, c1) = net.links[0].ends[1];
+    net.nodes[0].core.set_pull(c0, true);
+    net.nodes[1].core.set_pull(c1, true);
+    let n = 200_000;
+    let r = net.nodes[1].recv(TagMatch::exact(3), n);
+    let s = net.nodes[0].send(p01, 3, data(n, 5), SendMode::Standard);
+    net.run();
+    let (conn, token, op, addr, len) = net.nodes[1].pulls.pop().expect("a pull");
+    assert_eq!((conn, op, len), (c1, r, n));
+    let bytes = read_sender(&net.nodes[0], addr, len);
+    net.nodes[1].recvs.get_mut(&op).unwrap()[..len].copy_from_slice(&bytes);
+    net.nodes[1].core.pull_done(conn, token, true);
+    net.nodes[1].pump();
+    net.run();
+    assert_eq!(net.nodes[1].done[&r].data, data(n, 5));
+    assert_eq!(net.nodes[1].done[&r].status.error, None);
+    assert_eq!(net.nodes[0].done[&s].status.error, None);
+    assert_eq!(net.nodes[0].done[&s].status.msg_len, n as u64);
+}
+
+/// A pull that fails falls back to Cts and Data through the link, and
+/// the transport pulls no more; a receiver that does not pull answers a
+/// PullRts with Cts at once.
+#[test]
+fn a_failed_pull_falls_back_to_the_ring() {
+    let mut net = Net::pair(small(), small());
+    let p01 = net.peer(0, 1);
+    let (_, c0) = net.links[0].ends[0];
+    let (_, c1) = net.links[0].ends[1];
+    net.nodes[0].core.set_pull(c0, true);
+    net.nodes[1].core.set_pull(c1, true);
+    let n = 100_000;
+    let r = net.nodes[1].recv(TagMatch::exact(4), n);
+    let s = net.nodes[0].send(p01, 4, data(n, 9), SendMode::Standard);
+    net.run();
+    let (conn, token, ..) = net.nodes[1].pulls.pop().expect("a pull");
+    net.nodes[1].core.pull_done(conn, token, false);
+    net.nodes[1].pump();
+    net.run();
+    assert_eq!(net.nodes[1].done[&r].data, data(n, 9));
+    assert_eq!(net.nodes[0].done[&s].status.error, None);
+    // No more pulls on this transport.
+    let r = net.nodes[1].recv(TagMatch::exact(5), n);
+    net.nodes[0].send(p01, 5, data(n, 1), SendMode::Standard);
+    net.run();
+    assert!(net.nodes[1].pulls.is_empty());
+    assert_eq!(net.nodes[1].done[&r].data, data(n, 1));
+    // A receiver that never pulls (only the sender offers).
+    let mut net = Net::pair(small(), small());
+    let p01 = net.peer(0, 1);
+    let (_, c0) = net.links[0].ends[0];
+    net.nodes[0].core.set_pull(c0, true);
+    let r = net.nodes[1].recv(TagMatch::exact(6), n);
+    net.nodes[0].send(p01, 6, data(n, 2), SendMode::Standard);
+    net.run();
+    assert!(net.nodes[1].pulls.is_empty());
+    assert_eq!(net.nodes[1].done[&r].data, data(n, 2));
+}
+
+/// A Pulled for a message nobody sent, or longer than the message, is a
+/// protocol violation.
+#[test]
+fn a_pulled_out_of_turn_closes_the_connection() {
+    let mut net = Net::pair(small(), small());
+    let mut wire = BytesMut::new();
+    encode(&Frame::Pulled { msg_id: 77, len: 1 }, &mut wire);
+    net.links[0].dirs[1].flight.extend_from_slice(&wire);
+    net.deliver(0, 1, usize::MAX);
+    match &net.nodes[0].closed[..] {
+        [(_, Some(ConnError::Protocol(Violation::UnknownMsgId(77))))] => {}
+        other => panic!("{other:?}"),
     }
 }

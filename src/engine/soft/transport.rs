@@ -240,6 +240,19 @@ impl Stream {
         r
     }
 
+    /// The process at the other end of a Unix socket (`SO_PEERCRED`);
+    /// `None` for TCP or when the kernel does not say.
+    pub(super) fn peer_pid(&self) -> Option<i32> {
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let Stream::Unix(s) = self else {
+            return None;
+        };
+        getsockopt(s, PeerCredentials)
+            .ok()
+            .map(|c| c.pid())
+            .filter(|p| *p > 0)
+    }
+
     /// Sends one byte, never blocking, never raising `SIGPIPE`: a
     /// wake-up for a peer sleeping on this socket's readiness (the
     /// shared-memory path, whose bytes bypass the socket). A full socket

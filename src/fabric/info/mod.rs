@@ -286,6 +286,7 @@ impl<'a> GetInfo<'a> {
                 let shm = crate::config::soft_shm::from_vars(vars)?;
                 soft.shared_memory = shm.enabled.unwrap_or(soft.shared_memory);
                 soft.shm_ring = shm.ring.unwrap_or(soft.shm_ring);
+                soft.shm_single_copy = shm.single_copy.unwrap_or(soft.shm_single_copy);
                 soft
             }
         };

@@ -35,6 +35,13 @@ impl Inner {
                 Event::ShmOffered { conn, segment_len } => self.on_shm_offered(conn, segment_len),
                 Event::ShmPeerMoved { conn } => self.on_shm_peer_moved(conn),
                 Event::ShmDeclined { conn } => self.on_shm_declined(conn),
+                Event::Pull {
+                    conn,
+                    token,
+                    op,
+                    addr,
+                    len,
+                } => self.on_pull(conn, token, op, addr, len),
                 Event::ConnectionClosed { conn, error } => self.on_closed(conn, error),
                 Event::PeerDown { peer, epid, error } => {
                     tracing::debug!(?peer, %epid, %error, "soft engine: peer down");

@@ -323,6 +323,13 @@ pub struct SoftStats {
     pub shm_bytes_read: u64,
     /// Wake-ups sent to a peer sleeping on a shared-memory link.
     pub shm_wakes: u64,
+    /// Large messages read straight from the sender's memory
+    /// ([`SoftConfig::shm_single_copy`]).
+    pub shm_pulls: u64,
+    /// Their bytes.
+    pub shm_pull_bytes: u64,
+    /// Such reads that failed (the message then came through the ring).
+    pub shm_pull_fallbacks: u64,
 }
 
 /// The edge's state; all of it is behind the endpoint's mutex.

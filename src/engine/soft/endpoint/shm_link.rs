@@ -138,19 +138,68 @@ impl Inner {
         }
     }
 
-    /// A tracing event once both directions of link `i` moved.
+    /// Once both directions of link `i` moved: single copies for large
+    /// messages when configured and the peer's process is known, and a
+    /// tracing event.
     fn note_shm_move(&mut self, i: usize) {
-        let link = &self.links[i];
-        if let Some(p) = link.shm.as_ref().filter(|p| p.reads && p.writes) {
-            self.stats.shm_moves += 1;
-            let peer = link.conn.and_then(|c| self.core.connection_peer(c));
-            let epid = peer.and_then(|p| self.core.peer_epid(p));
-            tracing::debug!(
-                epid = ?epid,
-                segment = p.segment_len(),
-                "soft engine: link moved to shared memory"
-            );
+        let single_copy = self.cfg.shm_single_copy;
+        let link = &mut self.links[i];
+        let pid = match &link.pipe {
+            Pipe::Stream(s) if single_copy => s.peer_pid(),
+            _ => None,
+        };
+        let (Some(p), Some(conn)) = (link.shm.as_mut().filter(|p| p.reads && p.writes), link.conn)
+        else {
+            return;
+        };
+        self.stats.shm_moves += 1;
+        p.peer_pid = pid;
+        if pid.is_some() {
+            self.core.set_pull(conn, true);
         }
+        let peer = self.core.connection_peer(conn);
+        let epid = peer.and_then(|p| self.core.peer_epid(p));
+        let p = self.links[i].shm.as_ref().expect("checked above");
+        tracing::debug!(
+            epid = ?epid,
+            segment = p.segment_len(),
+            single_copy = p.peer_pid.is_some(),
+            "soft engine: link moved to shared memory"
+        );
+    }
+
+    /// The core asks for a large message's bytes straight from the
+    /// sender's memory (`len` at `addr` in the peer of `conn`) into the
+    /// buffer of receive `op`: one copy by the kernel
+    /// (`process_vm_readv`). When that fails (the kernel or a security
+    /// module refuses, the sender is gone) the receive goes on through
+    /// the ring.
+    pub(super) fn on_pull(&mut self, conn: ConnId, token: u64, op: OpId, addr: u64, len: usize) {
+        let pid = self
+            .conn_index(conn)
+            .and_then(|i| self.links[i].shm.as_ref())
+            .and_then(|p| p.peer_pid);
+        let dst = self
+            .ops
+            .get_mut(op)
+            .and_then(|e| e.buffer.as_mut_slice())
+            .and_then(|b| b.get_mut(..len));
+        let read = match (pid, dst) {
+            (Some(pid), Some(dst)) => crate::engine::soft::shm::peer_read::read(pid, addr, dst),
+            (None, _) => Err(io::Error::other("the peer's process is not known")),
+            (_, None) => Err(io::Error::other("the receive buffer is gone")),
+        };
+        match &read {
+            Ok(()) => {
+                self.stats.shm_pulls += 1;
+                self.stats.shm_pull_bytes += len as u64;
+            }
+            Err(e) => {
+                self.stats.shm_pull_fallbacks += 1;
+                tracing::debug!(error = %e, "soft engine: cannot read a large message from the sender's memory; it comes through the ring");
+            }
+        }
+        self.core.pull_done(conn, token, read.is_ok());
     }
 
     /// The peer of link `i` broke its ring's rules (`e` says how): a

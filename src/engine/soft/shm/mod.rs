@@ -51,6 +51,7 @@
 
 pub(crate) mod mapping;
 pub(crate) mod path;
+pub(crate) mod peer_read;
 pub(crate) mod ring;
 pub(crate) mod segment;
 pub(crate) mod switch;

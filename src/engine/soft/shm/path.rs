@@ -32,6 +32,9 @@ pub(crate) struct ShmPath {
     pub read: u64,
     /// The segment's length.
     segment_len: u64,
+    /// The peer's process (`SO_PEERCRED`), once both directions moved
+    /// and single copies are on: large messages are read from its memory.
+    pub peer_pid: Option<i32>,
     /// The segment and its layout (for tests that play a hostile peer).
     #[cfg(test)]
     segment: (Arc<MappedSegment>, Layout),
@@ -86,6 +89,7 @@ impl ShmPath {
             written: 0,
             read: 0,
             segment_len: layout.total_len() as u64,
+            peer_pid: None,
         }
     }
 

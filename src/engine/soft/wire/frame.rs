@@ -51,6 +51,11 @@ pub enum FrameKind {
     Cts = 0x12,
     /// A chunk of a rendezvous message.
     Data = 0x13,
+    /// Request to send a large message whose bytes the receiver may read
+    /// straight from the sender's memory (same host, shared memory).
+    PullRts = 0x14,
+    /// The receiver read a [`PullRts`](FrameKind::PullRts) message itself.
+    Pulled = 0x15,
     /// An active-message request.
     AmRequest = 0x20,
     /// An active-message reply.
@@ -80,6 +85,8 @@ impl FrameKind {
             0x11 => FrameKind::Rts,
             0x12 => FrameKind::Cts,
             0x13 => FrameKind::Data,
+            0x14 => FrameKind::PullRts,
+            0x15 => FrameKind::Pulled,
             0x20 => FrameKind::AmRequest,
             0x21 => FrameKind::AmReply,
             0x7f => FrameKind::Bye,
@@ -248,6 +255,30 @@ pub enum Frame {
         /// The message length.
         len: u64,
     },
+    /// Request to send whose bytes the receiver may read itself from
+    /// the sender's memory (`process_vm_readv`): sent only on a link
+    /// between processes of one host on shared memory. The receiver
+    /// answers with [`Frame::Pulled`] once it read them, or with a
+    /// [`Frame::Cts`] as for an Rts when it cannot (or will not) read.
+    PullRts {
+        /// The sender's id for the message (echoed in Pulled or Cts).
+        msg_id: u64,
+        /// The tag.
+        tag: u64,
+        /// The message length.
+        len: u64,
+        /// Where the message's bytes start in the sender's address space
+        /// (valid until the send completes).
+        addr: u64,
+    },
+    /// The receiver read this many bytes of the message (its accepted
+    /// length) itself: the send is done.
+    Pulled {
+        /// The message, as the PullRts named it.
+        msg_id: u64,
+        /// Bytes read (at most the message's length).
+        len: u64,
+    },
     /// Clear to send.
     Cts {
         /// The message, as the Rts named it.
@@ -296,6 +327,8 @@ impl Frame {
             Frame::Rts { .. } => FrameKind::Rts,
             Frame::Cts { .. } => FrameKind::Cts,
             Frame::Data { .. } => FrameKind::Data,
+            Frame::PullRts { .. } => FrameKind::PullRts,
+            Frame::Pulled { .. } => FrameKind::Pulled,
             Frame::AmRequest(_) => FrameKind::AmRequest,
             Frame::AmReply(_) => FrameKind::AmReply,
             Frame::Bye => FrameKind::Bye,
@@ -319,6 +352,8 @@ impl Frame {
                 Frame::ShmSwitch | Frame::ShmDecline => 0,
                 Frame::Eager { payload, .. } => 8 + payload.len(),
                 Frame::Rts { .. } | Frame::Cts { .. } => 24,
+                Frame::PullRts { .. } => 32,
+                Frame::Pulled { .. } => 16,
                 Frame::Data { payload, .. } => 16 + payload.len(),
                 Frame::AmRequest(am) | Frame::AmReply(am) => {
                     am_body_len(am.args.len(), am.payload.len())
@@ -367,6 +402,8 @@ pub(crate) fn body_bounds(kind: FrameKind, limits: &FrameLimits) -> (u32, u32) {
         FrameKind::ShmSwitch | FrameKind::ShmDecline => fixed(0),
         FrameKind::Eager => (8, 8 + limits.max_eager),
         FrameKind::Rts | FrameKind::Cts => fixed(24),
+        FrameKind::PullRts => fixed(32),
+        FrameKind::Pulled => fixed(16),
         FrameKind::Data => (17, 16 + limits.max_chunk),
         FrameKind::AmRequest | FrameKind::AmReply => (
             4,
@@ -525,6 +562,23 @@ pub fn encode(frame: &Frame, out: &mut BytesMut) {
             put_header(out, FrameKind::Rts, 24);
             out.put_u64_le(*msg_id);
             out.put_u64_le(*tag);
+            out.put_u64_le(*len);
+        }
+        Frame::PullRts {
+            msg_id,
+            tag,
+            len,
+            addr,
+        } => {
+            put_header(out, FrameKind::PullRts, 32);
+            out.put_u64_le(*msg_id);
+            out.put_u64_le(*tag);
+            out.put_u64_le(*len);
+            out.put_u64_le(*addr);
+        }
+        Frame::Pulled { msg_id, len } => {
+            put_header(out, FrameKind::Pulled, 16);
+            out.put_u64_le(*msg_id);
             out.put_u64_le(*len);
         }
         Frame::Cts { msg_id, token, len } => {
@@ -776,6 +830,28 @@ impl FrameDecoder {
                 Frame::Rts {
                     msg_id: b.u64(0),
                     tag: b.u64(8),
+                    len,
+                }
+            }
+            FrameKind::PullRts => {
+                let len = b.u64(16);
+                if len > l.max_message {
+                    return Err(too_long("PullRts length", len));
+                }
+                Frame::PullRts {
+                    msg_id: b.u64(0),
+                    tag: b.u64(8),
+                    len,
+                    addr: b.u64(24),
+                }
+            }
+            FrameKind::Pulled => {
+                let len = b.u64(8);
+                if len > l.max_message {
+                    return Err(too_long("Pulled length", len));
+                }
+                Frame::Pulled {
+                    msg_id: b.u64(0),
                     len,
                 }
             }

@@ -41,6 +41,8 @@
 //! | 0x11 | Rts        | msg id u64, tag u64, length u64: 24 B                       |
 //! | 0x12 | Cts        | msg id u64, receiver token u64, accepted length u64: 24 B   |
 //! | 0x13 | Data       | token u64, offset u64, payload (1 ..= receiver's `max_chunk`) |
+//! | 0x14 | PullRts    | msg id u64, tag u64, length u64, the bytes' address in the sender u64: 32 B |
+//! | 0x15 | Pulled     | msg id u64, bytes the receiver read itself u64: 16 B        |
 //! | 0x20 | AmRequest  | handler u16, nargs u8, 0 u8, nargs × u64, payload           |
 //! | 0x21 | AmReply    | as AmRequest                                                |
 //! | 0x7f | Bye        | empty                                                       |
