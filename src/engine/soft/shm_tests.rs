@@ -201,3 +201,39 @@ fn refused_single_copies_fall_back_to_the_ring() {
     assert!((1..=4).contains(&fallbacks), "{sa:?}\n{sb:?}");
     assert!(sa.shm_bytes_written > 4 << 20, "{sa:?}");
 }
+
+/// A sender whose large send fails (its endpoint closes before the
+/// receiver matched the message) takes its buffer back and may reuse it:
+/// the receiver, matching the message only afterwards, must not read that
+/// memory as the message. Its receive fails; it never completes with
+/// bytes the sender wrote after taking the buffer back.
+#[test]
+fn a_receive_never_reads_a_buffer_its_sender_took_back() {
+    let (a, b, ab, _) = pair_on(&engine(true));
+    settle(&[&a, &b]);
+    let n = 1 << 20;
+    let s = post_send(&a, ab, 90, pattern(n, 3));
+    // b holds the PullRts unexpected (no receive posted yet).
+    settle(&[&a, &b]);
+    a.close(std::time::Duration::from_millis(50)).unwrap();
+    let mut back = a
+        .completions()
+        .try_take(s)
+        .expect("the send was handed back");
+    assert!(back.status.error.is_some(), "{:?}", back.status);
+    // Reused: what a read of that memory would now find.
+    back.buffer.as_mut_slice().unwrap().fill(0xee);
+    let r = post_recv(&b, 90, n);
+    let got = drive(
+        &[&b],
+        &b,
+        r,
+        "the receive of a message its sender took back",
+    );
+    assert!(
+        got.status.error.is_some(),
+        "the receive completed from reused memory: {:?}",
+        got.status
+    );
+    drop(back);
+}

@@ -266,6 +266,15 @@ impl Stream {
         );
     }
 
+    /// Ends both halves at once: the peer reads EOF now, whatever it has
+    /// not read of ours is still there for it.
+    pub(super) fn shutdown_both(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
     /// Ends the write half (the peer reads EOF after our last bytes).
     pub(super) fn shutdown_write(&self) {
         // A socket that is already reset cannot be shut down; nothing to do.

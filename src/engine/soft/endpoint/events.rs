@@ -175,6 +175,14 @@ impl Inner {
             self.core.connection_lost(conn, "no transport");
             return;
         };
+        // Sends whose buffers the peer may read itself (single copies)
+        // fail with the events that follow this one: the peer must see
+        // the end first, so that a read racing with their hand-back is
+        // known to it as failed (`on_pull`). A graceful close has none
+        // (it waited for every send) and keeps its last frames.
+        if error.is_some() {
+            self.revoke_pulls(i);
+        }
         match self.links[i].pipe {
             Pipe::Stream(_) => {
                 let link = &mut self.links[i];

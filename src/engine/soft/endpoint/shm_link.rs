@@ -168,6 +168,27 @@ impl Inner {
         );
     }
 
+    /// Link `i` closes: when the peer could read this side's buffers
+    /// (single copies on), its socket is shut down both ways at once,
+    /// before any send on it is handed back, so the peer sees the end
+    /// before a buffer it might be reading is reused.
+    pub(super) fn revoke_pulls(&mut self, i: usize) {
+        let link = &mut self.links[i];
+        if link.shm.as_ref().is_some_and(|p| p.peer_pid.is_some()) {
+            if let Some(s) = link.stream() {
+                s.shutdown_both();
+            }
+            link.shut = true;
+        }
+    }
+
+    /// Whether the peer of shared-memory link `i` is still there: its
+    /// socket has not reached its end (wake-up bytes are dropped).
+    fn peer_alive(&mut self, i: usize) -> bool {
+        self.check_lifeline(i);
+        !self.links[i].socket_done && self.links[i].is_live()
+    }
+
     /// The core asks for a large message's bytes straight from the
     /// sender's memory (`len` at `addr` in the peer of `conn`) into the
     /// buffer of receive `op`: one copy by the kernel
@@ -175,20 +196,29 @@ impl Inner {
     /// module refuses, the sender is gone) the receive goes on through
     /// the ring.
     pub(super) fn on_pull(&mut self, conn: ConnId, token: u64, op: OpId, addr: u64, len: usize) {
-        let pid = self
-            .conn_index(conn)
+        let link = self.conn_index(conn);
+        let pid = link
             .and_then(|i| self.links[i].shm.as_ref())
             .and_then(|p| p.peer_pid);
+        // The sender hands a buffer back only after its end of the link
+        // closed (`revoke_pulls`): a read that began before that and ends
+        // after it may hold bytes of memory reused meanwhile, so the
+        // link must be alive both before and after the copy.
+        let alive = link.is_some_and(|i| self.peer_alive(i));
         let dst = self
             .ops
             .get_mut(op)
             .and_then(|e| e.buffer.as_mut_slice())
             .and_then(|b| b.get_mut(..len));
-        let read = match (pid, dst) {
+        let mut read = match (pid, dst) {
+            _ if !alive => Err(io::Error::other("the sender's link is closing")),
             (Some(pid), Some(dst)) => crate::engine::soft::shm::peer_read::read(pid, addr, dst),
             (None, _) => Err(io::Error::other("the peer's process is not known")),
             (_, None) => Err(io::Error::other("the receive buffer is gone")),
         };
+        if read.is_ok() && !link.is_some_and(|i| self.peer_alive(i)) {
+            read = Err(io::Error::other("the sender's link closed during the read"));
+        }
         match &read {
             Ok(()) => {
                 self.stats.shm_pulls += 1;
