@@ -474,10 +474,6 @@ fn soft_auto_progress_both_directions_at_once() {
 
 // ----- native engine, two processes ---------------------------------------------------
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
 /// Whether the compat build of PSM (shared memory) is the default library;
 /// otherwise prints why the test is skipped (a failure when
 /// `PSMRAIL_REQUIRE_NATIVE=1`).
@@ -487,7 +483,10 @@ fn native_available() -> bool {
         Ok(_) => "the default PSM library is not the compat build (libpsm2-2-compat), which shared memory needs".to_owned(),
         Err(e) => e.to_string(),
     };
-    assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {reason}");
+    assert!(
+        !support::native::required(),
+        "PSMRAIL_REQUIRE_NATIVE=1 but {reason}"
+    );
     eprintln!("SKIPPED: {reason}");
     false
 }

@@ -68,18 +68,6 @@ fn silent_peer() -> (TcpListener, Epid) {
     (l, epid)
 }
 
-/// An epid where nothing listens.
-fn closed_port_epid() -> Epid {
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    SoftEpid::new(Ipv4Addr::LOCALHOST, port, 1)
-        .unwrap()
-        .to_epid()
-}
-
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -198,7 +186,7 @@ fn a_dropped_insert_records_nothing() {
 fn async_inserts_give_what_the_blocking_ones_give() {
     let (_info, domain) = soft_domain(Duration::ZERO);
     let me = domain.epid();
-    let nobody = closed_port_epid();
+    let nobody = support::soft_raw::closed_port_epid();
     for av_type in [AvType::Table, AvType::Map] {
         for lazy in [false, true] {
             let attr = AvAttr::new()
@@ -344,21 +332,6 @@ fn getinfo_probes_the_psm_library_once_per_process() {
 
 // ----- native engine, in child processes ---------------------------------------------
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
-fn native_available() -> bool {
-    match psm_sys::PsmLibrary::load() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 fn native_info(delay: Duration) -> Info {
     let config = PsmConfig::builder()
         .name_server(false)
@@ -433,7 +406,7 @@ fn native(test: &str, role_name: &str) -> Option<(Duration, Duration)> {
         child(&r);
         return None;
     }
-    if !native_available() {
+    if !support::native::available() {
         return None;
     }
     let mut env = vec![];

@@ -37,23 +37,6 @@ const TIMEOUT_VAR: &str = "PSMRAIL_CLOSE_TEST_TIMEOUT_MS";
 /// it waits for a receive that never comes.
 const STUCK_SEND: usize = 4 << 20;
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
-/// Whether the PSM library loads; otherwise says why the test is skipped
-/// (or fails when it must run).
-fn available() -> bool {
-    match psm_sys::PsmLibrary::load() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 fn millis_var(name: &str) -> Duration {
     let text = std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
     Duration::from_millis(
@@ -205,7 +188,7 @@ fn parent() -> Option<support::spin_lock::SpinLock> {
         child(&r);
         return None;
     }
-    if !available() {
+    if !support::native::available() {
         return None;
     }
     Some(spin_lock())

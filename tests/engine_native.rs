@@ -56,30 +56,13 @@ fn make_native() -> NativeEngine {
     NativeEngine::load().unwrap_or_else(|e| panic!("the native engine does not load: {e}"))
 }
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
-/// Whether the default library loads; otherwise prints why the test is
-/// skipped (or fails when `PSMRAIL_REQUIRE_NATIVE=1`).
-fn available() -> bool {
-    match psm_sys::PsmLibrary::load() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 /// Whether the TrueScale build is installed (same skip rule).
 fn truescale_available() -> bool {
     if std::path::Path::new(TRUESCALE).exists() {
         return true;
     }
     assert!(
-        !require_native(),
+        !support::native::required(),
         "PSMRAIL_REQUIRE_NATIVE=1 but {TRUESCALE} is missing (install libpsm-infinipath1)"
     );
     eprintln!("SKIPPED: {TRUESCALE} not found (install libpsm-infinipath1)");
@@ -94,7 +77,7 @@ fn compat_default() -> bool {
 /// Whether the default library is the compat build; otherwise prints why
 /// the test is skipped (or fails when `PSMRAIL_REQUIRE_NATIVE=1`).
 fn needs_compat() -> bool {
-    if !available() {
+    if !support::native::available() {
         return false;
     }
     if compat_default() {
@@ -102,7 +85,10 @@ fn needs_compat() -> bool {
     }
     let reason = "the default PSM library is not the compat build (libpsm2-2-compat), \
                   which these scenarios need for shared memory";
-    assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {reason}");
+    assert!(
+        !support::native::required(),
+        "PSMRAIL_REQUIRE_NATIVE=1 but {reason}"
+    );
     eprintln!("SKIPPED: {reason}");
     false
 }
@@ -167,7 +153,7 @@ fn conformance_tagged_sizes_two_processes() {
 
 #[test]
 fn conformance_self_loopback() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated("conformance_self_loopback", &[], || {
@@ -177,7 +163,7 @@ fn conformance_self_loopback() {
 
 #[test]
 fn conformance_keyed_posts() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated("conformance_keyed_posts", &[], || {
@@ -426,7 +412,7 @@ fn truescale_second_endpoint_is_busy() {
 /// was tried, what to install).
 #[test]
 fn load_error_is_no_data() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated(
@@ -562,7 +548,7 @@ fn close_ends_everything_in_flight() {
 /// receive buffer, unknown keys to cancel.
 #[test]
 fn bad_arguments_are_errors() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated("bad_arguments_are_errors", &[], || {
@@ -682,7 +668,7 @@ fn reentry_from_a_handler_is_refused() {
 /// source, and futures progress it through `block_on`.
 #[test]
 fn open_with_a_manual_reactor() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated("open_with_a_manual_reactor", &[], || {
@@ -714,7 +700,7 @@ fn open_with_a_manual_reactor() {
 /// auto reactor the same way, generically.)
 #[test]
 fn open_with_an_auto_reactor() {
-    if peer::role().is_none() && !available() {
+    if peer::role().is_none() && !support::native::available() {
         return;
     }
     isolated("open_with_an_auto_reactor", &[], || {

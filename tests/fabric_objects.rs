@@ -99,18 +99,6 @@ fn silent_peer() -> (TcpListener, Epid) {
     )
 }
 
-/// An epid where nothing listens.
-fn closed_port_epid() -> Epid {
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    SoftEpid::new(Ipv4Addr::LOCALHOST, port, 1)
-        .unwrap()
-        .to_epid()
-}
-
 // ----- capability rule ----------------------------------------------------------------
 
 #[test]
@@ -407,7 +395,8 @@ fn av_map_gives_one_opaque_address_per_peer() {
     }
     // A failed insertion takes no address.
     let e = assert_kind(
-        av.insert(&[closed_port_epid()]).remove(0),
+        av.insert(&[support::soft_raw::closed_port_epid()])
+            .remove(0),
         ErrorKind::ConnRefused,
     );
     assert!(e.to_string().contains("cannot insert"), "{e}");
@@ -426,7 +415,7 @@ fn av_table_gives_indices_and_keeps_holes() {
             .av_type(AvType::Table)
             .connect_timeout(Duration::from_secs(10)))
         .unwrap();
-    let dead = closed_port_epid();
+    let dead = support::soft_raw::closed_port_epid();
     let r = av.insert(&[a.epid(), dead, b.epid(), a.epid()]);
     assert_eq!(r[0].as_ref().unwrap(), &FiAddr(0));
     assert_eq!(r[1].as_ref().unwrap_err().kind(), ErrorKind::ConnRefused);
@@ -670,10 +659,6 @@ fn endpoints_register_with_the_name_server() {
 
 // ----- native -----------------------------------------------------------------------
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
 /// The objects over real PSM, in a child process (PSM allows one endpoint
 /// per process): a second domain is busy, an AV reaches the endpoint
 /// itself, closing with a zero delay works.
@@ -681,9 +666,7 @@ fn require_native() -> bool {
 fn native_domain_in_a_child_process() {
     let test = "native_domain_in_a_child_process";
     if peer::role().is_none() {
-        if let Err(e) = psm_sys::PsmLibrary::load() {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
+        if !support::native::available() {
             return;
         }
         let mut env = vec![];
@@ -698,7 +681,10 @@ fn native_domain_in_a_child_process() {
     let info = match getinfo(Some(&hints)) {
         Ok(mut v) => v.remove(0),
         Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
+            assert!(
+                !support::native::required(),
+                "PSMRAIL_REQUIRE_NATIVE=1 but {e}"
+            );
             eprintln!("SKIPPED: {e}");
             return;
         }

@@ -21,23 +21,6 @@ use support::spin_lock::spin_lock;
 
 const LINE: Duration = Duration::from_secs(60);
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
-/// Whether the PSM library loads; otherwise says why the test is skipped
-/// (or fails when it must run).
-fn available() -> bool {
-    match psm_sys::PsmLibrary::load() {
-        Ok(_) => true,
-        Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 fn hints(rails: &str) -> Hints {
     let psm = PsmConfig::builder()
         .name_server(false)
@@ -58,7 +41,7 @@ fn hints(rails: &str) -> Hints {
 
 #[test]
 fn several_native_rails_are_refused_with_the_reason() {
-    if !available() {
+    if !support::native::available() {
         return;
     }
     let e = getinfo(Some(&hints("hfi1_0,hfi1_1"))).unwrap_err();
@@ -125,7 +108,7 @@ fn a_one_rail_native_mrail_endpoint_carries_messages_between_processes() {
         child(&side);
         return;
     }
-    if !available() {
+    if !support::native::available() {
         return;
     }
     let _lock = spin_lock();
@@ -197,7 +180,7 @@ fn inserting_lazily_needs_nothing_from_a_peer_that_waits_elsewhere() {
         lazy_child(&side);
         return;
     }
-    if !available() {
+    if !support::native::available() {
         return;
     }
     let _lock = spin_lock();

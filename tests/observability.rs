@@ -467,10 +467,6 @@ fn mrail_messages_have_op_spans_and_rail_changes_are_info_events() {
 
 // ----- native ----------------------------------------------------------------------
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
 /// The figures on real PSM, in a child process: an endpoint talking to
 /// itself through PSM's self device counts every message and byte once
 /// each way, messages that waited unexpected included; PSM reports
@@ -479,9 +475,7 @@ fn require_native() -> bool {
 fn native_figures_are_exact() {
     let test = "native_figures_are_exact";
     if peer::role().is_none() {
-        if let Err(e) = psm_sys::PsmLibrary::load() {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
+        if !support::native::available() {
             return;
         }
         let mut env = vec![];
@@ -500,7 +494,10 @@ fn native_figures_are_exact() {
     let info = match psmrail::fabric::getinfo(Some(&hints)) {
         Ok(mut v) => v.remove(0),
         Err(e) => {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
+            assert!(
+                !support::native::required(),
+                "PSMRAIL_REQUIRE_NATIVE=1 but {e}"
+            );
             eprintln!("SKIPPED: {e}");
             return;
         }

@@ -802,10 +802,6 @@ fn mrail_loopback_rails_echo_both_runtimes() {
 
 // ----- native engine -----------------------------------------------------------------
 
-fn require_native() -> bool {
-    std::env::var("PSMRAIL_REQUIRE_NATIVE").is_ok_and(|v| v == "1")
-}
-
 /// The echoes over real PSM, in a child process (one endpoint per
 /// process: it talks to itself with crossed tags).
 #[test]
@@ -815,9 +811,7 @@ fn native_echo_in_a_child_process() {
     use support::peer::{self, Peer};
     let test = "native_echo_in_a_child_process";
     if peer::role().is_none() {
-        if let Err(e) = psm_sys::PsmLibrary::load() {
-            assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
-            eprintln!("SKIPPED: {e}");
+        if !support::native::available() {
             return;
         }
         let mut env = vec![];
@@ -849,7 +843,10 @@ fn native_echo_in_a_child_process() {
         let info = match inside_a_runtime(|| getinfo(Some(&hints))) {
             Ok(mut v) => v.remove(0),
             Err(e) => {
-                assert!(!require_native(), "PSMRAIL_REQUIRE_NATIVE=1 but {e}");
+                assert!(
+                    !support::native::required(),
+                    "PSMRAIL_REQUIRE_NATIVE=1 but {e}"
+                );
                 eprintln!("SKIPPED: {e}");
                 return;
             }

@@ -7,8 +7,9 @@
 //! test values (`atomic_values`), a raw soft-engine client for
 //! hostile-peer tests (`soft_raw`), raw name-server clients (`ns_raw`), the multi-rail rig (network namespaces
 //! joined by veth pairs: `rig`, `hosts`, `mrail_nodes`) and a `tracing`
-//! subscriber that records what it sees (`trace_capture`), and jobs
-//! under real launchers, hydra and Open MPI (`launched`).
+//! subscriber that records what it sees (`trace_capture`), jobs under
+//! real launchers, hydra and Open MPI (`launched`), and whether the
+//! native engine's tests run (`native`).
 #![allow(dead_code)]
 
 pub(crate) mod atomic_values;
@@ -16,6 +17,7 @@ pub(crate) mod fabric;
 pub(crate) mod hosts;
 pub(crate) mod launched;
 pub(crate) mod mrail_nodes;
+pub(crate) mod native;
 pub(crate) mod ns_raw;
 pub(crate) mod payload;
 pub(crate) mod peer;

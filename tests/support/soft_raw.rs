@@ -11,6 +11,18 @@ use psmrail::reactor::{ProgressSource, Reactor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// An epid where nothing listens (a loopback port just released).
+pub(crate) fn closed_port_epid() -> Epid {
+    let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    psmrail::engine::soft::SoftEpid::new(std::net::Ipv4Addr::LOCALHOST, port, 1)
+        .unwrap()
+        .to_epid()
+}
+
 /// A dialer's first bytes: Hello of job `uuid` claiming `epid`, and the
 /// Session naming a new link `link`.
 pub(crate) fn hello_session(uuid: [u8; 16], epid: Epid, link: u64) -> Vec<u8> {

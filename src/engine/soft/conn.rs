@@ -658,6 +658,36 @@ impl Conn {
         Ok(())
     }
 
+    /// Queues the Cts that lets the peer send `len` bytes of message
+    /// `msg_id` as transfer `token`.
+    pub(super) fn push_cts(&mut self, msg_id: u64, token: u64, len: u64) {
+        self.control.push_back(Control {
+            frame: Frame::Cts { msg_id, token, len },
+            returns_am_credit: false,
+        });
+    }
+
+    /// The send a Cts or Pulled answers (`msg_id`, taking `len` bytes of
+    /// it), out of the ones awaiting an answer.
+    pub(super) fn answered(
+        &mut self,
+        msg_id: u64,
+        len: u64,
+    ) -> Result<SendOp, super::protocol::Violation> {
+        use super::protocol::Violation;
+        let send = self
+            .awaiting_cts
+            .remove(&msg_id)
+            .ok_or(Violation::UnknownMsgId(msg_id))?;
+        if len > send.len {
+            return Err(Violation::CtsTooLong {
+                accept: len,
+                len: send.len,
+            });
+        }
+        Ok(send)
+    }
+
     /// Every operation of the connection, for failing them; leaves the
     /// pipeline empty.
     pub(super) fn take_ops(&mut self, error: crate::ErrorKind) -> Vec<(OpId, MqStatus)> {

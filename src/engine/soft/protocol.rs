@@ -1345,14 +1345,7 @@ impl SoftCore {
             self.complete(op, status);
         } else {
             c.pull = false;
-            c.control.push_back(Control {
-                frame: Frame::Cts {
-                    msg_id,
-                    token,
-                    len: accept,
-                },
-                returns_am_credit: false,
-            });
+            c.push_cts(msg_id, token, accept);
         }
         self.hint(conn);
     }
@@ -1799,31 +1792,11 @@ impl SoftCore {
             }
             Frame::Pulled { msg_id, len } => {
                 // The receiver read the message itself: the send is done.
-                let send = conn
-                    .awaiting_cts
-                    .remove(&msg_id)
-                    .ok_or(Violation::UnknownMsgId(msg_id))?;
-                if len > send.len {
-                    return Err(Violation::CtsTooLong {
-                        accept: len,
-                        len: send.len,
-                    }
-                    .into());
-                }
+                let send = conn.answered(msg_id, len)?;
                 self.complete(send.op, send.status(None));
             }
             Frame::Cts { msg_id, token, len } => {
-                let send = conn
-                    .awaiting_cts
-                    .remove(&msg_id)
-                    .ok_or(Violation::UnknownMsgId(msg_id))?;
-                if len > send.len {
-                    return Err(Violation::CtsTooLong {
-                        accept: len,
-                        len: send.len,
-                    }
-                    .into());
-                }
+                let send = conn.answered(msg_id, len)?;
                 if len == 0 {
                     self.complete(send.op, send.status(None));
                 } else {
@@ -2555,14 +2528,7 @@ impl SoftCore {
                 c.next_token += 1;
                 let pull = addr.filter(|_| c.pull && accept > 0);
                 if pull.is_none() {
-                    c.control.push_back(Control {
-                        frame: Frame::Cts {
-                            msg_id,
-                            token,
-                            len: accept,
-                        },
-                        returns_am_credit: false,
-                    });
+                    c.push_cts(msg_id, token, accept);
                 }
                 c.grant(Credit {
                     rts: 1,

@@ -1891,22 +1891,35 @@ fn read_sender(node: &Node, addr: u64, len: usize) -> Vec<u8> {
     panic!("the address {addr:#x} is in no send buffer of the sender");
 }
 
-/// Both sides single-copy: a large send goes as PullRts, the receiver's
-/// edge reads it, Pulled completes the send, and no Data crosses.
-#[test]
-fn a_pulled_message_completes_both_sides_without_data() {
+/// A pair whose one link single-copies both ways, node 0 sending node 1
+/// `n` bytes of `data(n, seed)` under `tag`, run until node 1's edge is
+/// asked to pull: the net, the receive, the send and the pull.
+fn pulling_pair(
+    n: usize,
+    tag: u64,
+    seed: u8,
+) -> (Net, OpId, OpId, (ConnId, u64, OpId, u64, usize)) {
     let mut net = Net::pair(small(), small());
     let p01 = net.peer(0, 1);
     let (_, c0) = net.links[0].ends[0];
     let (_, c1) = net.links[0].ends[1];
     net.nodes[0].core.set_pull(c0, true);
     net.nodes[1].core.set_pull(c1, true);
-    let n = 200_000;
-    let r = net.nodes[1].recv(TagMatch::exact(3), n);
-    let s = net.nodes[0].send(p01, 3, data(n, 5), SendMode::Standard);
+    let r = net.nodes[1].recv(TagMatch::exact(tag), n);
+    let s = net.nodes[0].send(p01, tag, data(n, seed), SendMode::Standard);
     net.run();
-    let (conn, token, op, addr, len) = net.nodes[1].pulls.pop().expect("a pull");
-    assert_eq!((conn, op, len), (c1, r, n));
+    let pull = net.nodes[1].pulls.pop().expect("a pull");
+    assert_eq!(pull.0, c1);
+    (net, r, s, pull)
+}
+
+/// Both sides single-copy: a large send goes as PullRts, the receiver's
+/// edge reads it, Pulled completes the send, and no Data crosses.
+#[test]
+fn a_pulled_message_completes_both_sides_without_data() {
+    let n = 200_000;
+    let (mut net, r, s, (conn, token, op, addr, len)) = pulling_pair(n, 3, 5);
+    assert_eq!((op, len), (r, n));
     let bytes = read_sender(&net.nodes[0], addr, len);
     net.nodes[1].recvs.get_mut(&op).unwrap()[..len].copy_from_slice(&bytes);
     net.nodes[1].core.pull_done(conn, token, true);
@@ -1923,17 +1936,9 @@ fn a_pulled_message_completes_both_sides_without_data() {
 /// PullRts with Cts at once.
 #[test]
 fn a_failed_pull_falls_back_to_the_ring() {
-    let mut net = Net::pair(small(), small());
-    let p01 = net.peer(0, 1);
-    let (_, c0) = net.links[0].ends[0];
-    let (_, c1) = net.links[0].ends[1];
-    net.nodes[0].core.set_pull(c0, true);
-    net.nodes[1].core.set_pull(c1, true);
     let n = 100_000;
-    let r = net.nodes[1].recv(TagMatch::exact(4), n);
-    let s = net.nodes[0].send(p01, 4, data(n, 9), SendMode::Standard);
-    net.run();
-    let (conn, token, ..) = net.nodes[1].pulls.pop().expect("a pull");
+    let (mut net, r, s, (conn, token, ..)) = pulling_pair(n, 4, 9);
+    let p01 = net.peer(0, 1);
     net.nodes[1].core.pull_done(conn, token, false);
     net.nodes[1].pump();
     net.run();
