@@ -5,6 +5,10 @@
 use super::*;
 use std::os::fd::AsRawFd;
 
+/// Reads of an accepted Unix link after which a dialer that offered no
+/// segment will not offer one (its offer follows the handshake at once).
+const OFFER_WITHIN_READS: u64 = 32;
+
 impl Inner {
     /// Reads what link `i` has, up to about `budget` bytes: from its
     /// socket, or from its ring once its input moved to shared memory
@@ -37,6 +41,12 @@ impl Inner {
             let Pipe::Stream(stream) = &link.pipe else {
                 return made;
             };
+            if !ring && link.shm.as_ref().is_some_and(|p| p.reads) {
+                // The peer's switch was just read: the rest comes from the
+                // ring, next step.
+                self.more = true;
+                return made;
+            }
             if let Some(d) = link.direct {
                 // The rest of a Data payload: straight into the receive
                 // buffer.
@@ -130,6 +140,12 @@ impl Inner {
                     if link.input.len() < before + n {
                         // At least one frame went whole to the core.
                         link.frames += 1;
+                        if link.take_fds && link.frames > OFFER_WITHIN_READS {
+                            // A segment is offered right after the
+                            // handshake or not at all: plain reads again.
+                            link.take_fds = false;
+                            link.passed_fds.clear();
+                        }
                     }
                     if ok && !link.input.is_empty() {
                         if let Ok(Some(d)) = self.core.take_direct(conn, &mut link.input) {
