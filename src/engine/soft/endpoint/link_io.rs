@@ -41,12 +41,6 @@ impl Inner {
             let Pipe::Stream(stream) = &link.pipe else {
                 return made;
             };
-            if !ring && link.shm.as_ref().is_some_and(|p| p.reads) {
-                // The peer's switch was just read: the rest comes from the
-                // ring, next step.
-                self.more = true;
-                return made;
-            }
             if let Some(d) = link.direct {
                 // The rest of a Data payload: straight into the receive
                 // buffer.

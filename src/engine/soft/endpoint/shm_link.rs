@@ -294,6 +294,11 @@ impl Inner {
                 gone = true;
                 continue;
             };
+            // Only a link a step would read can keep the thread awake
+            // (one draining or ended keeps what is left in its ring).
+            if !link.is_live() || link.conn.is_none() || link.ended.is_some() {
+                continue;
+            }
             let blocked = link.has_output();
             if let Some(p) = link.shm.as_mut() {
                 ok &= p.prepare_sleep(blocked);
