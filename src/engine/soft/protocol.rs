@@ -1234,16 +1234,34 @@ impl SoftCore {
     /// established connection this side dialed that offered nothing yet
     /// on this transport.
     pub fn offer_shm(&mut self, conn: ConnId, segment_len: u64) -> Result<()> {
+        if self
+            .conns
+            .get(&conn)
+            .is_none_or(|c| c.phase != ConnPhase::Established)
+        {
+            return Err(inval(format!("{conn:?} is not an established connection")));
+        }
+        self.queue_shm_frame(conn, "cannot offer shared memory now", |shm, dialer| {
+            shm.offer(dialer, segment_len)
+        })
+    }
+
+    /// Queues the exchange frame `step` makes of `conn`'s state (given
+    /// whether this side dialed) ahead of its other frames; `Inval`
+    /// saying `refusal` when `step` makes none.
+    fn queue_shm_frame(
+        &mut self,
+        conn: ConnId,
+        refusal: &str,
+        step: impl FnOnce(&mut ShmSwitch, bool) -> Option<Frame>,
+    ) -> Result<()> {
         let c = self
             .conns
             .get_mut(&conn)
-            .filter(|c| c.phase == ConnPhase::Established)
-            .ok_or_else(|| inval(format!("{conn:?} is not an established connection")))?;
+            .ok_or_else(|| inval(format!("unknown connection {conn:?}")))?;
         let dialer = matches!(c.role, Role::Dialer { .. });
-        let frame = c
-            .shm
-            .offer(dialer, segment_len)
-            .ok_or_else(|| inval(format!("{conn:?} cannot offer shared memory now")))?;
+        let frame =
+            step(&mut c.shm, dialer).ok_or_else(|| inval(format!("{conn:?}: {refusal}")))?;
         c.hs.push_back(frame);
         self.hint(conn);
         Ok(())
@@ -1255,17 +1273,9 @@ impl SoftCore {
     /// until the edge writes to the segment; without, a ShmDecline, and
     /// the link stays on the socket. `Inval` when no offer waits.
     pub fn answer_shm(&mut self, conn: ConnId, accept: bool) -> Result<()> {
-        let c = self
-            .conns
-            .get_mut(&conn)
-            .ok_or_else(|| inval(format!("unknown connection {conn:?}")))?;
-        let frame = c
-            .shm
-            .answer(accept)
-            .ok_or_else(|| inval(format!("no shared-memory offer waits on {conn:?}")))?;
-        c.hs.push_back(frame);
-        self.hint(conn);
-        Ok(())
+        self.queue_shm_frame(conn, "no shared-memory offer waits", |shm, _| {
+            shm.answer(accept)
+        })
     }
 
     /// Dialer: after [`Event::ShmPeerMoved`] and
@@ -1273,17 +1283,9 @@ impl SoftCore {
     /// ShmSwitch; transmit then stops as after
     /// [`answer_shm`](Self::answer_shm). `Inval` out of turn.
     pub fn follow_shm(&mut self, conn: ConnId) -> Result<()> {
-        let c = self
-            .conns
-            .get_mut(&conn)
-            .ok_or_else(|| inval(format!("unknown connection {conn:?}")))?;
-        let frame = c
-            .shm
-            .follow()
-            .ok_or_else(|| inval(format!("{conn:?} has no shared-memory move to follow")))?;
-        c.hs.push_back(frame);
-        self.hint(conn);
-        Ok(())
+        self.queue_shm_frame(conn, "no shared-memory move to follow", |shm, _| {
+            shm.follow()
+        })
     }
 
     /// Whether this side's ShmSwitch went into `conn`'s output and

@@ -6,7 +6,7 @@
 use super::close_tests::{drive, open, pair_on, pattern, post_recv, post_send, LIMIT};
 use super::shm::segment::{Direction, SharedRegion};
 use super::{SoftConfig, SoftEndpoint, SoftEngine};
-use crate::engine::EngineEndpoint;
+use crate::engine::{EngineEndpoint, PeerAddr};
 use crate::reactor::ProgressSource;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,6 +22,17 @@ fn engine_with(shared_memory: bool, shm_single_copy: bool) -> SoftEngine {
         ..SoftConfig::default()
     })
     .unwrap()
+}
+
+/// `a` and `b` connect to each other at once (each `connect` waits for
+/// the other side's progress, hence the thread): their names for each
+/// other.
+fn dial_each_other(a: &SoftEndpoint, b: &SoftEndpoint) -> (PeerAddr, PeerAddr) {
+    std::thread::scope(|s| {
+        let t = s.spawn(|| b.connect(&[a.epid()], LIMIT).remove(0));
+        let ab = a.connect(&[b.epid()], LIMIT).remove(0).unwrap();
+        (ab, t.join().unwrap().unwrap())
+    })
 }
 
 fn settle(eps: &[&Arc<SoftEndpoint>]) {
@@ -99,11 +110,7 @@ fn a_scribbling_peer_loses_its_link_and_nothing_else() {
     let e = engine(true);
     let (a, b, ab, _) = pair_on(&e);
     let c = open(&e);
-    let (ac, ca) = std::thread::scope(|s| {
-        let t = s.spawn(|| c.connect(&[a.epid()], LIMIT).remove(0));
-        let ac = a.connect(&[c.epid()], LIMIT).remove(0).unwrap();
-        (ac, t.join().unwrap().unwrap())
-    });
+    let (ac, ca) = dial_each_other(&a, &c);
     settle(&[&a, &b, &c]);
     let before = a.stats();
     // b scribbles: every index of every ring it shares with a.
@@ -153,11 +160,7 @@ fn a_scribbling_peer_loses_its_link_and_nothing_else() {
 fn a_peer_without_shared_memory_declines_and_both_stay_on_the_socket() {
     let (on, off) = (engine(true), engine(false));
     let (a, b) = (open(&on), open(&off));
-    let (ab, ba) = std::thread::scope(|s| {
-        let t = s.spawn(|| b.connect(&[a.epid()], LIMIT).remove(0));
-        let ab = a.connect(&[b.epid()], LIMIT).remove(0).unwrap();
-        (ab, t.join().unwrap().unwrap())
-    });
+    let (ab, ba) = dial_each_other(&a, &b);
     settle(&[&a, &b]);
     for (from, to, peer) in [(&a, &b, ab), (&b, &a, ba)] {
         let data = pattern(300_000, 4);

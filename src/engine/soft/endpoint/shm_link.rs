@@ -98,7 +98,7 @@ impl Inner {
         if dialer {
             let _ = self.core.follow_shm(conn);
         }
-        self.note_shm_move(i);
+        self.on_both_moved(i);
         self.more = true;
     }
 
@@ -128,7 +128,7 @@ impl Inner {
             Some(path) => {
                 path.writes = true;
                 self.core.shm_writes_moved(conn);
-                self.note_shm_move(i);
+                self.on_both_moved(i);
             }
             None => self.lose(
                 i,
@@ -141,7 +141,7 @@ impl Inner {
     /// Once both directions of link `i` moved: single copies for large
     /// messages when configured and the peer's process is known, and a
     /// tracing event.
-    fn note_shm_move(&mut self, i: usize) {
+    fn on_both_moved(&mut self, i: usize) {
         let single_copy = self.cfg.shm_single_copy;
         let link = &mut self.links[i];
         let pid = match &link.pipe {
