@@ -28,7 +28,7 @@ pub const SHM_VAR: &str = "PSMRAIL_SOFT_SHM";
 pub const SHM_RING_VAR: &str = "PSMRAIL_SOFT_SHM_RING";
 
 /// `PSMRAIL_SOFT_SHM_SINGLE_COPY`: large messages on a shared-memory
-/// link are read from the sender's memory (a boolean; default off).
+/// link are read from the sender's memory (a boolean; default on).
 pub const SHM_SINGLE_COPY_VAR: &str = "PSMRAIL_SOFT_SHM_SINGLE_COPY";
 
 /// What the variables say (`None`: unset).

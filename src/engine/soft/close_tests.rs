@@ -14,6 +14,7 @@ use bytes::BytesMut;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -344,11 +345,15 @@ fn output_of_a_timed_out_close_still_arrives_tcp() {
     timed_out_close(false, false);
 }
 
+/// A connected socket of the raw peer: TCP or Unix.
+trait Wire: Read + Write {}
+impl<T: Read + Write> Wire for T {}
+
 /// A peer played by a bare core over plain sockets, so the test decides
 /// what reaches the endpoint, on which connection, and when.
 struct RawPeer {
     core: SoftCore,
-    links: Vec<(TcpStream, ConnId, BytesMut)>,
+    links: Vec<(Box<dyn Wire>, ConnId, BytesMut)>,
     sends: HashMap<OpId, Vec<u8>>,
 }
 
@@ -367,6 +372,18 @@ impl RawPeer {
         let addr = SoftEpid::try_from(ep.epid()).unwrap().socket_addr();
         let s = TcpStream::connect(addr).unwrap();
         s.set_nonblocking(true).unwrap();
+        self.add(ep, Box::new(s))
+    }
+
+    /// As [`RawPeer::dial`], over `ep`'s Unix-domain socket.
+    fn dial_unix(&mut self, ep: &SoftEndpoint) -> usize {
+        let name = super::transport::unix_name(ep.epid()).unwrap();
+        let s = UnixStream::connect_addr(&name).unwrap();
+        s.set_nonblocking(true).unwrap();
+        self.add(ep, Box::new(s))
+    }
+
+    fn add(&mut self, ep: &SoftEndpoint, s: Box<dyn Wire>) -> usize {
         let c = self
             .core
             .open_connection(Role::Dialer { expect: ep.epid() });
@@ -452,4 +469,72 @@ fn messages_on_other_connections_arrive_before_the_peer_goes_down() {
     let c = drive(&[&b], &b, r, "the message");
     assert_eq!(c.status.error, None, "{:?}", c.status);
     assert!(c.buffer.as_slice() == &pattern(64, 8)[..]);
+}
+
+/// One step of the endpoint: a Unix connection of the peer's, read up to
+/// the read budget, answers the peer and finds its write broken (the peer
+/// closed it, more bytes still unread); then a dial to the same peer that
+/// the peer never accepted ends (reset): it names no peer yet. The broken
+/// connection is read to its end before it is lost, so a message the peer
+/// completed on it arrives.
+#[test]
+fn a_broken_link_is_read_before_an_unnamed_one_ends_it() {
+    let b = open(
+        &SoftEngine::new(SoftConfig {
+            unix_sockets: true,
+            shared_memory: false,
+            verify_peers: false,
+            max_read: 4 << 10,
+            read_budget: 4 << 10,
+            ..SoftConfig::default()
+        })
+        .unwrap(),
+    );
+    let mut p = RawPeer::new();
+    let peer_epid = p.core.epid();
+    // The endpoint dials the peer, which listens but never accepts.
+    let backlog =
+        UnixListener::bind_addr(&super::transport::unix_name(peer_epid).unwrap()).unwrap();
+    let unnamed = b.start_dial(peer_epid);
+    // The peer's own connection: handshake.
+    let k = p.dial_unix(&b);
+    for _ in 0..20 {
+        b.progress();
+        p.read(k);
+    }
+    let peer = p.core.peer_of(b.epid()).expect("connected");
+    let named = b.open_links();
+    assert_eq!(named.len(), 1, "one connection completed its handshake");
+    // A rendezvous request (the endpoint answers it with a clear to send
+    // as soon as it read it), bulk the budget stops in, then the message.
+    let rts = post_recv(&b, 9, 128 << 10);
+    let r = post_recv(&b, 8, 64);
+    let sends = [(9, 128 << 10), (10, 12 << 10), (8, 64)];
+    for (n, &(tag, len)) in sends.iter().enumerate() {
+        let op = OpId(n as u64 + 1);
+        p.sends.insert(op, pattern(len, tag as u8));
+        p.core
+            .send(peer, tag, len as u64, SendMode::Standard, op)
+            .unwrap();
+    }
+    let mut out = BytesMut::new();
+    p.core
+        .poll_transmit(p.links[k].1, &mut out, 1 << 20, &p.sends);
+    assert!(out.len() > 8 << 10, "more than one read budget");
+    p.links[k].0.write_all(&out).unwrap();
+    // The peer goes: its connection closes, the unaccepted one resets.
+    drop(p);
+    drop(backlog);
+    let (broken, ended) = b.service_readable(named[0]);
+    assert!(
+        broken && !ended,
+        "the precondition: a broken write, bytes unread"
+    );
+    b.service_readable(unnamed);
+    let c = drive(&[&b], &b, r, "the message");
+    assert_eq!(c.status.error, None, "{:?}", c.status);
+    assert!(c.buffer.as_slice() == &pattern(64, 8)[..]);
+    // The rendezvous never got its data: it fails, nothing hangs.
+    let c = drive(&[&b], &b, rts, "the rendezvous receive");
+    assert!(c.status.error.is_some(), "{:?}", c.status);
 }

@@ -163,10 +163,8 @@ pub struct SoftConfig {
     /// (`process_vm_readv`: one copy, by the kernel) instead of crossing
     /// the ring in two; where the kernel refuses (`kernel.yama.ptrace_scope`
     /// 2 or 3, a container's seccomp filter, another user) the message
-    /// comes through the ring. `PSMRAIL_SOFT_SHM_SINGLE_COPY=1` turns it
-    /// on. Default off: an endpoint that drops its handles right after
-    /// such a send can still stall its peer's next receive (seen in 1 of
-    /// about 15 runs of `tests/ops_drop.rs`), which is not understood yet.
+    /// comes through the ring. `PSMRAIL_SOFT_SHM_SINGLE_COPY=0` turns it
+    /// off. Default on.
     pub shm_single_copy: bool,
 }
 
@@ -196,7 +194,7 @@ impl SoftConfig {
         job_secret: None,
         shared_memory: true,
         shm_ring: 1 << 20,
-        shm_single_copy: false,
+        shm_single_copy: true,
     };
 
     /// This configuration listening at `spec`: an IPv4 address, an

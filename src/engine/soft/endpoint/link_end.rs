@@ -53,26 +53,26 @@ impl Inner {
     /// peer's other links. Frames on different connections are not
     /// ordered, so a message that arrived whole on one of them must not be
     /// lost because another ended first. Then every link found ended or
-    /// broken meanwhile is lost.
+    /// broken meanwhile is lost; one whose write broke and that was not
+    /// read here (another peer's, or a link whose handshake named no peer
+    /// yet) is salvaged the same way first.
     pub(super) fn salvage(&mut self, i: usize) {
         self.salvaging = true;
-        let peer = self.links[i]
-            .conn
-            .and_then(|c| self.core.connection_peer(c));
-        self.read_rest(i);
-        if let Some(peer) = peer {
-            for j in 0..self.links.len() {
-                let same = self.links[j]
-                    .conn
-                    .is_some_and(|c| self.core.connection_peer(c) == Some(peer));
-                if j != i && same {
-                    self.read_rest(j);
-                }
-            }
+        let mut read = Vec::new();
+        let mut next = Some(i);
+        while let Some(k) = next {
+            self.read_with_siblings(k, &mut read);
+            next = (0..self.links.len()).find(|&j| {
+                let link = &self.links[j];
+                link.is_live()
+                    && link.ended.is_none()
+                    && link.broken.is_some()
+                    && !read.contains(&link.id)
+            });
         }
         self.salvaging = false;
         for j in 0..self.links.len() {
-            let link = &mut self.links[j];
+            let link = &self.links[j];
             if !link.is_live() {
                 continue;
             }
@@ -82,6 +82,26 @@ impl Inner {
                 .or_else(|| link.broken.clone().map(|why| (ErrorKind::Io, why)));
             if let Some((kind, why)) = failed {
                 self.lose(j, kind, why);
+            }
+        }
+    }
+
+    /// Reads the rest of link `k` and of every other link to its peer,
+    /// noting each in `read`.
+    fn read_with_siblings(&mut self, k: usize, read: &mut Vec<LinkId>) {
+        let peer = self.links[k]
+            .conn
+            .and_then(|c| self.core.connection_peer(c));
+        read.push(self.links[k].id);
+        self.read_rest(k);
+        let Some(peer) = peer else { return };
+        for j in 0..self.links.len() {
+            let same = self.links[j]
+                .conn
+                .is_some_and(|c| self.core.connection_peer(c) == Some(peer));
+            if j != k && same && !read.contains(&self.links[j].id) {
+                read.push(self.links[j].id);
+                self.read_rest(j);
             }
         }
     }

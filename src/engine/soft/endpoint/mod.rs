@@ -606,6 +606,51 @@ impl SoftEndpoint {
         n
     }
 
+    /// Starts dialing `epid` without waiting for the handshake (tests: a
+    /// dial its peer never answers); the link's name.
+    #[cfg(test)]
+    pub(crate) fn start_dial(&self, epid: Epid) -> LinkId {
+        let mut g = self.lock().expect("an open endpoint");
+        let timeout = Duration::from_secs(60);
+        g.dial(epid, Instant::now() + timeout, timeout)
+            .expect("the dial starts")
+    }
+
+    /// The links whose handshake completed (tests).
+    #[cfg(test)]
+    pub(crate) fn open_links(&self) -> Vec<LinkId> {
+        let g = self.lock().expect("an open endpoint");
+        g.links
+            .iter()
+            .filter(|l| l.is_live() && l.phase == LinkPhase::Open)
+            .map(|l| l.id)
+            .collect()
+    }
+
+    /// Services link `id` as a step does when its socket is readable
+    /// (tests decide the order of the links within one step); after it,
+    /// whether the link's write broke and whether its reading ended.
+    #[cfg(test)]
+    pub(crate) fn service_readable(&self, id: LinkId) -> (bool, bool) {
+        let mut g = self.lock().expect("an open endpoint");
+        let Some(i) = g.link_index(id) else {
+            return (false, true);
+        };
+        g.links[i].readable = true;
+        g.service(i);
+        match g.link_index(id) {
+            Some(i) => {
+                g.links[i].readable = false;
+                let link = &g.links[i];
+                (
+                    link.broken.is_some(),
+                    link.ended.is_some() || !link.is_live(),
+                )
+            }
+            None => (false, true),
+        }
+    }
+
     /// Locks the state of an open endpoint.
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         let g = self.lock_any()?;
