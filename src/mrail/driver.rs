@@ -179,6 +179,7 @@ use super::core::rail_health::{RailEvent, RailHealth, RailState};
 use super::core::rail_load::RailLoad;
 use super::core::rail_queue::{PartQueue, QueuedPart, QUEUE_FROM};
 use super::core::rail_rates::RailRates;
+use super::core::send_wait::{says_gone, SendWait};
 use super::core::sequence::{Reorder, ReorderError, TxSequence};
 use super::core::stripe::StripePlan;
 use super::link_watch::LinkWatch;
@@ -540,11 +541,8 @@ struct WaitingSend {
     tag: u64,
     buf: OpBuffer,
     sink: Sink,
-    /// `FI_PSM_TIMEOUT` after the post.
-    until: Instant,
-    /// The connect timeout after the post, for a peer no rail has
-    /// reached (else `until`).
-    first_until: Instant,
+    /// How long it may wait.
+    wait: SendWait,
 }
 
 /// A large send: waiting for its CTS, then its parts.
@@ -963,8 +961,11 @@ struct Reconnect {
     /// When it may be tried; `None` while a try is under way.
     due: Option<Instant>,
     backoff: Duration,
-    /// A try has failed (the peer refused, or did not answer in time).
-    failed: bool,
+    /// A try found nothing listening at the peer's address
+    /// (`FI_ECONNREFUSED`): the peer may be gone. A try that failed
+    /// otherwise (a handshake cut short, a reset: what a host busy with a
+    /// job's first all-to-all gives) does not set it.
+    refused: bool,
 }
 
 /// Connects made on threads of their own (each waits for its handshakes):
@@ -1353,24 +1354,23 @@ impl Driver {
             // A peer no rail has reached yet waits for its first connects
             // while they are under way, as long as the address vector lets
             // a connect take (a job's first all-to-all, every rank dialing
-            // every other at once, takes seconds on a loaded host); a peer
-            // that lost its rails, or refused a first connect, waits
-            // `FI_PSM_TIMEOUT` for one.
-            let now = Instant::now();
-            let until = now + self.rail_domain(0).config().timeout();
-            let first_until = if entry.connected() == 0 {
-                until.max(now + self.av.connect_timeout())
-            } else {
-                until
-            };
+            // every other at once, takes seconds on a loaded host, and a
+            // connect may fail there and be tried again); a peer that lost
+            // its rails, or where nothing listened at a first connect,
+            // waits `FI_PSM_TIMEOUT` for one.
+            let wait = SendWait::new(
+                Instant::now(),
+                self.rail_domain(0).config().timeout(),
+                self.av.connect_timeout(),
+                entry.connected() != 0,
+            );
             st.waiting.push_back(WaitingSend {
                 entry,
                 class,
                 tag,
                 buf,
                 sink,
-                until,
-                first_until,
+                wait,
             });
             drop(st);
             self.notify();
@@ -1448,17 +1448,11 @@ impl Driver {
         }
     }
 
-    /// When the waiting send `w` fails: `FI_PSM_TIMEOUT` after its post,
-    /// or, while its peer's first connects are under way and none has
-    /// failed, the connect timeout.
+    /// When the waiting send `w` fails ([`SendWait`]).
     fn send_deadline(&self, st: &State, w: &WaitingSend) -> Instant {
         let token = w.entry.addr.token();
-        let refused = st.reconnects.iter().any(|r| r.token == token && r.failed);
-        if refused {
-            w.until
-        } else {
-            w.first_until
-        }
+        let refused = st.reconnects.iter().any(|r| r.token == token && r.refused);
+        w.wait.deadline(refused)
     }
 
     /// Whether a rail may soon serve the peer `token`: one of ours is
@@ -4528,7 +4522,7 @@ impl Driver {
             rail,
             due: Some(due),
             backoff: RECONNECT_MIN,
-            failed: false,
+            refused: false,
         });
     }
 
@@ -4631,7 +4625,7 @@ impl Driver {
                 );
                 r.due = Some(now + r.backoff);
                 r.backoff = (r.backoff * 2).min(RECONNECT_MAX);
-                r.failed = true;
+                r.refused |= says_gone(e.kind());
                 return;
             }
         };

@@ -24,6 +24,8 @@
 //!   times, the samples rates are learned from ([`RailLoad`]);
 //! * [`rail_queue`]: the sender's parts waiting for their rails, a few in
 //!   flight per rail at a time ([`PartQueue`](rail_queue::PartQueue));
+//! * `send_wait`: how long a send waits for a rail to its peer
+//!   (`SendWait`);
 //! * [`sequence`]: per-peer sequence numbers ([`TxSequence`]) and the
 //!   receive-side reorder buffer ([`Reorder`]) that undoes the reordering
 //!   between rails;
@@ -49,6 +51,7 @@ pub mod rail_load;
 pub mod rail_queue;
 pub mod rail_rates;
 pub mod rma_plan;
+pub(crate) mod send_wait;
 pub mod sequence;
 pub mod stripe;
 
