@@ -314,6 +314,8 @@ impl Stream {
             return 0;
         };
         let mut n: libc::c_int = 0;
+        // nix has no call for TIOCOUTQ (only macros that write the same
+        // unsafe wrapper).
         // SAFETY: TIOCOUTQ (SIOCOUTQ on a TCP socket) writes one `c_int`
         // through the pointer, which points at a live local `c_int`; the
         // descriptor is an open socket owned by `s` for the call.
@@ -401,6 +403,10 @@ pub(crate) enum Drained {
 }
 
 /// Reads from `fd` into the spare capacity of `buf`.
+///
+/// `read(2)` itself, not `nix::unistd::read`: that one takes an
+/// initialised `&mut [u8]`, and zeroing the spare capacity before every
+/// read would cost what this saves.
 fn read_spare(fd: RawFd, buf: &mut BytesMut, want: usize) -> io::Result<usize> {
     buf.reserve(want);
     let spare = buf.spare_capacity_mut();
@@ -437,6 +443,11 @@ pub(crate) fn pollfd(fd: RawFd) -> libc::pollfd {
 
 /// `poll(2)` without waiting: how many descriptors have events (their
 /// `revents` say which).
+///
+/// `libc::poll` rather than `nix::poll::poll`, whose `PollFd` borrows
+/// each descriptor: the lingerer waits on the descriptors of sockets it
+/// keeps behind a lock it releases before waiting (see `poll_for`), and
+/// the listeners' look shares the same two helpers.
 pub(crate) fn poll_now(fds: &mut [libc::pollfd]) -> io::Result<usize> {
     if fds.is_empty() {
         return Ok(0);

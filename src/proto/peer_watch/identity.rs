@@ -125,16 +125,8 @@ pub(crate) fn host_label<V: VarSource + ?Sized>(vars: &V) -> Result<Option<Strin
 fn host_hash() -> Option<u64> {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let ns = std::fs::metadata("/proc/self/ns/pid").ok()?;
-    let mut name = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at
-    // most that many bytes.
-    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
-    let name = if rc == 0 {
-        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        &name[..end]
-    } else {
-        &[][..]
-    };
+    let name = nix::unistd::gethostname().unwrap_or_default();
+    let name = name.as_encoded_bytes();
     let mut h = 0xcbf2_9ce4_8422_2325;
     h = fnv(h, boot.trim().as_bytes());
     h = fnv(h, &[0]);
@@ -199,16 +191,14 @@ pub(crate) fn judge(parsed: Option<(char, u64)>, start: u64) -> ProcState {
 
 /// `kill(pid, 0)`: where `/proc` cannot be read.
 fn probe(pid: u32) -> ProcState {
-    // SAFETY: signal 0 only checks that the process exists and may be
-    // signalled; `pid` is positive (checked by the caller).
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if rc == 0 {
-        return ProcState::Alive;
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::ESRCH) => ProcState::Exited,
-        Some(libc::EPERM) => ProcState::Alive,
-        _ => ProcState::Unknown,
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return ProcState::Unknown;
+    };
+    // No signal: only whether the process exists and may be signalled.
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => ProcState::Alive,
+        Err(nix::errno::Errno::ESRCH) => ProcState::Exited,
+        Err(_) => ProcState::Unknown,
     }
 }
 
@@ -219,6 +209,21 @@ mod tests {
 
     const STAT: &str =
         "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+
+    #[test]
+    fn the_signal_probe_tells_live_from_gone() {
+        assert_eq!(probe(std::process::id()), ProcState::Alive);
+        // Above the kernel's largest pid (2^22): no such process.
+        assert_eq!(probe((1 << 22) + 1), ProcState::Exited);
+        // Not a pid at all.
+        assert_eq!(probe(u32::MAX), ProcState::Unknown);
+    }
+
+    #[test]
+    fn the_host_hash_is_stable_within_a_process() {
+        assert!(host_hash().is_some());
+        assert_eq!(host_hash(), host_hash());
+    }
 
     #[test]
     fn the_host_label_is_checked_text() {
