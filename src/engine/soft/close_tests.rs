@@ -345,6 +345,18 @@ fn output_of_a_timed_out_close_still_arrives_tcp() {
     timed_out_close(false, false);
 }
 
+/// An endpoint of `cfg` a [`RawPeer`] can reach: the raw peer claims a
+/// made-up epid, so there is no identity check.
+fn open_for_raw_peer(cfg: SoftConfig) -> Arc<SoftEndpoint> {
+    open(
+        &SoftEngine::new(SoftConfig {
+            verify_peers: false,
+            ..cfg
+        })
+        .unwrap(),
+    )
+}
+
 /// A connected socket of the raw peer: TCP or Unix.
 trait Wire: Read + Write {}
 impl<T: Read + Write> Wire for T {}
@@ -426,15 +438,10 @@ impl RawPeer {
 /// would be failed with the peer, unread.
 #[test]
 fn messages_on_other_connections_arrive_before_the_peer_goes_down() {
-    // The raw peer claims a made-up epid: no identity check.
-    let b = open(
-        &SoftEngine::new(SoftConfig {
-            unix_sockets: false,
-            verify_peers: false,
-            ..SoftConfig::default()
-        })
-        .unwrap(),
-    );
+    let b = open_for_raw_peer(SoftConfig {
+        unix_sockets: false,
+        ..SoftConfig::default()
+    });
     let mut p = RawPeer::new();
     // Accepted first, established second at the peer: not its send
     // connection.
@@ -479,17 +486,13 @@ fn messages_on_other_connections_arrive_before_the_peer_goes_down() {
 /// completed on it arrives.
 #[test]
 fn a_broken_link_is_read_before_an_unnamed_one_ends_it() {
-    let b = open(
-        &SoftEngine::new(SoftConfig {
-            unix_sockets: true,
-            shared_memory: false,
-            verify_peers: false,
-            max_read: 4 << 10,
-            read_budget: 4 << 10,
-            ..SoftConfig::default()
-        })
-        .unwrap(),
-    );
+    let b = open_for_raw_peer(SoftConfig {
+        unix_sockets: true,
+        shared_memory: false,
+        max_read: 4 << 10,
+        read_budget: 4 << 10,
+        ..SoftConfig::default()
+    });
     let mut p = RawPeer::new();
     let peer_epid = p.core.epid();
     // The endpoint dials the peer, which listens but never accepts.
